@@ -1,0 +1,5 @@
+"""No-op translation marker for user-facing strings in workers/; the panel translates them."""
+
+
+def gettext_noop(s):
+    return s
