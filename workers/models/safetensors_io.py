@@ -122,6 +122,27 @@ def read_tensor(handle: BinaryIO, info: TensorInfo) -> np.ndarray:
     return np.frombuffer(buffer, dtype=STORAGE_NUMPY[info.dtype]).reshape(info.shape)
 
 
+def iter_row_blocks(handle: BinaryIO, info: TensorInfo, block_bytes: int = COPY_CHUNK_BYTES):
+    """Yield (first_row, block) over a tensor's leading dimension, each block about block_bytes.
+
+    1-D tensors come as one row. Reading block by block keeps memory to one block, however big the tensor.
+    """
+    rows = info.shape[0] if len(info.shape) > 1 else 1
+    row_shape = info.shape[1:] if len(info.shape) > 1 else info.shape
+    row_bytes = info.nbytes // rows if rows else 0
+    if row_bytes == 0:
+        return
+    rows_per_block = max(1, block_bytes // row_bytes)
+    storage = STORAGE_NUMPY[info.dtype]
+    for first in range(0, rows, rows_per_block):
+        count = min(rows_per_block, rows - first)
+        handle.seek(info.begin + first * row_bytes)
+        buffer = bytearray(count * row_bytes)
+        if handle.readinto(buffer) != len(buffer):
+            raise SafetensorsFormatError(f"tensor {info.name} is truncated")
+        yield first, np.frombuffer(buffer, dtype=storage).reshape((count, *row_shape))
+
+
 def copy_tensor_bytes(source: BinaryIO, info: TensorInfo, destination: BinaryIO) -> None:
     """Copy one tensor unchanged, in chunks, so a huge embedding never sits in memory whole."""
     source.seek(info.begin)
@@ -257,3 +278,34 @@ class ShardWriter:
 def weight_files(folder: Path) -> list[Path]:
     """The safetensors weight files of a model folder, in name order."""
     return sorted(path for path in folder.glob("*.safetensors") if path.is_file())
+
+
+def shard_names(stem: str, count: int) -> list[str]:
+    """File names for `count` shards in the Hugging Face pattern (a single shard keeps the plain name)."""
+    if count == 1:
+        return [f"{stem}.safetensors"]
+    return [f"{stem}-{number:05d}-of-{count:05d}.safetensors" for number in range(1, count + 1)]
+
+
+def write_index(path: Path, weight_map: dict[str, str], total_size: int) -> None:
+    """The *.safetensors.index.json that tells loaders which shard holds each tensor."""
+    index = {"metadata": {"total_size": total_size}, "weight_map": dict(sorted(weight_map.items()))}
+    path.write_text(json.dumps(index, indent=2))
+
+
+def split_evenly(planned: list[PlannedTensor], count: int) -> list[list[PlannedTensor]]:
+    """Cut the tensor list, in order, into `count` runs of roughly equal bytes, none empty."""
+    if not 1 <= count <= len(planned):
+        raise ValueError(f"cannot split {len(planned)} tensors into {count} shards")
+    total = max(sum(tensor.nbytes for tensor in planned), 1)
+    shards: list[list[PlannedTensor]] = [[] for _ in range(count)]
+    current = -1
+    running = 0
+    for position, tensor in enumerate(planned):
+        wanted = running * count // total
+        # No gaps (at most one step forward) and enough tensors left for every later shard.
+        must_reach = count - (len(planned) - position)
+        current = max(min(wanted, current + 1), must_reach, current, 0)
+        shards[current].append(tensor)
+        running += tensor.nbytes
+    return shards
