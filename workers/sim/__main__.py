@@ -1,0 +1,106 @@
+"""Command line of the sim host.
+
+python -m workers.sim create --profile atlas-800i-a2 --root DIR [--node-name NAME] [--reset]
+python -m workers.sim fault --root DIR --npu N [--chip C] --health OK|Warning|Alarm
+python -m workers.sim fault --root DIR --driver-unloaded | --device-held | --clear
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+from workers.sim import state as sim_state
+from workers.sim.profiles import PROFILES, get_profile
+from workers.sim.tree import build_tree
+
+
+def create(root: Path, profile_name: str, node_name: str | None = None, reset: bool = False) -> dict:
+    """Write (or refresh) a sim root. Faults and holders survive unless `reset`; returns the state."""
+    profile = get_profile(profile_name)
+    root.mkdir(parents=True, exist_ok=True)
+    existing = None if reset else _existing_state(root)
+    if existing is not None and existing["profile"] != profile.name:
+        raise sim_state.SimStateError(
+            f"{root} already simulates {existing['profile']}; pass --reset to turn it into {profile.name}"
+        )
+    name = node_name or (existing or {}).get("node_name") or profile.default_node_name
+    build_tree(root, profile, name)
+    if existing is None:
+        sim_state.save(root, sim_state.new_state(profile.name, name))
+    else:
+        with sim_state.locked(root) as current:
+            current["node_name"] = name
+    return sim_state.load(root)
+
+
+def _existing_state(root: Path) -> dict | None:
+    if not sim_state.state_path(root).exists():
+        return None
+    return sim_state.load(root)
+
+
+def inject_fault(root: Path, args: argparse.Namespace) -> str:
+    current = sim_state.load(root)
+    profile = get_profile(current["profile"])
+    if args.clear:
+        sim_state.clear_faults(root)
+        return "all faults cleared"
+    if args.driver_unloaded:
+        sim_state.set_driver_unloaded(root)
+        return "driver marked as not loaded: npu-smi now fails with -8005"
+    if args.device_held:
+        sim_state.set_device_held(root)
+        return "device marked as held by another container: npu-smi now fails with -8020"
+    if args.npu is None or args.health is None:
+        raise sim_state.SimStateError(
+            "give --npu N --health OK|Warning|Alarm, or one of --driver-unloaded, --device-held, --clear"
+        )
+    chips = [chip.chip_id for chip in profile.chips_of(args.npu)]
+    if not chips:
+        known = profile.npu_ids
+        raise sim_state.SimStateError(f"NPU {args.npu} does not exist; {profile.name} has NPU ids {known}")
+    if args.chip not in chips:
+        raise sim_state.SimStateError(f"NPU {args.npu} has chips {chips}, not {args.chip}")
+    sim_state.set_health(root, args.npu, args.chip, args.health)
+    return f"NPU {args.npu} chip {args.chip} health is now {args.health}"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m workers.sim", description="A simulated Ascend host.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    create_parser = commands.add_parser("create", help="write a sim root (idempotent)")
+    create_parser.add_argument("--profile", required=True, choices=sorted(PROFILES))
+    create_parser.add_argument("--root", required=True, type=Path)
+    create_parser.add_argument("--node-name")
+    create_parser.add_argument("--reset", action="store_true", help="forget faults and holders")
+
+    fault_parser = commands.add_parser("fault", help="inject or clear a fault")
+    fault_parser.add_argument("--root", required=True, type=Path)
+    fault_parser.add_argument("--npu", type=int)
+    fault_parser.add_argument("--chip", type=int, default=0)
+    fault_parser.add_argument("--health", choices=sim_state.HEALTH_VALUES)
+    fault_parser.add_argument("--driver-unloaded", action="store_true")
+    fault_parser.add_argument("--device-held", action="store_true")
+    fault_parser.add_argument("--clear", action="store_true")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "create":
+            state = create(args.root, args.profile, args.node_name, args.reset)
+            print(f"sim host {state['node_name']} ({state['profile']}) ready at {args.root.resolve()}")
+            where = args.root.resolve()
+            print(f"use it with: PATH={where}/bin:$PATH ASCEND_PANEL_SIM_ROOT={where}")
+        else:
+            print(inject_fault(args.root, args))
+    except (sim_state.SimStateError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,143 @@
+"""The mutable side of a sim host: DIR/state.json holds the profile, injected faults and NPU holders.
+
+Standard library only: the stand-in engine imports this module and must run anywhere. Every change
+is a read-modify-write under an flock on DIR/state.lock and lands by atomic rename, so concurrent
+engines and npu-smi calls never see a half-written file.
+"""
+
+import contextlib
+import fcntl
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+STATE_FILE = "state.json"
+LOCK_FILE = "state.lock"
+HEALTH_VALUES = ("OK", "Warning", "Alarm")
+
+
+class SimStateError(Exception):
+    """The sim root is missing or its state cannot be used; the message says how to fix it."""
+
+
+def state_path(root: str | os.PathLike) -> Path:
+    return Path(root) / STATE_FILE
+
+
+def new_state(profile_name: str, node_name: str) -> dict:
+    return {
+        "profile": profile_name,
+        "node_name": node_name,
+        "faults": {"driver_unloaded": False, "device_held": False, "health": {}},
+        "holders": [],
+    }
+
+
+def load(root: str | os.PathLike) -> dict:
+    path = state_path(root)
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise SimStateError(
+            f"{path} does not exist; create the sim host first: python -m workers.sim create --root {root}"
+        ) from None
+    except json.JSONDecodeError as error:
+        raise SimStateError(f"{path} is not valid JSON ({error}); re-create it with --reset") from None
+
+
+def save(root: str | os.PathLike, state: dict) -> None:
+    path = state_path(root)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
+    os.replace(temporary, path)
+
+
+@contextlib.contextmanager
+def locked(root: str | os.PathLike) -> Iterator[dict]:
+    """Yield the state for changing; it is saved when the block ends without an exception."""
+    lock_path = Path(root) / LOCK_FILE
+    with open(lock_path, "a") as lock_file:
+        fcntl.flock(lock_file, fcntl.LOCK_EX)
+        try:
+            state = load(root)
+            yield state
+            save(root, state)
+        finally:
+            fcntl.flock(lock_file, fcntl.LOCK_UN)
+
+
+def pid_is_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, owned by someone else
+    return True
+
+
+def live_holders(state: dict) -> list[dict]:
+    """Holders whose process still runs: like the real driver, a dead process frees its memory."""
+    return [holder for holder in state["holders"] if pid_is_alive(holder["pid"])]
+
+
+def hold(root, pid: int, logic_ids, hbm_mb_per_chip: int, name: str, load_fraction: float = 0.0) -> None:
+    """Record that process `pid` uses the chips with these logic ids and `hbm_mb_per_chip` MB on each."""
+    logic_ids = [int(logic_id) for logic_id in logic_ids]
+    with locked(root) as state:
+        state["holders"] = [h for h in state["holders"] if h["pid"] != pid and pid_is_alive(h["pid"])]
+        state["holders"].append(
+            {
+                "pid": int(pid),
+                "logic_ids": logic_ids,
+                "hbm_mb_per_chip": int(hbm_mb_per_chip),
+                "name": name,
+                "load": float(load_fraction),
+                "since": time.time(),
+            }
+        )
+
+
+def set_load(root, pid: int, load_fraction: float) -> None:
+    """How busy a holder's chips are (0..1); AICore and power follow it."""
+    with locked(root) as state:
+        for holder in state["holders"]:
+            if holder["pid"] == pid:
+                holder["load"] = max(0.0, min(1.0, float(load_fraction)))
+
+
+def release(root, pid: int) -> None:
+    with locked(root) as state:
+        state["holders"] = [h for h in state["holders"] if h["pid"] != pid]
+
+
+def set_health(root, npu_id: int, chip_id: int, health: str) -> None:
+    if health not in HEALTH_VALUES:
+        raise SimStateError(f"health must be one of {', '.join(HEALTH_VALUES)}, not {health!r}")
+    with locked(root) as state:
+        key = f"{npu_id}:{chip_id}"
+        if health == "OK":
+            state["faults"]["health"].pop(key, None)
+        else:
+            state["faults"]["health"][key] = health
+
+
+def set_driver_unloaded(root, unloaded: bool = True) -> None:
+    with locked(root) as state:
+        state["faults"]["driver_unloaded"] = unloaded
+
+
+def set_device_held(root, held: bool = True) -> None:
+    with locked(root) as state:
+        state["faults"]["device_held"] = held
+
+
+def clear_faults(root) -> None:
+    with locked(root) as state:
+        state["faults"] = new_state(state["profile"], state["node_name"])["faults"]
+
+
+def health_of(state: dict, npu_id: int, chip_id: int) -> str:
+    return state["faults"]["health"].get(f"{npu_id}:{chip_id}", "OK")

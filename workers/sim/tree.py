@@ -1,0 +1,213 @@
+"""Files of a sim host under its root: bin/ tools, etc/, proc/, sys/ and the /usr/local/Ascend tree.
+
+Everything is written as the real host would show it relative to `/`, so code that reads
+ROOT/usr/local/Ascend/driver/version.info or ROOT/sys/bus/pci/devices/<id>/numa_node works the same on
+a sim root and on a real machine with ROOT=/.
+"""
+
+import hashlib
+import os
+import sys
+from pathlib import Path
+
+from workers.sim.profiles import OS_RELEASES, Profile
+from workers.sim.tools import CPU_FLAGS
+
+ASCEND = Path("usr/local/Ascend")
+ARCH = "aarch64"
+HUGEPAGE_SIZES_KB = (64, 2048, 32768, 1048576)  # Kunpeng with 4K base pages
+TOOLS = ("npu-smi", "lscpu", "numactl")
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+TOOL_SCRIPT = """#!{python}
+# Written by `python -m workers.sim create`; the logic lives in workers/sim/tools.py.
+import sys
+from pathlib import Path
+
+sys.path.insert(0, {repo!r})
+from workers.sim.tools import main
+
+sys.exit(main({tool!r}, sys.argv[1:], str(Path(__file__).resolve().parents[1])))
+"""
+
+
+def write(root: Path, relative: str | Path, text: str, mode: int = 0o644) -> None:
+    path = root / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(text)
+    temporary.chmod(mode)
+    os.replace(temporary, path)
+
+
+def build_tree(root: Path, profile: Profile, node_name: str) -> None:
+    write_tools(root)
+    write_etc(root, profile, node_name)
+    write_proc(root, profile)
+    write_sys(root, profile)
+    write_ascend(root, profile)
+
+
+def write_tools(root: Path) -> None:
+    for tool in TOOLS:
+        script = TOOL_SCRIPT.format(python=sys.executable, repo=str(REPO_ROOT), tool=tool)
+        write(root, f"bin/{tool}", script, mode=0o755)
+    # Tools that look for npu-smi where the driver installs it find it there too.
+    link = root / ASCEND / "driver/tools/npu-smi"
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if not link.is_symlink():
+        link.symlink_to(root.resolve() / "bin/npu-smi")
+
+
+def write_etc(root: Path, profile: Profile, node_name: str) -> None:
+    release = OS_RELEASES[profile.os_id]
+    write(root, "etc/os-release", "".join(f'{key}="{value}"\n' for key, value in release.items()))
+    write(root, "etc/hostname", node_name + "\n")
+    # npu-smi warns that the driver is incomplete unless this says so.
+    write(
+        root,
+        "etc/ascend_install.info",
+        "UserName=HwHiAiUser\nUserGroup=HwHiAiUser\n"
+        "Firmware_Install_Type=full\nFirmware_Install_Path_Param=/usr/local/Ascend\n"
+        "Driver_Install_Type=full\nDriver_Install_Path_Param=/usr/local/Ascend\n"
+        "Driver_Install_For_All=no\nDriver_Install_Mode=normal\nDriver_Install_Status=complete\n",
+    )
+
+
+def write_proc(root: Path, profile: Profile) -> None:
+    blocks = [
+        f"processor\t: {cpu}\nBogoMIPS\t: 200.00\nFeatures\t: {CPU_FLAGS}\n"
+        "CPU implementer\t: 0x48\nCPU architecture: 8\nCPU variant\t: 0x1\n"
+        "CPU part\t: 0xd01\nCPU revision\t: 0\n"
+        for cpu in range(profile.cpu_count)
+    ]
+    write(root, "proc/cpuinfo", "\n".join(blocks) + "\n")
+
+    total_kb = profile.memory_mb * 1024
+    free_kb = total_kb * 91 // 100
+    meminfo = [
+        ("MemTotal", total_kb),
+        ("MemFree", free_kb),
+        ("MemAvailable", total_kb * 94 // 100),
+        ("Buffers", 1_048_576),
+        ("Cached", total_kb * 2 // 100),
+        ("SwapTotal", 0),
+        ("SwapFree", 0),
+        ("HugePages_Total", 0),
+        ("HugePages_Free", 0),
+        ("HugePages_Rsvd", 0),
+        ("HugePages_Surp", 0),
+        ("Hugepagesize", 2048),
+    ]
+    lines = []
+    for key, value in meminfo:
+        unit = "" if key.startswith("HugePages_") else " kB"
+        lines.append(f"{key + ':':<16}{value:>8}{unit}")
+    write(root, "proc/meminfo", "\n".join(lines) + "\n")
+    version = f"Linux version {profile.kernel} (root@localhost) (gcc version 10.3.1) #1 SMP\n"
+    write(root, "proc/version", version)
+
+
+def write_sys(root: Path, profile: Profile) -> None:
+    nodes = profile.numa_nodes
+    node_dir = Path("sys/devices/system/node")
+    node_range = f"0-{len(nodes) - 1}\n"
+    for name in ("online", "possible", "has_cpu", "has_memory", "has_normal_memory"):
+        write(root, node_dir / name, node_range)
+    for node in nodes:
+        total_kb = node.memory_mb * 1024
+        free_kb = total_kb * 91 // 100
+        write(root, node_dir / f"node{node.node_id}/cpulist", node.cpulist + "\n")
+        meminfo = [("MemTotal", total_kb), ("MemFree", free_kb), ("MemUsed", total_kb - free_kb)]
+        write(
+            root,
+            node_dir / f"node{node.node_id}/meminfo",
+            "".join(f"Node {node.node_id} {key + ':':<15} {value:>8} kB\n" for key, value in meminfo),
+        )
+    write(root, "sys/devices/system/cpu/online", f"0-{profile.cpu_count - 1}\n")
+    write(root, "sys/devices/system/cpu/possible", f"0-{profile.cpu_count - 1}\n")
+
+    for chip in profile.chips:
+        device = Path("sys/bus/pci/devices") / chip.sysfs_bus_id
+        write(root, device / "numa_node", f"{chip.numa_node}\n")
+        write(root, device / "vendor", "0x19e5\n")
+        write(root, device / "device", profile.pci_device_id.lower() + "\n")
+        write(root, device / "class", "0x120000\n")  # processing accelerator
+
+    for size_kb in HUGEPAGE_SIZES_KB:
+        pages = Path(f"sys/kernel/mm/hugepages/hugepages-{size_kb}kB")
+        for name in ("nr_hugepages", "free_hugepages", "resv_hugepages", "surplus_hugepages"):
+            write(root, pages / name, "0\n")
+
+
+def _inner_version(seed: str) -> str:
+    digest = int(hashlib.sha256(seed.encode()).hexdigest()[:6], 16)
+    return f"V100R001C{19 + digest % 5}SPC00{digest % 3 + 1}B{200 + digest % 40}"
+
+
+def write_ascend(root: Path, profile: Profile) -> None:
+    driver, firmware, cann = profile.driver_version, profile.firmware_version, profile.cann_version
+    write(
+        root,
+        ASCEND / "driver/version.info",
+        f"Version={driver}\nascendhal_version=7.35.19\naicpu_version=1.0\ntdt_version=1.0\nlog_version=1.0\n"
+        f"prof_version=2.0\ndvppkernels_version=1.1\ntsfw_version=1.0\nInnerversion={_inner_version(driver)}\n"
+        f"compatible_version=[V100R001C15],[V100R001C17],[V100R001C18],[V100R001C19]\n"
+        f"compatible_version_fw=[7.0.0,7.9.99]\npackage_version={driver}\n",
+    )
+    write(
+        root,
+        ASCEND / "firmware/version.info",
+        f"Version={firmware}\nfirmware_version=1.0\npackage_version={driver}\n"
+        f"compatible_version_drv=[23.0.rc3,23.0.rc3.],[24.1,24.1.],[25.2,25.2.]\n",
+    )
+
+    toolkit = ASCEND / "ascend-toolkit" / cann
+    toolkit_inner = _inner_version(cann)
+    write(
+        root,
+        toolkit / f"{ARCH}-linux/ascend_toolkit_install.info",
+        f"package_name=Ascend-cann-toolkit\nversion={cann}\ninnerversion={toolkit_inner}\n"
+        f"compatible_version=[V100R001C15],[V100R001C18],[V100R001C19],[V100R001C20],[V100R001C21]\n"
+        f"arch={ARCH}\nos=linux\npath=/usr/local/Ascend/ascend-toolkit/{cann}/{ARCH}-linux\n",
+    )
+    running = f"[{profile.firmware_version}:{cann}]"
+    components = ("runtime", "compiler", "opp", "toolkit", "aoe", "ncs", "hccl", "opp_kernel")
+    write(
+        root,
+        toolkit / "version.cfg",
+        "# version: 1.0\n" + "".join(f"{name}_running_version={running}\n" for name in components),
+    )
+    write(root, toolkit / "runtime/version.info", f"Version={cann}\nversion_dir={cann}\n")
+    latest = root / ASCEND / "ascend-toolkit/latest"
+    if not latest.is_symlink():
+        latest.symlink_to(cann)
+    write(
+        root,
+        ASCEND / "ascend-toolkit/set_env.sh",
+        "export ASCEND_TOOLKIT_HOME=/usr/local/Ascend/ascend-toolkit/latest\n"
+        "export ASCEND_HOME_PATH=${ASCEND_TOOLKIT_HOME}\n"
+        "export LD_LIBRARY_PATH=${ASCEND_TOOLKIT_HOME}/lib64:${ASCEND_TOOLKIT_HOME}/lib64/plugin/opskernel:"
+        "${LD_LIBRARY_PATH}\n"
+        "export PATH=${ASCEND_TOOLKIT_HOME}/bin:${ASCEND_TOOLKIT_HOME}/compiler/ccec_compiler/bin:${PATH}\n"
+        "export ASCEND_OPP_PATH=${ASCEND_TOOLKIT_HOME}/opp\n"
+        "export ASCEND_AICPU_PATH=${ASCEND_TOOLKIT_HOME}\n",
+    )
+
+    nnal = ASCEND / "nnal/atb"
+    write(
+        root,
+        nnal / cann / "version.info",
+        f"Ascend-cann-atb : {cann}\nAscend-cann-atb Version : {cann}.B020\nPlatform : {ARCH}\n",
+    )
+    (root / nnal / cann / "atb/cxx_abi_0/lib").mkdir(parents=True, exist_ok=True)
+    (root / nnal / cann / "atb/cxx_abi_1/lib").mkdir(parents=True, exist_ok=True)
+    nnal_latest = root / nnal / "latest"
+    if not nnal_latest.is_symlink():
+        nnal_latest.symlink_to(cann)
+    write(
+        root,
+        nnal / "set_env.sh",
+        "export ATB_HOME_PATH=/usr/local/Ascend/nnal/atb/latest/atb/cxx_abi_${ATB_CXX_ABI:-0}\n"
+        "export LD_LIBRARY_PATH=${ATB_HOME_PATH}/lib:${LD_LIBRARY_PATH}\n",
+    )
