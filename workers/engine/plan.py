@@ -1,0 +1,485 @@
+"""Ascend-aware memory planner: will this model run on these NPUs, and with which vLLM settings?
+
+Pure functions, shared by the panel wizard, the API and the CLI:
+
+    python -m workers.engine.plan MODEL_DIR --npu-memory-gb 64 --npus-per-node 8 [--nodes 2]
+        [--quantization ascend] [--dtype bfloat16] [--max-model-len 32768]
+        [--gpu-memory-utilization 0.9] [--chip 910b|310p|a3]
+
+Units: "GB" on the command line and in the JSON ("weights_gb_per_npu") are GiB (2**30 bytes), the unit
+npu-smi (its "MB" are MiB: 64 GB of HBM shows as 65536 MB) and vLLM's logs use. Give the planner the
+NPU memory from the inventory (npu-smi's HBM or memory total), not from a data sheet.
+
+Memory model per NPU (see workers.engine.memory for the constants and how they were checked):
+    total = driver share + [ utilization x (total - driver share) ] + free
+    vLLM's share = weights / TP (routed experts / (TP x DP) with expert parallel) + workspace + KV cache
+KV cache per token: layers x KV heads per NPU x head_dim x 2 x dtype bytes, where TP > KV heads
+replicates the heads (one per NPU); MLA: (kv_lora_rank + qk_rope_head_dim) x layers x dtype bytes on every
+NPU. Tokens are counted in whole blocks of 128.
+
+The recommended layout is the smallest power-of-two TP within one node that obeys the Ascend rules and
+leaves room for at least one max-model-len sequence. A model that needs more than one node is planned
+only for MoE models, as data parallel with expert parallel (routed experts spread over every NPU), the
+layout vllm-ascend documents for DeepSeek; dense models would need pipeline parallel, which this planner
+does not plan. Each outcome carries reasons: a machine code, a level and a human sentence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from workers.engine import memory
+from workers.engine.memory import GIB, NpuMemory, Weights, gib
+from workers.engine.plan_reasons import Reason, reason
+
+CHIPS = ("910b", "a3", "310p")
+# vllm-ascend's MLA attention kernel in graph mode accepts only these heads per NPU (after the TP split).
+MLA_GRAPH_HEADS_PER_NPU = (32, 64, 128)
+TENSOR_PARALLEL_CHOICES = (1, 2, 4, 8, 16, 32)
+MAX_NODES_SEARCHED = 8
+REQUIRED_FACTS = ("num_layers", "hidden_size", "num_attention_heads", "vocab_size")
+
+
+class PlanInputError(ValueError):
+    """The planner was asked something impossible (bad field values); the message names the field."""
+
+
+@dataclass(frozen=True)
+class PlanInput:
+    npu_memory_bytes: int  # per NPU, from the inventory
+    npus_per_node: int
+    nodes: int = 1
+    chip: str = "910b"
+    quantization: str | None = None  # None, or "ascend" for msModelSlim W8A8 weights
+    dtype: str = "auto"  # auto | bfloat16 | float16 | float32
+    max_model_len: int | None = None  # None: the model's max_position_embeddings, as vLLM does
+    gpu_memory_utilization: float = 0.9
+    tensor_parallel_size: int | None = None  # None: let the planner choose
+    data_parallel_size: int | None = None
+    enforce_eager: bool = False
+
+
+@dataclass(frozen=True)
+class Plan:
+    fits: bool
+    tensor_parallel_size: int
+    data_parallel_size: int
+    nodes: int
+    enable_expert_parallel: bool
+    dtype: str
+    quantization: str | None
+    enforce_eager: bool
+    max_model_len: int
+    gpu_memory_utilization: float
+    block_size: int
+    weights: Weights | None
+    weights_bytes_per_npu: int
+    kv_bytes_per_token: int  # per NPU
+    kv_cache_tokens: int  # per engine (one DP rank), as vLLM logs "KV cache size: N tokens"
+    max_concurrent_seqs: int  # full max-model-len sequences one engine can hold at once
+    memory: NpuMemory | None
+    reasons: list[Reason]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The CLI's JSON: the documented keys first, then the details the panel shows."""
+        return {
+            "fits": self.fits,
+            "tensor_parallel_size": self.tensor_parallel_size,
+            "data_parallel_size": self.data_parallel_size,
+            "nodes": self.nodes,
+            "weights_gb_per_npu": round(self.weights_bytes_per_npu / GIB, 2),
+            "kv_cache_tokens": self.kv_cache_tokens,
+            "max_concurrent_seqs": self.max_concurrent_seqs,
+            "reasons": [reason.as_dict() for reason in self.reasons],
+            "enable_expert_parallel": self.enable_expert_parallel,
+            "dtype": self.dtype,
+            "quantization": self.quantization,
+            "enforce_eager": self.enforce_eager,
+            "max_model_len": self.max_model_len,
+            "gpu_memory_utilization": self.gpu_memory_utilization,
+            "block_size": self.block_size,
+            "weights_total_bytes": self.weights.total_bytes if self.weights else None,
+            "weights_label": self.weights.label if self.weights else None,
+            "kv_bytes_per_token": self.kv_bytes_per_token,
+            "memory_per_npu": self.memory.as_dict() if self.memory else None,
+        }
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One candidate TP x DP layout and what it leaves for the KV cache."""
+
+    tensor_parallel: int
+    data_parallel: int
+    nodes: int
+    expert_parallel: bool
+    weights_per_npu: int
+    kv_bytes_per_token: int
+    memory: NpuMemory
+    tokens: int
+    broken_rules: tuple[Reason, ...]
+
+    @property
+    def weights_fit(self) -> bool:
+        return self.memory.kv_cache_bytes > 0
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the plan settles before choosing a layout."""
+
+    dtype: str
+    quantization: str | None
+    max_model_len: int
+    weights: Weights
+
+
+def plan(facts: dict[str, Any], request: PlanInput) -> Plan:
+    """Plan `facts` (from workers.models.inspect.inspect_model) onto the NPUs described by `request`."""
+    check_input(request)
+    missing = [name for name in REQUIRED_FACTS if not facts.get(name)]
+    if not facts.get("weights_bytes") and not facts.get("params"):
+        missing.append("weights_bytes")
+    if missing:
+        return _empty_plan(request, [reason("facts_missing", "error", fields=", ".join(missing))])
+    reasons: list[Reason] = []
+    settings = _settle(facts, request, reasons)
+    layout = _choose_layout(facts, request, settings)
+    eager = _eager(facts, request, layout.tensor_parallel, reasons)
+    fits = not layout.broken_rules and layout.tokens >= settings.max_model_len
+    if layout.nodes > request.nodes:
+        reasons.append(_needs_more_nodes(request, settings, layout))
+        reasons.extend(r for r in layout.broken_rules if r.code != "not_enough_npus")
+        reasons.extend(_as_w8a8(facts, request, settings))
+    elif layout.broken_rules:
+        reasons.extend(layout.broken_rules)
+    elif not layout.weights_fit:
+        reasons.extend(_weights_do_not_fit(facts, request, settings, layout))
+    elif not fits:
+        reasons.append(_kv_too_small(settings, layout))
+    else:
+        reasons.extend(_summary(request, settings, layout))
+    return Plan(
+        fits=fits,
+        tensor_parallel_size=layout.tensor_parallel,
+        data_parallel_size=layout.data_parallel,
+        nodes=layout.nodes,
+        enable_expert_parallel=layout.expert_parallel,
+        dtype=settings.dtype,
+        quantization=settings.quantization,
+        enforce_eager=eager,
+        max_model_len=settings.max_model_len,
+        gpu_memory_utilization=request.gpu_memory_utilization,
+        block_size=memory.BLOCK_SIZE,
+        weights=settings.weights,
+        weights_bytes_per_npu=layout.weights_per_npu,
+        kv_bytes_per_token=layout.kv_bytes_per_token,
+        kv_cache_tokens=layout.tokens,
+        max_concurrent_seqs=layout.tokens // settings.max_model_len,
+        memory=layout.memory,
+        reasons=reasons,
+    )
+
+
+def check_input(request: PlanInput) -> None:
+    """Raise PlanInputError naming every field that is out of range."""
+    problems = []
+    if request.chip not in CHIPS:
+        problems.append(f"chip must be one of {', '.join(CHIPS)}; got {request.chip!r}")
+    if request.npu_memory_bytes < 4 * GIB:
+        problems.append(f"npu_memory_bytes must be the NPU's memory in bytes; got {request.npu_memory_bytes}")
+    if request.npus_per_node < 1 or request.nodes < 1:
+        problems.append("npus_per_node and nodes must be at least 1")
+    if not 0 < request.gpu_memory_utilization <= 1:
+        problems.append(f"gpu_memory_utilization must be in (0, 1]; got {request.gpu_memory_utilization}")
+    if request.dtype not in ("auto", *memory.DTYPE_BYTES):
+        problems.append(f"dtype must be auto, bfloat16, float16 or float32; got {request.dtype!r}")
+    if request.quantization not in (None, "ascend"):
+        problems.append(f"quantization must be empty or 'ascend'; got {request.quantization!r}")
+    for name in ("max_model_len", "tensor_parallel_size", "data_parallel_size"):
+        value = getattr(request, name)
+        if value is not None and value < 1:
+            problems.append(f"{name} must be at least 1; got {value}")
+    if problems:
+        raise PlanInputError("; ".join(problems))
+
+
+def _settle(facts: dict[str, Any], request: PlanInput, reasons: list[Reason]) -> Settings:
+    dtype = _dtype(facts, request, reasons)
+    quantization = request.quantization
+    if memory.is_quantized(facts):
+        label = str(facts["quantization"])
+        # msModelSlim types are W8A8, W8A8_DYNAMIC, W4A8_DYNAMIC, ...; anything else is foreign.
+        if label.upper().startswith("W"):
+            if quantization is None:
+                reasons.append(reason("quantized_checkpoint", "info", label=label))
+            quantization = "ascend"
+        else:
+            reasons.append(reason("quantization_unsupported", "warning", label=label))
+            quantization = None
+    longest = int(facts.get("max_position_embeddings") or 0)
+    max_model_len = request.max_model_len or longest or 4096
+    if longest and max_model_len > longest:
+        reasons.append(reason("max_model_len_exceeds_model", "warning", asked=max_model_len, longest=longest))
+    return Settings(dtype, quantization, max_model_len, memory.serving_weights(facts, quantization, dtype))
+
+
+def _dtype(facts: dict[str, Any], request: PlanInput, reasons: list[Reason]) -> str:
+    wanted = request.dtype
+    if wanted == "auto":
+        wanted = str(facts.get("dtype") or "bfloat16")
+        if wanted not in memory.DTYPE_BYTES or wanted == "float32":
+            wanted = "bfloat16"  # vLLM serves float32 checkpoints in 16 bits unless told otherwise
+    if request.chip == "310p" and wanted != "float16":
+        if wanted == "bfloat16":
+            reasons.append(reason("bf16_unsupported_on_310p", "warning"))
+        else:
+            reasons.append(reason("dtype_unsupported_on_310p", "warning", dtype=wanted))
+        return "float16"
+    return wanted
+
+
+def _eager(facts: dict[str, Any], request: PlanInput, tensor_parallel: int, reasons: list[Reason]) -> bool:
+    eager = request.enforce_eager
+    if request.chip == "310p":
+        reasons.append(reason("eager_required_on_310p", "info"))
+        eager = True
+    heads_per_npu = int(facts["num_attention_heads"]) // tensor_parallel
+    if facts.get("mla") and not eager and heads_per_npu not in MLA_GRAPH_HEADS_PER_NPU:
+        reasons.append(reason("mla_graph_mode_heads", "warning", tp=tensor_parallel, heads=heads_per_npu))
+        eager = True
+    return eager
+
+
+def broken_rules(
+    facts: dict[str, Any], request: PlanInput, tensor_parallel: int, data_parallel: int
+) -> list[Reason]:
+    """Ascend and vLLM rules a TP x DP layout breaks; empty when it is allowed."""
+    broken = []
+    heads = int(facts["num_attention_heads"])
+    kv_heads = int(facts.get("num_kv_heads") or heads)
+    if heads % tensor_parallel:
+        broken.append(reason("tp_does_not_divide_heads", "error", tp=tensor_parallel, heads=heads))
+    elif not facts.get("mla") and kv_heads % tensor_parallel and tensor_parallel % kv_heads:
+        # vLLM splits KV heads over TP, or replicates them when TP is a multiple of their count.
+        broken.append(reason("tp_does_not_divide_kv_heads", "error", tp=tensor_parallel, kv_heads=kv_heads))
+    if tensor_parallel > request.npus_per_node:
+        broken.append(reason("tp_exceeds_node", "error", tp=tensor_parallel, per_node=request.npus_per_node))
+    available = request.npus_per_node * request.nodes
+    needed = tensor_parallel * data_parallel
+    if needed > available:
+        broken.append(
+            reason(
+                "not_enough_npus",
+                "error",
+                tp=tensor_parallel,
+                dp=data_parallel,
+                needed=needed,
+                available=available,
+            )
+        )
+    return broken
+
+
+def evaluate(
+    facts: dict[str, Any],
+    request: PlanInput,
+    settings: Settings,
+    tensor_parallel: int,
+    data_parallel: int,
+    expert_parallel: bool,
+) -> Layout:
+    """Memory of one layout; expert_parallel spreads routed experts over all TP x DP NPUs."""
+    world = tensor_parallel * data_parallel
+    weights = settings.weights.per_npu(tensor_parallel, world if expert_parallel else None)
+    per_token = memory.kv_bytes_per_token(facts, tensor_parallel, settings.dtype)
+    npu = memory.npu_memory(
+        request.npu_memory_bytes, request.chip, request.gpu_memory_utilization, weights, world
+    )
+    return Layout(
+        tensor_parallel=tensor_parallel,
+        data_parallel=data_parallel,
+        nodes=max(1, -(-world // request.npus_per_node)),
+        expert_parallel=expert_parallel,
+        weights_per_npu=weights,
+        kv_bytes_per_token=per_token,
+        memory=npu,
+        tokens=memory.kv_tokens(npu.kv_cache_bytes, per_token),
+        broken_rules=tuple(broken_rules(facts, request, tensor_parallel, data_parallel)),
+    )
+
+
+def _choose_layout(facts: dict[str, Any], request: PlanInput, settings: Settings) -> Layout:
+    data_parallel = request.data_parallel_size or 1
+    if request.tensor_parallel_size:
+        expert_parallel = bool(settings.weights.expert_bytes) and data_parallel > 1
+        return evaluate(
+            facts, request, settings, request.tensor_parallel_size, data_parallel, expert_parallel
+        )
+    in_node = [
+        evaluate(facts, request, settings, tp, data_parallel, False)
+        for tp in TENSOR_PARALLEL_CHOICES
+        if tp <= request.npus_per_node
+    ]
+    allowed = [layout for layout in in_node if not layout.broken_rules]
+    for layout in allowed:
+        if layout.tokens >= settings.max_model_len:
+            return layout
+    spread = _expert_parallel_layout(facts, request, settings)
+    if spread is not None:
+        return spread
+    for layout in allowed:
+        if layout.weights_fit:
+            return layout  # the weights fit, one full-length sequence does not: say so
+    # Nothing fits: show the layout that comes closest (the largest allowed TP).
+    return allowed[-1] if allowed else in_node[-1]
+
+
+def _expert_parallel_layout(facts: dict[str, Any], request: PlanInput, settings: Settings) -> Layout | None:
+    """The fewest nodes (up to MAX_NODES_SEARCHED) over which a MoE model fits with DP x TP and EP."""
+    if not settings.weights.expert_bytes or request.data_parallel_size:
+        return None
+    for nodes in range(2, max(request.nodes, MAX_NODES_SEARCHED) + 1):
+        world = nodes * request.npus_per_node
+        for tp in TENSOR_PARALLEL_CHOICES:
+            if tp > request.npus_per_node:
+                break
+            layout = evaluate(facts, request, settings, tp, world // tp, True)
+            rules_ok = all(rule.code == "not_enough_npus" for rule in layout.broken_rules)
+            if rules_ok and layout.tokens >= settings.max_model_len:
+                return layout
+    return None
+
+
+def _weights_do_not_fit(
+    facts: dict[str, Any], request: PlanInput, settings: Settings, layout: Layout
+) -> list[Reason]:
+    vllm_share = (
+        layout.memory.total_bytes - layout.memory.free_bytes - memory.DRIVER_RESERVED_BYTES[request.chip]
+    )
+    reasons = [
+        reason(
+            "weights_do_not_fit",
+            "error",
+            weights=gib(settings.weights.total_bytes),
+            label=settings.weights.label,
+            npus=request.npus_per_node * layout.nodes,
+            npu_gib=gib(request.npu_memory_bytes),
+            util=request.gpu_memory_utilization,
+            tp=layout.tensor_parallel,
+            per_npu=gib(layout.weights_per_npu),
+            allowed=gib(vllm_share),
+        )
+    ]
+    if not facts.get("moe"):
+        reasons.append(reason("dense_needs_pipeline", "error"))
+    elif not settings.weights.expert_bytes:
+        reasons.append(reason("moe_sizes_unknown", "warning"))
+    reasons.extend(_as_w8a8(facts, request, settings))
+    return reasons
+
+
+def _needs_more_nodes(request: PlanInput, settings: Settings, layout: Layout) -> Reason:
+    return reason(
+        "needs_more_nodes",
+        "error",
+        weights=gib(settings.weights.total_bytes),
+        label=settings.weights.label,
+        have=request.nodes,
+        per_node=request.npus_per_node,
+        npu_gib=gib(request.npu_memory_bytes),
+        util=request.gpu_memory_utilization,
+        nodes=layout.nodes,
+        tp=layout.tensor_parallel,
+        dp=layout.data_parallel,
+        kv=gib(layout.memory.kv_cache_bytes),
+        tokens=layout.tokens,
+    )
+
+
+def _as_w8a8(facts: dict[str, Any], request: PlanInput, settings: Settings) -> list[Reason]:
+    """The same question with W8A8 weights, as a suggestion, while the weights are still 16-bit."""
+    if settings.quantization is not None or memory.is_quantized(facts):
+        return []
+    alternative = plan(facts, replace(request, quantization="ascend"))
+    if not alternative.fits or alternative.weights is None or alternative.memory is None:
+        return []
+    return [
+        reason(
+            "fits_as_w8a8",
+            "info",
+            weights=gib(alternative.weights.total_bytes),
+            tp=alternative.tensor_parallel_size,
+            dp=alternative.data_parallel_size,
+            nodes=alternative.nodes,
+            kv=gib(alternative.memory.kv_cache_bytes),
+            tokens=alternative.kv_cache_tokens,
+        )
+    ]
+
+
+def _kv_too_small(settings: Settings, layout: Layout) -> Reason:
+    return reason(
+        "kv_too_small",
+        "error",
+        tp=layout.tensor_parallel,
+        kv=gib(max(layout.memory.kv_cache_bytes, 0)),
+        tokens=layout.tokens,
+        max_len=settings.max_model_len,
+    )
+
+
+def _summary(request: PlanInput, settings: Settings, layout: Layout) -> list[Reason]:
+    reasons = [
+        reason(
+            "plan",
+            "info",
+            tp=layout.tensor_parallel,
+            dp=layout.data_parallel,
+            nodes=layout.nodes,
+            weights=gib(layout.weights_per_npu),
+            label=settings.weights.label,
+            kv=gib(layout.memory.kv_cache_bytes),
+            tokens=layout.tokens,
+            seqs=layout.tokens // settings.max_model_len,
+            max_len=settings.max_model_len,
+        )
+    ]
+    if layout.expert_parallel:
+        reasons.append(reason("expert_parallel", "info", world=layout.tensor_parallel * layout.data_parallel))
+    idle = request.npus_per_node * request.nodes - layout.tensor_parallel * layout.data_parallel
+    if idle > 0:
+        reasons.append(reason("npus_left_idle", "info", idle=idle))
+    return reasons
+
+
+def _empty_plan(request: PlanInput, reasons: list[Reason]) -> Plan:
+    return Plan(
+        fits=False,
+        tensor_parallel_size=request.tensor_parallel_size or 1,
+        data_parallel_size=1,
+        nodes=1,
+        enable_expert_parallel=False,
+        dtype=request.dtype,
+        quantization=request.quantization,
+        enforce_eager=request.enforce_eager,
+        max_model_len=request.max_model_len or 0,
+        gpu_memory_utilization=request.gpu_memory_utilization,
+        block_size=memory.BLOCK_SIZE,
+        weights=None,
+        weights_bytes_per_npu=0,
+        kv_bytes_per_token=0,
+        kv_cache_tokens=0,
+        max_concurrent_seqs=0,
+        memory=None,
+        reasons=reasons,
+    )
+
+
+if __name__ == "__main__":
+    import sys
+
+    from workers.engine.plan_cli import main
+
+    sys.exit(main())
