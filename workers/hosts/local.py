@@ -1,0 +1,166 @@
+"""LocalRunner: commands on the machine the agent runs on, as subprocesses in their own process groups."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+
+from workers.hosts.base import (
+    CommandError,
+    CommandResult,
+    LineCallback,
+    Runner,
+    check_argv,
+    check_env,
+    check_log_path,
+    check_pid,
+    spawn_failure_result,
+)
+from workers.hosts.streaming import LineCollector, supervise
+
+
+class LocalRunner(Runner):
+    """Runs argv lists with subprocess; env given to run() is merged over os.environ and base_env."""
+
+    def __init__(self, base_env: dict[str, str] | None = None):
+        self.base_env = check_env(base_env)
+        # Detached children we started, kept so they are reaped when they exit (no zombies left behind).
+        self._detached: dict[int, subprocess.Popen] = {}
+
+    def _environment(self, env: dict[str, str]) -> dict[str, str]:
+        return {**os.environ, **self.base_env, **env}
+
+    async def _execute(
+        self,
+        argv: list[str],
+        *,
+        env: dict[str, str],
+        cwd: str | None,
+        timeout: float | None,
+        on_line: LineCallback | None,
+        cancel: asyncio.Event | None,
+        stdin: bytes | None,
+    ) -> CommandResult:
+        started = time.monotonic()
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=self._environment(env),
+                cwd=cwd,
+                # Its own session and process group, so a timeout can kill everything it started.
+                start_new_session=True,
+            )
+        except OSError as error:
+            result = spawn_failure_result(argv, error, started)
+            if on_line is not None:
+                on_line("stderr", result.stderr.rstrip("\n"))
+            return result
+
+        stdout = LineCollector("stdout", on_line)
+        stderr = LineCollector("stderr", on_line)
+
+        async def feed_stdin() -> None:
+            if stdin is None:
+                return
+            try:
+                process.stdin.write(stdin)
+                await process.stdin.drain()
+                process.stdin.close()
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the program exited without reading all of its input; its exit status tells why
+
+        async def finished() -> None:
+            await asyncio.gather(
+                feed_stdin(),
+                stdout.pump(process.stdout.read),
+                stderr.pump(process.stderr.read),
+                process.wait(),
+            )
+
+        async def stop(sig: int) -> None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, sig)
+
+        stopped = await supervise(
+            finished(), timeout=timeout, cancel=cancel, stop=stop, kill_grace_s=self.kill_grace_s
+        )
+        try:
+            exit_status = await asyncio.wait_for(process.wait(), timeout=1.0)
+        except TimeoutError:
+            exit_status = process.returncode
+        return CommandResult(
+            argv=argv,
+            exit_status=exit_status,
+            stdout=stdout.text,
+            stderr=stderr.text,
+            duration_s=time.monotonic() - started,
+            timed_out=stopped == "timeout",
+            cancelled=stopped == "cancel",
+        )
+
+    async def read_text(self, path: str) -> str | None:
+        try:
+            return await asyncio.to_thread(Path(path).read_text, encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            return None
+
+    async def start_detached(
+        self, argv: list[str], *, env: dict[str, str] | None = None, cwd: str | None = None, log_path: str
+    ) -> int:
+        argv = check_argv(argv)
+        environment = self._environment(check_env(env))
+        check_log_path(log_path)
+        started = time.monotonic()
+        try:
+            with open(log_path, "ab") as log:
+                process = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=environment,
+                    cwd=cwd,
+                    start_new_session=True,
+                )
+        except OSError as error:
+            raise CommandError(spawn_failure_result(argv, error, started)) from error
+        self._detached[process.pid] = process
+        return process.pid
+
+    async def is_alive(self, pid: int) -> bool:
+        check_pid(pid)
+        child = self._detached.get(pid)
+        if child is not None:
+            if child.poll() is None:
+                return True
+            del self._detached[pid]
+            return False
+        try:
+            return psutil.Process(pid).status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+        except psutil.NoSuchProcess:
+            return False
+
+    async def signal(self, pid: int, sig: int) -> None:
+        check_pid(pid)
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            # pid leads no process group (or is gone): signal the process itself if it still exists.
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        child = self._detached.get(pid)
+        if child is not None:
+            child.poll()
+
+    async def close(self) -> None:
+        # Nothing to release: detached processes must outlive the runner, and run() cleans up after itself.
+        return None
