@@ -1,0 +1,33 @@
+from django.utils import timezone
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.response import Response
+
+from panel.accounts.api.serializers import ApiTokenSerializer, NewApiTokenSerializer
+from panel.accounts.models import ApiToken
+from panel.accounts.roles import VIEWER
+
+
+class ApiTokenViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
+                      mixins.DestroyModelMixin, viewsets.GenericViewSet):
+    """Your own API tokens. Creating returns the raw token once; deleting revokes it (the record stays)."""
+
+    serializer_class = ApiTokenSerializer
+    write_role = VIEWER  # everyone manages their own tokens; what a token may do is the user's role
+
+    def get_queryset(self):
+        return ApiToken.objects.filter(user=self.request.user)
+
+    @extend_schema(request=ApiTokenSerializer, responses={201: NewApiTokenSerializer})
+    def create(self, request, *args, **kwargs):
+        serializer = self.get_serializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        token, raw = ApiToken.issue(request.user, serializer.validated_data["name"],
+                                    serializer.validated_data.get("expires"))
+        token.token = raw
+        return Response(NewApiTokenSerializer(token).data, status=status.HTTP_201_CREATED)
+
+    def perform_destroy(self, instance):
+        if instance.revoked is None:
+            instance.revoked = timezone.now()
+            instance.save(update_fields=["revoked"])

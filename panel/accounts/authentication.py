@@ -1,0 +1,40 @@
+from datetime import timedelta
+
+from django.utils import timezone
+from django.utils.translation import gettext as _
+from rest_framework import authentication, exceptions
+
+from panel.accounts.models import ApiToken, hash_token
+
+LAST_USED_RESOLUTION = timedelta(minutes=1)
+
+
+def user_for_token(raw: str):
+    """The user a raw token belongs to, or None. Revoked and expired tokens are refused."""
+    token = ApiToken.objects.usable().select_related("user").filter(key_hash=hash_token(raw)).first()
+    if token is None or not token.user.is_active:
+        return None, None
+    now = timezone.now()
+    if token.last_used is None or now - token.last_used > LAST_USED_RESOLUTION:
+        ApiToken.objects.filter(pk=token.pk).update(last_used=now)
+    return token.user, token
+
+
+class ApiTokenAuthentication(authentication.BaseAuthentication):
+    """`Authorization: Bearer ap_…` (or `Token ap_…`)."""
+
+    keywords = ("bearer", "token")
+
+    def authenticate(self, request):
+        header = authentication.get_authorization_header(request).decode("latin-1").split()
+        if not header or header[0].lower() not in self.keywords:
+            return None
+        if len(header) != 2:
+            raise exceptions.AuthenticationFailed(_("Malformed Authorization header: use 'Bearer <token>'."))
+        user, token = user_for_token(header[1])
+        if user is None:
+            raise exceptions.AuthenticationFailed(_("Invalid, expired or revoked API token."))
+        return user, token
+
+    def authenticate_header(self, request):
+        return "Bearer"

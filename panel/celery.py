@@ -1,0 +1,27 @@
+"""The panel worker: the shared Celery app, with Django set up and the panel's tasks registered.
+
+    celery -A panel.celery worker -Q panel     # ingests agent events, heartbeats and metrics
+    celery -A panel.celery beat                # the sweeps (offline nodes, reconcile, downsampling)
+"""
+
+import os
+
+import django
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "panel.settings")
+django.setup()
+
+from django.conf import settings  # noqa: E402
+
+from workers.celery_app import app  # noqa: E402
+
+app.conf.broker_url = settings.CELERY_BROKER_URL
+app.conf.beat_schedule = {
+    "mark-silent-nodes-offline": {"task": "panel.mark_silent_nodes_offline", "schedule": 2.0},
+}
+app.conf.beat_schedule_filename = str(settings.DATA_DIR / "celerybeat-schedule")
+
+import panel.nodes.tasks  # noqa: E402,F401
+import panel.operations.tasks  # noqa: E402,F401
+
+__all__ = ["app"]

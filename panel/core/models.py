@@ -1,0 +1,32 @@
+"""Shared model bits. No concrete models live here."""
+
+from django.db import models
+
+
+class VisibleQuerySet(models.QuerySet):
+    """The one permission question every view, API call and websocket subscription asks.
+
+    Every signed-in user with a role may see every object today; the method exists so that narrowing
+    (per-team nodes, say) is one change here rather than one per view.
+    """
+
+    def visible_to(self, user):
+        from panel.accounts.roles import role_of
+
+        if user is None or not user.is_authenticated or role_of(user) is None:
+            return self.none()
+        return self
+
+
+class TimestampedModel(models.Model):
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    objects = VisibleQuerySet.as_manager()
+
+    class Meta:
+        abstract = True
+
+
+class InvalidTransition(Exception):
+    """A state change that the state machine does not allow (a permanent error, never retried)."""

@@ -1,0 +1,32 @@
+from functools import wraps
+
+from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import PermissionDenied
+from django.shortcuts import render
+
+from panel.accounts.roles import VIEWER, has_role
+
+
+def role_required(role: str):
+    """Page views: sign-in required, then the role (viewer < operator < admin)."""
+
+    def decorator(view):
+        @wraps(view)
+        def wrapper(request, *args, **kwargs):
+            if not request.user.is_authenticated:
+                return redirect_to_login(request.get_full_path())
+            if not has_role(request.user, role):
+                raise PermissionDenied
+            return view(request, *args, **kwargs)
+
+        return wrapper
+
+    return decorator
+
+
+@role_required(VIEWER)
+def dashboard(request):
+    from panel.nodes.models import Node
+
+    nodes = Node.objects.visible_to(request.user).prefetch_related("npus")
+    return render(request, "core/dashboard.html", {"nodes": nodes})

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class DeploymentsConfig(AppConfig):
+    name = "panel.deployments"
+    label = "deployments"

@@ -1,0 +1,93 @@
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+from panel.core.choices import NodeStatus, NodeTransport, NpuHealth
+from panel.core.models import TimestampedModel
+
+SILENT_INTERVALS_BEFORE_OFFLINE = 3
+
+
+class Node(TimestampedModel):
+    name = models.SlugField(_("name"), max_length=63, unique=True,
+                            help_text=_("Letters, digits, - and _; the agent's queue is node.<name>."))
+    address = models.CharField(_("address"), max_length=255, blank=True)
+    transport = models.CharField(_("transport"), max_length=8, choices=NodeTransport.choices,
+                                 default=NodeTransport.AGENT)
+    status = models.CharField(_("status"), max_length=8, choices=NodeStatus.choices, default=NodeStatus.UNKNOWN)
+    labels = models.JSONField(_("labels"), default=dict, blank=True)
+    facts = models.JSONField(_("facts"), default=dict, blank=True)
+    versions = models.JSONField(_("installed versions"), default=dict, blank=True)
+    inventory_changes = models.JSONField(default=dict, blank=True)
+    inventoried_at = models.DateTimeField(null=True, blank=True)
+    cordoned = models.BooleanField(_("cordoned"), default=False)
+    last_heartbeat = models.DateTimeField(_("last heartbeat"), null=True, blank=True)
+    heartbeat_interval = models.FloatField(default=5.0)
+    agent_version = models.CharField(max_length=32, blank=True)
+    # SSH transport
+    ssh_port = models.PositiveIntegerField(default=22)
+    ssh_username = models.CharField(max_length=64, blank=True)
+    ssh_secret = models.TextField(blank=True, help_text="Encrypted key or password (panel.core.secrets).")
+    ssh_host_key_fingerprint = models.CharField(max_length=128, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self):
+        return self.name
+
+    @property
+    def effective_status(self) -> str:
+        """Offline as soon as the agent missed three heartbeats, without waiting for the sweeper."""
+        if self.transport != NodeTransport.AGENT:
+            return self.status
+        if self.last_heartbeat is None:
+            return NodeStatus.UNKNOWN if self.status == NodeStatus.UNKNOWN else NodeStatus.OFFLINE
+        silent_for = timezone.now() - self.last_heartbeat
+        interval = self.heartbeat_interval or settings.PANEL_HEARTBEAT_INTERVAL
+        if silent_for > timedelta(seconds=interval * SILENT_INTERVALS_BEFORE_OFFLINE):
+            return NodeStatus.OFFLINE
+        return NodeStatus.ONLINE
+
+
+class Npu(TimestampedModel):
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="npus")
+    npu_id = models.PositiveIntegerField(_("NPU id"))
+    chip_id = models.PositiveIntegerField(_("chip id"), default=0)
+    logic_id = models.PositiveIntegerField(_("logic id"), null=True, blank=True)
+    device_id = models.PositiveIntegerField(null=True, blank=True)
+    name = models.CharField(_("name"), max_length=64, blank=True)
+    health = models.CharField(_("health"), max_length=16, choices=NpuHealth.choices, default=NpuHealth.UNKNOWN)
+    hbm_total_mb = models.PositiveIntegerField(_("HBM total (MB)"), null=True, blank=True)
+    memory_total_mb = models.PositiveIntegerField(_("memory total (MB)"), null=True, blank=True)
+    bus_id = models.CharField(_("bus id"), max_length=32, blank=True)
+    numa_node = models.IntegerField(_("NUMA node"), null=True, blank=True)
+
+    class Meta:
+        ordering = ["node", "npu_id", "chip_id"]
+        constraints = [models.UniqueConstraint(fields=["node", "npu_id", "chip_id"], name="npu_unique_chip")]
+
+    def __str__(self):
+        return f"{self.node.name} NPU {self.npu_id}/{self.chip_id}"
+
+    @property
+    def device_memory_mb(self) -> int | None:
+        """What a model can use: HBM where the chip has it, else its DDR (310P)."""
+        return self.hbm_total_mb or self.memory_total_mb
+
+
+class JoinToken(models.Model):
+    """Lets one agent register one node: scoped to the node name, expiring, single use. Stored hashed."""
+
+    node_name = models.SlugField(max_length=63)
+    key_hash = models.CharField(max_length=64, unique=True)
+    created = models.DateTimeField(auto_now_add=True)
+    expires = models.DateTimeField()
+    used = models.DateTimeField(null=True, blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
+
+    def __str__(self):
+        return f"join token for {self.node_name}"

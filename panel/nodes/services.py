@@ -1,0 +1,96 @@
+"""Use-cases for nodes: heartbeats, inventory results, the offline sweep."""
+
+import logging
+from datetime import timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from panel.core.choices import NodeStatus, NodeTransport, NpuHealth
+from panel.nodes.models import SILENT_INTERVALS_BEFORE_OFFLINE, Node, Npu
+from panel.realtime.broadcast import FLEET, broadcast, node_group
+from workers.contracts import Heartbeat
+
+log = logging.getLogger(__name__)
+
+
+def node_status_message(node: Node) -> dict:
+    return {"type": "node.status", "node": node.name, "status": node.effective_status,
+            "last_heartbeat": node.last_heartbeat.isoformat() if node.last_heartbeat else None}
+
+
+def _announce(node: Node) -> None:
+    message = node_status_message(node)
+    transaction.on_commit(lambda: (broadcast(node_group(node.name), message), broadcast(FLEET, message)))
+
+
+def record_heartbeat(data: dict) -> Node | None:
+    beat = Heartbeat.model_validate(data)
+    with transaction.atomic():
+        node = Node.objects.select_for_update().filter(name=beat.node).first()
+        if node is None:
+            from panel.nodes.join import register_with_token
+
+            node = register_with_token(beat)
+            if node is None:
+                log.warning("heartbeat from unknown node %r without a valid join token ignored", beat.node)
+                return None
+        was = node.status
+        node.last_heartbeat = timezone.now()
+        node.heartbeat_interval = beat.interval_s
+        node.agent_version = beat.agent_version
+        node.status = NodeStatus.ONLINE
+        node.save(update_fields=["last_heartbeat", "heartbeat_interval", "agent_version", "status", "updated"])
+        if was != NodeStatus.ONLINE:
+            _announce(node)
+    return node
+
+
+def mark_silent_nodes_offline(now=None) -> list[str]:
+    """Nodes whose agent missed three heartbeats become offline (the sweep behind effective_status)."""
+    now = now or timezone.now()
+    changed = []
+    for node in Node.objects.filter(transport=NodeTransport.AGENT, status=NodeStatus.ONLINE):
+        limit = timedelta(seconds=node.heartbeat_interval * SILENT_INTERVALS_BEFORE_OFFLINE)
+        if node.last_heartbeat is None or now - node.last_heartbeat > limit:
+            with transaction.atomic():
+                updated = Node.objects.filter(pk=node.pk, status=NodeStatus.ONLINE).update(status=NodeStatus.OFFLINE)
+                if updated:
+                    node.status = NodeStatus.OFFLINE
+                    _announce(node)
+                    changed.append(node.name)
+    return changed
+
+
+NPU_FIELDS = ("logic_id", "device_id", "name", "health", "hbm_total_mb", "memory_total_mb", "bus_id", "numa_node")
+
+
+def apply_inventory(node: Node, result: dict) -> dict:
+    """Store an inventory on the node and its NPUs; returns what changed since the last one."""
+    changes = {}
+    facts, versions = result.get("facts") or {}, result.get("versions") or {}
+    if facts != node.facts:
+        changes["facts"] = sorted(k for k in set(facts) | set(node.facts) if facts.get(k) != node.facts.get(k))
+    if versions != node.versions:
+        changes["versions"] = {k: [node.versions.get(k), versions.get(k)]
+                               for k in set(versions) | set(node.versions) if versions.get(k) != node.versions.get(k)}
+    node.facts, node.versions = facts, versions
+    node.save(update_fields=["facts", "versions", "updated"])
+    seen = set()
+    for chip in result.get("npus") or []:
+        key = (int(chip["npu_id"]), int(chip.get("chip_id") or 0))
+        seen.add(key)
+        values = {f: chip.get(f) for f in NPU_FIELDS if f in chip}
+        values["health"] = values.get("health") or NpuHealth.UNKNOWN
+        values["bus_id"] = values.get("bus_id") or ""
+        values["name"] = values.get("name") or ""
+        npu, created = Npu.objects.update_or_create(node=node, npu_id=key[0], chip_id=key[1], defaults=values)
+        if created:
+            changes.setdefault("npus_added", []).append(f"{key[0]}/{key[1]}")
+    gone = [npu for npu in node.npus.all() if (npu.npu_id, npu.chip_id) not in seen]
+    if gone and result.get("npus") is not None:
+        changes["npus_removed"] = [f"{n.npu_id}/{n.chip_id}" for n in gone]
+        Npu.objects.filter(pk__in=[n.pk for n in gone]).delete()
+    node.inventory_changes, node.inventoried_at = changes, timezone.now()
+    node.save(update_fields=["inventory_changes", "inventoried_at"])
+    return changes

@@ -1,0 +1,16 @@
+from workers.celery_app import app
+from workers.task_names import HEARTBEAT
+
+
+@app.task(name=HEARTBEAT)
+def heartbeat(beat: dict) -> None:
+    from panel.nodes.services import record_heartbeat
+
+    record_heartbeat(beat)
+
+
+@app.task(name="panel.mark_silent_nodes_offline")
+def mark_silent_nodes_offline() -> list[str]:
+    from panel.nodes.services import mark_silent_nodes_offline as sweep
+
+    return sweep()

@@ -1,0 +1,77 @@
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.utils.translation import gettext_lazy as _
+
+from panel.core.choices import OperationKind, OperationStatus
+from panel.core.models import InvalidTransition, TimestampedModel
+
+ALLOWED_TRANSITIONS = {
+    OperationStatus.PENDING: {OperationStatus.RUNNING, OperationStatus.SUCCEEDED, OperationStatus.FAILED,
+                              OperationStatus.CANCELLED},
+    OperationStatus.RUNNING: {OperationStatus.SUCCEEDED, OperationStatus.FAILED, OperationStatus.CANCELLED},
+}
+
+
+class Operation(TimestampedModel):
+    """A unit of work on a node. Its id is also the Celery task id, so a message and its row are one thing."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    kind = models.CharField(_("kind"), max_length=16, choices=OperationKind.choices)
+    node = models.ForeignKey("nodes.Node", on_delete=models.SET_NULL, null=True, blank=True,
+                             related_name="operations")
+    target = models.CharField(_("target"), max_length=255, blank=True,
+                              help_text=_("What the operation acts on, e.g. a deployment or model name."))
+    params = models.JSONField(default=dict, blank=True)
+    status = models.CharField(_("status"), max_length=16, choices=OperationStatus.choices,
+                              default=OperationStatus.PENDING)
+    progress = models.FloatField(_("progress"), default=0.0)
+    stage = models.CharField(_("stage"), max_length=255, blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
+    started = models.DateTimeField(null=True, blank=True)
+    finished = models.DateTimeField(null=True, blank=True)
+    error = models.TextField(_("error"), blank=True)
+    hint = models.TextField(_("hint"), blank=True)
+    result = models.JSONField(default=dict, blank=True)
+    last_seq = models.PositiveIntegerField(default=0)
+    final_seq = models.PositiveIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created"]
+        indexes = [models.Index(fields=["status"]), models.Index(fields=["kind", "-created"])]
+
+    def __str__(self):
+        return f"{self.get_kind_display()} {self.target or ''} ({self.status})"
+
+    @property
+    def status_colour(self) -> str:
+        return OperationStatus.colour(self.status)
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in OperationStatus.TERMINAL
+
+    def can_move_to(self, status: str) -> bool:
+        return status == self.status or status in ALLOWED_TRANSITIONS.get(self.status, set())
+
+    def move_to(self, status: str) -> None:
+        if not self.can_move_to(status):
+            raise InvalidTransition(f"operation {self.id}: {self.status} → {status} is not allowed")
+        self.status = status
+
+
+class OperationEvent(models.Model):
+    operation = models.ForeignKey(Operation, on_delete=models.CASCADE, related_name="events")
+    seq = models.PositiveIntegerField()
+    time = models.DateTimeField()
+    kind = models.CharField(max_length=16)
+    payload = models.JSONField(default=dict)
+
+    class Meta:
+        ordering = ["operation", "seq"]
+        constraints = [models.UniqueConstraint(fields=["operation", "seq"], name="event_unique_seq")]
+
+    def as_message(self) -> dict:
+        return {"operation": str(self.operation_id), "seq": self.seq, "time": self.time.isoformat(),
+                "kind": self.kind, "payload": self.payload}

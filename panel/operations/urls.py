@@ -1,0 +1,9 @@
+from django.urls import path
+
+from panel.operations import views
+
+app_name = "operations"
+urlpatterns = [
+    path("", views.operation_list, name="list"),
+    path("<uuid:pk>/", views.operation_detail, name="detail"),
+]

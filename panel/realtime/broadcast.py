@@ -1,0 +1,43 @@
+"""The only code that sends to channel-layer groups. Call it after the data is committed, so whatever a
+browser saw can always be fetched again over REST."""
+
+import logging
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+
+log = logging.getLogger(__name__)
+
+# Group names. The consumer checks every requested name against these shapes and the user's permissions.
+FLEET = "fleet"
+ALERTS = "alerts"
+
+
+def operation_group(operation_id) -> str:
+    return f"operation.{operation_id}"
+
+
+def node_group(node_name: str) -> str:
+    return f"node.{node_name}"
+
+
+def deployment_group(name: str) -> str:
+    return f"deployment.{name}"
+
+
+def broadcast(group: str, message: dict) -> None:
+    """Send `message` (JSON-able, with a "type") to every socket subscribed to `group`. Lossy by design:
+    a failure to reach the channel layer is logged, never raised into the caller's transaction."""
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    try:
+        async_to_sync(layer.group_send)(group, {"type": "panel.message", "group": group, "message": message})
+    except Exception:
+        log.exception("broadcast to %s failed", group)
+
+
+async def abroadcast(group: str, message: dict) -> None:
+    layer = get_channel_layer()
+    if layer is not None:
+        await layer.group_send(group, {"type": "panel.message", "group": group, "message": message})

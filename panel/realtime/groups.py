@@ -1,0 +1,37 @@
+"""Which groups a user may join. Each group name maps to an object the user must be able to see."""
+
+import re
+import uuid
+
+from panel.accounts.roles import role_of
+from panel.realtime.broadcast import ALERTS, FLEET
+
+GROUP_PATTERN = re.compile(r"^(operation|node|deployment)\.([A-Za-z0-9_.:-]{1,100})$")
+MAX_GROUPS = 200
+
+
+def may_join(user, group: str) -> bool:
+    """Permission check for one group (runs in a thread: it queries the database)."""
+    if role_of(user) is None:
+        return False
+    if group in (FLEET, ALERTS):
+        return True
+    match = GROUP_PATTERN.match(group)
+    if not match:
+        return False
+    kind, key = match.groups()
+    if kind == "operation":
+        from panel.operations.models import Operation
+
+        try:
+            operation_id = uuid.UUID(key)
+        except ValueError:
+            return False
+        return Operation.objects.visible_to(user).filter(pk=operation_id).exists()
+    if kind == "node":
+        from panel.nodes.models import Node
+
+        return Node.objects.visible_to(user).filter(name=key).exists()
+    from panel.deployments.models import Deployment
+
+    return Deployment.objects.visible_to(user).filter(name=key).exists()

@@ -1,0 +1,28 @@
+from django.conf import settings
+from django.conf.urls.static import static
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.routers import DefaultRouter
+
+from panel.accounts.api.views import ApiTokenViewSet
+from panel.nodes.api.views import NodeViewSet
+from panel.operations.api.views import OperationViewSet
+
+router = DefaultRouter()
+router.register("nodes", NodeViewSet)
+router.register("operations", OperationViewSet)
+router.register("tokens", ApiTokenViewSet, basename="apitoken")
+
+urlpatterns = [
+    path("api/v1/", include(router.urls)),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("i18n/", include("django.conf.urls.i18n")),
+    path("accounts/", include("panel.accounts.urls")),
+    path("nodes/", include("panel.nodes.urls")),
+    path("operations/", include("panel.operations.urls")),
+    path("models/", include("panel.catalog.urls")),
+    path("deployments/", include("panel.deployments.urls")),
+    path("", include("panel.core.urls")),
+]
+urlpatterns += static(settings.STATIC_URL)

@@ -1,0 +1,50 @@
+// One websocket per page: subscribe to groups, reconnect with back-off, tell listeners when it (re)connects
+// so they can fetch what they missed over REST.
+const listeners = new Map(); // group -> Set(callback)
+const reconnectListeners = new Set();
+let socket = null;
+let backoff = 500;
+
+function groups() {
+  return [...listeners.keys()];
+}
+
+function subscribe() {
+  if (socket && socket.readyState === WebSocket.OPEN) {
+    socket.send(JSON.stringify({ type: "subscribe", groups: groups() }));
+  }
+}
+
+function connect() {
+  const scheme = location.protocol === "https:" ? "wss" : "ws";
+  socket = new WebSocket(`${scheme}://${location.host}/ws/`);
+  socket.addEventListener("open", () => {
+    backoff = 500;
+    subscribe();
+  });
+  socket.addEventListener("message", (e) => {
+    const message = JSON.parse(e.data);
+    if (message.type === "subscribed") {
+      reconnectListeners.forEach((cb) => cb(message));
+      return;
+    }
+    const callbacks = listeners.get(message.group);
+    if (callbacks) callbacks.forEach((cb) => cb(message));
+  });
+  socket.addEventListener("close", () => {
+    setTimeout(connect, backoff);
+    backoff = Math.min(backoff * 2, 10000);
+  });
+}
+
+export function listen(group, callback) {
+  if (!listeners.has(group)) listeners.set(group, new Set());
+  listeners.get(group).add(callback);
+  if (!socket) connect();
+  else subscribe();
+}
+
+// Called after every (re)subscription: the moment to back-fill over REST (subscribe, then fetch, then apply).
+export function onSubscribed(callback) {
+  reconnectListeners.add(callback);
+}

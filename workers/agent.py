@@ -1,0 +1,101 @@
+"""The agent process: a Celery worker on queue node.<name> plus a heartbeat (and metrics) thread.
+
+Started on each Ascend host as `python -m workers.agent` (systemd unit in deploy/), configured by
+environment variables only:
+  ASCEND_PANEL_NODE_NAME   the node's name in the panel (queue node.<name>)
+  REDIS_URL / CELERY_BROKER_URL   the broker
+  ASCEND_PANEL_JOIN_TOKEN  single-use token that registers a new node on its first heartbeat
+  ASCEND_PANEL_HOST_ROOT   where /etc, /proc and /sys are read from (default /; a simulated host sets its tree)
+  ASCEND_PANEL_ASCEND_ROOT Ascend install root (default /usr/local/Ascend)
+  ASCEND_PANEL_HEARTBEAT_S heartbeat interval in seconds (default 5)
+  ASCEND_PANEL_METRICS_S   NPU/host sampling interval in seconds (default 1; 0 turns sampling off)
+"""
+
+import logging
+import os
+import threading
+from dataclasses import dataclass
+
+from workers import __version__
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    node_name: str
+    host_root: str = "/"
+    ascend_root: str = "/usr/local/Ascend"
+    heartbeat_s: float = 5.0
+    metrics_s: float = 1.0
+    join_token: str | None = None
+
+    @classmethod
+    def from_env(cls) -> "AgentConfig":
+        name = os.environ.get("ASCEND_PANEL_NODE_NAME", "").strip()
+        if not name:
+            raise SystemExit("ASCEND_PANEL_NODE_NAME is not set: give this agent the node name it has in the panel.")
+        return cls(
+            node_name=name,
+            host_root=os.environ.get("ASCEND_PANEL_HOST_ROOT", "/"),
+            ascend_root=os.environ.get("ASCEND_PANEL_ASCEND_ROOT", "/usr/local/Ascend"),
+            heartbeat_s=float(os.environ.get("ASCEND_PANEL_HEARTBEAT_S", "5")),
+            metrics_s=float(os.environ.get("ASCEND_PANEL_METRICS_S", "1")),
+            join_token=os.environ.get("ASCEND_PANEL_JOIN_TOKEN") or None,
+        )
+
+
+def heartbeat_loop(config: AgentConfig, stop: threading.Event) -> None:
+    from workers.contracts import Heartbeat, utcnow
+    from workers.events import send_to_panel
+    from workers.task_names import HEARTBEAT
+
+    while not stop.is_set():
+        beat = Heartbeat(node=config.node_name, time=utcnow(), agent_version=__version__,
+                         join_token=config.join_token, interval_s=config.heartbeat_s)
+        try:
+            send_to_panel(HEARTBEAT, beat.model_dump(mode="json"))
+        except Exception:  # the broker may be restarting; the next beat tries again
+            log.exception("heartbeat not sent")
+        stop.wait(config.heartbeat_s)
+
+
+def start_background_threads(config: AgentConfig) -> threading.Event:
+    stop = threading.Event()
+    threading.Thread(target=heartbeat_loop, args=(config, stop), name="heartbeat", daemon=True).start()
+    if config.metrics_s > 0:
+        from workers.sampler import sampler_loop
+
+        threading.Thread(target=sampler_loop, args=(config, stop), name="sampler", daemon=True).start()
+    return stop
+
+
+def main(argv: list[str] | None = None) -> None:
+    from celery.signals import worker_ready, worker_shutdown
+
+    import workers.tasks  # noqa: F401  registers the agent tasks
+    from workers.celery_app import app
+    from workers.task_names import node_queue
+
+    config = AgentConfig.from_env()
+    threads = {}
+
+    @worker_ready.connect(weak=False)
+    def _start(**_):
+        threads["stop"] = start_background_threads(config)
+
+    @worker_shutdown.connect(weak=False)
+    def _stop(**_):
+        if "stop" in threads:
+            threads["stop"].set()
+
+    concurrency = os.environ.get("ASCEND_PANEL_AGENT_CONCURRENCY", "4")
+    app.worker_main([
+        "worker", "--pool", "threads", "--concurrency", concurrency, "--queues", node_queue(config.node_name),
+        "--hostname", f"agent@{config.node_name}", "--loglevel", os.environ.get("LOG_LEVEL", "INFO"),
+        "--without-mingle", "--without-gossip", *(argv or []),
+    ])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""Messages between agents and the panel. Both sides validate with these models; nothing else crosses."""
+
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+EventKind = Literal["log", "progress", "state", "result"]
+OperationState = Literal["running", "succeeded", "failed", "cancelled"]
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class OperationEventMessage(BaseModel):
+    seq: int = Field(ge=1)
+    time: datetime
+    kind: EventKind
+    payload: dict[str, Any] = Field(default_factory=dict)
+
+
+class EventBatch(BaseModel):
+    """Numbered events of one operation. `final_seq` is set on the batch that ends the operation, so the
+    browser and the panel know whether everything has arrived."""
+
+    operation_id: str
+    node: str
+    events: list[OperationEventMessage]
+    final_seq: int | None = None
+
+
+class NpuSample(BaseModel):
+    npu_id: int
+    chip_id: int
+    logic_id: int | None = None
+    name: str | None = None
+    health: str | None = None
+    aicore_pct: float | None = None
+    power_w: float | None = None
+    temp_c: float | None = None
+    hbm_used_mb: float | None = None
+    hbm_total_mb: float | None = None
+    memory_used_mb: float | None = None
+    memory_total_mb: float | None = None
+    processes: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class HostSample(BaseModel):
+    cpu_pct: float
+    memory_used_mb: float
+    memory_total_mb: float
+    load1: float
+
+
+class MetricSample(BaseModel):
+    time: datetime
+    host: HostSample
+    npus: list[NpuSample] = Field(default_factory=list)
+    error: str | None = None
+
+
+class MetricBatch(BaseModel):
+    node: str
+    samples: list[MetricSample]
+
+
+class Heartbeat(BaseModel):
+    node: str
+    time: datetime
+    agent_version: str
+    join_token: str | None = None
+    interval_s: float = 5.0

@@ -1,0 +1,58 @@
+"""Numbered operation events, emitted by agent tasks and sent to the panel in batches."""
+
+import threading
+import time
+
+from workers.celery_app import app
+from workers.contracts import EventBatch, OperationEventMessage, utcnow
+from workers.task_names import INGEST_EVENTS, PANEL_QUEUE
+
+
+def send_to_panel(task_name: str, payload: dict) -> None:
+    app.send_task(task_name, args=[payload], queue=PANEL_QUEUE)
+
+
+class EventEmitter:
+    """Buffers events and sends them in batches (at most every `flush_interval` seconds, or `max_batch`
+    events). Sequence numbers start after `start_seq` so a resumed operation continues its numbering."""
+
+    def __init__(self, operation_id: str, node: str, *, start_seq: int = 0, flush_interval: float = 0.2,
+                 max_batch: int = 100, send=send_to_panel):
+        self.operation_id = operation_id
+        self.node = node
+        self.seq = start_seq
+        self.flush_interval = flush_interval
+        self.max_batch = max_batch
+        self._send = send
+        self._buffer: list[OperationEventMessage] = []
+        self._last_flush = time.monotonic()
+        self._lock = threading.Lock()
+
+    def emit(self, kind: str, **payload) -> int:
+        with self._lock:
+            self.seq += 1
+            self._buffer.append(OperationEventMessage(seq=self.seq, time=utcnow(), kind=kind, payload=payload))
+            due = len(self._buffer) >= self.max_batch or time.monotonic() - self._last_flush >= self.flush_interval
+        if due:
+            self.flush()
+        return self.seq
+
+    def log(self, line: str, stream: str = "stdout") -> int:
+        return self.emit("log", line=line, stream=stream)
+
+    def progress(self, percent: float, stage: str, **extra) -> int:
+        return self.emit("progress", percent=round(percent, 1), stage=stage, **extra)
+
+    def flush(self, *, final: bool = False) -> None:
+        with self._lock:
+            events, self._buffer = self._buffer, []
+            self._last_flush = time.monotonic()
+            final_seq = self.seq if final else None
+        if events or final:
+            batch = EventBatch(operation_id=self.operation_id, node=self.node, events=events, final_seq=final_seq)
+            self._send(INGEST_EVENTS, batch.model_dump(mode="json"))
+
+    def finish(self, state: str, *, error: str = "", hint: str = "", result: dict | None = None) -> None:
+        """The last event: the operation's terminal state. It carries the final sequence number."""
+        self.emit("state", state=state, error=error, hint=hint, result=result or {})
+        self.flush(final=True)
