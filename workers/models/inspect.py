@@ -148,7 +148,7 @@ def _weights_summary(folder: Path) -> dict[str, Any]:
             except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as error:
                 raise NotAModelError(f"{index_path} has no metadata.total_size ({error})") from error
             return {**NO_WEIGHTS, "weights_bytes": int(total)}
-    return NO_WEIGHTS
+    return dict(NO_WEIGHTS)
 
 
 def _quantization(folder: Path, config: dict[str, Any]) -> str | None:
