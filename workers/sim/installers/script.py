@@ -254,7 +254,7 @@ def install_nnal(package, root, modifiers):
     require_toolkit(package, root)
     version = package["version"]
     atb = root / "nnal" / "atb"
-    write(atb / version / "version.info", [f"version={version}", f"arch={package['arch']}"])
+    write(atb / version / "version.info", [f"Ascend-cann-atb : {version}", f"Platform : {package['arch']}"])
     (atb / version / "atb" / "cxx_abi_1" / "lib").mkdir(parents=True, exist_ok=True)
     relink(atb / "latest", version)
     write(
