@@ -148,7 +148,7 @@ def plan(facts: dict[str, Any], request: PlanInput) -> Plan:
     layout = _choose_layout(facts, request, settings)
     eager = _eager(facts, request, layout.tensor_parallel, reasons)
     fits = not layout.broken_rules and layout.tokens >= settings.max_model_len
-    if layout.nodes > request.nodes:
+    if layout.nodes > request.nodes and not request.tensor_parallel_size:  # the planner spread it wider
         reasons.append(_needs_more_nodes(request, settings, layout))
         reasons.extend(r for r in layout.broken_rules if r.code != "not_enough_npus")
         reasons.extend(_as_w8a8(facts, request, settings))

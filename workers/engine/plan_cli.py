@@ -42,7 +42,9 @@ def load_facts(model_dir: str) -> dict[str, Any]:
     from workers.models.inspect import inspect_model
 
     facts = inspect_model(model_dir)
-    return with_config_extras(facts, json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8")))
+    return with_config_extras(
+        facts, json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
+    )
 
 
 def with_config_extras(facts: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
