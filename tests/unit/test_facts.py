@@ -1,3 +1,4 @@
+import re
 from pathlib import Path
 
 import pytest
@@ -393,3 +394,26 @@ async def test_it_reads_each_npus_numa_node_from_sysfs(tmp_path):
     )
     assert nodes == {"0000:C1:00.0": 2, "0000:81:00.0": None, "NA": None, "0000:C2:00.0": None}
     assert f"{tmp_path}/sys/bus/pci/devices/0000:c1:00.0/numa_node" in runner.reads
+
+
+async def test_the_local_runner_reads_a_simulated_host_tree_like_a_real_one(tmp_path):
+    import platform
+
+    from workers.hosts.local import LocalRunner
+
+    kunpeng_tree(tmp_path)
+    facts = await collect_host_facts(LocalRunner(), host_root=str(tmp_path), disk_paths=("/",))
+
+    # Files come from the tree; commands (uname, lscpu, df, python) from this machine.
+    assert facts["os"]["version_id"] == "22.03"
+    assert [node["cpulist"] for node in facts["numa_nodes"]] == ["0-23", "24-47"]
+    assert facts["memory"]["total_bytes"] == 1056453348 * 1024
+    assert facts["hugepages"][0] == {"size_kb": 2048, "total": 1024, "free": 1000}
+    assert facts["arch"] == platform.machine()
+    assert facts["kernel"] == platform.release()
+    assert facts["disks"][0]["size_bytes"] > 0
+    for python in facts["pythons"]:
+        assert python["command"] in PYTHON_COMMANDS
+        assert re.fullmatch(r"3\.\d+\.\d+", python["version"])
+    nodes = await npu_numa_nodes(LocalRunner(), ["0000:C1:00.0"], str(tmp_path))
+    assert nodes == {"0000:C1:00.0": 2}

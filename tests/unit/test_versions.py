@@ -281,3 +281,13 @@ async def test_it_uses_what_find_listed_even_when_find_exits_non_zero():
 
 async def test_an_empty_root_has_no_versions(tmp_path):
     assert await find_versions(FakeRunner(real_commands=True, real_files=True), str(tmp_path)) == {}
+
+
+async def test_the_local_runner_finds_the_same_versions_in_a_real_tree(tmp_path):
+    from workers.hosts.local import LocalRunner
+
+    old_layout(tmp_path)
+    via_fake = await find_versions(FakeRunner(real_commands=True, real_files=True), str(tmp_path))
+    via_local = await find_versions(LocalRunner(), str(tmp_path))
+    assert via_local == via_fake
+    assert via_local["cann-toolkit"]["version"] == "8.0.0"
