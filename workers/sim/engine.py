@@ -1,0 +1,260 @@
+"""A stand-in for `vllm serve`: the same HTTP API, start-up log lines and metrics, no model.
+
+    python -m workers.sim.engine --port 8000 --model NAME --served-model-name NAME \
+        [--tensor-parallel-size N] [--enforce-eager] [any other vllm flag, accepted and ignored]
+
+Standard library only, so it runs wherever Python does. Environment:
+- SIM_ENGINE_START_DELAY: seconds from start to "Application startup complete." (default 2)
+- SIM_ENGINE_TOKEN_DELAY: seconds per generated token (default 0.01)
+- SIM_ENGINE_STATS_INTERVAL: seconds between throughput log lines (default 10)
+- ASCEND_RT_VISIBLE_DEVICES: logic ids this engine uses (default 0..tp-1)
+- ASCEND_PANEL_SIM_ROOT: a sim root; the engine then holds its chips' HBM there until it exits.
+
+Before start-up completes every route answers 503; afterwards GET /health answers 200.
+"""
+
+import argparse
+import os
+import signal
+import sys
+import threading
+import time
+from http.server import ThreadingHTTPServer
+
+from workers.sim import state as sim_state
+from workers.sim.engine_http import VLLM_VERSION, Handler, uvicorn
+from workers.sim.engine_metrics import EngineMetrics
+from workers.sim.profiles import get_profile
+
+MB_PER_KV_TOKEN = 0.0625  # 64 KiB per token: a 7B-class model in bf16
+
+
+def log(level: str, where: str, message: str) -> None:
+    print(f"{level} {time.strftime('%m-%d %H:%M:%S')} [{where}] {message}", flush=True)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m workers.sim.engine")
+    parser.add_argument("model_tag", nargs="?", help="positional model, as in `vllm serve MODEL`")
+    parser.add_argument("--model")
+    parser.add_argument("--served-model-name", nargs="+")
+    parser.add_argument("--host", default="0.0.0.0")  # noqa: S104 - vllm's default
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
+    parser.add_argument("--max-model-len", type=int, default=4096)
+    parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    parser.add_argument("--enforce-eager", action="store_true")
+    # vllm takes many more flags; the panel may pass any of them, so unknown ones are accepted.
+    args, _ignored = parser.parse_known_args([a for a in argv if a != "serve"])
+    args.model = args.model or args.model_tag
+    if not args.model:
+        parser.error("give the model: --model NAME (or a positional MODEL)")
+    args.served_model_name = args.served_model_name or [args.model]
+    return args
+
+
+def visible_logic_ids(tensor_parallel_size: int) -> list[int]:
+    text = os.environ.get("ASCEND_RT_VISIBLE_DEVICES", "").strip()
+    if not text:
+        return list(range(tensor_parallel_size))
+    return [int(part) for part in text.split(",") if part.strip()]
+
+
+class StartupError(Exception):
+    pass
+
+
+class Engine:
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.name = args.served_model_name[0]
+        self.ready = False
+        self.sim_root = os.environ.get("ASCEND_PANEL_SIM_ROOT") or None
+        self.pid = os.getpid()
+        self.logic_ids = visible_logic_ids(args.tensor_parallel_size)[: args.tensor_parallel_size]
+        self.hbm_target_mb, self.weights_mb = self._plan_memory()
+        kv_mb = (self.hbm_target_mb - self.weights_mb) * args.tensor_parallel_size
+        self.kv_cache_tokens = int(kv_mb / MB_PER_KV_TOKEN)
+        self.metrics = EngineMetrics(self.name, self.kv_cache_tokens)
+        self.busy = False
+        self.stop = threading.Event()  # set by SIGTERM / SIGINT
+        self.stats_at = time.monotonic()
+        self.stats_tokens = (0, 0)
+
+    def _plan_memory(self) -> tuple[int, int]:
+        """HBM per chip like vLLM: gpu_memory_utilization of the chip minus what was already in use."""
+        total_mb, base_mb = 65536, 3340
+        if self.sim_root:
+            state = sim_state.load(self.sim_root)
+            profile = get_profile(state["profile"])
+            self._check_sim_host(state, profile)
+            chip = profile.chip_by_logic_id(self.logic_ids[0])
+            total_mb, base_mb = chip.memory_total_mb, chip.memory_base_mb
+        target = max(0, int(total_mb * self.args.gpu_memory_utilization) - base_mb)
+        # Weights split evenly over the tensor-parallel ranks (default 15 GB: a 7B model in bf16).
+        weights_gb = float(os.environ.get("SIM_ENGINE_WEIGHTS_GB", "15"))
+        weights = int(weights_gb * 1024 / self.args.tensor_parallel_size)
+        return target, min(weights, target)
+
+    def _check_sim_host(self, state: dict, profile) -> None:
+        if state["faults"]["driver_unloaded"]:
+            raise StartupError(
+                "RuntimeError: dcmi module initialize failed. ret is -8005 (NPU driver not loaded)"
+            )
+        known = {chip.logic_id for chip in profile.chips}
+        missing = [logic_id for logic_id in self.logic_ids if logic_id not in known]
+        if missing or len(self.logic_ids) < self.args.tensor_parallel_size:
+            tp = self.args.tensor_parallel_size
+            raise StartupError(
+                f"RuntimeError: tensor_parallel_size={tp} needs that many visible NPUs; "
+                f"ASCEND_RT_VISIBLE_DEVICES gives {self.logic_ids}, the host has logic ids {sorted(known)}"
+            )
+
+    def hold(self, hbm_mb: int) -> None:
+        if self.sim_root:
+            name = os.environ.get("SIM_ENGINE_PROCESS_NAME", "python")
+            sim_state.hold(self.sim_root, self.pid, self.logic_ids, hbm_mb, name)
+
+    def release(self) -> None:
+        if self.sim_root:
+            sim_state.release(self.sim_root, self.pid)
+
+    def set_busy(self, busy: bool) -> None:
+        """Tell the sim host how hard the chips work; only on change, to keep state writes rare."""
+        if busy == self.busy or not self.sim_root:
+            return
+        self.busy = busy
+        sim_state.set_load(self.sim_root, self.pid, 0.85 if busy else 0.0)
+
+    def start_up(self, delay: float) -> None:
+        """Print vLLM's start-up lines, taking `delay` seconds; returns early when asked to stop."""
+        args = self.args
+        log("INFO", "api_server.py:1287", f"vLLM API server version {VLLM_VERSION}")
+        log("INFO", "api_server.py:1288", f"args: Namespace(model='{args.model}', port={args.port}, "
+            f"tensor_parallel_size={args.tensor_parallel_size}, max_model_len={args.max_model_len}, "
+            f"gpu_memory_utilization={args.gpu_memory_utilization}, enforce_eager={args.enforce_eager}, "
+            f"served_model_name={args.served_model_name})")  # fmt: skip
+        log("INFO", "__init__.py:247", "Platform plugin ascend is activated")
+        log(
+            "INFO",
+            "core.py:455",
+            f"Initializing a V1 LLM engine (v{VLLM_VERSION}) with config: model='{args.model}'",
+        )
+        if self.stop.wait(delay * 0.4):
+            return
+        self.hold(self.weights_mb)
+        log("INFO", "model_runner_v1.py:1786", f"Loading weights took {delay * 0.4:.2f} seconds")
+        log(
+            "INFO",
+            "model_runner_v1.py:1810",
+            f"Model loading took {self.weights_mb / 1024:.4f} GiB and {delay * 0.4 + 0.1:.6f} seconds",
+        )
+        if self.stop.wait(delay * 0.2):
+            return
+        self.hold(self.hbm_target_mb)
+        log("INFO", "kv_cache_utils.py:716", f"GPU KV cache size: {self.kv_cache_tokens:,} tokens")
+        concurrency = self.kv_cache_tokens / args.max_model_len
+        log(
+            "INFO",
+            "kv_cache_utils.py:720",
+            f"Maximum concurrency for {args.max_model_len:,} tokens per request: {concurrency:.2f}x",
+        )
+        if not args.enforce_eager:
+            log(
+                "INFO",
+                "model_runner_v1.py:2129",
+                "Capturing graphs for decode batch sizes [1, 2, 4, 8, 16, 32]",
+            )
+            if self.stop.wait(delay * 0.2):
+                return
+            log(
+                "INFO",
+                "model_runner_v1.py:2160",
+                f"Graph capturing finished in {delay * 0.2:.0f} secs, took 0.12 GiB",
+            )
+        log(
+            "INFO",
+            "core.py:193",
+            f"init engine (profile, create kv cache, warmup model) took {delay * 0.3:.2f} seconds",
+        )
+        if self.stop.wait(delay * (0.2 if args.enforce_eager else 0.0)):
+            return
+        log("INFO", "api_server.py:1349", f"Starting vLLM API server 0 on http://{args.host}:{args.port}")
+        log("INFO", "launcher.py:29", "Available routes are:")
+        for route, methods in ROUTES:
+            log("INFO", "launcher.py:37", f"Route: {route}, Methods: {methods}")
+        uvicorn(f"Started server process [{self.pid}]")
+        uvicorn("Waiting for application startup.")
+        self.ready = True
+        uvicorn("Application startup complete.")
+
+    def log_stats(self) -> None:
+        now = time.monotonic()
+        seconds = max(now - self.stats_at, 1e-6)
+        prompt, generated = self.metrics.prompt_tokens, self.metrics.generation_tokens
+        before_prompt, before_generated = self.stats_tokens
+        self.stats_at, self.stats_tokens = now, (prompt, generated)
+        log(
+            "INFO",
+            "loggers.py:118",
+            f"Engine 000: Avg prompt throughput: {(prompt - before_prompt) / seconds:.1f} tokens/s, "
+            f"Avg generation throughput: {(generated - before_generated) / seconds:.1f} tokens/s, "
+            f"Running: {self.metrics.running} reqs, Waiting: {self.metrics.waiting} reqs, "
+            f"GPU KV cache usage: {self.metrics.kv_cache_usage() * 100:.1f}%, Prefix cache hit rate: 0.0%",
+        )
+
+
+ROUTES = (
+    ("/health", "GET"),
+    ("/ping", "GET, POST"),
+    ("/version", "GET"),
+    ("/v1/models", "GET"),
+    ("/metrics", "GET"),
+    ("/v1/chat/completions", "POST"),
+    ("/v1/completions", "POST"),
+)
+
+
+def serve(args: argparse.Namespace) -> int:
+    try:
+        engine = Engine(args)
+    except (StartupError, sim_state.SimStateError, KeyError) as error:
+        log("ERROR", "core.py:517", "EngineCore failed to start.")
+        print(error, flush=True)
+        return 1
+
+    handler = type("EngineHandler", (Handler,), {"engine": engine})
+    try:
+        server = ThreadingHTTPServer((args.host, args.port), handler)
+    except OSError as error:
+        log("ERROR", "api_server.py:1300", f"[Errno {error.errno}] error while attempting to bind on address "
+            f"('{args.host}', {args.port}): {error.strerror}")  # fmt: skip
+        return 1
+    server.daemon_threads = True
+
+    stop = engine.stop
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
+    try:
+        engine.start_up(float(os.environ.get("SIM_ENGINE_START_DELAY", "2")))
+        interval = float(os.environ.get("SIM_ENGINE_STATS_INTERVAL", "10"))
+        while not stop.wait(interval):
+            engine.log_stats()
+    finally:
+        uvicorn("Shutting down")
+        server.shutdown()
+        server.server_close()
+        engine.release()
+        uvicorn("Waiting for application shutdown.")
+        uvicorn("Application shutdown complete.")
+        uvicorn(f"Finished server process [{engine.pid}]")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return serve(parse_args(sys.argv[1:] if argv is None else argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

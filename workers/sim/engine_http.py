@@ -1,0 +1,265 @@
+"""HTTP side of the stand-in engine: vLLM's OpenAI-compatible routes, health and metrics.
+
+Standard library only (http.server). Access lines are printed in uvicorn's format, as vLLM's are.
+"""
+
+import json
+import os
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler
+
+VLLM_VERSION = "0.9.1"
+REPLY_TEXT = (
+    "This is a simulated answer from the stand-in engine on the Ascend sim host . It has no model ; "
+    "it returns words so that streaming , metrics and logs can be tested end to end ."
+)
+REPLY_WORDS = REPLY_TEXT.split()
+COMPLETION_DEFAULT_MAX_TOKENS = 16  # vLLM's default for /v1/completions
+
+
+def uvicorn(message: str) -> None:
+    print(f"INFO:     {message}", flush=True)
+
+
+def error_body(status: int, message: str, kind: str) -> dict:
+    return {"object": "error", "message": message, "type": kind, "param": None, "code": status}
+
+
+def count_tokens(text: str) -> int:
+    return max(1, len(text.split()))
+
+
+class Handler(BaseHTTPRequestHandler):
+    engine = None  # the Engine; set on the subclass that serve() makes
+    server_version = "uvicorn"
+    sys_version = ""
+
+    def log_message(self, format, *args):  # noqa: A002 - BaseHTTPRequestHandler's signature
+        pass  # access lines are printed by log_request in uvicorn's format
+
+    def log_request(self, code="-", size="-"):
+        phrase = self.responses.get(int(code), ("",))[0] if str(code).isdigit() else ""
+        host, port = self.client_address[:2]
+        uvicorn(f'{host}:{port} - "{self.command} {self.path} {self.request_version}" {code} {phrase}')
+
+    # --- plumbing --------------------------------------------------------------------------------
+
+    def send_json(self, status: int, body: dict) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def send_text(self, status: int, text: str, content_type: str = "text/plain; charset=utf-8") -> None:
+        data = text.encode()
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def not_ready(self) -> bool:
+        if self.engine.ready:
+            return False
+        self.send_json(503, error_body(503, "The engine is still starting.", "ServiceUnavailableError"))
+        return True
+
+    # --- routes ----------------------------------------------------------------------------------
+
+    def do_GET(self):  # noqa: N802 - http.server's naming
+        if self.not_ready():
+            return
+        path = self.path.split("?", 1)[0]
+        if path in ("/health", "/ping"):
+            self.send_text(200, "")
+        elif path == "/version":
+            self.send_json(200, {"version": VLLM_VERSION})
+        elif path == "/v1/models":
+            self.send_json(200, self.models())
+        elif path == "/metrics":
+            self.send_text(200, self.engine.metrics.render(), "text/plain; version=0.0.4; charset=utf-8")
+        else:
+            self.send_json(404, {"detail": "Not Found"})
+
+    def do_POST(self):  # noqa: N802 - http.server's naming
+        if self.not_ready():
+            return
+        path = self.path.split("?", 1)[0]
+        if path == "/ping":
+            self.send_text(200, "")
+            return
+        if path not in ("/v1/chat/completions", "/v1/completions"):
+            self.send_json(404, {"detail": "Not Found"})
+            return
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = json.loads(self.rfile.read(length) or b"{}")
+        except (ValueError, json.JSONDecodeError) as error:
+            self.send_json(
+                400, error_body(400, f"Request body is not valid JSON: {error}", "BadRequestError")
+            )
+            return
+        problem = self.validate(path, body)
+        if problem:
+            self.send_json(*problem)
+            return
+        self.complete(path == "/v1/chat/completions", body)
+
+    def models(self) -> dict:
+        args = self.engine.args
+        created = int(time.time())
+        return {
+            "object": "list",
+            "data": [
+                {
+                    "id": name,
+                    "object": "model",
+                    "created": created,
+                    "owned_by": "vllm",
+                    "root": args.model,
+                    "parent": None,
+                    "max_model_len": args.max_model_len,
+                    "permission": [],
+                }
+                for name in args.served_model_name
+            ],
+        }
+
+    def validate(self, path: str, body: dict) -> tuple[int, dict] | None:
+        model = body.get("model")
+        if model is not None and model not in self.engine.args.served_model_name:
+            message = f"The model `{model}` does not exist."
+            return 404, error_body(404, message, "NotFoundError")
+        if path == "/v1/chat/completions" and not isinstance(body.get("messages"), list):
+            return 400, error_body(400, "'messages' must be a list of {role, content}", "BadRequestError")
+        if path == "/v1/completions" and not isinstance(body.get("prompt"), str | list):
+            return 400, error_body(400, "'prompt' is required", "BadRequestError")
+        return None
+
+    # --- generation --------------------------------------------------------------------------------
+
+    def complete(self, chat: bool, body: dict) -> None:
+        engine = self.engine
+        if chat:
+            text = " ".join(str(m.get("content", "")) for m in body["messages"] if isinstance(m, dict))
+            prompt_tokens = count_tokens(text) + 5 * len(body["messages"])  # chat template overhead
+        else:
+            prompt = body["prompt"]
+            prompt_tokens = count_tokens(prompt if isinstance(prompt, str) else " ".join(map(str, prompt)))
+        default = len(REPLY_WORDS) if chat else COMPLETION_DEFAULT_MAX_TOKENS
+        limit = int(body.get("max_completion_tokens") or body.get("max_tokens") or default)
+        words = REPLY_WORDS[:limit]
+        finish_reason = "length" if limit < len(REPLY_WORDS) else "stop"
+        request_id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+        started = time.monotonic()
+        token_delay = float(os.environ.get("SIM_ENGINE_TOKEN_DELAY", "0.01"))
+
+        engine.metrics.start_request(prompt_tokens)
+        engine.set_busy(True)
+        try:
+            if body.get("stream"):
+                self.stream(chat, body, request_id, words, finish_reason, prompt_tokens, token_delay, started)
+            else:
+                pieces = self.generate(words, token_delay, started)
+                self.send_json(
+                    200,
+                    self.full_response(
+                        chat, request_id, "".join(pieces), finish_reason, prompt_tokens, words
+                    ),
+                )
+        finally:
+            engine.metrics.finish_request(
+                prompt_tokens + len(words), finish_reason, time.monotonic() - started
+            )
+            if engine.metrics.running == 0:
+                engine.set_busy(False)
+
+    def generate(self, words: list[str], token_delay: float, started: float):
+        last = None
+        for index, word in enumerate(words):
+            time.sleep(token_delay)
+            now = time.monotonic()
+            if last is None:
+                self.engine.metrics.first_token(now - started)
+            self.engine.metrics.token_generated(None if last is None else now - last)
+            last = now
+            yield word if index == 0 else " " + word
+
+    def full_response(self, chat, request_id, text, finish_reason, prompt_tokens, words) -> dict:
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": len(words),
+            "total_tokens": prompt_tokens + len(words),
+        }
+        common = {"id": request_id, "created": int(time.time()), "model": self.engine.name, "usage": usage}
+        if chat:
+            message = {"role": "assistant", "content": text, "tool_calls": []}
+            choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason}
+            return {**common, "object": "chat.completion", "choices": [choice]}
+        choice = {
+            "index": 0,
+            "text": text,
+            "logprobs": None,
+            "finish_reason": finish_reason,
+            "stop_reason": None,
+        }
+        return {**common, "object": "text_completion", "choices": [choice]}
+
+    def stream(
+        self, chat, body, request_id, words, finish_reason, prompt_tokens, token_delay, started
+    ) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_header("Cache-Control", "no-cache")
+        self.end_headers()
+        created = int(time.time())
+        kind = "chat.completion.chunk" if chat else "text_completion"
+
+        def send(choices: list, **extra) -> None:
+            chunk = {"id": request_id, "object": kind, "created": created, "model": self.engine.name}
+            chunk.update(choices=choices, **extra)
+            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            self.wfile.flush()
+
+        if chat:
+            send(
+                [
+                    {
+                        "index": 0,
+                        "delta": {"role": "assistant", "content": ""},
+                        "logprobs": None,
+                        "finish_reason": None,
+                    }
+                ]
+            )
+        for piece in self.generate(words, token_delay, started):
+            if chat:
+                send([{"index": 0, "delta": {"content": piece}, "logprobs": None, "finish_reason": None}])
+            else:
+                send([{"index": 0, "text": piece, "logprobs": None, "finish_reason": None}])
+        if chat:
+            send([{"index": 0, "delta": {}, "logprobs": None, "finish_reason": finish_reason}])
+        else:
+            send(
+                [
+                    {
+                        "index": 0,
+                        "text": "",
+                        "logprobs": None,
+                        "finish_reason": finish_reason,
+                        "stop_reason": None,
+                    }
+                ]
+            )
+        if (body.get("stream_options") or {}).get("include_usage"):
+            usage = {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": len(words),
+                "total_tokens": prompt_tokens + len(words),
+            }
+            send([], usage=usage)
+        self.wfile.write(b"data: [DONE]\n\n")
+        self.wfile.flush()
