@@ -11,32 +11,7 @@ from pathlib import Path
 
 from workers.sim import state as sim_state
 from workers.sim.profiles import PROFILES, get_profile
-from workers.sim.tree import build_tree
-
-
-def create(root: Path, profile_name: str, node_name: str | None = None, reset: bool = False) -> dict:
-    """Write (or refresh) a sim root. Faults and holders survive unless `reset`; returns the state."""
-    profile = get_profile(profile_name)
-    root.mkdir(parents=True, exist_ok=True)
-    existing = None if reset else _existing_state(root)
-    if existing is not None and existing["profile"] != profile.name:
-        raise sim_state.SimStateError(
-            f"{root} already simulates {existing['profile']}; pass --reset to turn it into {profile.name}"
-        )
-    name = node_name or (existing or {}).get("node_name") or profile.default_node_name
-    build_tree(root, profile, name)
-    if existing is None:
-        sim_state.save(root, sim_state.new_state(profile.name, name))
-    else:
-        with sim_state.locked(root) as current:
-            current["node_name"] = name
-    return sim_state.load(root)
-
-
-def _existing_state(root: Path) -> dict | None:
-    if not sim_state.state_path(root).exists():
-        return None
-    return sim_state.load(root)
+from workers.sim.tree import create_host
 
 
 def inject_fault(root: Path, args: argparse.Namespace) -> str:
@@ -90,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "create":
-            state = create(args.root, args.profile, args.node_name, args.reset)
+            state = create_host(args.root, args.profile, args.node_name, args.reset)
             print(f"sim host {state['node_name']} ({state['profile']}) ready at {args.root.resolve()}")
             where = args.root.resolve()
             print(f"use it with: PATH={where}/bin:$PATH ASCEND_PANEL_SIM_ROOT={where}")

@@ -1,4 +1,4 @@
-"""Entry points of the sim host's executables: npu-smi, lscpu and numactl.
+"""Entry points of the sim host's executables: npu-smi, lscpu, numactl and uname.
 
 DIR/bin/<tool> is a tiny script that calls `main(tool, argv, root)`; keeping the logic here means a code
 change takes effect without re-creating the sim root. Output goes to stdout like the real tools,
@@ -47,6 +47,8 @@ def main(tool: str, argv: list[str], root: str) -> int:
         return lscpu(argv, root)
     if tool == "numactl":
         return numactl(argv, root)
+    if tool == "uname":
+        return uname(argv, root)
     print(f"unknown sim tool {tool!r}", file=sys.stderr)
     return 2
 
@@ -304,3 +306,44 @@ def numactl(argv: list[str], root: str) -> int:
         sys.stderr.write(f"numactl: execution of `{command[0]}': {error.strerror}\n")
         return 1
     return 0  # not reached: exec replaced this process
+
+
+# --- uname -----------------------------------------------------------------------------------------
+
+UNAME_FIELDS = "snrvmpio"  # the order uname prints them in, whatever order the flags came in
+UNAME_LONG = {
+    "--kernel-name": "s",
+    "--nodename": "n",
+    "--kernel-release": "r",
+    "--kernel-version": "v",
+    "--machine": "m",
+    "--processor": "p",
+    "--hardware-platform": "i",
+    "--operating-system": "o",
+    "--all": "a",
+}
+
+
+def uname(argv: list[str], root: str) -> int:
+    """The sim host's kernel and machine, so facts read from commands agree with its files."""
+    state = sim_state.load(root)
+    profile = get_profile(state["profile"])
+    values = {
+        "s": "Linux",
+        "n": state["node_name"],
+        "r": profile.kernel,
+        "v": "#1 SMP Wed Jun 28 12:00:00 CST 2023",
+        "m": "aarch64",
+        "p": "aarch64",
+        "i": "aarch64",
+        "o": "GNU/Linux",
+    }
+    wanted = set()
+    for option in argv:
+        letters = UNAME_LONG.get(option) or (option[1:] if option.startswith("-") and option[1:] else None)
+        if letters is None or any(letter not in values and letter != "a" for letter in letters):
+            print(f"uname: invalid option -- '{option.lstrip('-')}'", file=sys.stderr)
+            return 1
+        wanted |= set(UNAME_FIELDS) if "a" in letters else set(letters)
+    print(" ".join(values[field] for field in UNAME_FIELDS if field in (wanted or {"s"})))
+    return 0

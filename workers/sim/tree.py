@@ -7,16 +7,19 @@ a sim root and on a real machine with ROOT=/.
 
 import hashlib
 import os
+import shutil
 import sys
 from pathlib import Path
 
-from workers.sim.profiles import OS_RELEASES, Profile
+from workers.sim import state as sim_state
+from workers.sim.profiles import OS_RELEASES, Profile, get_profile
 from workers.sim.tools import CPU_FLAGS
 
 ASCEND = Path("usr/local/Ascend")
 ARCH = "aarch64"
 HUGEPAGE_SIZES_KB = (64, 2048, 32768, 1048576)  # Kunpeng with 4K base pages
-TOOLS = ("npu-smi", "lscpu", "numactl")
+TOOLS = ("npu-smi", "lscpu", "numactl", "uname")
+GENERATED_DIRS = ("bin", "etc", "proc", "sys", ASCEND)
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 TOOL_SCRIPT = """#!{python}
@@ -38,6 +41,29 @@ def write(root: Path, relative: str | Path, text: str, mode: int = 0o644) -> Non
     temporary.write_text(text)
     temporary.chmod(mode)
     os.replace(temporary, path)
+
+
+def create_host(root: Path, profile_name: str, node_name: str | None = None, reset: bool = False) -> dict:
+    """Write (or refresh) a sim root. Faults and holders survive unless `reset`; returns the state."""
+    profile = get_profile(profile_name)
+    root.mkdir(parents=True, exist_ok=True)
+    if reset:
+        # A reset host is a fresh one: nothing of an earlier profile (PCI devices, NUMA nodes) survives.
+        for generated in GENERATED_DIRS:
+            shutil.rmtree(root / generated, ignore_errors=True)
+    existing = None if reset or not sim_state.state_path(root).exists() else sim_state.load(root)
+    if existing is not None and existing["profile"] != profile.name:
+        raise sim_state.SimStateError(
+            f"{root} already simulates {existing['profile']}; pass --reset to turn it into {profile.name}"
+        )
+    name = node_name or (existing or {}).get("node_name") or profile.default_node_name
+    build_tree(root, profile, name)
+    if existing is None:
+        sim_state.save(root, sim_state.new_state(profile.name, name))
+    else:
+        with sim_state.locked(root) as current:
+            current["node_name"] = name
+    return sim_state.load(root)
 
 
 def build_tree(root: Path, profile: Profile, node_name: str) -> None:
