@@ -45,6 +45,12 @@ FAILURES = [
         id="unknown-t-type",
     ),
     pytest.param(
+        "Error parameter of -i\n",
+        "Error parameter of -i",
+        "npu-smi info -l",
+        id="no-npu-with-that-id",
+    ),
+    pytest.param(
         "This device does not support querying template-info.\n",
         "This device does not support querying template-info.",
         "template-info",

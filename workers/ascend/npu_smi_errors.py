@@ -72,6 +72,13 @@ SIGNATURES = (
         ),
     ),
     Signature(
+        re.compile(r"Error parameter of (?P<option>-[ic])\b", re.I),
+        _(
+            "No NPU or chip has that id ({option}). Take NPU ids from `npu-smi info -l` (they can be "
+            "sparse: 0, 32, 96 ...) and chip ids from `npu-smi info -m`."
+        ),
+    ),
+    Signature(
         re.compile(r"Error parameter of (?P<option>\S+)", re.I),
         _(
             "This npu-smi version does not accept {option} with that value; `npu-smi info -h` lists "
