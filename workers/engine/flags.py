@@ -1,0 +1,172 @@
+"""The vLLM flags a user may add to a launch, with the type of value each takes.
+
+Anything not listed is refused: the panel builds the flags that decide placement and memory
+(TP, DP, ports, devices) itself, and an unknown flag would fail vLLM's start-up minutes later anyway.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+BOOL = "bool"
+INT = "int"
+FLOAT = "float"
+JSON = "json"
+NAME = "name"  # a parser / plugin name: letters, digits, _ - .
+PATH = "path"  # an absolute path on the host
+
+ALLOWED_FLAGS: dict[str, Any] = {
+    "--max-num-seqs": INT,
+    "--max-num-batched-tokens": INT,
+    "--max-logprobs": INT,
+    "--seed": INT,
+    "--block-size": ("128",),  # vllm-ascend pages KV in 128-token blocks
+    "--swap-space": FLOAT,
+    "--cpu-offload-gb": FLOAT,
+    "--enable-prefix-caching": BOOL,
+    "--no-enable-prefix-caching": BOOL,
+    "--enable-chunked-prefill": BOOL,
+    "--no-enable-chunked-prefill": BOOL,
+    "--trust-remote-code": BOOL,
+    "--enable-auto-tool-choice": BOOL,
+    "--disable-log-stats": BOOL,
+    "--disable-log-requests": BOOL,
+    "--enable-log-requests": BOOL,
+    "--disable-fastapi-docs": BOOL,
+    "--enable-prompt-tokens-details": BOOL,
+    "--tool-call-parser": NAME,
+    "--reasoning-parser": NAME,
+    "--response-role": NAME,
+    "--chat-template": PATH,
+    "--tokenizer": PATH,
+    "--kv-cache-dtype": ("auto", "int8"),
+    "--tokenizer-mode": ("auto", "slow", "mistral"),
+    "--load-format": ("auto", "safetensors", "pt"),
+    "--generation-config": ("auto", "vllm"),
+    "--scheduling-policy": ("fcfs", "priority"),
+    "--additional-config": JSON,
+    "--compilation-config": JSON,
+    "--speculative-config": JSON,
+    "--hf-overrides": JSON,
+    "--override-generation-config": JSON,
+    "--limit-mm-per-prompt": JSON,
+}
+
+# Flags the launch builds from the plan; naming the field to set instead is the helpful answer.
+PLANNED_FLAGS = {
+    "--model": "model_path",
+    "--served-model-name": "served_model_name",
+    "--host": "host",
+    "--port": "port",
+    "--tensor-parallel-size": "tensor_parallel_size",
+    "-tp": "tensor_parallel_size",
+    "--data-parallel-size": "data_parallel_size",
+    "-dp": "data_parallel_size",
+    "--max-model-len": "max_model_len",
+    "--dtype": "dtype",
+    "--gpu-memory-utilization": "gpu_memory_utilization",
+    "--quantization": "quantization",
+    "-q": "quantization",
+    "--enforce-eager": "enforce_eager",
+    "--enable-expert-parallel": "enable_expert_parallel",
+    "--headless": "multi_node",
+    "--data-parallel-size-local": "multi_node",
+    "--data-parallel-start-rank": "multi_node",
+    "--data-parallel-address": "multi_node",
+    "--data-parallel-rpc-port": "multi_node",
+}
+
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+
+
+class FlagError(ValueError):
+    """An extra flag is not allowed or its value has the wrong type; the message says which."""
+
+
+def flag_arguments(extra: dict[str, Any]) -> list[str]:
+    """argv items for the user's extra flags, in the order given; raises FlagError on anything unsafe."""
+    argv: list[str] = []
+    for flag, value in extra.items():
+        argv.extend(_one_flag(flag, value))
+    return argv
+
+
+def parse_flag_text(tokens: list[str]) -> dict[str, Any]:
+    """Turn ["--max-num-seqs", "64", "--enable-prefix-caching"] (e.g. shlex.split of a form field)
+    into the mapping flag_arguments takes, checking each flag as it goes."""
+    extra: dict[str, Any] = {}
+    position = 0
+    while position < len(tokens):
+        token = tokens[position]
+        flag, has_inline, inline = token.partition("=")
+        _check_name(flag)
+        if ALLOWED_FLAGS[flag] == BOOL:
+            if has_inline:
+                raise FlagError(f"{flag} is a switch and takes no value; remove '={inline}'")
+            extra[flag] = True
+            position += 1
+            continue
+        if has_inline:
+            extra[flag] = inline
+            position += 1
+        elif position + 1 < len(tokens):
+            extra[flag] = tokens[position + 1]
+            position += 2
+        else:
+            raise FlagError(f"{flag} needs a value")
+    return extra
+
+
+def _check_name(flag: str) -> None:
+    if flag in PLANNED_FLAGS:
+        raise FlagError(f"{flag} is set by the panel from the plan; change the field {PLANNED_FLAGS[flag]!r}")
+    if flag not in ALLOWED_FLAGS:
+        raise FlagError(f"{flag} is not an allowed vLLM flag; allowed: {', '.join(sorted(ALLOWED_FLAGS))}")
+
+
+def _one_flag(flag: str, value: Any) -> list[str]:
+    _check_name(flag)
+    kind = ALLOWED_FLAGS[flag]
+    if kind == BOOL:
+        if value not in (True, False):
+            raise FlagError(f"{flag} is a switch: give true or false, not {value!r}")
+        return [flag] if value else []
+    return [flag, _value_text(flag, kind, value)]
+
+
+def _value_text(flag: str, kind: Any, value: Any) -> str:
+    if isinstance(kind, tuple):
+        if str(value) not in kind:
+            raise FlagError(f"{flag} must be one of {', '.join(kind)}; got {value!r}")
+        return str(value)
+    if kind == INT:
+        if isinstance(value, bool) or not re.fullmatch(r"\d{1,9}", str(value)):
+            raise FlagError(f"{flag} needs a whole number; got {value!r}")
+        return str(int(value))
+    if kind == FLOAT:
+        if isinstance(value, bool) or not re.fullmatch(r"\d{1,6}(\.\d{1,6})?", str(value)):
+            raise FlagError(f"{flag} needs a number such as 4 or 0.5; got {value!r}")
+        return str(value)
+    if kind == NAME:
+        if not NAME_PATTERN.fullmatch(str(value)):
+            raise FlagError(f"{flag} needs a plain name (letters, digits, _ - .); got {value!r}")
+        return str(value)
+    if kind == PATH:
+        text = str(value)
+        if not text.startswith("/") or "\x00" in text or "\n" in text:
+            raise FlagError(f"{flag} needs an absolute path; got {value!r}")
+        return text
+    return _json_text(flag, value)
+
+
+def _json_text(flag: str, value: Any) -> str:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as error:
+            raise FlagError(f"{flag} needs a JSON object; {error}") from error
+    if not isinstance(value, dict):
+        raise FlagError(f'{flag} needs a JSON object such as {{"key": 1}}; got {value!r}')
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
