@@ -164,7 +164,7 @@ class Runner(ABC):
 
     @abstractmethod
     async def read_text(self, path: str) -> str | None:
-        """The file's text (undecodable bytes replaced), or None when it does not exist."""
+        """The file's text (undecodable bytes replaced), or None when no regular file is at path."""
 
     @abstractmethod
     async def start_detached(

@@ -110,7 +110,7 @@ class LocalRunner(Runner):
     async def read_text(self, path: str) -> str | None:
         try:
             return await asyncio.to_thread(Path(path).read_text, encoding="utf-8", errors="replace")
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             return None
 
     async def start_detached(

@@ -52,6 +52,8 @@ __all__ = [
 PID_MARKER = b"__runner_pid__="
 # Fixed messages so stderr can be matched whatever the host's language is.
 C_LOCALE = {"LC_ALL": "C"}
+# What cat(1) says under LC_ALL=C when there is no regular file to read.
+NO_FILE_REASONS = ("No such file or directory", "Not a directory", "Is a directory")
 # Bound on helper commands (kill, pid lookups) so a hung host cannot hang the caller forever.
 HELPER_TIMEOUT_S = 30.0
 # Errors that mean the pooled connection is gone and a fresh one should be tried once.
@@ -245,7 +247,7 @@ class SshRunner(Runner):
         result = await self.run(["cat", "--", path], env=C_LOCALE)
         if result.ok:
             return result.stdout
-        if "No such file or directory" in result.stderr:
+        if any(reason in result.stderr for reason in NO_FILE_REASONS):
             return None
         raise CommandError(result)
 
