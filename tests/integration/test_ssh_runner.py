@@ -204,6 +204,9 @@ async def test_an_unpinned_host_is_refused_unless_trusted_on_first_use(sshd_serv
     trusting = SshRunner(**credentials, trust_on_first_use=True)
     assert (await trusting.run(["true"])).ok
     assert trusting.seen_host_key_fingerprint == host_fingerprint
+
+    with pytest.raises(HostKeyNotPinned):  # the trusted connection in the pool is not lent to it
+        await SshRunner(**credentials).run(["true"])
     await close_all()
 
 

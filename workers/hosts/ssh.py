@@ -137,7 +137,13 @@ class SshRunner(Runner):
             keepalive_interval=keepalive_interval,
             connect_timeout=connect_timeout,
         )
-        self._pool_key = (host, port, username, fingerprint)
+        # A connection accepted on first use must never serve a runner that would have refused it.
+        self._pool_key = (
+            host,
+            port,
+            username,
+            fingerprint or ("trust-on-first-use" if trust_on_first_use else None),
+        )
         self.seen_host_key_fingerprint: str | None = None
 
     def __repr__(self) -> str:
