@@ -102,8 +102,11 @@ TEMPLATES = [
 DATA_DIR = Path(env.str("PANEL_DATA_DIR", default=str(BASE_DIR / "var")))
 DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{DATA_DIR / 'panel.sqlite3'}")}
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
-    # Several processes (web, worker, beat) share the file: wait for locks instead of failing at once.
-    DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 20
+    # Several processes (web, worker, beat) share the file: WAL lets readers run beside a writer, and
+    # IMMEDIATE transactions wait for the write lock up front instead of failing on a lock upgrade.
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        timeout=20, transaction_mode="IMMEDIATE", init_command="PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
+    )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
@@ -139,6 +142,7 @@ REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "panel.accounts.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
+        "rest_framework.authentication.BasicAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["panel.accounts.permissions.RolePermission"],
     "DEFAULT_PAGINATION_CLASS": "panel.core.pagination.StandardPagination",

