@@ -81,22 +81,30 @@ class Version:
         self.text = str(text).strip()
         self._key = _parts(self.text)
 
-    def _padded(self, length: int) -> tuple[tuple[int, int], ...]:
-        return self._key + ((_END, 0),) * (length - len(self._key))
-
     @staticmethod
     def _coerce(other: object) -> Version:
         return other if isinstance(other, Version) else Version(str(other))
 
+    def _cmp(self, other: object) -> int:
+        """Part by part; a missing part counts as 0 against a number and as 'end' against a marker,
+        so 8.5 == 8.5.0, 8.0.0 > 8.0.RC3 and 2.5.1 < 2.5.1.post1."""
+        left, right = self._key, self._coerce(other)._key
+        for index in range(max(len(left), len(right))):
+            a = left[index] if index < len(left) else None
+            b = right[index] if index < len(right) else None
+            if a is None:
+                a = (_NUMBER, 0) if b[0] == _NUMBER else (_END, 0)
+            if b is None:
+                b = (_NUMBER, 0) if a[0] == _NUMBER else (_END, 0)
+            if a != b:
+                return -1 if a < b else 1
+        return 0
+
     def __eq__(self, other: object) -> bool:
-        other = self._coerce(other)
-        length = max(len(self._key), len(other._key))
-        return self._padded(length) == other._padded(length)
+        return self._cmp(other) == 0
 
     def __lt__(self, other: object) -> bool:
-        other = self._coerce(other)
-        length = max(len(self._key), len(other._key))
-        return self._padded(length) < other._padded(length)
+        return self._cmp(other) < 0
 
     def __hash__(self) -> int:
         return hash(self._key)
