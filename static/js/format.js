@@ -159,8 +159,9 @@ export function formatRelativeTime(value, now = Date.now()) {
 }
 
 /**
- * Fill <time datetime="…ISO…" data-format="datetime|relative|time|date"> elements with the viewer's
- * local rendering; the server's text stays as the fallback and the full moment goes in the tooltip.
+ * Fill <time datetime="…ISO…"> elements with the viewer's local rendering. data-format picks the
+ * shape: "datetime" (default), "date", "time", "relative", or "none" to leave one alone. The server's
+ * text stays when the value does not parse; the full moment goes in the tooltip.
  * Call once on load and again on htmx:afterSwap with the swapped element.
  */
 export function localizeTimes(root = document) {
@@ -169,10 +170,13 @@ export function localizeTimes(root = document) {
     date: { dateStyle: "medium" },
     time: { timeStyle: "medium" },
   };
-  for (const element of root.querySelectorAll("time[datetime][data-format]")) {
+  for (const element of root.querySelectorAll("time[datetime]")) {
     const value = element.getAttribute("datetime");
-    const shape = element.dataset.format;
+    const shape = element.dataset.format || "datetime";
+    if (shape === "none") continue;
+    const text = shape === "relative" ? formatRelativeTime(value) : formatDateTime(value, shapes[shape]);
+    if (text === MISSING) continue; // unparseable: the server's own text is better than a dash
+    element.textContent = text;
     element.title = formatDateTime(value, { dateStyle: "full", timeStyle: "long" });
-    element.textContent = shape === "relative" ? formatRelativeTime(value) : formatDateTime(value, shapes[shape]);
   }
 }

@@ -6,7 +6,7 @@
  *   <script>
  *     (function () {
  *       var t = null;
- *       try { t = localStorage.getItem("ascend-panel-theme"); } catch (e) {}
+ *       try { t = localStorage.getItem("panel-theme"); } catch (e) {}
  *       if (t !== "light" && t !== "dark") {
  *         t = window.matchMedia("(prefers-color-scheme: dark)").matches ? "dark" : "light";
  *       }
@@ -14,16 +14,16 @@
  *     })();
  *   </script>
  *
- * and loads this file with `defer`. With no stored choice the page follows the system setting, live.
+ * and loads this file with `defer` (or as type="module", which defers too). With no stored choice the page follows the system setting, live.
  * Any element with [data-theme-toggle] (normally <button class="btn btn-small theme-toggle">) flips
  * the theme; aria-pressed says whether dark is on. After a change, document receives a
  * "panel:themechange" event (detail.theme) so canvases (sparklines, uPlot) can redraw in the new
- * colours. A classic script, not a module, so it also works when loaded synchronously in <head>.
+ * colours. Written as a classic script so it works however it is loaded.
  */
 (function () {
   "use strict";
 
-  var THEME_KEY = "ascend-panel-theme";
+  var THEME_KEY = "panel-theme";
   var systemDark = window.matchMedia("(prefers-color-scheme: dark)");
 
   // Storage can throw (private mode, disabled cookies); the theme then simply is not remembered.
