@@ -12,8 +12,8 @@ import time
 
 from workers.sim import npu_smi_render as render
 from workers.sim import state as sim_state
-from workers.sim.profiles import Profile, get_profile
-from workers.sim.readings import read_chips
+from workers.sim.profiles import FAMILY_310P, Profile, get_profile
+from workers.sim.readings import mcu_power_w, mcu_temperature_c, read_chips
 
 # dcmi_init() results the real npu-smi prints and returns from main(); the shell sees them mod 256.
 DCMI_DRIVER_NOT_READY = -8005
@@ -132,7 +132,7 @@ def _info(profile: Profile, state: dict, options: list[str]) -> int:
     elif kind == "health":
         worst = max(chosen, key=lambda r: sim_state.HEALTH_VALUES.index(r.health))
         sys.stdout.write(render.render_health(worst))
-    elif kind == "power" and profile.family == "310P":
+    elif kind == "power" and profile.family == FAMILY_310P:
         # 310P chips cannot report power themselves; the card's MCU does (-c <mcu chip id>).
         print("This device does not support querying power.")
     else:
@@ -141,8 +141,6 @@ def _info(profile: Profile, state: dict, options: list[str]) -> int:
 
 
 def _mcu_info(profile: Profile, readings, npu: int, kind: str) -> int:
-    from workers.sim.readings import mcu_power_w, mcu_temperature_c
-
     if kind == "power":
         print(render.kv("Power Dissipation(W)", f"{mcu_power_w(profile, readings, npu):.1f}"))
     elif kind == "temp":
