@@ -11,7 +11,9 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from panel.realtime.auth import PanelAuthStack  # noqa: E402
 from panel.realtime.routing import websocket_urlpatterns  # noqa: E402
 
-application = ProtocolTypeRouter({
-    "http": django_asgi_app,
-    "websocket": AllowedHostsOriginValidator(PanelAuthStack(URLRouter(websocket_urlpatterns))),
-})
+application = ProtocolTypeRouter(
+    {
+        "http": django_asgi_app,
+        "websocket": AllowedHostsOriginValidator(PanelAuthStack(URLRouter(websocket_urlpatterns))),
+    }
+)

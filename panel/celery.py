@@ -1,7 +1,7 @@
 """The panel worker: the shared Celery app, with Django set up and the panel's tasks registered.
 
-    celery -A panel.celery worker -Q panel     # ingests agent events, heartbeats and metrics
-    celery -A panel.celery beat                # the sweeps (offline nodes, reconcile, downsampling)
+celery -A panel.celery worker -Q panel     # ingests agent events, heartbeats and metrics
+celery -A panel.celery beat                # the sweeps (offline nodes, reconcile, downsampling)
 """
 
 import os

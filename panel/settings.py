@@ -105,7 +105,9 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     # Several processes (web, worker, beat) share the file: WAL lets readers run beside a writer, and
     # IMMEDIATE transactions wait for the write lock up front instead of failing on a lock upgrade.
     DATABASES["default"].setdefault("OPTIONS", {}).update(
-        timeout=20, transaction_mode="IMMEDIATE", init_command="PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
+        timeout=20,
+        transaction_mode="IMMEDIATE",
+        init_command="PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -5,7 +5,7 @@ environment variables only:
   ASCEND_PANEL_NODE_NAME   the node's name in the panel (queue node.<name>)
   REDIS_URL / CELERY_BROKER_URL   the broker
   ASCEND_PANEL_JOIN_TOKEN  single-use token that registers a new node on its first heartbeat
-  ASCEND_PANEL_HOST_ROOT   where /etc, /proc and /sys are read from (default /; a simulated host sets its tree)
+  ASCEND_PANEL_HOST_ROOT   where /etc, /proc and /sys are read from (default /; a sim host sets its tree)
   ASCEND_PANEL_ASCEND_ROOT Ascend install root (default /usr/local/Ascend)
   ASCEND_PANEL_HEARTBEAT_S heartbeat interval in seconds (default 5)
   ASCEND_PANEL_METRICS_S   NPU/host sampling interval in seconds (default 1; 0 turns sampling off)
@@ -34,7 +34,9 @@ class AgentConfig:
     def from_env(cls) -> "AgentConfig":
         name = os.environ.get("ASCEND_PANEL_NODE_NAME", "").strip()
         if not name:
-            raise SystemExit("ASCEND_PANEL_NODE_NAME is not set: give this agent the node name it has in the panel.")
+            raise SystemExit(
+                "ASCEND_PANEL_NODE_NAME is not set: give this agent the node name it has in the panel."
+            )
         return cls(
             node_name=name,
             host_root=os.environ.get("ASCEND_PANEL_HOST_ROOT", "/"),
@@ -51,8 +53,13 @@ def heartbeat_loop(config: AgentConfig, stop: threading.Event) -> None:
     from workers.task_names import HEARTBEAT
 
     while not stop.is_set():
-        beat = Heartbeat(node=config.node_name, time=utcnow(), agent_version=__version__,
-                         join_token=config.join_token, interval_s=config.heartbeat_s)
+        beat = Heartbeat(
+            node=config.node_name,
+            time=utcnow(),
+            agent_version=__version__,
+            join_token=config.join_token,
+            interval_s=config.heartbeat_s,
+        )
         try:
             send_to_panel(HEARTBEAT, beat.model_dump(mode="json"))
         except Exception:  # the broker may be restarting; the next beat tries again
@@ -90,11 +97,24 @@ def main(argv: list[str] | None = None) -> None:
             threads["stop"].set()
 
     concurrency = os.environ.get("ASCEND_PANEL_AGENT_CONCURRENCY", "4")
-    app.worker_main([
-        "worker", "--pool", "threads", "--concurrency", concurrency, "--queues", node_queue(config.node_name),
-        "--hostname", f"agent@{config.node_name}", "--loglevel", os.environ.get("LOG_LEVEL", "INFO"),
-        "--without-mingle", "--without-gossip", *(argv or []),
-    ])
+    app.worker_main(
+        [
+            "worker",
+            "--pool",
+            "threads",
+            "--concurrency",
+            concurrency,
+            "--queues",
+            node_queue(config.node_name),
+            "--hostname",
+            f"agent@{config.node_name}",
+            "--loglevel",
+            os.environ.get("LOG_LEVEL", "INFO"),
+            "--without-mingle",
+            "--without-gossip",
+            *(argv or []),
+        ]
+    )
 
 
 if __name__ == "__main__":

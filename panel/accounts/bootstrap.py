@@ -13,8 +13,11 @@ PANEL_APPS = ("accounts", "nodes", "catalog", "deployments", "operations")
 def ensure_role_groups() -> None:
     panel_perms = Permission.objects.filter(content_type__app_label__in=PANEL_APPS)
     view = [p for p in panel_perms if p.codename.startswith("view_")]
-    operator = view + [p for p in panel_perms
-                       if p.codename.split("_", 1)[0] in OPERATOR_WRITES.get(p.content_type.app_label, ())]
+    operator = view + [
+        p
+        for p in panel_perms
+        if p.codename.split("_", 1)[0] in OPERATOR_WRITES.get(p.content_type.app_label, ())
+    ]
     for name, perms in ((VIEWER, view), (OPERATOR, operator), (ADMIN, list(panel_perms))):
         group, _ = Group.objects.get_or_create(name=name)
         group.permissions.set(perms)

@@ -6,7 +6,7 @@ from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-TOKEN_PREFIX = "ap_"
+TOKEN_PREFIX = "ap_"  # noqa: S105  (a visible marker, not a secret)
 
 
 def hash_token(raw: str) -> str:
@@ -16,7 +16,9 @@ def hash_token(raw: str) -> str:
 class ApiTokenQuerySet(models.QuerySet):
     def usable(self):
         now = timezone.now()
-        return self.filter(revoked__isnull=True).filter(models.Q(expires__isnull=True) | models.Q(expires__gt=now))
+        return self.filter(revoked__isnull=True).filter(
+            models.Q(expires__isnull=True) | models.Q(expires__gt=now)
+        )
 
 
 class ApiToken(models.Model):
@@ -25,7 +27,9 @@ class ApiToken(models.Model):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
     name = models.CharField(_("name"), max_length=100)
     key_hash = models.CharField(max_length=64, unique=True, editable=False)
-    prefix = models.CharField(max_length=12, editable=False, help_text="First characters, to recognise a token.")
+    prefix = models.CharField(
+        max_length=12, editable=False, help_text="First characters, to recognise a token."
+    )
     created = models.DateTimeField(auto_now_add=True)
     expires = models.DateTimeField(_("expires"), null=True, blank=True)
     last_used = models.DateTimeField(_("last used"), null=True, blank=True)
@@ -43,7 +47,9 @@ class ApiToken(models.Model):
     @classmethod
     def issue(cls, user, name: str, expires=None) -> tuple["ApiToken", str]:
         raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
-        token = cls.objects.create(user=user, name=name, key_hash=hash_token(raw), prefix=raw[:10], expires=expires)
+        token = cls.objects.create(
+            user=user, name=name, key_hash=hash_token(raw), prefix=raw[:10], expires=expires
+        )
         return token, raw
 
     @property

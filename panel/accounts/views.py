@@ -28,15 +28,18 @@ def settings_page(request):
     """The user's settings: language, theme and API tokens."""
     new_token = request.session.pop("new_token", None)
     tokens = ApiToken.objects.filter(user=request.user)
-    return render(request, "accounts/settings.html", {"tokens": tokens, "new_token": new_token,
-                                                      "lifetimes": TOKEN_LIFETIMES})
+    return render(
+        request,
+        "accounts/settings.html",
+        {"tokens": tokens, "new_token": new_token, "lifetimes": TOKEN_LIFETIMES},
+    )
 
 
 @role_required(VIEWER)
 @require_POST
 def create_token(request):
     name = request.POST.get("name", "").strip()
-    days = TOKEN_LIFETIMES.get(request.POST.get("lifetime", ""), None)
+    days = TOKEN_LIFETIMES.get(request.POST.get("lifetime", ""))
     if not name or len(name) > 100:
         messages.error(request, _("Give the token a name of at most 100 characters."))
     elif ApiToken.objects.filter(user=request.user, name=name).exists():

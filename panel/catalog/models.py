@@ -9,7 +9,9 @@ class Model(TimestampedModel):
     """A catalog entry: what a model is (facts from its config and weights), not where it lives."""
 
     name = models.CharField(_("name"), max_length=200, unique=True)
-    source = models.CharField(_("source"), max_length=16, choices=ModelSource.choices, default=ModelSource.HUGGINGFACE)
+    source = models.CharField(
+        _("source"), max_length=16, choices=ModelSource.choices, default=ModelSource.HUGGINGFACE
+    )
     repo_id = models.CharField(_("repository id"), max_length=255, blank=True)
     revision = models.CharField(_("revision"), max_length=100, blank=True)
     description = models.TextField(_("description"), blank=True)
@@ -28,7 +30,9 @@ class ModelArtifact(TimestampedModel):
     model = models.ForeignKey(Model, on_delete=models.CASCADE, related_name="artifacts")
     node = models.ForeignKey("nodes.Node", on_delete=models.CASCADE, related_name="artifacts")
     path = models.CharField(_("path"), max_length=1024)
-    format = models.CharField(_("format"), max_length=16, choices=ArtifactFormat.choices, default=ArtifactFormat.HF)
+    format = models.CharField(
+        _("format"), max_length=16, choices=ArtifactFormat.choices, default=ArtifactFormat.HF
+    )
     size_bytes = models.BigIntegerField(_("size"), null=True, blank=True)
     ready = models.BooleanField(default=False)
 

@@ -39,7 +39,12 @@ class NpuHealth(ColouredChoices):
     UNKNOWN = "Unknown", _("Unknown")
 
 
-NpuHealth.COLOURS = {"OK": COLOUR_OK, "Warning": COLOUR_WARNING, "Alarm": COLOUR_ALARM, "Critical": COLOUR_ALARM}
+NpuHealth.COLOURS = {
+    "OK": COLOUR_OK,
+    "Warning": COLOUR_WARNING,
+    "Alarm": COLOUR_ALARM,
+    "Critical": COLOUR_ALARM,
+}
 
 
 class OperationStatus(ColouredChoices):

@@ -7,12 +7,24 @@ from panel.core.models import InvalidTransition, TimestampedModel
 
 ALLOWED_OBSERVED_TRANSITIONS = {
     DeploymentState.PENDING: {DeploymentState.STARTING, DeploymentState.STOPPED, DeploymentState.FAILED},
-    DeploymentState.STARTING: {DeploymentState.RUNNING, DeploymentState.UNHEALTHY, DeploymentState.STOPPING,
-                               DeploymentState.FAILED},
-    DeploymentState.RUNNING: {DeploymentState.UNHEALTHY, DeploymentState.STOPPING, DeploymentState.STARTING,
-                              DeploymentState.FAILED},
-    DeploymentState.UNHEALTHY: {DeploymentState.RUNNING, DeploymentState.STARTING, DeploymentState.STOPPING,
-                                DeploymentState.FAILED},
+    DeploymentState.STARTING: {
+        DeploymentState.RUNNING,
+        DeploymentState.UNHEALTHY,
+        DeploymentState.STOPPING,
+        DeploymentState.FAILED,
+    },
+    DeploymentState.RUNNING: {
+        DeploymentState.UNHEALTHY,
+        DeploymentState.STOPPING,
+        DeploymentState.STARTING,
+        DeploymentState.FAILED,
+    },
+    DeploymentState.UNHEALTHY: {
+        DeploymentState.RUNNING,
+        DeploymentState.STARTING,
+        DeploymentState.STOPPING,
+        DeploymentState.FAILED,
+    },
     DeploymentState.STOPPING: {DeploymentState.STOPPED, DeploymentState.FAILED},
     DeploymentState.STOPPED: {DeploymentState.STARTING},
     DeploymentState.FAILED: {DeploymentState.STARTING, DeploymentState.STOPPING, DeploymentState.STOPPED},
@@ -24,14 +36,18 @@ class Deployment(TimestampedModel):
 
     name = models.SlugField(_("name"), max_length=63, unique=True)
     model = models.ForeignKey("catalog.Model", on_delete=models.PROTECT, related_name="deployments")
-    artifact = models.ForeignKey("catalog.ModelArtifact", on_delete=models.PROTECT, null=True, blank=True,
-                                 related_name="deployments")
+    artifact = models.ForeignKey(
+        "catalog.ModelArtifact", on_delete=models.PROTECT, null=True, blank=True, related_name="deployments"
+    )
     nodes = models.ManyToManyField("nodes.Node", related_name="deployments")
     npus = models.ManyToManyField("nodes.Npu", related_name="deployments", blank=True)
     spec = models.JSONField(_("engine settings"), default=dict)
-    desired_state = models.CharField(max_length=16, choices=DesiredState.choices, default=DesiredState.RUNNING)
-    observed_state = models.CharField(max_length=16, choices=DeploymentState.choices,
-                                      default=DeploymentState.PENDING)
+    desired_state = models.CharField(
+        max_length=16, choices=DesiredState.choices, default=DesiredState.RUNNING
+    )
+    observed_state = models.CharField(
+        max_length=16, choices=DeploymentState.choices, default=DeploymentState.PENDING
+    )
     reason = models.TextField(_("reason"), blank=True)
     endpoint = models.CharField(max_length=255, blank=True)
     runtime = models.JSONField(default=dict, blank=True, help_text="pid, port, log file per node")

@@ -7,5 +7,7 @@ from panel.deployments.models import Deployment
 
 @role_required(VIEWER)
 def deployment_list(request):
-    deployments = Deployment.objects.visible_to(request.user).select_related("model").prefetch_related("nodes")
+    deployments = (
+        Deployment.objects.visible_to(request.user).select_related("model").prefetch_related("nodes")
+    )
     return render(request, "deployments/list.html", {"deployments": deployments})

@@ -14,8 +14,9 @@ JOIN_TOKEN_LIFETIME = timedelta(hours=24)
 
 def issue_join_token(node_name: str, user=None, lifetime=JOIN_TOKEN_LIFETIME) -> str:
     raw = "apj_" + secrets.token_urlsafe(24)
-    JoinToken.objects.create(node_name=node_name, key_hash=hash_token(raw), expires=timezone.now() + lifetime,
-                             created_by=user)
+    JoinToken.objects.create(
+        node_name=node_name, key_hash=hash_token(raw), expires=timezone.now() + lifetime, created_by=user
+    )
     return raw
 
 
@@ -23,8 +24,12 @@ def register_with_token(beat) -> Node | None:
     """Create the node a heartbeat names if its join token is valid for that name (claimed atomically)."""
     if not beat.join_token:
         return None
-    claimed = JoinToken.objects.filter(key_hash=hash_token(beat.join_token), node_name=beat.node, used__isnull=True,
-                                       expires__gt=timezone.now()).update(used=timezone.now())
+    claimed = JoinToken.objects.filter(
+        key_hash=hash_token(beat.join_token),
+        node_name=beat.node,
+        used__isnull=True,
+        expires__gt=timezone.now(),
+    ).update(used=timezone.now())
     if claimed != 1:
         return None
     node, _ = Node.objects.get_or_create(name=beat.node, defaults={"transport": NodeTransport.AGENT})

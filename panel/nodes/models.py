@@ -12,16 +12,24 @@ SILENT_INTERVALS_BEFORE_OFFLINE = 3
 
 
 class Node(TimestampedModel):
-    name = models.SlugField(_("name"), max_length=63, unique=True,
-                            help_text=_("Letters, digits, - and _; the agent's queue is node.<name>."))
+    name = models.SlugField(
+        _("name"),
+        max_length=63,
+        unique=True,
+        help_text=_("Letters, digits, - and _; the agent's queue is node.<name>."),
+    )
     address = models.CharField(_("address"), max_length=255, blank=True)
-    transport = models.CharField(_("transport"), max_length=8, choices=NodeTransport.choices,
-                                 default=NodeTransport.AGENT)
-    status = models.CharField(_("status"), max_length=8, choices=NodeStatus.choices, default=NodeStatus.UNKNOWN)
+    transport = models.CharField(
+        _("transport"), max_length=8, choices=NodeTransport.choices, default=NodeTransport.AGENT
+    )
+    status = models.CharField(
+        _("status"), max_length=8, choices=NodeStatus.choices, default=NodeStatus.UNKNOWN
+    )
     labels = models.JSONField(_("labels"), default=dict, blank=True)
     facts = models.JSONField(_("facts"), default=dict, blank=True)
     versions = models.JSONField(_("installed versions"), default=dict, blank=True)
     inventory_changes = models.JSONField(default=dict, blank=True)
+    npu_smi_info = models.TextField(_("raw npu-smi info"), blank=True)
     inventoried_at = models.DateTimeField(null=True, blank=True)
     cordoned = models.BooleanField(_("cordoned"), default=False)
     last_heartbeat = models.DateTimeField(_("last heartbeat"), null=True, blank=True)
@@ -60,7 +68,9 @@ class Npu(TimestampedModel):
     logic_id = models.PositiveIntegerField(_("logic id"), null=True, blank=True)
     device_id = models.PositiveIntegerField(null=True, blank=True)
     name = models.CharField(_("name"), max_length=64, blank=True)
-    health = models.CharField(_("health"), max_length=16, choices=NpuHealth.choices, default=NpuHealth.UNKNOWN)
+    health = models.CharField(
+        _("health"), max_length=16, choices=NpuHealth.choices, default=NpuHealth.UNKNOWN
+    )
     hbm_total_mb = models.PositiveIntegerField(_("HBM total (MB)"), null=True, blank=True)
     memory_total_mb = models.PositiveIntegerField(_("memory total (MB)"), null=True, blank=True)
     bus_id = models.CharField(_("bus id"), max_length=32, blank=True)

@@ -15,8 +15,12 @@ log = logging.getLogger(__name__)
 
 
 def node_status_message(node: Node) -> dict:
-    return {"type": "node.status", "node": node.name, "status": node.effective_status,
-            "last_heartbeat": node.last_heartbeat.isoformat() if node.last_heartbeat else None}
+    return {
+        "type": "node.status",
+        "node": node.name,
+        "status": node.effective_status,
+        "last_heartbeat": node.last_heartbeat.isoformat() if node.last_heartbeat else None,
+    }
 
 
 def _announce(node: Node) -> None:
@@ -40,7 +44,9 @@ def record_heartbeat(data: dict) -> Node | None:
         node.heartbeat_interval = beat.interval_s
         node.agent_version = beat.agent_version
         node.status = NodeStatus.ONLINE
-        node.save(update_fields=["last_heartbeat", "heartbeat_interval", "agent_version", "status", "updated"])
+        node.save(
+            update_fields=["last_heartbeat", "heartbeat_interval", "agent_version", "status", "updated"]
+        )
         if was != NodeStatus.ONLINE:
             _announce(node)
     return node
@@ -54,7 +60,9 @@ def mark_silent_nodes_offline(now=None) -> list[str]:
         limit = timedelta(seconds=node.heartbeat_interval * SILENT_INTERVALS_BEFORE_OFFLINE)
         if node.last_heartbeat is None or now - node.last_heartbeat > limit:
             with transaction.atomic():
-                updated = Node.objects.filter(pk=node.pk, status=NodeStatus.ONLINE).update(status=NodeStatus.OFFLINE)
+                updated = Node.objects.filter(pk=node.pk, status=NodeStatus.ONLINE).update(
+                    status=NodeStatus.OFFLINE
+                )
                 if updated:
                     node.status = NodeStatus.OFFLINE
                     _announce(node)
@@ -62,7 +70,16 @@ def mark_silent_nodes_offline(now=None) -> list[str]:
     return changed
 
 
-NPU_FIELDS = ("logic_id", "device_id", "name", "health", "hbm_total_mb", "memory_total_mb", "bus_id", "numa_node")
+NPU_FIELDS = (
+    "logic_id",
+    "device_id",
+    "name",
+    "health",
+    "hbm_total_mb",
+    "memory_total_mb",
+    "bus_id",
+    "numa_node",
+)
 
 
 def apply_inventory(node: Node, result: dict) -> dict:
@@ -70,12 +87,18 @@ def apply_inventory(node: Node, result: dict) -> dict:
     changes = {}
     facts, versions = result.get("facts") or {}, result.get("versions") or {}
     if facts != node.facts:
-        changes["facts"] = sorted(k for k in set(facts) | set(node.facts) if facts.get(k) != node.facts.get(k))
+        changes["facts"] = sorted(
+            k for k in set(facts) | set(node.facts) if facts.get(k) != node.facts.get(k)
+        )
     if versions != node.versions:
-        changes["versions"] = {k: [node.versions.get(k), versions.get(k)]
-                               for k in set(versions) | set(node.versions) if versions.get(k) != node.versions.get(k)}
+        changes["versions"] = {
+            k: [node.versions.get(k), versions.get(k)]
+            for k in set(versions) | set(node.versions)
+            if versions.get(k) != node.versions.get(k)
+        }
     node.facts, node.versions = facts, versions
-    node.save(update_fields=["facts", "versions", "updated"])
+    node.npu_smi_info = result.get("npu_smi_info") or ""
+    node.save(update_fields=["facts", "versions", "npu_smi_info", "updated"])
     seen = set()
     for chip in result.get("npus") or []:
         key = (int(chip["npu_id"]), int(chip.get("chip_id") or 0))

@@ -19,7 +19,9 @@ def node_list(request):
 def node_detail(request, name):
     node = get_object_or_404(Node.objects.visible_to(request.user), name=name)
     operations = node.operations.select_related("created_by")[:20]
-    return render(request, "nodes/detail.html", {"node": node, "npus": node.npus.all(), "operations": operations})
+    return render(
+        request, "nodes/detail.html", {"node": node, "npus": node.npus.all(), "operations": operations}
+    )
 
 
 @role_required(OPERATOR)

@@ -8,8 +8,12 @@ from panel.core.choices import OperationKind, OperationStatus
 from panel.core.models import InvalidTransition, TimestampedModel
 
 ALLOWED_TRANSITIONS = {
-    OperationStatus.PENDING: {OperationStatus.RUNNING, OperationStatus.SUCCEEDED, OperationStatus.FAILED,
-                              OperationStatus.CANCELLED},
+    OperationStatus.PENDING: {
+        OperationStatus.RUNNING,
+        OperationStatus.SUCCEEDED,
+        OperationStatus.FAILED,
+        OperationStatus.CANCELLED,
+    },
     OperationStatus.RUNNING: {OperationStatus.SUCCEEDED, OperationStatus.FAILED, OperationStatus.CANCELLED},
 }
 
@@ -19,13 +23,19 @@ class Operation(TimestampedModel):
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     kind = models.CharField(_("kind"), max_length=16, choices=OperationKind.choices)
-    node = models.ForeignKey("nodes.Node", on_delete=models.SET_NULL, null=True, blank=True,
-                             related_name="operations")
-    target = models.CharField(_("target"), max_length=255, blank=True,
-                              help_text=_("What the operation acts on, e.g. a deployment or model name."))
+    node = models.ForeignKey(
+        "nodes.Node", on_delete=models.SET_NULL, null=True, blank=True, related_name="operations"
+    )
+    target = models.CharField(
+        _("target"),
+        max_length=255,
+        blank=True,
+        help_text=_("What the operation acts on, e.g. a deployment or model name."),
+    )
     params = models.JSONField(default=dict, blank=True)
-    status = models.CharField(_("status"), max_length=16, choices=OperationStatus.choices,
-                              default=OperationStatus.PENDING)
+    status = models.CharField(
+        _("status"), max_length=16, choices=OperationStatus.choices, default=OperationStatus.PENDING
+    )
     progress = models.FloatField(_("progress"), default=0.0)
     stage = models.CharField(_("stage"), max_length=255, blank=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
@@ -72,6 +82,14 @@ class OperationEvent(models.Model):
         ordering = ["operation", "seq"]
         constraints = [models.UniqueConstraint(fields=["operation", "seq"], name="event_unique_seq")]
 
+    def __str__(self):
+        return f"{self.operation_id} #{self.seq} {self.kind}"
+
     def as_message(self) -> dict:
-        return {"operation": str(self.operation_id), "seq": self.seq, "time": self.time.isoformat(),
-                "kind": self.kind, "payload": self.payload}
+        return {
+            "operation": str(self.operation_id),
+            "seq": self.seq,
+            "time": self.time.isoformat(),
+            "kind": self.kind,
+            "payload": self.payload,
+        }

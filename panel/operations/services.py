@@ -1,6 +1,7 @@
 """Use-cases for operations: create (row first, message on commit), ingest agent events, cancel."""
 
 import logging
+
 from django.db import transaction
 from django.utils import timezone
 
@@ -18,25 +19,37 @@ MAX_EVENTS_PER_BROADCAST = 300
 
 
 def enqueue_agent_task(operation: Operation, task_name: str, **kwargs) -> None:
-    celery_app.send_task(task_name, kwargs={"operation_id": str(operation.id), **kwargs},
-                         task_id=str(operation.id), queue=node_queue(operation.node.name))
+    celery_app.send_task(
+        task_name,
+        kwargs={"operation_id": str(operation.id), **kwargs},
+        task_id=str(operation.id),
+        queue=node_queue(operation.node.name),
+    )
 
 
-def create_operation(*, kind: str, node, task_name: str, user=None, target: str = "", params=None,
-                     task_kwargs=None) -> Operation:
+def create_operation(
+    *, kind: str, node, task_name: str, user=None, target: str = "", params=None, task_kwargs=None
+) -> Operation:
     """Save the operation, then (after commit) send its task to the node's queue with task_id = its id."""
     with transaction.atomic():
-        operation = Operation.objects.create(kind=kind, node=node, target=target or node.name,
-                                             params=params or {}, created_by=user)
+        operation = Operation.objects.create(
+            kind=kind, node=node, target=target or node.name, params=params or {}, created_by=user
+        )
         transaction.on_commit(lambda: enqueue_agent_task(operation, task_name, **(task_kwargs or {})))
     return operation
 
 
 def operation_summary(operation: Operation) -> dict:
     return {
-        "type": "operation.status", "operation": str(operation.id), "status": operation.status,
-        "progress": operation.progress, "stage": operation.stage, "error": operation.error,
-        "hint": operation.hint, "last_seq": operation.last_seq, "final_seq": operation.final_seq,
+        "type": "operation.status",
+        "operation": str(operation.id),
+        "status": operation.status,
+        "progress": operation.progress,
+        "stage": operation.stage,
+        "error": operation.error,
+        "hint": operation.hint,
+        "last_seq": operation.last_seq,
+        "final_seq": operation.final_seq,
     }
 
 
@@ -71,12 +84,19 @@ def ingest_events(batch_data: dict) -> list[OperationEvent]:
             return []
         operation.tracker_was_open = not operation.is_terminal
         seqs = [e.seq for e in batch.events]
-        known = set(OperationEvent.objects.filter(operation=operation, seq__in=seqs).values_list("seq", flat=True))
+        known = set(
+            OperationEvent.objects.filter(operation=operation, seq__in=seqs).values_list("seq", flat=True)
+        )
         fresh = {}
         for message in batch.events:
             if message.seq not in known and message.seq not in fresh:
-                fresh[message.seq] = OperationEvent(operation=operation, seq=message.seq, time=message.time,
-                                                    kind=message.kind, payload=message.payload)
+                fresh[message.seq] = OperationEvent(
+                    operation=operation,
+                    seq=message.seq,
+                    time=message.time,
+                    kind=message.kind,
+                    payload=message.payload,
+                )
         new_events = [fresh[seq] for seq in sorted(fresh)]
         OperationEvent.objects.bulk_create(new_events, ignore_conflicts=True)
         for event in new_events:
@@ -96,10 +116,18 @@ def ingest_events(batch_data: dict) -> list[OperationEvent]:
 def _broadcast_events(operation: Operation, events: list[OperationEvent]) -> None:
     group = operation_group(operation.id)
     if len(events) > MAX_EVENTS_PER_BROADCAST:
-        broadcast(group, {"type": "operation.gap", "operation": str(operation.id), "last_seq": events[-1].seq})
+        broadcast(
+            group, {"type": "operation.gap", "operation": str(operation.id), "last_seq": events[-1].seq}
+        )
     elif events:
-        broadcast(group, {"type": "operation.events", "operation": str(operation.id),
-                          "events": [e.as_message() for e in events]})
+        broadcast(
+            group,
+            {
+                "type": "operation.events",
+                "operation": str(operation.id),
+                "events": [e.as_message() for e in events],
+            },
+        )
     summary = operation_summary(operation)
     broadcast(group, summary)
     if operation.node_id:

@@ -21,11 +21,17 @@ class PanelConsumer(AsyncJsonWebsocketConsumer):
 
     async def receive_json(self, content, **kwargs):
         if not isinstance(content, dict) or content.get("type") != "subscribe":
-            await self.send_json({"type": "error", "error": "Send {\"type\": \"subscribe\", \"groups\": [...]}."})
+            await self.send_json({"type": "error", "error": 'Send {"type": "subscribe", "groups": [...]}.'})
             return
         wanted = content.get("groups")
-        if not isinstance(wanted, list) or not all(isinstance(g, str) for g in wanted) or len(wanted) > MAX_GROUPS:
-            await self.send_json({"type": "error", "error": f"groups must be a list of at most {MAX_GROUPS} names."})
+        if (
+            not isinstance(wanted, list)
+            or not all(isinstance(g, str) for g in wanted)
+            or len(wanted) > MAX_GROUPS
+        ):
+            await self.send_json(
+                {"type": "error", "error": f"groups must be a list of at most {MAX_GROUPS} names."}
+            )
             return
         wanted_set = set(wanted)
         allowed = {g for g in wanted_set if await database_sync_to_async(may_join)(self.scope["user"], g)}
@@ -34,8 +40,9 @@ class PanelConsumer(AsyncJsonWebsocketConsumer):
         for group in allowed - self.groups_joined:
             await self.channel_layer.group_add(group, self.channel_name)
         self.groups_joined = allowed
-        await self.send_json({"type": "subscribed", "groups": sorted(allowed),
-                              "refused": sorted(wanted_set - allowed)})
+        await self.send_json(
+            {"type": "subscribed", "groups": sorted(allowed), "refused": sorted(wanted_set - allowed)}
+        )
 
     async def panel_message(self, event):
         if event["group"] in self.groups_joined:

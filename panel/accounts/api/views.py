@@ -8,8 +8,13 @@ from panel.accounts.models import ApiToken
 from panel.accounts.roles import VIEWER
 
 
-class ApiTokenViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
-                      mixins.DestroyModelMixin, viewsets.GenericViewSet):
+class ApiTokenViewSet(
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    mixins.DestroyModelMixin,
+    viewsets.GenericViewSet,
+):
     """Your own API tokens. Creating returns the raw token once; deleting revokes it (the record stays)."""
 
     serializer_class = ApiTokenSerializer
@@ -22,8 +27,9 @@ class ApiTokenViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.C
     def create(self, request, *args, **kwargs):
         serializer = self.get_serializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        token, raw = ApiToken.issue(request.user, serializer.validated_data["name"],
-                                    serializer.validated_data.get("expires"))
+        token, raw = ApiToken.issue(
+            request.user, serializer.validated_data["name"], serializer.validated_data.get("expires")
+        )
         token.token = raw
         return Response(NewApiTokenSerializer(token).data, status=status.HTTP_201_CREATED)
 

@@ -9,8 +9,25 @@ class OperationSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Operation
-        fields = ["id", "kind", "node", "target", "params", "status", "progress", "stage", "created_by", "created",
-                  "started", "finished", "error", "hint", "result", "last_seq", "final_seq"]
+        fields = [
+            "id",
+            "kind",
+            "node",
+            "target",
+            "params",
+            "status",
+            "progress",
+            "stage",
+            "created_by",
+            "created",
+            "started",
+            "finished",
+            "error",
+            "hint",
+            "result",
+            "last_seq",
+            "final_seq",
+        ]
         read_only_fields = fields
 
 

@@ -17,8 +17,10 @@ class OperationViewSet(ReadOnlyPanelViewSet):
     filterset_class = OperationFilterSet
 
     @extend_schema(
-        parameters=[OpenApiParameter("after_seq", int, description="Only events with a larger sequence number."),
-                    OpenApiParameter("limit", int, description=f"At most this many (≤ {MAX_EVENTS_PER_PAGE}).")],
+        parameters=[
+            OpenApiParameter("after_seq", int, description="Only events with a larger sequence number."),
+            OpenApiParameter("limit", int, description=f"At most this many (≤ {MAX_EVENTS_PER_PAGE})."),
+        ],
         responses=OperationEventSerializer(many=True),
     )
     @action(detail=True, methods=["get"])
@@ -33,8 +35,13 @@ class OperationViewSet(ReadOnlyPanelViewSet):
         events = list(operation.events.filter(seq__gt=after).order_by("seq")[: limit + 1])
         more = len(events) > limit
         events = events[:limit]
-        return Response({
-            "operation": str(operation.id), "status": operation.status, "last_seq": operation.last_seq,
-            "final_seq": operation.final_seq, "next_after_seq": events[-1].seq if more else None,
-            "results": OperationEventSerializer(events, many=True).data,
-        })
+        return Response(
+            {
+                "operation": str(operation.id),
+                "status": operation.status,
+                "last_seq": operation.last_seq,
+                "final_seq": operation.final_seq,
+                "next_after_seq": events[-1].seq if more else None,
+                "results": OperationEventSerializer(events, many=True).data,
+            }
+        )

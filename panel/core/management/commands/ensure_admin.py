@@ -11,4 +11,6 @@ class Command(BaseCommand):
         ensure_role_groups()
         generated = ensure_admin(settings.PANEL_ADMIN_PASSWORD)
         if generated:
-            self.stdout.write(f"Created user admin with password: {generated}  (shown once; change it after login)")
+            self.stdout.write(
+                f"Created user admin with password: {generated}  (shown once; change it after login)"
+            )

@@ -12,5 +12,11 @@ class Command(BaseCommand):
 
     def handle(self, *args, names, **options):
         for name in names:
-            Node.objects.get_or_create(name=name, defaults={"transport": NodeTransport.AGENT,
-                                                            "address": "127.0.0.1", "labels": {"simulated": "yes"}})
+            Node.objects.get_or_create(
+                name=name,
+                defaults={
+                    "transport": NodeTransport.AGENT,
+                    "address": "127.0.0.1",
+                    "labels": {"simulated": "yes"},
+                },
+            )

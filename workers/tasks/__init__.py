@@ -1,0 +1,3 @@
+"""Agent task functions, one module per kind of work. Importing this package registers them all."""
+
+from workers.tasks import inventory  # noqa: F401

@@ -1,0 +1,10 @@
+from workers.celery_app import app
+from workers.task_names import AGENT_INVENTORY
+from workers.tasks.operation import run_operation
+
+
+@app.task(name=AGENT_INVENTORY)
+def inventory(operation_id: str, start_seq: int = 0) -> None:
+    from workers.inventory import run_inventory
+
+    run_operation(operation_id, start_seq, run_inventory)
