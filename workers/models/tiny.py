@@ -36,8 +36,8 @@ SAFETENSORS_DTYPES = {"bfloat16": "BF16", "float32": "F32"}
 MAX_POSITIONS = 2048
 # vLLM's CPU attention only has kernels for a few head sizes; 32 is the smallest.
 HEAD_DIM = 32
-# --target-mb widens the MLP up to this multiple of hidden before it adds layers.
-MAX_INTERMEDIATE_FACTOR = 64
+# --target-mb widens the MLP up to this multiple of hidden (real models use 2.7-5x) before adding layers.
+MAX_INTERMEDIATE_FACTOR = 16
 
 
 @dataclass
@@ -160,17 +160,30 @@ def model_bytes(spec: TinySpec) -> int:
 
 
 def grow_to_target(spec: TinySpec, target_bytes: int) -> None:
-    """Widen the MLP (and experts) first, then add layers, until the model is about target_bytes."""
-    while model_bytes(spec) < target_bytes and spec.intermediate < MAX_INTERMEDIATE_FACTOR * spec.hidden:
-        spec.intermediate *= 2
-        spec.moe_intermediate *= 2
-    size = model_bytes(spec)
-    if size >= target_bytes:
-        return
-    layers = spec.layers
-    spec.layers = layers + 1
-    per_layer = model_bytes(spec) - size
-    spec.layers = layers + max(0, round((target_bytes - size) / per_layer))
+    """Widen the MLP (experts in proportion) and add layers until the model is about target_bytes."""
+    base_intermediate, base_moe = spec.intermediate, spec.moe_intermediate
+    widest = max(base_intermediate, MAX_INTERMEDIATE_FACTOR * spec.hidden)
+
+    def set_intermediate(width: int) -> None:
+        spec.intermediate = width
+        spec.moe_intermediate = max(32, width * base_moe // base_intermediate // 32 * 32)
+
+    set_intermediate(widest)
+    if model_bytes(spec) < target_bytes:
+        size = model_bytes(spec)
+        spec.layers += 1
+        per_layer = model_bytes(spec) - size
+        spec.layers += -(-(target_bytes - model_bytes(spec)) // per_layer)  # ceil: never short of layers
+    # Then the widest MLP (multiple of 32) that keeps the model within the target.
+    low, high = base_intermediate // 32, widest // 32
+    while low < high:
+        middle = (low + high + 1) // 2
+        set_intermediate(middle * 32)
+        if model_bytes(spec) <= target_bytes:
+            low = middle
+        else:
+            high = middle - 1
+    set_intermediate(max(low * 32, base_intermediate))
 
 
 def config_for(spec: TinySpec, token_ids: dict[str, int]) -> dict[str, object]:
