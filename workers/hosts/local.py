@@ -24,14 +24,22 @@ from workers.hosts.base import (
 )
 from workers.hosts.streaming import LineCollector, supervise
 
+# Detached children this process started, kept process-wide (runners are made per task, the engines they
+# start live on) so whichever runner checks on one reaps it when it exits: no zombies left behind.
+_detached_children: dict[int, subprocess.Popen] = {}
+
+
+def _reap_finished_children() -> None:
+    for pid, child in list(_detached_children.items()):
+        if child.poll() is not None:
+            del _detached_children[pid]
+
 
 class LocalRunner(Runner):
     """Runs argv lists with subprocess; env given to run() is merged over os.environ and base_env."""
 
     def __init__(self, base_env: dict[str, str] | None = None):
         self.base_env = check_env(base_env)
-        # Detached children we started, kept so they are reaped when they exit (no zombies left behind).
-        self._detached: dict[int, subprocess.Popen] = {}
 
     def _environment(self, env: dict[str, str]) -> dict[str, str]:
         return {**os.environ, **self.base_env, **env}
@@ -133,16 +141,17 @@ class LocalRunner(Runner):
                 )
         except OSError as error:
             raise CommandError(spawn_failure_result(argv, error, started)) from error
-        self._detached[process.pid] = process
+        _reap_finished_children()
+        _detached_children[process.pid] = process
         return process.pid
 
     async def is_alive(self, pid: int) -> bool:
         check_pid(pid)
-        child = self._detached.get(pid)
+        child = _detached_children.get(pid)
         if child is not None:
             if child.poll() is None:
                 return True
-            del self._detached[pid]
+            del _detached_children[pid]
             return False
         try:
             return psutil.Process(pid).status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
@@ -157,9 +166,7 @@ class LocalRunner(Runner):
             # pid leads no process group (or is gone): signal the process itself if it still exists.
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
-        child = self._detached.get(pid)
-        if child is not None:
-            child.poll()
+        _reap_finished_children()
 
     async def close(self) -> None:
         # Nothing to release: detached processes must outlive the runner, and run() cleans up after itself.
