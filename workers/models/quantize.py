@@ -82,6 +82,7 @@ def quantize_w8a8_dynamic(
     errors: dict[str, float] = {}
     weight_map: dict[str, str] = {}
     output_bytes = 0
+    buffers = _BlockBuffers()
     with staged_output(destination) as staging, ThreadPoolExecutor(WORKERS) as pool:
         names = shard_names(OUTPUT_STEM, len(shards))
         for (shard_path, tensors), output_name in zip(shards, names, strict=True):
@@ -92,7 +93,9 @@ def quantize_w8a8_dynamic(
             ):
                 for info in tensors:
                     if is_quantized_linear(info.name, info.shape):
-                        errors[info.name] = _quantize_tensor(source_handle, info, writer, progress, pool)
+                        errors[info.name] = _quantize_tensor(
+                            source_handle, info, writer, progress, pool, buffers
+                        )
                         for name in (info.name, *scale_and_offset_names(info.name)):
                             description[name] = QUANT_TYPE
                     else:
@@ -157,14 +160,19 @@ def _plan_output(tensors: list[TensorInfo]) -> list[PlannedTensor]:
 
 
 def _quantize_tensor(
-    handle, info: TensorInfo, writer: ShardWriter, progress: _Progress, pool: ThreadPoolExecutor
+    handle,
+    info: TensorInfo,
+    writer: ShardWriter,
+    progress: _Progress,
+    pool: ThreadPoolExecutor,
+    buffers: _BlockBuffers,
 ) -> float:
     """Stream one weight through the quantizer; returns its max relative dequantization error."""
     writer.begin(info.name)
     scales = np.empty(info.shape[0], dtype=np.float32)
     worst = 0.0
     row_bytes = info.nbytes // max(info.shape[0], 1)
-    for first, quantized, block_scales, error in _quantized_blocks(handle, info, pool):
+    for first, quantized, block_scales, error in _quantized_blocks(handle, info, pool, buffers):
         writer.write_part(quantized)
         scales[first : first + len(quantized)] = block_scales
         worst = max(worst, error)
@@ -176,8 +184,27 @@ def _quantize_tensor(
     return worst
 
 
+class _BlockBuffers:
+    """Input and int8 output buffers reused round-robin by every tensor of a run.
+
+    One more slot than blocks in flight: a slot is refilled only after its block has been written.
+    """
+
+    def __init__(self) -> None:
+        slots = BLOCKS_IN_FLIGHT + 1
+        self.inputs = [bytearray(BLOCK_BYTES) for _ in range(slots)]
+        self._outputs = [bytearray(BLOCK_BYTES) for _ in range(slots)]
+
+    def output(self, number: int, shape: tuple[int, ...]) -> np.ndarray:
+        slot = number % len(self._outputs)
+        nbytes = shape[0] * shape[1]
+        if len(self._outputs[slot]) < nbytes:
+            self._outputs[slot] = bytearray(nbytes)
+        return np.frombuffer(self._outputs[slot], dtype=np.int8, count=nbytes).reshape(shape)
+
+
 def _quantized_blocks(
-    handle, info: TensorInfo, pool: ThreadPoolExecutor
+    handle, info: TensorInfo, pool: ThreadPoolExecutor, buffers: _BlockBuffers
 ) -> Iterator[tuple[int, np.ndarray, np.ndarray, float]]:
     """(first row, int8 block, scales, error) in row order, computed a few blocks ahead on the pool."""
     in_flight: deque = deque()
@@ -190,8 +217,10 @@ def _quantized_blocks(
             raise BadSourceError(f"{info.name}: {problem}") from problem
         return first, quantized, scales, error
 
-    for first, block in iter_row_blocks(handle, info, BLOCK_BYTES):
-        in_flight.append((first, pool.submit(_quantize_on_worker, block, info.dtype)))
+    blocks = iter_row_blocks(handle, info, BLOCK_BYTES, ring=buffers.inputs)
+    for number, (first, block) in enumerate(blocks):
+        out = buffers.output(number, block.shape)
+        in_flight.append((first, pool.submit(_quantize_on_worker, block, info.dtype, out)))
         if len(in_flight) >= BLOCKS_IN_FLIGHT:
             yield oldest()
     while in_flight:
@@ -201,10 +230,12 @@ def _quantized_blocks(
 _thread_state = threading.local()
 
 
-def _quantize_on_worker(block: np.ndarray, dtype: str) -> tuple[np.ndarray, np.ndarray, float]:
+def _quantize_on_worker(
+    block: np.ndarray, dtype: str, out: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, float]:
     if not hasattr(_thread_state, "workspace"):
         _thread_state.workspace = Workspace()
-    return quantize_block(block, dtype, workspace=_thread_state.workspace)
+    return quantize_block(block, dtype, workspace=_thread_state.workspace, out=out)
 
 
 def _quantized_config(config: dict[str, Any]) -> dict[str, Any]:

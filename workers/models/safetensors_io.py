@@ -122,10 +122,18 @@ def read_tensor(handle: BinaryIO, info: TensorInfo) -> np.ndarray:
     return np.frombuffer(buffer, dtype=STORAGE_NUMPY[info.dtype]).reshape(info.shape)
 
 
-def iter_row_blocks(handle: BinaryIO, info: TensorInfo, block_bytes: int = COPY_CHUNK_BYTES):
+def iter_row_blocks(
+    handle: BinaryIO,
+    info: TensorInfo,
+    block_bytes: int = COPY_CHUNK_BYTES,
+    ring: list[bytearray] | None = None,
+):
     """Yield (first_row, block) over a tensor's leading dimension, each block about block_bytes.
 
     1-D tensors come as one row. Reading block by block keeps memory to one block, however big the tensor.
+    With a ring of N buffers, blocks are read into them round-robin (growing any that is too small): the
+    caller must be done with a block before N more are read. That spares a fresh, page-faulting
+    allocation per block; the same ring can serve every tensor.
     """
     rows = info.shape[0] if len(info.shape) > 1 else 1
     row_shape = info.shape[1:] if len(info.shape) > 1 else info.shape
@@ -134,13 +142,20 @@ def iter_row_blocks(handle: BinaryIO, info: TensorInfo, block_bytes: int = COPY_
         return
     rows_per_block = max(1, block_bytes // row_bytes)
     storage = STORAGE_NUMPY[info.dtype]
-    for first in range(0, rows, rows_per_block):
+    for number, first in enumerate(range(0, rows, rows_per_block)):
         count = min(rows_per_block, rows - first)
         handle.seek(info.begin + first * row_bytes)
-        buffer = bytearray(count * row_bytes)
+        buffer = _ring_buffer(ring, number, count * row_bytes) if ring else bytearray(count * row_bytes)
         if handle.readinto(buffer) != len(buffer):
             raise SafetensorsFormatError(f"tensor {info.name} is truncated")
         yield first, np.frombuffer(buffer, dtype=storage).reshape((count, *row_shape))
+
+
+def _ring_buffer(ring: list[bytearray], number: int, nbytes: int) -> memoryview:
+    slot = number % len(ring)
+    if len(ring[slot]) < nbytes:
+        ring[slot] = bytearray(nbytes)
+    return memoryview(ring[slot])[:nbytes]
 
 
 def copy_tensor_bytes(source: BinaryIO, info: TensorInfo, destination: BinaryIO) -> None:

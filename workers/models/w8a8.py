@@ -84,12 +84,17 @@ class Workspace:
 
 
 def quantize_block(
-    block: np.ndarray, dtype: str, verify: bool = True, workspace: Workspace | None = None
+    block: np.ndarray,
+    dtype: str,
+    verify: bool = True,
+    workspace: Workspace | None = None,
+    out: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, float]:
     """Quantize rows of one weight block.
 
     Returns (int8 weights, float32 scales of shape [rows], max relative dequantization error), where the
-    error is max |W - q·scale| / max|W_row| over the block (0.0 when verify is False).
+    error is max |W - q·scale| / max|W_row| over the block (0.0 when verify is False). `out`, if given,
+    receives the int8 weights (same shape as block).
     """
     if dtype not in FLOAT_DTYPES:
         raise ValueError(f"cannot quantize a {dtype} weight; only BF16, F16 and F32 weights can be quantized")
@@ -107,7 +112,7 @@ def quantize_block(
     else:
         np.copyto(values, block)
     np.multiply(values, inverse[:, None], out=scaled)
-    quantized = np.empty(block.shape, dtype=np.int8)
+    quantized = np.empty(block.shape, dtype=np.int8) if out is None else out
     # |W·127/max| <= 127 up to one rounding step, so rint already lands in [-127, 127].
     np.rint(scaled, out=quantized, casting="unsafe")
     error = 0.0
