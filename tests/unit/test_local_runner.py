@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -255,6 +256,16 @@ async def test_check_raises_naming_the_command_status_and_last_stderr_lines(runn
     assert message.endswith("\n".join(f"problem {i}" for i in range(21, 31)))
     assert "problem 20\n" not in message
     assert failed.value.result.exit_status == 2
+
+
+async def test_a_command_error_survives_pickling(runner):
+    with pytest.raises(CommandError) as failed:
+        await runner.run(["sh", "-c", "echo broken >&2; exit 5"], check=True)
+
+    copy = pickle.loads(pickle.dumps(failed.value))  # noqa: S301 - our own bytes, made just above
+
+    assert copy.result == failed.value.result
+    assert str(copy) == str(failed.value)
 
 
 async def test_check_reports_a_timeout(runner):

@@ -53,6 +53,10 @@ class CommandError(Exception):
         self.result = result
         super().__init__(self._message(result))
 
+    def __reduce__(self):
+        # args holds the message, not the result; rebuild from the result so the error survives pickling.
+        return (type(self), (self.result,))
+
     @staticmethod
     def _message(result: CommandResult) -> str:
         command = shlex.join(result.argv)

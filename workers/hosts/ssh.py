@@ -205,10 +205,13 @@ class SshRunner(Runner):
             await stdout.pump(process.stdout.read)
 
         async def feed_stdin() -> None:
-            if stdin:
-                process.stdin.write(stdin)
-                await process.stdin.drain()
-            process.stdin.write_eof()
+            try:
+                if stdin:
+                    process.stdin.write(stdin)
+                    await process.stdin.drain()
+                process.stdin.write_eof()
+            except (BrokenPipeError, ConnectionResetError, asyncssh.DisconnectError):
+                pass  # the program exited without reading all of its input; its exit status tells why
 
         async def finished() -> None:
             await asyncio.gather(
