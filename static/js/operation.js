@@ -51,7 +51,7 @@ function showStatus(summary) {
   const badge = field("status");
   badge.className = `status status-${colours[summary.status] || "offline"}`;
   badge.textContent = labels[summary.status] || summary.status;
-  field("progress-bar").className = `progress-bar progress-${colours[summary.status] || "offline"}`;
+  field("progress-bar").className = `progress-bar status-${colours[summary.status] || "offline"}`;
   showProgress(summary.progress, summary.stage);
   if (summary.error) {
     field("failure").hidden = false;
