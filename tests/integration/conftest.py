@@ -21,7 +21,14 @@ def celery_worker(_wired_to_redis, transactional_db, monkeypatch, sim_host):
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("ASCEND_PANEL_NODE_NAME", TEST_NODE)
-    with start_worker(app, pool="threads", concurrency=4, perform_ping_check=False,
-                      queues=[PANEL_QUEUE, node_queue(TEST_NODE)], loglevel="WARNING", shutdown_timeout=30) as worker:
+    with start_worker(
+        app,
+        pool="threads",
+        concurrency=4,
+        perform_ping_check=False,
+        queues=[PANEL_QUEUE, node_queue(TEST_NODE)],
+        loglevel="WARNING",
+        shutdown_timeout=30,
+    ) as worker:
         worker.sim_root = root
         yield worker

@@ -17,8 +17,12 @@ def batch(operation, *events, final_seq=None):
         "node": operation.node.name,
         "final_seq": final_seq,
         "events": [
-            {"seq": seq, "time": datetime(2026, 1, 1, 0, 0, seq % 60, tzinfo=UTC).isoformat(), "kind": kind,
-             "payload": payload}
+            {
+                "seq": seq,
+                "time": datetime(2026, 1, 1, 0, 0, seq % 60, tzinfo=UTC).isoformat(),
+                "kind": kind,
+                "payload": payload,
+            }
             for seq, kind, payload in events
         ],
     }
@@ -38,7 +42,9 @@ def test_it_ignores_replayed_batches(operation):
 
 
 def test_it_stores_out_of_order_batches_and_applies_only_newer_state(operation):
-    late = batch(operation, (1, "state", {"state": "running"}), (2, "progress", {"percent": 10, "stage": "early"}))
+    late = batch(
+        operation, (1, "state", {"state": "running"}), (2, "progress", {"percent": 10, "stage": "early"})
+    )
     final = batch(
         operation,
         (3, "progress", {"percent": 90, "stage": "late"}),
@@ -72,4 +78,6 @@ def test_it_rejects_a_malformed_batch(operation):
     from pydantic import ValidationError
 
     with pytest.raises(ValidationError):
-        ingest_events({"operation_id": str(operation.id), "node": "n1", "events": [{"seq": 0, "kind": "log"}]})
+        ingest_events(
+            {"operation_id": str(operation.id), "node": "n1", "events": [{"seq": 0, "kind": "log"}]}
+        )

@@ -25,7 +25,9 @@ async def connect_as(user):
 
     _token, raw = await sync_to_async(ApiToken.issue)(user, "ws")
     communicator = WebsocketCommunicator(
-        application, "/ws/", headers=[(b"origin", b"http://127.0.0.1"), (b"authorization", f"Bearer {raw}".encode())]
+        application,
+        "/ws/",
+        headers=[(b"origin", b"http://127.0.0.1"), (b"authorization", f"Bearer {raw}".encode())],
     )
     connected, _ = await communicator.connect()
     assert connected
@@ -55,12 +57,18 @@ async def test_inventory_events_reach_the_socket_in_order_and_match_rest(celery_
     operation = await sync_to_async(start_inventory)(node, user=alice)
     await communicator.send_json_to({"type": "subscribe", "groups": [f"operation.{operation.id}", "fleet"]})
     reply = await communicator.receive_json_from(timeout=10)
-    assert reply == {"type": "subscribed", "groups": sorted([f"operation.{operation.id}", "fleet"]), "refused": []}
+    assert reply == {
+        "type": "subscribed",
+        "groups": sorted([f"operation.{operation.id}", "fleet"]),
+        "refused": [],
+    }
 
     live_events, statuses = await receive_until_final(communicator)
     await communicator.disconnect()
 
-    response = await sync_to_async(api_client_for(alice).get)(f"/api/v1/operations/{operation.id}/events/?after_seq=0")
+    response = await sync_to_async(api_client_for(alice).get)(
+        f"/api/v1/operations/{operation.id}/events/?after_seq=0"
+    )
     stored = response.json()
     assert stored["status"] == "succeeded", stored
     stored_seqs = [e["seq"] for e in stored["results"]]
@@ -77,7 +85,8 @@ async def test_inventory_events_reach_the_socket_in_order_and_match_rest(celery_
     assert [n.logic_id for n in npus] == list(range(8))
     assert all(n.hbm_total_mb == 65536 for n in npus)
     assert {n.numa_node for n in npus} <= {0, 1, 2, 3}
-    assert node.versions["driver"] and node.facts["cpu"]["model"] == "Kunpeng-920"
+    assert node.versions["driver"]
+    assert node.facts["cpu"]["model"] == "Kunpeng-920"
 
 
 async def test_a_heartbeat_through_celery_marks_the_node_online(celery_worker):

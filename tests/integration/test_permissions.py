@@ -56,12 +56,14 @@ def test_a_user_without_a_role_sees_nothing(db, node):
 
 def test_anonymous_pages_redirect_to_login_and_api_says_401(db):
     response = Client().get("/nodes/")
-    assert response.status_code == 302 and "/accounts/login/" in response["Location"]
+    assert response.status_code == 302
+    assert "/accounts/login/" in response["Location"]
     assert Client().get("/api/v1/nodes/").status_code == 401
 
 
 @pytest.mark.django_db(transaction=True)
-async def test_an_anonymous_socket_is_refused_before_accept(_wired_to_redis):
+@pytest.mark.usefixtures("_wired_to_redis")
+async def test_an_anonymous_socket_is_refused_before_accept():
     communicator = WebsocketCommunicator(application, "/ws/", headers=[(b"origin", b"http://127.0.0.1")])
     connected, code = await communicator.connect()
     assert not connected
@@ -69,13 +71,16 @@ async def test_an_anonymous_socket_is_refused_before_accept(_wired_to_redis):
 
 
 @pytest.mark.django_db(transaction=True)
-async def test_a_socket_cannot_join_groups_of_objects_that_do_not_exist(_wired_to_redis, charlie):
+@pytest.mark.usefixtures("_wired_to_redis")
+async def test_a_socket_cannot_join_groups_of_objects_that_do_not_exist(charlie):
     from panel.accounts.models import ApiToken
 
     await sync_to_async(Node.objects.create)(name="visible")
     _token, raw = await sync_to_async(ApiToken.issue)(charlie, "ws")
     communicator = WebsocketCommunicator(
-        application, "/ws/", headers=[(b"origin", b"http://127.0.0.1"), (b"authorization", f"Bearer {raw}".encode())]
+        application,
+        "/ws/",
+        headers=[(b"origin", b"http://127.0.0.1"), (b"authorization", f"Bearer {raw}".encode())],
     )
     assert (await communicator.connect())[0]
     groups = ["node.visible", "node.missing", "operation.not-a-uuid", "secret.stuff", "fleet"]

@@ -23,9 +23,11 @@ def test_a_created_token_is_shown_once_and_stored_hashed(alice):
     assert response.status_code == 201
     raw = response.json()["token"]
     stored = ApiToken.objects.get(name="ci")
-    assert stored.key_hash == hash_token(raw) and raw not in stored.key_hash
+    assert stored.key_hash == hash_token(raw)
+    assert raw not in stored.key_hash
     listed = api_client_for(alice).get("/api/v1/tokens/").json()["results"][0]
-    assert "token" not in listed and listed["prefix"] == raw[:10]
+    assert "token" not in listed
+    assert listed["prefix"] == raw[:10]
 
 
 def test_a_token_authenticates_and_records_its_last_use(charlie):
@@ -64,7 +66,8 @@ def test_it_rejects_a_token_name_twice_with_a_field_error(alice):
 def test_it_rejects_an_expiry_in_the_past(alice):
     past = (timezone.now() - timedelta(days=1)).isoformat()
     response = api_client_for(alice).post("/api/v1/tokens/", {"name": "p", "expires": past}, format="json")
-    assert response.status_code == 400 and "expires" in response.json()["errors"]
+    assert response.status_code == 400
+    assert "expires" in response.json()["errors"]
 
 
 def test_users_see_only_their_own_tokens(alice, bob):
@@ -78,4 +81,5 @@ def test_a_viewer_can_create_tokens_for_itself_from_the_settings_page(charlie, c
     assert response.status_code == 302
     page = client.get("/accounts/settings/").content.decode()
     token = ApiToken.objects.get(user=charlie, name="mine")
-    assert token.expires is not None and token.prefix in page
+    assert token.expires is not None
+    assert token.prefix in page
