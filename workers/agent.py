@@ -1,5 +1,8 @@
 """The agent process: a Celery worker on queue node.<name> plus a heartbeat (and metrics) thread.
 
+`python -m workers.agent --central` is the central agent instead: it serves queue ssh-runner, running the
+tasks of SSH nodes (nodes without an agent) over SSH; it needs PANEL_SECRETS_KEY (see workers.sealing).
+
 Started on each Ascend host as `python -m workers.agent` (systemd unit in deploy/), configured by
 environment variables only:
   ASCEND_PANEL_NODE_NAME   the node's name in the panel (queue node.<name>)
@@ -13,6 +16,7 @@ environment variables only:
 
 import logging
 import os
+import sys
 import threading
 from dataclasses import dataclass
 
@@ -29,6 +33,31 @@ class AgentConfig:
     heartbeat_s: float = 5.0
     metrics_s: float = 1.0
     join_token: str | None = None
+    # Set for tasks the central agent runs over SSH for a node without an agent (workers.remote.SshTarget).
+    ssh_target: dict | None = None
+
+    @classmethod
+    def for_target(cls, target: dict) -> "AgentConfig":
+        """The config of an SSH node's task: its name and file roots come from the task, not the process."""
+        from workers.remote import SshTarget
+
+        checked = SshTarget.model_validate(target)
+        return cls(
+            node_name=checked.node,
+            host_root=checked.host_root,
+            ascend_root=checked.ascend_root,
+            ssh_target=checked.model_dump(),
+        )
+
+    def runner(self):
+        """The Runner for this node's host: this machine, or the node over SSH."""
+        from workers.hosts import LocalRunner
+
+        if self.ssh_target is None:
+            return LocalRunner()
+        from workers.remote import SshTarget, ssh_runner
+
+        return ssh_runner(SshTarget.model_validate(self.ssh_target))
 
     @classmethod
     def from_env(cls) -> "AgentConfig":
@@ -77,6 +106,34 @@ def start_background_threads(config: AgentConfig) -> threading.Event:
     return stop
 
 
+def main_central(argv: list[str]) -> None:
+    """The central agent: runs SSH nodes' tasks (queue ssh-runner); sends no heartbeat of its own."""
+    import workers.tasks  # noqa: F401  registers the agent tasks
+    from workers.celery_app import app
+    from workers.sealing import fernet_for, key_material_from_env
+    from workers.task_names import SSH_RUNNER_QUEUE
+
+    fernet_for(key_material_from_env())  # refuse to start without the key that opens node secrets
+    app.worker_main(
+        [
+            "worker",
+            "--pool",
+            "threads",
+            "--concurrency",
+            os.environ.get("ASCEND_PANEL_AGENT_CONCURRENCY", "8"),
+            "--queues",
+            SSH_RUNNER_QUEUE,
+            "--hostname",
+            "central@%h",
+            "--loglevel",
+            os.environ.get("LOG_LEVEL", "INFO"),
+            "--without-mingle",
+            "--without-gossip",
+            *argv,
+        ]
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     from celery.signals import worker_ready, worker_shutdown
 
@@ -84,6 +141,11 @@ def main(argv: list[str] | None = None) -> None:
     from workers.celery_app import app
     from workers.task_names import node_queue
 
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--central" in argv:
+        argv.remove("--central")
+        main_central(argv)
+        return
     config = AgentConfig.from_env()
     threads = {}
 
@@ -112,7 +174,7 @@ def main(argv: list[str] | None = None) -> None:
             os.environ.get("LOG_LEVEL", "INFO"),
             "--without-mingle",
             "--without-gossip",
-            *(argv or []),
+            *argv,
         ]
     )
 

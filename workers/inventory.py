@@ -9,7 +9,6 @@ import json
 from workers.ascend.facts import collect_host_facts, npu_numa_nodes
 from workers.ascend.npu_smi import npu_smi_argv, parse_mapping, parse_table, raise_for_error
 from workers.ascend.versions import find_versions
-from workers.hosts import LocalRunner
 
 NPU_SMI_TIMEOUT_S = 30
 NOT_INSTALLED = 127  # the Runner's exit status for a program that is not there
@@ -102,8 +101,14 @@ def run_inventory(emitter, config) -> dict:
     def progress(percent, stage):
         emitter.progress(percent, stage)
 
-    runner = LocalRunner()
-    result = asyncio.run(gather_inventory(runner, config.host_root, config.ascend_root, progress))
+    async def gather_then_close(runner):
+        try:
+            return await gather_inventory(runner, config.host_root, config.ascend_root, progress)
+        finally:
+            await runner.close()
+
+    # The agent's own host, or (on the central agent) an SSH node.
+    result = asyncio.run(gather_then_close(config.runner()))
     emitter.log(
         f"{len(result['npus'])} NPU chips, versions: "
         + ", ".join(f"{k} {v}" for k, v in sorted(result["versions"].items()))

@@ -1,12 +1,15 @@
 """Task names and queues: the only thing the panel and the agents share about Celery."""
 
 PANEL_QUEUE = "panel"
+# Served by the central agent (`python -m workers.agent --central`): tasks of SSH nodes.
+SSH_RUNNER_QUEUE = "ssh-runner"
 
 INGEST_EVENTS = "panel.ingest_events"
 INGEST_METRICS = "panel.ingest_metrics"
 HEARTBEAT = "panel.heartbeat"
 
 AGENT_INVENTORY = "agent.inventory"
+AGENT_INSTALL_AGENT = "agent.install_agent"
 
 
 def node_queue(node_name: str) -> str:

@@ -4,7 +4,7 @@ from workers.tasks.operation import run_operation
 
 
 @app.task(name=AGENT_INVENTORY)
-def inventory(operation_id: str, start_seq: int = 0) -> None:
+def inventory(operation_id: str, start_seq: int = 0, target: dict | None = None) -> None:
     from workers.inventory import run_inventory
 
-    run_operation(operation_id, start_seq, run_inventory)
+    run_operation(operation_id, start_seq, run_inventory, target=target)

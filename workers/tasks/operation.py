@@ -9,11 +9,13 @@ from workers.events import EventEmitter
 log = logging.getLogger(__name__)
 
 
-def run_operation(operation_id: str, start_seq: int, body) -> None:
+def run_operation(operation_id: str, start_seq: int, body, target: dict | None = None) -> None:
     """Run `body(emitter, config)` and always end the operation with a terminal state event.
 
-    An exception with a `hint` attribute (NpuSmiError, a failed step) passes its hint to the panel."""
-    config = AgentConfig.from_env()
+    An exception with a `hint` attribute (NpuSmiError, a failed step) passes its hint to the panel.
+    `target` is an SSH node's workers.remote.SshTarget, for tasks the central agent runs over SSH; then
+    config.runner() reaches that node."""
+    config = AgentConfig.for_target(target) if target else AgentConfig.from_env()
     emitter = EventEmitter(operation_id, config.node_name, start_seq=start_seq)
     emitter.emit("state", state="running")
     try:

@@ -1,0 +1,61 @@
+"""Install the agent onto an SSH node: run the panel's install script there, fed on stdin.
+
+The script (deploy/install-agent.sh, as the panel serves it) downloads the agent package from the panel,
+writes /etc/ascend-panel/agent.env, creates the venv and enables the systemd unit; the agent then registers
+with its join token on its first heartbeat and the node stops needing SSH.
+"""
+
+import asyncio
+
+from workers.hosts import CommandError
+from workers.i18n import gettext_noop as _
+
+INSTALL_TIMEOUT_S = 1800
+
+
+class AgentInstallFailed(Exception):
+    def __init__(self, message: str, hint: str):
+        super().__init__(message)
+        self.hint = hint
+
+
+def install_argv(username: str, script_args: list[str]) -> list[str]:
+    # `bash -s` reads the script from stdin; a non-root login needs passwordless sudo to install a unit.
+    command = ["bash", "-s", "--", *script_args]
+    return command if username == "root" else ["sudo", "-n", "--", *command]
+
+
+def run_install_agent(emitter, config, *, script: str, script_args: list[str]) -> dict:
+    if config.ssh_target is None:
+        raise AgentInstallFailed(
+            "install_agent runs on the central agent for SSH nodes only",
+            _("An agent node installs or upgrades its agent with the one-line command on its host."),
+        )
+    username = config.ssh_target["username"]
+    argv = install_argv(username, script_args)
+    emitter.progress(5, _("Running the install script on the node"))
+
+    def on_line(stream, line):
+        emitter.log(line, stream=stream)
+
+    async def install():
+        runner = config.runner()
+        try:
+            return await runner.run(
+                argv, stdin=script.encode(), timeout=INSTALL_TIMEOUT_S, on_line=on_line, check=True
+            )
+        finally:
+            await runner.close()
+
+    try:
+        asyncio.run(install())
+    except CommandError as error:
+        raise AgentInstallFailed(
+            str(error),
+            _(
+                "Read the log above for the step that failed. A non-root SSH user needs passwordless sudo "
+                "(sudo -n); the node must reach the panel's URL and the broker."
+            ),
+        ) from error
+    emitter.progress(100, _("Agent installed; waiting for its first heartbeat"))
+    return {"installed": True}

@@ -1,0 +1,15 @@
+from functools import partial
+
+from workers.celery_app import app
+from workers.task_names import AGENT_INSTALL_AGENT
+from workers.tasks.operation import run_operation
+
+
+@app.task(name=AGENT_INSTALL_AGENT)
+def install_agent(
+    operation_id: str, start_seq: int = 0, target: dict | None = None, script: str = "", script_args=()
+) -> None:
+    from workers.agent_install import run_install_agent
+
+    body = partial(run_install_agent, script=script, script_args=list(script_args))
+    run_operation(operation_id, start_seq, body, target=target)
