@@ -61,8 +61,13 @@ class MetricSample(BaseModel):
 
 
 class MetricBatch(BaseModel):
+    """Samples of one node. `seq` counts batches per agent run so a receiver can see gaps; the panel keeps
+    only the newest sample of a batch for live views but stores every sample in its ring buffer."""
+
     node: str
     samples: list[MetricSample]
+    seq: int = 0
+    sent_at: datetime | None = None
 
 
 class Heartbeat(BaseModel):

@@ -9,6 +9,9 @@ INGEST_METRICS = "panel.ingest_metrics"
 HEARTBEAT = "panel.heartbeat"
 
 AGENT_INVENTORY = "agent.inventory"
+AGENT_PREFLIGHT = "agent.preflight"
+AGENT_INSTALL = "agent.install"
+AGENT_SET_METRICS_INTERVAL = "agent.set_metrics_interval"
 AGENT_INSTALL_AGENT = "agent.install_agent"
 
 
