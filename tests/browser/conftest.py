@@ -1,0 +1,271 @@
+"""Browser tier: a real panel (daphne, panel worker + beat, one agent per simulated host) driven by Debian's
+chromium through Playwright's sync API.
+
+Fixtures other browser tests reuse:
+
+- `live_panel` (session): the running panel. `.url` is its base URL ("http://127.0.0.1:PORT"),
+  `.sim_root("sim-a2")` the simulated host's tree (give it to `python -m workers.sim fault --root ...`),
+  `.env` the environment the servers run with (use it to run `manage.py` or `python -m workers.sim`),
+  `.manage(*args)` / `.sim(*args)` run those with that environment, `.wait_for_node_online(name)`,
+  `.api(user)` an httpx client authenticated as alice / bob / charlie, and `.log_tail(name)` the
+  last lines a server printed (its logs are in `.data_dir / "logs"`).
+  Users: alice (admin), bob (operator), charlie (viewer), password "<name>-password".
+  Nodes: SIM_NODES below, each with an agent sampling metrics every second (heartbeat every second).
+  The database is a fresh SQLite file in a temporary PANEL_DATA_DIR (DATABASE_URL is removed for the
+  servers, so CI's PostgreSQL is never touched); Redis is tests/conftest.py's `redis_url` with the
+  database index BROWSER_REDIS_DB, so Celery queues and channel groups stay apart from other tiers.
+- `browser` (session): chromium from /usr/bin/chromium (never `playwright install`); the whole tier is
+  skipped when it is missing.
+- `panel_page` (factory): `panel_page(user="alice", locale="en")` returns a Page that has logged in
+  through the real login form and sits on the dashboard. locale is "en" or "zh-hans".
+
+Every browser test is marked `pytest.mark.browser` (done here for everything in this folder).
+"""
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+import pytest
+
+from panel.run import Supervisor, _die_with_parent, free_port, sim_agent_env, wait_for_port
+
+REPO = Path(__file__).resolve().parents[2]
+PYTHON = sys.executable
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
+SIM_NODES = (("sim-a2", "atlas-800i-a2"),)
+USERS = (("alice", "admin"), ("bob", "operator"), ("charlie", "viewer"))
+BROWSER_REDIS_DB = 11
+LOCALE_OF = {"en": "en-US", "zh-hans": "zh-CN"}
+
+# Run in the servers' environment by `manage.py shell -c`: role groups and the three test users.
+CREATE_USERS = f"""
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from panel.accounts.bootstrap import ensure_role_groups
+ensure_role_groups()
+for name, role in {USERS!r}:
+    user, _ = get_user_model().objects.get_or_create(username=name)
+    user.set_password(name + "-password")
+    user.save()
+    user.groups.set([Group.objects.get(name=role)])
+"""
+
+
+def pytest_collection_modifyitems(items):
+    here = Path(__file__).parent
+    for item in items:
+        if Path(str(item.fspath)).is_relative_to(here):
+            item.add_marker(pytest.mark.browser)
+
+
+def _redis_for_browser_tier(url: str) -> str:
+    """The same server, its own database index: the live panel's queues never meet another tier's."""
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, f"/{BROWSER_REDIS_DB}", parts.query, parts.fragment))
+
+
+class _LoggingSupervisor(Supervisor):
+    """panel.run's Supervisor, with each child's output in its own log file instead of pytest's."""
+
+    def __init__(self, env: dict, log_dir: Path):
+        super().__init__(env)
+        self.log_dir = log_dir
+        log_dir.mkdir(parents=True, exist_ok=True)
+
+    def log_path(self, name: str) -> Path:
+        return self.log_dir / f"{name.replace(' ', '-')}.log"
+
+    def start(self, name: str, argv: list[str], env: dict | None = None) -> subprocess.Popen:
+        with self.log_path(name).open("ab") as log:
+            process = subprocess.Popen(
+                argv,
+                cwd=REPO,
+                env={**self.env, **(env or {})},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=_die_with_parent,
+            )
+        self.children.append((name, process))
+        return process
+
+    def run_once(self, argv: list[str]) -> str:
+        done = subprocess.run(argv, cwd=REPO, env=self.env, capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            raise RuntimeError(
+                f"{' '.join(argv[1:])} failed with exit code {done.returncode}:\n{done.stdout}\n{done.stderr}"
+            )
+        return done.stdout
+
+
+class LivePanel:
+    def __init__(self, supervisor: _LoggingSupervisor, url: str, data_dir: Path):
+        self._supervisor = supervisor
+        self.url = url
+        self.data_dir = data_dir
+        self.env = supervisor.env
+
+    def sim_root(self, name: str = "sim-a2") -> Path:
+        root = self.data_dir / "sim" / name
+        if not root.is_dir():
+            raise KeyError(f"no simulated host {name!r}; the live panel has {[n for n, _ in SIM_NODES]}")
+        return root
+
+    def manage(self, *args: str) -> str:
+        return self._supervisor.run_once([PYTHON, "manage.py", *args])
+
+    def sim(self, *args: str) -> str:
+        return self._supervisor.run_once([PYTHON, "-m", "workers.sim", *args])
+
+    def start(self, name: str, argv: list[str], env: dict | None = None) -> subprocess.Popen:
+        """Run one more child for the rest of the session (stopped with the panel)."""
+        return self._supervisor.start(name, argv, env)
+
+    def api(self, user: str = "alice") -> httpx.Client:
+        return httpx.Client(base_url=self.url, auth=(user, f"{user}-password"), timeout=10)
+
+    def node(self, name: str) -> dict:
+        with self.api() as client:
+            found = client.get("/api/v1/nodes/", params={"name": name}).raise_for_status().json()["results"]
+        if not found:
+            raise KeyError(f"node {name!r} is not in the panel")
+        return found[0]
+
+    def wait_for_node_online(self, name: str, timeout: float = 60) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            node = self.node(name)
+            if node["status"] == "online":
+                return node
+            self.check_children()
+            time.sleep(0.25)
+        agent_log = self.log_tail(f"agent {name}")
+        raise TimeoutError(f"node {name} did not come online within {timeout:.0f} s; agent log:\n{agent_log}")
+
+    def check_children(self) -> None:
+        exited = self._supervisor.watch()
+        if exited:
+            raise RuntimeError(f"{exited} exited; its log ends:\n{self.log_tail(exited)}")
+
+    def log_tail(self, name: str, lines: int = 40) -> str:
+        path = self._supervisor.log_path(name)
+        if not path.exists():
+            return f"(no log at {path})"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def _prepare(supervisor: _LoggingSupervisor, data_dir: Path) -> None:
+    """A fresh database with the test users, the simulated hosts and their nodes."""
+    supervisor.run_once([PYTHON, "manage.py", "migrate", "--no-input", "-v", "0"])
+    supervisor.run_once([PYTHON, "manage.py", "shell", "-c", CREATE_USERS])
+    for name, profile in SIM_NODES:
+        root = str(data_dir / "sim" / name)
+        supervisor.run_once(
+            [PYTHON, "-m", "workers.sim", "create", "--profile", profile, "--root", root, "--node-name", name]
+        )
+    supervisor.run_once([PYTHON, "manage.py", "ensure_demo_nodes", *[name for name, _ in SIM_NODES]])
+
+
+def _start_servers(supervisor: _LoggingSupervisor, data_dir: Path, port: int) -> None:
+    """The same processes `make run` starts (panel/run.py), each logging to its own file."""
+    celery = [PYTHON, "-m", "celery", "-A", "panel.celery"]
+    daphne = [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "panel.asgi:application"]
+    supervisor.start("web", daphne)
+    supervisor.start(
+        "panel-worker",
+        [
+            *celery,
+            *("worker", "-Q", "panel", "--pool", "threads", "--concurrency", "4"),
+            *("--hostname", "panel@browser-tier", "--without-mingle", "--without-gossip"),
+        ],
+    )
+    supervisor.start("beat", [*celery, "beat", "--schedule", str(data_dir / "celerybeat-schedule")])
+    for name, _profile in SIM_NODES:
+        agent_env = sim_agent_env(supervisor.env, name, data_dir / "sim" / name)
+        supervisor.start(f"agent {name}", [PYTHON, "-m", "workers.agent"], env=agent_env)
+
+
+@pytest.fixture(scope="session")
+def live_panel(redis_url, tmp_path_factory):
+    data_dir = tmp_path_factory.mktemp("live-panel")
+    env = dict(
+        os.environ,
+        PANEL_MODE="run",
+        PANEL_DATA_DIR=str(data_dir),
+        REDIS_URL=_redis_for_browser_tier(redis_url),
+        PYTHONUNBUFFERED="1",
+        DJANGO_SETTINGS_MODULE="panel.settings",
+        ASCEND_PANEL_METRICS_S="1",
+        ASCEND_PANEL_HEARTBEAT_S="1",
+        PANEL_HEARTBEAT_INTERVAL="1",
+        LOG_LEVEL="WARNING",
+    )
+    for inherited in ("DATABASE_URL", "CELERY_BROKER_URL", "PYTEST_CURRENT_TEST"):
+        env.pop(inherited, None)
+    supervisor = _LoggingSupervisor(env, data_dir / "logs")
+    port = free_port()
+    panel = LivePanel(supervisor, f"http://127.0.0.1:{port}", data_dir)
+    try:
+        _prepare(supervisor, data_dir)
+        _start_servers(supervisor, data_dir, port)
+        wait_for_port(port, timeout=60)
+        for name, _profile in SIM_NODES:
+            panel.wait_for_node_online(name)
+        yield panel
+    finally:
+        supervisor.stop()
+
+
+@pytest.fixture(scope="session")
+def browser():
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"browser tier skipped: {CHROMIUM} is missing (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def panel_page(live_panel, browser):
+    """`panel_page(user="alice", locale="en")`: a Page logged in through the login form, on the dashboard."""
+    contexts = []
+
+    def open_page(user: str = "alice", locale: str = "en", viewport=None):
+        if locale not in LOCALE_OF:
+            raise ValueError(f"locale must be one of {sorted(LOCALE_OF)}, not {locale!r}")
+        context = browser.new_context(
+            base_url=live_panel.url,
+            locale=LOCALE_OF[locale],
+            viewport=viewport or {"width": 1440, "height": 900},
+        )
+        contexts.append(context)
+        # Django's LocaleMiddleware reads this cookie before Accept-Language: the page renders in `locale`.
+        context.add_cookies([{"name": "django_language", "value": locale, "url": live_panel.url}])
+        page = context.new_page()
+        page.set_default_timeout(15_000)
+        page.goto("/accounts/login/")
+        page.fill("#id_username", user)
+        page.fill("#id_password", f"{user}-password")
+        page.click("form.login-form button[type=submit]")
+        page.wait_for_url(lambda url: "/accounts/login/" not in url)
+        return page
+
+    yield open_page
+    for context in contexts:
+        context.close()

@@ -1,0 +1,41 @@
+"""The operation page in a real browser: started from a node page, followed live to 100% without reload."""
+
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.browser.conftest import REPO
+
+COMPILED_CATALOG = REPO / "locale" / "zh_Hans" / "LC_MESSAGES" / "django.mo"
+
+
+def test_inventory_started_from_the_node_page_reaches_100_percent_live(panel_page):
+    page = panel_page("bob")
+    page.goto("/nodes/sim-a2/")
+    page.get_by_test_id("run-inventory").click()
+    page.wait_for_url(re.compile(r"/operations/[0-9a-f-]{36}/$"))
+    # The page was rendered at the start; everything after comes over the websocket (or its back-fill).
+    page.evaluate("window.__loadedOnce = true")
+
+    expect(page.locator("[data-field=progress]")).to_have_text("100", timeout=30_000)
+    expect(page.locator("#operation")).to_have_attribute("data-status", "succeeded")
+    expect(page.locator("[data-field=status]")).to_have_class(re.compile(r"\bstatus-ok\b"))
+    expect(page.locator("[data-field=log] .log-line").first).to_be_visible()
+    assert page.evaluate("window.__loadedOnce") is True, "the page reloaded instead of updating live"
+
+
+def test_operation_page_switches_to_chinese(panel_page):
+    page = panel_page("bob")
+    page.goto("/nodes/sim-a2/")
+    page.get_by_test_id("run-inventory").click()
+    page.wait_for_url(re.compile(r"/operations/[0-9a-f-]{36}/$"))
+
+    page.select_option(".lang-switch select", "zh-hans")
+    page.wait_for_load_state()
+    expect(page.locator("html")).to_have_attribute("lang", "zh-hans")
+    assert re.search(r"/operations/[0-9a-f-]{36}/$", page.url), "the language switch left the operation page"
+    if not COMPILED_CATALOG.exists():
+        pytest.skip(f"{COMPILED_CATALOG} is not compiled yet; only the language switch was checked")
+    expect(page.locator(".sidebar")).to_contain_text("节点")
+    expect(page.locator(".card h2").filter(has_text="日志")).to_be_visible()
