@@ -14,6 +14,12 @@ AGENT_INSTALL = "agent.install"
 AGENT_SET_METRICS_INTERVAL = "agent.set_metrics_interval"
 AGENT_INSTALL_AGENT = "agent.install_agent"
 
+AGENT_LAUNCH_DEPLOYMENT = "agent.launch_deployment"
+AGENT_STOP_DEPLOYMENT = "agent.stop_deployment"
+AGENT_PROBE_DEPLOYMENTS = "agent.probe_deployments"
+AGENT_BENCHMARK_DEPLOYMENT = "agent.benchmark_deployment"
+INGEST_DEPLOYMENT_PROBE = "panel.ingest_deployment_probe"
+
 
 def node_queue(node_name: str) -> str:
     return f"node.{node_name}"

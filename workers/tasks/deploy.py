@@ -1,0 +1,263 @@
+"""Agent tasks for deployments: launch an engine, stop it, probe every engine on the node, benchmark one.
+
+Launch and stop are operations (numbered events, a terminal state); the probe is a plain message the
+panel's reconcile loop asks for every few seconds and whose answer goes back with send_to_panel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+
+from workers.ascend.diagnose import diagnose_lines
+from workers.celery_app import app
+from workers.engine import runtime
+from workers.engine.command import build_launch
+from workers.engine.launch_spec import launch_spec_from_payload
+from workers.engine.logstages import STAGE_TITLES, StartupProgress
+from workers.engine.metrics import EngineMetrics, MetricsFormatError, parse_metrics, rates
+from workers.engine.stack import find_stack
+from workers.hosts.local import LocalRunner
+from workers.hosts.sync_loop import run_coroutine_sync
+from workers.i18n import gettext_noop as _
+from workers.task_names import (
+    AGENT_BENCHMARK_DEPLOYMENT,
+    AGENT_LAUNCH_DEPLOYMENT,
+    AGENT_PROBE_DEPLOYMENTS,
+    AGENT_STOP_DEPLOYMENT,
+    INGEST_DEPLOYMENT_PROBE,
+)
+from workers.tasks.operation import run_operation
+
+log = logging.getLogger(__name__)
+
+DEFAULT_START_TIMEOUT_S = 1200.0
+DEFAULT_HEALTH_INTERVAL_S = 0.5
+FOLLOWER_SETTLE_S = 3.0  # a headless follower has no /health: alive this long after start counts
+MAX_LOG_LINES_PER_PROBE = 500
+
+
+class LaunchFailed(Exception):
+    def __init__(self, message: str, hint: str = ""):
+        super().__init__(message)
+        self.hint = hint
+
+
+def _failure_findings(emitter, log_path: str) -> str:
+    """Emit the toolkit's findings for the engine's log as a result event; the first finding's hint."""
+    tail = runtime.tail_lines(log_path, 200)
+    findings = diagnose_lines(tail)
+    emitter.emit("result", findings=findings, log_tail=tail[-40:])
+    return findings[0]["hint"] if findings else _("Read the engine log above for the first error.")
+
+
+async def _launch(emitter, config, payload: dict) -> dict:
+    name = payload["name"]
+    runner = LocalRunner()
+    stack = find_stack(config.host_root)
+    log_path = runtime.log_path_for(config.host_root, name)
+    spec = launch_spec_from_payload(
+        payload["spec"], log_path=log_path, venv_path=stack.venv, set_env_scripts=stack.set_env_scripts
+    )
+    launch = build_launch(spec)
+    follower = spec.multi_node is not None and spec.multi_node.role == "follower"
+
+    existing = runtime.load_record(config.host_root, name)
+    if existing is not None and await runner.is_alive(existing.pid):
+        if existing.argv == launch.argv and (follower or await runtime.is_healthy(existing)):
+            emitter.log(f"engine {name} already runs as pid {existing.pid}; adopting it")
+            emitter.progress(100, STAGE_TITLES["ready"], stage_key="ready")
+            return {"runtime": {**existing.to_dict(), "adopted": True}}
+        emitter.log(
+            f"stopping the earlier engine pid {existing.pid} (its command differs or it is unhealthy)"
+        )
+        await runtime.stop_engine(runner, existing, payload.get("stop_grace_s", 10.0))
+
+    emitter.log("$ " + " ".join(launch.argv))
+    offset = _log_size(log_path)  # earlier runs' lines are not this start's
+    record = await runtime.start_engine(
+        runner, config.host_root, name, launch.argv, launch.env, launch.log_path, spec.port, spec.host
+    )
+    # Tell the panel the pid at once, so a stop during start-up finds the process.
+    emitter.progress(1, STAGE_TITLES["starting"], stage_key="starting", runtime=record.to_dict())
+    progress = StartupProgress()
+    started = time.monotonic()
+    timeout = float(payload.get("start_timeout_s") or DEFAULT_START_TIMEOUT_S)
+    interval = float(payload.get("health_interval_s") or DEFAULT_HEALTH_INTERVAL_S)
+    while True:
+        lines, offset = runtime.read_log(log_path, offset)
+        for line in lines:
+            emitter.log(line)
+            update = progress.feed(line)
+            if update is not None:
+                emitter.progress(
+                    update.percent,
+                    STAGE_TITLES[update.stage],
+                    stage_key=update.stage,
+                    detail=update.detail,
+                    kv_cache_tokens=progress.kv_cache_tokens,
+                    weights_gib=progress.weights_gib,
+                )
+        if not await runner.is_alive(record.pid):
+            lines, offset = runtime.read_log(log_path, offset)
+            for line in lines:
+                emitter.log(line)
+            hint = _failure_findings(emitter, log_path)
+            runtime.forget_record(config.host_root, name)
+            raise LaunchFailed(_("the engine exited during start-up"), hint)
+        if follower:
+            if time.monotonic() - started >= FOLLOWER_SETTLE_S:
+                break
+        elif await runtime.is_healthy(record) and await runtime.serves_models(record):
+            break
+        if time.monotonic() - started > timeout:
+            hint = _failure_findings(emitter, log_path)
+            await runtime.stop_engine(runner, record, payload.get("stop_grace_s", 10.0))
+            runtime.forget_record(config.host_root, name)
+            raise LaunchFailed(
+                _("the engine did not answer /health within {seconds:.0f} s").format(seconds=timeout), hint
+            )
+        await asyncio.sleep(interval)
+    emitter.progress(100, STAGE_TITLES["ready"], stage_key="ready", kv_cache_tokens=progress.kv_cache_tokens)
+    return {
+        "runtime": {**record.to_dict(), "adopted": False, "log_offset": offset},
+        "startup_s": round(time.monotonic() - started, 2),
+        "kv_cache_tokens": progress.kv_cache_tokens,
+    }
+
+
+def _log_size(path: str) -> int:
+    try:
+        with open(path, "rb") as log_file:
+            return log_file.seek(0, 2)
+    except OSError:
+        return 0
+
+
+@app.task(name=AGENT_LAUNCH_DEPLOYMENT)
+def launch_deployment(operation_id: str, payload: dict, start_seq: int = 0) -> None:
+    run_operation(
+        operation_id, start_seq, lambda emitter, config: run_coroutine_sync(_launch(emitter, config, payload))
+    )
+
+
+async def _stop(emitter, config, payload: dict) -> dict:
+    name = payload["name"]
+    runner = LocalRunner()
+    record = runtime.load_record(config.host_root, name)
+    if record is None and payload.get("runtime", {}).get("pid"):
+        record = runtime.EngineRecord.from_dict({"name": name, **payload["runtime"]})
+    if record is None:
+        emitter.log(f"no engine recorded for {name} on this node; nothing to stop")
+        return {"outcome": "not running"}
+    grace = float(payload.get("grace_s", 10.0))
+    emitter.progress(10, _("Stopping the engine (SIGTERM, SIGKILL after {grace:.0f} s)").format(grace=grace))
+    outcome = await runtime.stop_engine(runner, record, grace)
+    runtime.forget_record(config.host_root, name)
+    emitter.log(f"engine {name} pid {record.pid}: {outcome}")
+    return {"outcome": outcome, "pid": record.pid}
+
+
+@app.task(name=AGENT_STOP_DEPLOYMENT)
+def stop_deployment(operation_id: str, payload: dict, start_seq: int = 0) -> None:
+    run_operation(
+        operation_id, start_seq, lambda emitter, config: run_coroutine_sync(_stop(emitter, config, payload))
+    )
+
+
+# The previous scrape of each engine, for rates; the agent process outlives the tasks.
+_last_scrapes: dict[str, tuple[float, EngineMetrics]] = {}
+_scrapes_lock = threading.Lock()
+
+
+def _metrics_message(name: str, text: str) -> dict | None:
+    try:
+        current = parse_metrics(text)
+    except MetricsFormatError:
+        return None
+    now = time.monotonic()
+    with _scrapes_lock:
+        earlier = _last_scrapes.get(name)
+        _last_scrapes[name] = (now, current)
+    message = current.as_dict()
+    if earlier is not None and now - earlier[0] > 0:
+        window = rates(earlier[1], current, now - earlier[0])
+        message.update(
+            window_s=round(window.seconds, 2),
+            prompt_tokens_per_s=window.prompt_tokens_per_second,
+            generation_tokens_per_s=window.generation_tokens_per_second,
+            window_ttft_p50=window.ttft_p50,
+            window_ttft_p95=window.ttft_p95,
+            window_tpot_p50=window.tpot_p50,
+            window_tpot_p95=window.tpot_p95,
+        )
+    return message
+
+
+async def _probe_one(runner: LocalRunner, config, item: dict) -> dict:
+    name = item["name"]
+    record = runtime.load_record(config.host_root, name)
+    if record is None and (item.get("runtime") or {}).get("pid"):
+        record = runtime.EngineRecord.from_dict({"name": name, **item["runtime"]})
+    if record is None:
+        return {"name": name, "recorded": False, "alive": False, "healthy": False, "lines": []}
+    alive = await runner.is_alive(record.pid)
+    follower = bool(item.get("follower"))
+    healthy = alive and (follower or await runtime.is_healthy(record))
+    offset = int(item.get("log_offset") or 0)
+    lines, offset = runtime.read_log(record.log_path, offset)
+    lines = lines[-MAX_LOG_LINES_PER_PROBE:]
+    result = {
+        "name": name,
+        "recorded": True,
+        "alive": alive,
+        "healthy": healthy,
+        "runtime": record.to_dict(),
+        "log_offset": offset,
+        "lines": lines,
+    }
+    if healthy and not follower and item.get("scrape", True):
+        text = await runtime.http_text(f"{record.base_url}/metrics")
+        if text is not None:
+            result["metrics"] = _metrics_message(name, text)
+    if not alive:
+        result["findings"] = diagnose_lines(runtime.tail_lines(record.log_path, 200))
+    return result
+
+
+async def _probe(config, deployments: list[dict]) -> list[dict]:
+    runner = LocalRunner()
+    return list(await asyncio.gather(*(_probe_one(runner, config, item) for item in deployments)))
+
+
+@app.task(name=AGENT_PROBE_DEPLOYMENTS)
+def probe_deployments(request: dict) -> None:
+    """Probe the engines the panel lists and send what was seen back (pid alive, /health, log, metrics)."""
+    from workers.agent import AgentConfig
+    from workers.contracts import utcnow
+    from workers.events import send_to_panel
+
+    config = AgentConfig.from_env()
+    results = run_coroutine_sync(_probe(config, request.get("deployments") or []))
+    send_to_panel(
+        INGEST_DEPLOYMENT_PROBE,
+        {
+            "node": config.node_name,
+            "time": utcnow().isoformat(),
+            "request_id": request.get("request_id"),
+            "results": results,
+        },
+    )
+
+
+@app.task(name=AGENT_BENCHMARK_DEPLOYMENT)
+def benchmark_deployment(operation_id: str, payload: dict, start_seq: int = 0) -> None:
+    from workers.engine.benchmark import run_benchmark
+
+    run_operation(
+        operation_id,
+        start_seq,
+        lambda emitter, config: run_coroutine_sync(run_benchmark(emitter, payload)),
+    )
