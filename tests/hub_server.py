@@ -3,9 +3,9 @@
 Hugging Face:  GET /api/models/{owner}/{name}/revision/{rev}   (siblings with size and lfs.sha256)
                GET /{owner}/{name}/resolve/{rev}/{path}        (Range honoured)
 ModelScope:    GET /api/v1/models/{owner}/{name}/repo/files?Revision=&Recursive=true
-               GET /api/v1/models/{owner}/{name}/repo?Revision=&FilePath=   (302 to a blob URL, Range honoured)
+               GET /api/v1/models/{owner}/{name}/repo?Revision=&FilePath=   (302 to a blob, Range honoured)
 
-`cut_after` makes the next transfer longer than that stop after that many bytes (a dropped connection), once.
+`cut_after`: the next transfer longer than that stops after that many bytes (a dropped connection).
 """
 
 from __future__ import annotations

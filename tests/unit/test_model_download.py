@@ -60,10 +60,12 @@ def test_it_downloads_every_file_with_sizes_and_sha256_checked(hub, tiny_model, 
 def test_the_huggingface_listing_carries_lfs_sha256_and_pins_the_commit(hub):
     files = {f.path: f for f in list_files(HubRepo.of("huggingface", REPO_ID, endpoint=hub.url))}
     shard = next(f for name, f in files.items() if name.endswith(".safetensors"))
-    assert shard.sha256 and len(shard.sha256) == 64
+    assert shard.sha256
+    assert len(shard.sha256) == 64
     assert files["config.json"].sha256 is None
     assert "/resolve/0123456789abcdef" in shard.url  # the listed commit, not "main"
-    assert "pytorch_model.bin" not in files and ".gitattributes" not in files
+    assert "pytorch_model.bin" not in files
+    assert ".gitattributes" not in files
 
 
 def test_a_dropped_connection_resumes_with_a_range_request(hub, tiny_model, tmp_path):
@@ -85,7 +87,8 @@ def test_a_stopped_download_keeps_its_part_file_and_the_next_run_continues_it(hu
     with pytest.raises(DownloadError, match="partial file is kept"):
         download_files(files, tmp_path / "tiny", source="modelscope", should_stop=stop_on_the_third_chunk)
     kept = sum(p.stat().st_size for p in (tmp_path / "tiny.partial").rglob("*") if p.is_file())
-    assert kept > 0 and not (tmp_path / "tiny").exists()
+    assert kept > 0
+    assert not (tmp_path / "tiny").exists()
 
     report = download_files(files, tmp_path / "tiny", source="modelscope")
     assert report["resumed_bytes"] == kept
@@ -106,7 +109,8 @@ def test_it_refuses_to_start_when_the_disk_is_too_small(hub, tmp_path, monkeypat
     with pytest.raises(DownloadError, match="not enough disk space") as caught:
         download_files(files, tmp_path / "tiny", source="huggingface")
     assert caught.value.hint
-    assert not (tmp_path / "tiny.partial").exists() and free > 0
+    assert not (tmp_path / "tiny.partial").exists()
+    assert free > 0
     assert hub.ranges_seen == []
 
 
@@ -129,7 +133,8 @@ def test_hub_facts_come_from_config_and_index_without_the_weights(hub, tiny_mode
     facts = hub_facts(HubRepo.of("modelscope", REPO_ID, endpoint=hub.url))
     local = inspect_model(tiny_model)
     assert facts["architecture"] == local["architecture"]
-    assert facts["num_layers"] == local["num_layers"] and facts["num_kv_heads"] == local["num_kv_heads"]
+    assert facts["num_layers"] == local["num_layers"]
+    assert facts["num_kv_heads"] == local["num_kv_heads"]
     assert facts["weights_bytes"] >= local["weights_bytes"]  # index total_size or the shard files
     assert facts["has_tokenizer"] is True
     assert facts["download_bytes"] > facts["weights_bytes"]
@@ -138,6 +143,7 @@ def test_hub_facts_come_from_config_and_index_without_the_weights(hub, tiny_mode
 def test_an_unknown_repository_is_a_hub_error_with_a_hint(hub):
     with pytest.raises(HubError) as caught:
         list_files(HubRepo.of("modelscope", "nobody/nothing", endpoint=hub.url))
-    assert "404" in str(caught.value) and caught.value.hint
+    assert "404" in str(caught.value)
+    assert caught.value.hint
     with pytest.raises(HubError):
         HubRepo.of("huggingface", "../etc/passwd")

@@ -253,6 +253,7 @@ def _verify_sha256(path: Path, hub_file: HubFile, actual_hex: str) -> None:
     if actual_hex != hub_file.sha256:
         path.unlink()
         raise DownloadError(
-            f"{hub_file.path}: sha256 {actual_hex} differs from the hub's {hub_file.sha256}; the file was removed",
+            f"{hub_file.path}: sha256 {actual_hex} differs from the hub's {hub_file.sha256}; "
+            "the file was removed",
             hint=_("Start the download again; if it repeats, the mirror serves a corrupted copy."),
         )
