@@ -1,0 +1,282 @@
+"""Preflight and install as operations (agent.preflight, agent.install).
+
+Both take `request`, a dict the panel builds (panel.provisioning.services):
+    profile           a vllm-ascend release of the matrix ("0.11.0") or "cpu"
+    driver_version, firmware_version   of the driver / firmware .run files in the package store (or None)
+    pip               {"wheelhouse": true} or {"index_url": ..., "extra_index_urls": [...]}
+    packages          the store's candidate files [{"name", "kind", "version", "sha256", "size", "url"}]
+    download_token    authenticates this operation's downloads from the panel
+    allow_reboot      may the reboot step reboot the host
+    plan, resume_from (install only) the plan to reuse and the step to start from
+
+Preflight changes nothing on the host. Install runs idempotent steps (check -> do -> verify), reports each
+step as a "step" event, progress as steps done, reads the cancel flag between steps, and on a failure
+gives the step's diagnosis as the hint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import uuid
+from pathlib import PurePosixPath
+
+from workers.ascend.compat import cpu_profile, profile_for
+from workers.ascend.diagnose import diagnose
+from workers.cancellation import cancel_requested
+from workers.celery_app import app
+from workers.i18n import gettext_noop as _
+from workers.steps.base import RebootRequired, StepContext, StepFailed, StepSpec, run_step
+from workers.steps.install import build_step
+from workers.steps.plan import STACK_RECORD, InstallOptions, PlanError, plan_cpu_install, plan_install
+from workers.steps.preflight import FAIL, item, run_preflight, worst
+from workers.task_names import AGENT_INSTALL, AGENT_PREFLIGHT
+from workers.tasks.install_host import HostPaths, collect_host_state, installed_versions
+from workers.tasks.install_preflight_cpu import cpu_checklist
+from workers.tasks.install_sources import FetchPackagesStep, needed_files, pip_source, probe_index
+from workers.tasks.operation import OperationCancelled, run_operation
+
+CPU = "cpu"
+TAIL_LINES = 40  # log lines of a failed step that diagnose reads
+
+
+class InstallFailed(Exception):
+    def __init__(self, message: str, hint: str = ""):
+        super().__init__(message)
+        self.hint = hint
+
+
+def choose_profile(name: str):
+    if name == CPU:
+        return cpu_profile()
+    profile = profile_for(name)
+    if profile is None:
+        raise InstallFailed(
+            _("No profile {name} in the compatibility matrix").format(name=name),
+            _("Pick one of the rows on the Stack profiles page."),
+        )
+    return profile
+
+
+def options_for(request: dict, paths: HostPaths) -> InstallOptions:
+    return InstallOptions(
+        packages_dir=paths.packages_dir,
+        ascend_root=paths.ascend_root,
+        venv_root=paths.venv_root,
+        work_dir=paths.work_dir,
+        driver_version=request.get("driver_version") or None,
+        firmware_version=request.get("firmware_version") or None,
+        pip=pip_source(request.get("pip") or {}, paths.wheelhouse),
+        python=request.get("python") or None,
+        allow_reboot=bool(request.get("allow_reboot")),
+    )
+
+
+def make_plan(state: dict, profile, options: InstallOptions) -> list[StepSpec]:
+    if getattr(profile, "vllm_ascend", None) is None:
+        return plan_cpu_install(state, profile, options)
+    return plan_install(state, profile, options)
+
+
+def venv_of(profile, paths: HostPaths) -> str:
+    return str(PurePosixPath(paths.venv_root) / profile.name)
+
+
+def read_state(config, request: dict, emitter):
+    paths = HostPaths.for_host(config.host_root, config.ascend_root)
+    profile = choose_profile(str(request.get("profile") or ""))
+    options = options_for(request, paths)
+    emitter.progress(2, _("Reading host facts and versions"))
+    state = asyncio.run(
+        collect_host_state(
+            config.runner(),
+            config.host_root,
+            paths,
+            venv=venv_of(profile, paths),
+            cann=getattr(profile, "cann", None),
+        )
+    )
+    return paths, profile, options, state
+
+
+# --- preflight ----------------------------------------------------------------------------------------
+
+
+def preflight_body(request: dict):
+    def body(emitter, config) -> dict:
+        paths, profile, options, state = read_state(config, request, emitter)
+        emitter.progress(50, _("Planning the install"))
+        checklist, steps = [], []
+        try:
+            steps = make_plan(state, profile, options)
+        except PlanError as error:
+            checklist.append(
+                item(
+                    "plan",
+                    FAIL,
+                    str(error),
+                    _("Upload what it names to the package store, then run the checks again."),
+                )
+            )
+        offered = request.get("packages") or []
+        on_host = set(os.listdir(paths.packages_dir)) if os.path.isdir(paths.packages_dir) else set()
+        state["packages_present"] = sorted(on_host | {f["name"] for f in offered})
+        wheelhouse = bool((request.get("pip") or {}).get("wheelhouse"))
+        state["offline_bundle"] = wheelhouse and any(f["kind"] == "wheel" for f in offered)
+        if not wheelhouse and any(s.kind == "pip_install" for s in steps):
+            emitter.progress(70, _("Probing the package index"))
+            state["mirror_reachable"] = probe_index(options.pip.index_url)
+        if profile.name == CPU:
+            checklist += cpu_checklist(state, profile, steps, options)
+        else:
+            checklist += run_preflight(state, profile, steps, options)
+        for entry in checklist:
+            emitter.log(f"[{entry['status'].upper()}] {entry['check']}: {entry['detail']}")
+        emitter.progress(100, _("Checks complete"))
+        return {
+            "profile": str(request.get("profile")),
+            "checklist": checklist,
+            "worst": worst(checklist),
+            "plan": [spec.to_dict() for spec in steps],
+            "host": {key: state.get(key) for key in ("arch", "chip", "npu_count", "driver", "cann")},
+        }
+
+    return body
+
+
+@app.task(name=AGENT_PREFLIGHT)
+def preflight(operation_id: str, start_seq: int = 0, request: dict | None = None) -> None:
+    run_operation(operation_id, start_seq, preflight_body(request or {}))
+
+
+# --- install ------------------------------------------------------------------------------------------
+
+
+class StepRunner:
+    """Runs the steps one by one: events per step, progress as steps done, cancel between steps."""
+
+    def __init__(self, operation_id: str, emitter, ctx_args: dict):
+        self.operation_id, self.emitter = operation_id, emitter
+        self.lines: dict[str, list[str]] = {}
+        self.ctx = StepContext(emit=self.emit, **ctx_args)
+
+    def emit(self, kind: str, payload: dict) -> None:
+        if kind == "log":
+            self.lines.setdefault(payload["step"], []).append(payload["line"])
+            self.emitter.log(f"[{payload['step']}] {payload['line']}", stream=payload.get("stream", "stdout"))
+        elif kind == "state":
+            # Not the operation's "state" kind: a step's state must never end the operation.
+            self.emitter.emit("step", **payload)
+
+    def hint_for(self, error: StepFailed) -> tuple[str, list[dict]]:
+        tail = self.lines.get(error.step, [])[-TAIL_LINES:]
+        findings = diagnose("\n".join([*tail, error.output_tail]))
+        hints = [error.hint] if error.hint else []
+        hints += [f"{f['title']}: {f['hint']}" for f in findings if f["hint"] not in hints]
+        return "\n".join(hints), findings
+
+    async def run(self, steps: list, start: int, simulate_reboot: bool) -> dict[str, str]:
+        outcome: dict[str, str] = {}
+        total = len(steps)
+        index = start
+        while index < total:
+            step = steps[index]
+            if cancel_requested(self.operation_id):
+                self.emitter.log(_("Cancelled before step {name}").format(name=step.name))
+                raise OperationCancelled(
+                    _("Cancelled before step {name} ({title})").format(name=step.name, title=step.title)
+                )
+            percent = 100 * index / total
+            self.emitter.progress(percent, step.title, step=step.name, index=index, total=total)
+            try:
+                outcome[step.name] = await run_step(step, self.ctx)
+            except RebootRequired:
+                self.emitter.progress(
+                    percent, _("Waiting for the node to come back after its reboot"), step=step.name
+                )
+                if not simulate_reboot:
+                    raise
+                self.simulate_reboot(step)
+                continue  # the same step again: it now finds the reboot done
+            except StepFailed as error:
+                hint, findings = self.hint_for(error)
+                self.emitter.emit(
+                    "step_failure", step=error.step, findings=findings, output_tail=error.output_tail
+                )
+                raise InstallFailed(str(error), hint) from error
+            index += 1
+        return outcome
+
+    def simulate_reboot(self, step) -> None:
+        """A sim host cannot reboot: mark the boot that asked as an earlier one, as a real reboot would."""
+        with open(step.marker, "w", encoding="utf-8") as handle:
+            handle.write(f"sim-boot-before-reboot-{uuid.uuid4()}\n")
+        self.emitter.log(_("Sim host: simulated the reboot (the node has a new boot id)"))
+
+
+def install_body(operation_id: str, request: dict):
+    def body(emitter, config) -> dict:
+        paths, profile, options, state = read_state(config, request, emitter)
+        if request.get("plan") is not None:
+            plan = [StepSpec(**spec) for spec in request["plan"]]
+        else:
+            try:
+                plan = make_plan(state, profile, options)
+            except PlanError as error:
+                raise InstallFailed(
+                    str(error), _("Run the preflight checks; they list what is missing.")
+                ) from error
+        files = needed_files(plan, request.get("packages") or [], bool(options.pip.wheelhouse))
+        fetch = FetchPackagesStep(
+            files, paths.packages_dir, paths.wheelhouse, request.get("download_token", "")
+        )
+        steps = [fetch, *(build_step(spec) for spec in plan)]
+        emitter.emit(
+            "plan",
+            profile=profile.name,
+            steps=[{"name": s.name, "title": s.title} for s in steps],
+            specs=[spec.to_dict() for spec in plan],
+        )
+        names = [s.name for s in steps]
+        resume_from = request.get("resume_from")
+        if resume_from and resume_from not in names:
+            raise InstallFailed(
+                _("The plan has no step {name}").format(name=resume_from),
+                _("Start a new install instead of resuming."),
+            )
+        start = names.index(resume_from) if resume_from else 0
+        venv = venv_of(profile, paths)
+        host = config.runner()
+        runner = StepRunner(
+            operation_id,
+            emitter,
+            {
+                "runner": host,
+                "ascend_root": paths.ascend_root,
+                "packages_dir": paths.packages_dir,
+                "work_dir": paths.work_dir,
+                "venv": venv,
+                "pip": options.pip,
+            },
+        )
+        simulated = bool(os.environ.get("ASCEND_PANEL_SIM_ROOT"))
+
+        async def run_and_read() -> dict:
+            outcome = await runner.run(steps, start, simulate_reboot=simulated)
+            emitter.progress(99, _("Reading the installed versions"))
+            record = next((s.params["record"] for s in plan if s.kind == "record_stack"), None)
+            if record is None:  # nothing to do: the host already had this stack
+                text = await host.read_text(str(PurePosixPath(venv) / STACK_RECORD))
+                record = json.loads(text) if text else {}
+            versions = await installed_versions(host, paths.ascend_root, venv)
+            return {"profile": profile.name, "stack": record, "versions": versions, "outcome": outcome}
+
+        return asyncio.run(run_and_read())
+
+    return body
+
+
+@app.task(name=AGENT_INSTALL)
+def install(operation_id: str, start_seq: int = 0, request: dict | None = None) -> None:
+    run_operation(operation_id, start_seq, install_body(operation_id, request or {}))
