@@ -9,6 +9,10 @@ from workers.events import EventEmitter
 log = logging.getLogger(__name__)
 
 
+class OperationCancelled(Exception):
+    """Raised by a task body that stopped because the panel asked it to; ends the operation cancelled."""
+
+
 def run_operation(operation_id: str, start_seq: int, body, target: dict | None = None) -> None:
     """Run `body(emitter, config)` and always end the operation with a terminal state event.
 
@@ -20,6 +24,9 @@ def run_operation(operation_id: str, start_seq: int, body, target: dict | None =
     emitter.emit("state", state="running")
     try:
         result = body(emitter, config) or {}
+    except OperationCancelled as exc:
+        emitter.finish("cancelled", error=str(exc), hint=getattr(exc, "hint", "") or "")
+        return
     except Exception as exc:
         log.exception("operation %s failed", operation_id)
         for line in traceback.format_exc().splitlines()[-8:]:
