@@ -20,6 +20,13 @@ AGENT_PROBE_DEPLOYMENTS = "agent.probe_deployments"
 AGENT_BENCHMARK_DEPLOYMENT = "agent.benchmark_deployment"
 INGEST_DEPLOYMENT_PROBE = "panel.ingest_deployment_probe"
 
+AGENT_INSPECT_MODEL = "agent.inspect_model"
+AGENT_DOWNLOAD_MODEL = "agent.download_model"
+AGENT_CONVERT_MODEL = "agent.convert_model"
+AGENT_ATC_MODEL = "agent.atc_model"
+AGENT_COPY_MODEL = "agent.copy_model"
+AGENT_DELETE_MODEL = "agent.delete_model"
+
 
 def node_queue(node_name: str) -> str:
     return f"node.{node_name}"

@@ -4,3 +4,4 @@ from workers.tasks import install, inventory  # noqa: F401
 from workers.tasks import metrics  # noqa: F401
 from workers.tasks import install_agent  # noqa: F401
 from workers.tasks import deploy  # noqa: F401
+from workers.tasks import models  # noqa: F401

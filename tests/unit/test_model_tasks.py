@@ -1,0 +1,167 @@
+"""Model task bodies on a host tree (real files, real quantizer), the path guard, and the argv builders."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from workers.events import EventEmitter
+from workers.models.commands import (
+    CommandInputError,
+    atc_argv,
+    msmodelslim_argv,
+    parse_rsync_progress,
+    rsync_argv,
+    soc_version_for,
+)
+from workers.models.node_paths import UnsafePathError, checked_model_dir, is_inside
+from workers.models.tiny import make_tiny_model
+from workers.tasks.models import ModelTaskError, convert_body, delete_body, inspect_body
+
+ROOT = "/data/models"
+
+
+@pytest.fixture
+def host(tmp_path):
+    sent = []
+    emitter = EventEmitter("op", "n", send=lambda _name, batch: sent.append(batch))
+    config = SimpleNamespace(host_root=str(tmp_path), node_name="n", ascend_root=str(tmp_path / "Ascend"))
+    make_tiny_model(tmp_path / "data/models/tiny", arch="qwen2")
+    return SimpleNamespace(root=tmp_path, emitter=emitter, config=config, sent=sent)
+
+
+def events(host):
+    host.emitter.flush()
+    return [e for batch in host.sent for e in batch["events"]]
+
+
+def test_inspect_reads_a_node_path_under_the_host_root(host):
+    result = inspect_body(host.emitter, host.config, path="/data/models/tiny")
+    assert result["format"] == "hf"
+    assert result["facts"]["architecture"] == "Qwen2ForCausalLM"
+    assert result["size_bytes"] > 0
+
+
+def test_inspect_of_a_folder_without_config_fails_with_a_hint(host):
+    (host.root / "data/models/empty").mkdir()
+    with pytest.raises(ModelTaskError) as caught:
+        inspect_body(host.emitter, host.config, path="/data/models/empty")
+    assert caught.value.hint
+
+
+def test_quantize_writes_a_verified_w8a8_artifact_and_reports_progress(host):
+    result = convert_body(
+        host.emitter,
+        host.config,
+        source_path="/data/models/tiny",
+        path="/data/models/tiny-w8a8",
+        models_root=ROOT,
+        target="w8a8_dynamic",
+    )
+    assert result["format"] == "w8a8_dynamic"
+    assert result["verification"]["passed"] is True
+    assert 0 < result["verification"]["max_relative_error"] <= result["verification"]["bound"]
+    assert result["verification"]["relative_error_by_tensor"]
+    percents = [e["payload"]["percent"] for e in events(host) if e["kind"] == "progress"]
+    assert percents == sorted(percents)
+    assert percents[-1] == 100
+
+
+def test_conversion_refuses_a_destination_outside_the_models_root(host):
+    with pytest.raises(UnsafePathError):
+        convert_body(
+            host.emitter,
+            host.config,
+            source_path="/data/models/tiny",
+            path="/etc/evil",
+            models_root=ROOT,
+            target="w8a8_dynamic",
+        )
+
+
+def test_delete_removes_the_folder_and_its_leftovers_but_never_outside_the_root(host):
+    (host.root / "data/models/tiny.partial").mkdir()
+    result = delete_body(host.emitter, host.config, path="/data/models/tiny", models_root=ROOT)
+    assert sorted(result["removed"]) == ["tiny", "tiny.partial"]
+    assert not (host.root / "data/models/tiny").exists()
+    for outside in ("/data/models", "/data", "/data/models/../other", "relative/path"):
+        with pytest.raises(UnsafePathError):
+            delete_body(host.emitter, host.config, path=outside, models_root=ROOT)
+
+
+def test_a_symlink_inside_the_root_that_leads_outside_is_refused(host):
+    (host.root / "elsewhere").mkdir()
+    (host.root / "data/models/link").symlink_to(host.root / "elsewhere")
+    with pytest.raises(UnsafePathError, match="resolves to"):
+        checked_model_dir(str(host.root), "/data/models/link", ROOT)
+    assert (host.root / "elsewhere").is_dir()
+
+
+def test_is_inside_needs_a_path_strictly_below_the_root():
+    assert is_inside("/data/models/a", "/data/models/")
+    assert not is_inside("/data/models", "/data/models")
+    assert not is_inside("/data/modelsX/a", "/data/models")
+
+
+def test_atc_argv_carries_framework_soc_and_shape_as_single_arguments():
+    argv = atc_argv("/m/yolo.onnx", "/m/out/model", "Ascend310P3", "images:1,3,640,640", "NCHW")
+    assert argv == [
+        "atc",
+        "--model=/m/yolo.onnx",
+        "--framework=5",
+        "--output=/m/out/model",
+        "--soc_version=Ascend310P3",
+        "--input_format=NCHW",
+        "--input_shape=images:1,3,640,640",
+        "--log=error",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("field", "kwargs"),
+    [
+        ("soc_version", {"soc_version": "910B; rm -rf /"}),
+        ("input_shape", {"input_shape": "images:1,3 --framework=0"}),
+        ("input_format", {"input_format": "BGR"}),
+    ],
+)
+def test_atc_argv_refuses_input_it_cannot_take(field, kwargs):
+    arguments = {"soc_version": "Ascend910B3", "input_shape": "x:1,3", "input_format": "NCHW", **kwargs}
+    with pytest.raises(CommandInputError, match=field):
+        atc_argv("/m/a.onnx", "/m/out/model", **arguments)
+
+
+def test_the_soc_version_comes_from_the_npu_smi_chip_name():
+    assert soc_version_for("910B3") == "Ascend910B3"
+    assert soc_version_for("310P3") == "Ascend310P3"
+    with pytest.raises(CommandInputError):
+        soc_version_for("")
+
+
+def test_msmodelslim_and_rsync_argv():
+    assert msmodelslim_argv("/m/q", "/m/q-w8a8", "w8a8", "cpu") == [
+        "msmodelslim",
+        "quant",
+        "--model_path",
+        "/m/q",
+        "--save_path",
+        "/m/q-w8a8",
+        "--device",
+        "cpu",
+        "--quant_type",
+        "w8a8",
+    ]
+    argv = rsync_argv("/data/models/q", "ascend", "10.0.0.2", "/data/models/q", 2222)
+    assert argv[:4] == ["rsync", "-a", "--partial", "--info=progress2"]
+    assert argv[-3:] == ["ssh -p 2222 -o BatchMode=yes", "/data/models/q/", "ascend@10.0.0.2:/data/models/q/"]
+    with pytest.raises(CommandInputError):
+        rsync_argv("/data/models/q", "ascend", "-oProxyCommand=x", "/data/models/q")
+
+
+def test_rsync_progress2_lines_are_parsed():
+    assert parse_rsync_progress("  1,234,567  42%   10.50MB/s    0:01:02") == (
+        1234567,
+        42,
+        "10.50MB/s",
+        "0:01:02",
+    )
+    assert parse_rsync_progress("sending incremental file list") is None

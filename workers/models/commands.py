@@ -1,0 +1,124 @@
+"""argv builders for the external model tools: ATC (ONNX → .om), msModelSlim (quantization) and rsync.
+
+Each checks its inputs and refuses anything that could be read as an option or is not what the tool takes,
+so nothing a user typed changes the command's meaning. Nothing here runs a command.
+"""
+
+from __future__ import annotations
+
+import re
+
+from workers.models.node_paths import normalise
+
+ATC_FRAMEWORK_ONNX = "5"
+ATC_INPUT_FORMATS = ("NCHW", "NHWC", "ND", "NCDHW", "NDHWC")
+# name:d,d,d[;name:d,d] — dims are positive, or -1 for a dynamic dimension.
+INPUT_SHAPE = re.compile(
+    r"[A-Za-z0-9_.:/-]+?:(-1|\d+)(,(-1|\d+))*(;[A-Za-z0-9_.:/-]+?:(-1|\d+)(,(-1|\d+))*)*\Z"
+)
+SOC_VERSION = re.compile(r"Ascend[0-9A-Za-z]+\Z")
+MSMODELSLIM_QUANT_TYPES = ("w8a8", "w8a16", "w4a16", "w8a8s")
+MSMODELSLIM_DEVICES = ("npu", "cpu")
+SSH_USER = re.compile(r"[a-z_][a-z0-9_-]{0,31}\Z")
+SSH_HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,252}\Z|\[?[0-9A-Fa-f:]+\]?\Z")
+
+
+class CommandInputError(ValueError):
+    """An input a tool cannot take; the message names the field and the accepted form."""
+
+
+def soc_version_for(npu_name: str) -> str:
+    """ATC's --soc_version from npu-smi's chip name: 910B3 → Ascend910B3, 310P3 → Ascend310P3."""
+    name = (npu_name or "").strip()
+    soc = name if name.startswith("Ascend") else f"Ascend{name}"
+    if not name or not SOC_VERSION.match(soc):
+        raise CommandInputError(
+            f"cannot tell the SoC version from the NPU name {npu_name!r}; run an inventory"
+        )
+    return soc
+
+
+def atc_argv(
+    onnx_path: str, output_prefix: str, soc_version: str, input_shape: str = "", input_format: str = "NCHW"
+) -> list[str]:
+    """`atc` converting ONNX model onnx_path into output_prefix.om for the SoC soc_version."""
+    if not SOC_VERSION.match(soc_version):
+        raise CommandInputError(f"soc_version must look like Ascend910B3 or Ascend310P3, not {soc_version!r}")
+    if input_format not in ATC_INPUT_FORMATS:
+        raise CommandInputError(f"input_format must be one of {', '.join(ATC_INPUT_FORMATS)}")
+    if input_shape and not INPUT_SHAPE.match(input_shape):
+        raise CommandInputError(
+            f"input_shape must be name:dims like images:1,3,640,640 (several joined by ;), "
+            f"not {input_shape!r}"
+        )
+    if not onnx_path.endswith(".onnx"):
+        raise CommandInputError(f"{onnx_path} is not an .onnx file")
+    argv = [
+        "atc",
+        f"--model={normalise(onnx_path)}",
+        f"--framework={ATC_FRAMEWORK_ONNX}",
+        f"--output={normalise(output_prefix)}",
+        f"--soc_version={soc_version}",
+        f"--input_format={input_format}",
+    ]
+    if input_shape:
+        argv.append(f"--input_shape={input_shape}")
+    return [*argv, "--log=error"]
+
+
+def msmodelslim_argv(
+    model_path: str, save_path: str, quant_type: str = "w8a8", device: str = "npu"
+) -> list[str]:
+    """msModelSlim's one-line quantization (`msmodelslim quant ...`)."""
+    if quant_type not in MSMODELSLIM_QUANT_TYPES:
+        raise CommandInputError(f"quant_type must be one of {', '.join(MSMODELSLIM_QUANT_TYPES)}")
+    if device not in MSMODELSLIM_DEVICES:
+        raise CommandInputError("device must be npu or cpu")
+    return [
+        "msmodelslim",
+        "quant",
+        "--model_path",
+        normalise(model_path),
+        "--save_path",
+        normalise(save_path),
+        "--device",
+        device,
+        "--quant_type",
+        quant_type,
+    ]
+
+
+def rsync_argv(source_path: str, user: str, host: str, target_path: str, ssh_port: int = 22) -> list[str]:
+    """rsync pushing folder source_path to host:target_path over SSH, keeping partial files on a drop.
+
+    BatchMode makes a missing key fail at once instead of waiting for a password nobody will type."""
+    if user and not SSH_USER.match(user):
+        raise CommandInputError(f"{user!r} is not a valid SSH user name")
+    if not SSH_HOST.match(host or ""):
+        raise CommandInputError(f"{host!r} is not a host name or IP address; set the target node's address")
+    if not 0 < int(ssh_port) < 65536:
+        raise CommandInputError(f"ssh port {ssh_port} is out of range")
+    remote = f"{user}@{host}" if user else host
+    return [
+        "rsync",
+        "-a",
+        "--partial",
+        "--info=progress2",
+        "--mkpath",
+        "-e",
+        f"ssh -p {int(ssh_port)} -o BatchMode=yes",
+        # The trailing slash copies the folder's contents into target_path rather than a folder inside it.
+        normalise(source_path).rstrip("/") + "/",
+        f"{remote}:{normalise(target_path)}/",
+    ]
+
+
+RSYNC_PROGRESS = re.compile(r"^\s*([\d,]+)\s+(\d+)%\s+(\S+/s)\s+(\S+)")
+
+
+def parse_rsync_progress(line: str) -> tuple[int, int, str, str] | None:
+    """(bytes, percent, rate, eta) from an rsync --info=progress2 line, or None."""
+    match = RSYNC_PROGRESS.match(line)
+    if not match:
+        return None
+    return int(match.group(1).replace(",", "")), int(match.group(2)), match.group(3), match.group(4)
