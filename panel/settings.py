@@ -179,6 +179,11 @@ PANEL_BROWSER_EVENTS_PER_SECOND = env.int("PANEL_BROWSER_EVENTS_PER_SECOND", def
 PANEL_SECRETS_KEY = _read_secret("PANEL_SECRETS_KEY", default="")
 PANEL_METRICS_ALLOW = env.list("PANEL_METRICS_ALLOW", default=["127.0.0.1", "::1"])
 PANEL_METRICS_TOKEN = _read_secret("PANEL_METRICS_TOKEN", default="")
+# Models: where model folders live on nodes (downloads, conversions; deletes never leave it) and the hub
+# endpoints the agents use (an internal mirror on air-gapped sites).
+PANEL_MODELS_ROOT = env.str("PANEL_MODELS_ROOT", default="/data/models")
+PANEL_HF_ENDPOINT = env.str("PANEL_HF_ENDPOINT", default="https://huggingface.co")
+PANEL_MODELSCOPE_ENDPOINT = env.str("PANEL_MODELSCOPE_ENDPOINT", default="https://www.modelscope.cn")
 
 LOGGING = {
     "version": 1,

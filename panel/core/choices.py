@@ -71,6 +71,10 @@ class OperationKind(models.TextChoices):
     INSTALL = "install", _("Install")
     DOWNLOAD = "download", _("Model download")
     CONVERT = "convert", _("Model conversion")
+    INSPECT_MODEL = "model_inspect", _("Model inspection")
+    COPY_MODEL = "model_copy", _("Model copy")
+    DELETE_MODEL = "model_delete", _("Model deletion")
+    ATC = "model_atc", _("ATC conversion")
     DEPLOY = "deploy", _("Deploy")
     STOP = "stop", _("Stop deployment")
 
