@@ -40,6 +40,14 @@ class Node(TimestampedModel):
     ssh_username = models.CharField(max_length=64, blank=True)
     ssh_secret = models.TextField(blank=True, help_text="Encrypted key or password (panel.core.secrets).")
     ssh_host_key_fingerprint = models.CharField(max_length=128, blank=True)
+    ssh_env = models.JSONField(
+        _("environment for SSH commands"),
+        default=dict,
+        blank=True,
+        help_text=_("Added to every command run over SSH, e.g. PATH when npu-smi is outside the login PATH."),
+    )
+    ssh_host_root = models.CharField(_("host root"), max_length=255, default="/")
+    ssh_ascend_root = models.CharField(_("Ascend root"), max_length=255, default="/usr/local/Ascend")
 
     class Meta:
         ordering = ["name"]
@@ -82,6 +90,10 @@ class Npu(TimestampedModel):
 
     def __str__(self):
         return f"{self.node.name} NPU {self.npu_id}/{self.chip_id}"
+
+    @property
+    def health_colour(self) -> str:
+        return NpuHealth.colour(self.health)
 
     @property
     def device_memory_mb(self) -> int | None:

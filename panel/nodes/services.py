@@ -1,4 +1,5 @@
-"""Use-cases for nodes: heartbeats, inventory results, the offline sweep."""
+"""Use-cases for nodes: heartbeats, inventory results, the offline sweep. Adding, cordoning and removing
+nodes are in panel.nodes.lifecycle."""
 
 import logging
 from datetime import timedelta
@@ -39,6 +40,13 @@ def record_heartbeat(data: dict) -> Node | None:
             if node is None:
                 log.warning("heartbeat from unknown node %r without a valid join token ignored", beat.node)
                 return None
+        if node.transport == NodeTransport.SSH and beat.join_token:
+            from panel.nodes.join import claim_join_token
+
+            # The agent installed over SSH has registered: from now on the node runs its own tasks.
+            if claim_join_token(beat):
+                node.transport = NodeTransport.AGENT
+                node.save(update_fields=["transport", "updated"])
         was = node.status
         node.last_heartbeat = timezone.now()
         node.heartbeat_interval = beat.interval_s
@@ -49,6 +57,9 @@ def record_heartbeat(data: dict) -> Node | None:
         )
         if was != NodeStatus.ONLINE:
             _announce(node)
+            from panel.monitoring.alerts import node_came_back
+
+            node_came_back(node)
     return node
 
 
@@ -66,6 +77,9 @@ def mark_silent_nodes_offline(now=None) -> list[str]:
                 if updated:
                     node.status = NodeStatus.OFFLINE
                     _announce(node)
+                    from panel.monitoring.alerts import node_went_offline
+
+                    node_went_offline(node)
                     changed.append(node.name)
     return changed
 

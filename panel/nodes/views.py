@@ -1,33 +1,209 @@
 from django.contrib import messages
+from django.core.exceptions import ValidationError
+from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.utils.translation import gettext as _
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_GET, require_POST
 
-from panel.accounts.roles import OPERATOR, VIEWER
+from panel.accounts.roles import ADMIN, OPERATOR, VIEWER, has_role
+from panel.core.choices import NodeStatus, NodeTransport
 from panel.core.views import role_required
-from panel.nodes.models import Node
-from panel.nodes.operations import start_inventory
+from panel.nodes import lifecycle
+from panel.nodes.agent_package import INSTALL_SCRIPT, UNIT_FILE, agent_sdist
+from panel.nodes.filtersets import NodeFilterSet
+from panel.nodes.forms import NodeAddForm, NodeSettingsForm
+from panel.nodes.join import agent_broker_url, join_command
+from panel.nodes.models import JoinToken, Node
+from panel.nodes.operations import start_install_agent, start_inventory
+from panel.nodes.presentation import facts_view, inventory_changes_view, versions_view
+from panel.nodes.ssh import host_key_fingerprint
+
+
+def _node(request, name):
+    return get_object_or_404(Node.objects.visible_to(request.user), name=name)
+
+
+def _panel_url(request) -> str:
+    return request.build_absolute_uri("/").rstrip("/")
 
 
 @role_required(VIEWER)
 def node_list(request):
-    nodes = Node.objects.visible_to(request.user).prefetch_related("npus")
-    return render(request, "nodes/list.html", {"nodes": nodes})
+    filterset = NodeFilterSet(
+        request.GET, queryset=Node.objects.visible_to(request.user).prefetch_related("npus")
+    )
+    waiting = JoinToken.objects.filter(used__isnull=True, expires__gt=timezone.now()).exclude(
+        node_name__in=Node.objects.values("name")
+    )
+    return render(
+        request,
+        "nodes/list.html",
+        {
+            "nodes": filterset.qs,
+            "filter": filterset,
+            "waiting": waiting.order_by("node_name"),
+            "is_admin": has_role(request.user, ADMIN),
+        },
+    )
 
 
 @role_required(VIEWER)
 def node_detail(request, name):
-    node = get_object_or_404(Node.objects.visible_to(request.user), name=name)
-    operations = node.operations.select_related("created_by")[:20]
+    node = _node(request, name)
     return render(
-        request, "nodes/detail.html", {"node": node, "npus": node.npus.all(), "operations": operations}
+        request,
+        "nodes/detail.html",
+        {
+            "node": node,
+            "npus": node.npus.all(),
+            "operations": node.operations.select_related("created_by")[:20],
+            "deployments": node.deployments.order_by("name"),
+            "facts": facts_view(node.facts),
+            "versions": versions_view(node.versions),
+            "changes": inventory_changes_view(node.inventory_changes),
+            "is_admin": has_role(request.user, ADMIN),
+            "status_labels": {value: str(label) for value, label in NodeStatus.choices},
+        },
     )
+
+
+@role_required(ADMIN)
+def node_add(request):
+    form = NodeAddForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            if data["transport"] == NodeTransport.AGENT:
+                pending = lifecycle.add_agent_node(name=data["name"], user=request.user)
+                command = join_command(
+                    _panel_url(request), pending.name, pending.token, agent_broker_url(request.get_host())
+                )
+                return render(request, "nodes/join.html", {"pending": pending, "command": command})
+            node, _fingerprint = lifecycle.add_ssh_node(
+                name=data["name"],
+                address=data["address"],
+                port=data["port"],
+                username=data["username"],
+                client_key=data["client_key"],
+                password=data["password"],
+                user=request.user,
+            )
+            return redirect("nodes:confirm-host-key", name=node.name)
+        except ValidationError as error:
+            form.add_error(None, error)
+    return render(request, "nodes/add.html", {"form": form})
+
+
+@role_required(ADMIN)
+def confirm_host_key(request, name):
+    node = _node(request, name)
+    if request.method == "POST":
+        try:
+            operation = lifecycle.confirm_host_key(
+                node, request.POST.get("fingerprint", ""), user=request.user
+            )
+        except (ValidationError, lifecycle.NodeActionRefused) as error:
+            messages.error(request, " ".join(getattr(error, "messages", [str(error)])))
+            return redirect("nodes:confirm-host-key", name=node.name)
+        messages.success(
+            request, _("Host key confirmed; inventory of %(node)s started.") % {"node": node.name}
+        )
+        return redirect("operations:detail", pk=operation.pk)
+    fingerprint, error = "", ""
+    try:
+        fingerprint = host_key_fingerprint(node.address, node.ssh_port)
+    except ValidationError as failure:
+        error = " ".join(failure.messages)
+    return render(
+        request, "nodes/confirm_host_key.html", {"node": node, "fingerprint": fingerprint, "error": error}
+    )
+
+
+@role_required(ADMIN)
+def node_settings(request, name):
+    node = _node(request, name)
+    form = NodeSettingsForm(request.POST or None, initial=NodeSettingsForm.initial_for(node))
+    if request.method == "POST" and form.is_valid():
+        try:
+            lifecycle.update_settings(node, **form.cleaned_data)
+        except ValidationError as error:
+            form.add_error(None, error)
+        else:
+            messages.success(request, _("Settings of %(node)s saved.") % {"node": node.name})
+            return redirect("nodes:detail", name=node.name)
+    return render(request, "nodes/settings.html", {"node": node, "form": form})
+
+
+def _start(request, node, start, *args, **kwargs):
+    try:
+        operation = start(node, *args, **kwargs)
+    except (lifecycle.NodeActionRefused, ValidationError) as error:
+        messages.error(request, " ".join(getattr(error, "messages", [str(error)])))
+        return redirect("nodes:detail", name=node.name)
+    return redirect("operations:detail", pk=operation.pk)
 
 
 @role_required(OPERATOR)
 @require_POST
 def run_inventory(request, name):
-    node = get_object_or_404(Node.objects.visible_to(request.user), name=name)
-    operation = start_inventory(node, user=request.user)
+    node = _node(request, name)
     messages.info(request, _("Inventory of %(node)s started.") % {"node": node.name})
-    return redirect("operations:detail", pk=operation.pk)
+    return _start(request, node, start_inventory, user=request.user)
+
+
+@role_required(ADMIN)
+@require_POST
+def install_agent(request, name):
+    node = _node(request, name)
+    broker = agent_broker_url(request.get_host())
+    return _start(
+        request,
+        node,
+        start_install_agent,
+        panel_url=_panel_url(request),
+        broker_url=broker,
+        user=request.user,
+    )
+
+
+@role_required(OPERATOR)
+@require_POST
+def cordon(request, name):
+    node = lifecycle.set_cordoned(_node(request, name), request.POST.get("cordoned", "1") == "1")
+    if node.cordoned:
+        messages.info(request, _("%(node)s is cordoned: no new deployments go there.") % {"node": node.name})
+    else:
+        messages.info(request, _("%(node)s is uncordoned.") % {"node": node.name})
+    return redirect("nodes:detail", name=node.name)
+
+
+@role_required(ADMIN)
+@require_POST
+def remove(request, name):
+    node = _node(request, name)
+    try:
+        lifecycle.remove_node(node, force=request.POST.get("force") == "1")
+    except lifecycle.NodeActionRefused as error:
+        messages.error(request, str(error))
+        return redirect("nodes:detail", name=node.name)
+    messages.success(request, _("Node %(node)s removed.") % {"node": name})
+    return redirect("nodes:list")
+
+
+# What an agent host downloads; no sign-in (curl on a new host has none) and nothing secret in them.
+@require_GET
+def agent_install_script(request):
+    return HttpResponse(INSTALL_SCRIPT.read_bytes(), content_type="text/x-shellscript; charset=utf-8")
+
+
+@require_GET
+def agent_unit(request):
+    return HttpResponse(UNIT_FILE.read_bytes(), content_type="text/plain; charset=utf-8")
+
+
+@require_GET
+def agent_package(request):
+    response = HttpResponse(agent_sdist(), content_type="application/gzip")
+    response["Content-Disposition"] = 'attachment; filename="ascend-panel.tar.gz"'
+    return response

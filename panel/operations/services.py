@@ -10,7 +10,6 @@ from panel.operations.models import Operation, OperationEvent
 from panel.realtime.broadcast import broadcast, node_group, operation_group
 from workers.celery_app import app as celery_app
 from workers.contracts import EventBatch
-from workers.task_names import node_queue
 
 log = logging.getLogger(__name__)
 
@@ -19,11 +18,15 @@ MAX_EVENTS_PER_BROADCAST = 300
 
 
 def enqueue_agent_task(operation: Operation, task_name: str, **kwargs) -> None:
+    # SSH nodes have no agent: the central agent runs their tasks, told in the kwargs how to reach them.
+    from panel.nodes.ssh import task_route
+
+    queue, route_kwargs = task_route(operation.node)
     celery_app.send_task(
         task_name,
-        kwargs={"operation_id": str(operation.id), **kwargs},
+        kwargs={"operation_id": str(operation.id), **route_kwargs, **kwargs},
         task_id=str(operation.id),
-        queue=node_queue(operation.node.name),
+        queue=queue,
     )
 
 

@@ -1,5 +1,7 @@
+from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
+from panel.core.choices import NodeTransport
 from panel.nodes.models import Node, Npu
 
 
@@ -36,20 +38,59 @@ class NodeSerializer(serializers.ModelSerializer):
             "labels",
             "cordoned",
             "last_heartbeat",
+            "heartbeat_interval",
             "agent_version",
+            "ssh_port",
+            "ssh_username",
+            "ssh_host_key_fingerprint",
+            "ssh_env",
+            "ssh_host_root",
+            "ssh_ascend_root",
             "facts",
             "versions",
             "inventory_changes",
             "inventoried_at",
+            "npu_smi_info",
             "npus",
             "created",
         ]
-        read_only_fields = [
-            "last_heartbeat",
-            "agent_version",
-            "facts",
-            "versions",
-            "inventory_changes",
-            "inventoried_at",
-            "created",
-        ]
+        read_only_fields = fields
+
+
+class NodeCreateSerializer(serializers.Serializer):
+    """Add a node: an agent node gets a join command; an SSH node is stored and its host key shown."""
+
+    name = serializers.SlugField(max_length=63, help_text=_("Letters, digits, - and _."))
+    transport = serializers.ChoiceField(choices=NodeTransport.choices, default=NodeTransport.AGENT)
+    address = serializers.CharField(max_length=255, required=False, allow_blank=True, default="")
+    port = serializers.IntegerField(min_value=1, max_value=65535, default=22)
+    username = serializers.CharField(max_length=64, required=False, allow_blank=True, default="")
+    client_key = serializers.CharField(
+        required=False, allow_blank=True, default="", write_only=True, trim_whitespace=False
+    )
+    password = serializers.CharField(required=False, allow_blank=True, default="", write_only=True)
+    labels = serializers.DictField(child=serializers.CharField(), required=False, default=dict)
+
+    def validate(self, attrs):
+        if attrs["transport"] == NodeTransport.SSH:
+            errors = {}
+            if not attrs["address"]:
+                errors["address"] = [_("An SSH node needs the address the panel connects to.")]
+            if not attrs["username"]:
+                errors["username"] = [_("An SSH node needs the user the panel logs in as.")]
+            if not attrs["client_key"] and not attrs["password"]:
+                errors["client_key"] = [_("Give a private key or a password to log in with.")]
+            if errors:
+                raise serializers.ValidationError(errors)
+        return attrs
+
+
+class ConfirmHostKeySerializer(serializers.Serializer):
+    fingerprint = serializers.CharField(max_length=128, help_text=_("SHA256:… as the panel showed it."))
+
+
+class NodeSettingsSerializer(serializers.Serializer):
+    labels = serializers.DictField(child=serializers.CharField(), required=False)
+    ssh_env = serializers.DictField(child=serializers.CharField(allow_blank=True), required=False)
+    ssh_host_root = serializers.CharField(max_length=255, required=False)
+    ssh_ascend_root = serializers.CharField(max_length=255, required=False)

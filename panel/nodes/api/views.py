@@ -1,23 +1,175 @@
-from rest_framework import status
+from django.core.exceptions import ValidationError as DjangoValidationError
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, serializers, status
 from rest_framework.decorators import action
+from rest_framework.exceptions import APIException
 from rest_framework.response import Response
 
-from panel.core.api import ReadOnlyPanelViewSet
-from panel.nodes.api.serializers import NodeSerializer
+from panel.accounts.roles import ADMIN, OPERATOR
+from panel.core.api import PanelViewSet
+from panel.core.choices import NodeTransport
+from panel.monitoring.api import views as monitoring_api
+from panel.nodes import lifecycle
+from panel.nodes.api.serializers import (
+    ConfirmHostKeySerializer,
+    NodeCreateSerializer,
+    NodeSerializer,
+    NodeSettingsSerializer,
+)
 from panel.nodes.filtersets import NodeFilterSet
+from panel.nodes.join import agent_broker_url, join_command
 from panel.nodes.models import Node
+from panel.nodes.operations import start_install_agent, start_inventory
 from panel.operations.api.serializers import OperationSerializer
 
+# Who may change the fleet (add, remove, reconfigure, trust a host key) versus who may act on a node.
+ADMIN_ACTIONS = {"create", "destroy", "partial_update", "confirm_host_key", "install_agent"}
 
-class NodeViewSet(ReadOnlyPanelViewSet):
+
+class Conflict(APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_code = "conflict"
+
+
+def validation_error(error: DjangoValidationError) -> serializers.ValidationError:
+    return serializers.ValidationError(serializers.as_serializer_error(error))
+
+
+def panel_url(request) -> str:
+    return request.build_absolute_uri("/").rstrip("/")
+
+
+class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, PanelViewSet):
+    """Nodes. Admins add (agent: a join command; SSH: stored, host key to confirm), reconfigure and remove
+    them; operators cordon, uncordon and inventory; viewers read."""
+
     queryset = Node.objects.prefetch_related("npus")
     serializer_class = NodeSerializer
     filterset_class = NodeFilterSet
+    http_method_names = ["get", "post", "patch", "delete", "head", "options"]
+
+    @property
+    def write_role(self):
+        return ADMIN if self.action in ADMIN_ACTIONS else OPERATOR
+
+    def get_serializer_class(self):
+        if self.action == "create":
+            return NodeCreateSerializer
+        if self.action == "partial_update":
+            return NodeSettingsSerializer
+        if self.action == "confirm_host_key":
+            return ConfirmHostKeySerializer
+        return NodeSerializer
+
+    def create(self, request):
+        form = NodeCreateSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        data = form.validated_data
+        try:
+            if data["transport"] == NodeTransport.AGENT:
+                pending = lifecycle.add_agent_node(name=data["name"], user=request.user)
+                command = join_command(
+                    panel_url(request), pending.name, pending.token, agent_broker_url(request.get_host())
+                )
+                body = {
+                    "name": pending.name,
+                    "transport": NodeTransport.AGENT,
+                    "join_token": pending.token,
+                    "expires": pending.expires,
+                    "join_command": command,
+                }
+                return Response(body, status=status.HTTP_201_CREATED)
+            node, fingerprint = lifecycle.add_ssh_node(
+                name=data["name"],
+                address=data["address"],
+                port=data["port"],
+                username=data["username"],
+                client_key=data["client_key"],
+                password=data["password"],
+                labels=data["labels"],
+                user=request.user,
+            )
+        except DjangoValidationError as error:
+            raise validation_error(error) from error
+        body = {**NodeSerializer(node).data, "host_key_fingerprint": fingerprint}
+        return Response(body, status=status.HTTP_201_CREATED)
+
+    def partial_update(self, request, pk=None):
+        node = self.get_object()
+        form = NodeSettingsSerializer(data=request.data, partial=True)
+        form.is_valid(raise_exception=True)
+        try:
+            lifecycle.update_settings(node, **form.validated_data)
+        except DjangoValidationError as error:
+            raise validation_error(error) from error
+        return Response(NodeSerializer(node).data)
+
+    def destroy(self, request, pk=None):
+        node = self.get_object()
+        force = request.query_params.get("force", "").lower() in ("1", "true", "yes")
+        try:
+            lifecycle.remove_node(node, force=force)
+        except lifecycle.NodeActionRefused as error:
+            raise Conflict(str(error)) from error
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    def _operation(self, start, *args, **kwargs):
+        try:
+            operation = start(*args, **kwargs)
+        except lifecycle.NodeActionRefused as error:
+            raise Conflict(str(error)) from error
+        except DjangoValidationError as error:
+            raise validation_error(error) from error
+        return Response(OperationSerializer(operation).data, status=status.HTTP_202_ACCEPTED)
 
     @action(detail=True, methods=["post"])
     def inventory(self, request, pk=None):
         """Start an inventory operation on this node."""
-        from panel.nodes.operations import start_inventory
+        return self._operation(start_inventory, self.get_object(), user=request.user)
 
-        operation = start_inventory(self.get_object(), user=request.user)
-        return Response(OperationSerializer(operation).data, status=status.HTTP_202_ACCEPTED)
+    @action(detail=True, methods=["post"], url_path="confirm-host-key")
+    def confirm_host_key(self, request, pk=None):
+        """Pin the SSH host key fingerprint the admin confirmed (checked against the host again), then
+        inventory the node."""
+        form = ConfirmHostKeySerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        node = self.get_object()
+        return self._operation(
+            lifecycle.confirm_host_key, node, form.validated_data["fingerprint"], request.user
+        )
+
+    @action(detail=True, methods=["post"], url_path="install-agent")
+    def install_agent(self, request, pk=None):
+        """Install the agent onto this SSH node over SSH; it then registers and runs its own tasks."""
+        return self._operation(
+            start_install_agent,
+            self.get_object(),
+            panel_url=panel_url(request),
+            broker_url=agent_broker_url(request.get_host()),
+            user=request.user,
+        )
+
+    @action(detail=True, methods=["post"])
+    def cordon(self, request, pk=None):
+        """No new deployments on this node; what runs there keeps running."""
+        node = lifecycle.set_cordoned(self.get_object(), True)
+        return Response(NodeSerializer(node).data)
+
+    @action(detail=True, methods=["post"])
+    def uncordon(self, request, pk=None):
+        node = lifecycle.set_cordoned(self.get_object(), False)
+        return Response(NodeSerializer(node).data)
+
+    @extend_schema(
+        parameters=monitoring_api.HISTORY_PARAMETERS, responses=monitoring_api.MetricHistorySerializer
+    )
+    @action(detail=True, methods=["get"])
+    def metrics(self, request, pk=None):
+        """Metric history of this node as columns for uPlot (see the response schema for series names)."""
+        return monitoring_api.history_response(self.get_object(), request)
+
+    @extend_schema(request=monitoring_api.SetMetricsIntervalSerializer, responses=None)
+    @action(detail=True, methods=["post"], url_path="metrics-interval")
+    def metrics_interval(self, request, pk=None):
+        """Set how often this node's agent samples its NPUs (seconds); the agent changes it at once."""
+        return monitoring_api.set_interval_response(self.get_object(), request)

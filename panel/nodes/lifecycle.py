@@ -1,0 +1,174 @@
+"""Use-cases that change the fleet: add a node (agent or SSH), confirm an SSH host key, cordon, remove."""
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils.translation import gettext as _
+
+from panel.core.choices import DeploymentState, NodeStatus, NodeTransport, OperationStatus
+from panel.nodes.join import issue_join_token
+from panel.nodes.models import JoinToken, Node
+from panel.nodes.services import _announce
+from panel.nodes.ssh import (
+    check_address,
+    check_env,
+    check_fingerprint,
+    host_key_fingerprint,
+    sealed_credentials,
+)
+from panel.realtime.broadcast import FLEET, broadcast
+
+# A node whose deployments are in these states has an engine on it (or one on the way).
+ACTIVE_DEPLOYMENT_STATES = (DeploymentState.STARTING, DeploymentState.RUNNING, DeploymentState.UNHEALTHY)
+
+
+# Page paths under /nodes/ that a node name would shadow.
+RESERVED_NAMES = {"add", "agent"}
+
+
+class NodeActionRefused(Exception):
+    """The node is not in a state that allows this action; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class PendingAgent:
+    name: str
+    token: str
+    expires: datetime
+
+
+def _check_new_name(name: str) -> None:
+    if name in RESERVED_NAMES:
+        raise ValidationError(
+            {"name": [_("%(name)s is reserved by the panel's pages; choose another.") % {"name": name}]}
+        )
+    if Node.objects.filter(name=name).exists():
+        raise ValidationError({"name": [_("A node named %(name)s exists already.") % {"name": name}]})
+
+
+def add_agent_node(*, name: str, user=None) -> PendingAgent:
+    """A join token for an agent to register `name`; the node appears with the agent's first heartbeat."""
+    _check_new_name(name)
+    token = issue_join_token(name, user=user)
+    expires = JoinToken.objects.filter(node_name=name).latest("created").expires
+    return PendingAgent(name=name, token=token, expires=expires)
+
+
+def add_ssh_node(
+    *,
+    name: str,
+    address: str,
+    port: int = 22,
+    username: str,
+    client_key: str = "",
+    password: str = "",
+    labels=None,
+    user=None,
+) -> tuple[Node, str]:
+    """Store an SSH node (its secret sealed) and return it with the host key fingerprint to confirm.
+
+    Nothing runs on the host until the admin confirmed that fingerprint (confirm_host_key)."""
+    _check_new_name(name)
+    address = check_address(address)
+    sealed = sealed_credentials(client_key, password)
+    fingerprint = host_key_fingerprint(address, port)
+    node = Node.objects.create(
+        name=name,
+        transport=NodeTransport.SSH,
+        address=address,
+        ssh_port=port,
+        ssh_username=username,
+        ssh_secret=sealed,
+        labels=labels or {},
+    )
+    return node, fingerprint
+
+
+def confirm_host_key(node: Node, fingerprint: str, user=None):
+    """Pin the fingerprint the admin confirmed, if the host still presents it, then inventory the node."""
+    from panel.nodes.operations import start_inventory
+
+    if node.transport != NodeTransport.SSH:
+        raise NodeActionRefused(_("%(node)s is an agent node; it has no SSH host key.") % {"node": node.name})
+    confirmed = check_fingerprint(fingerprint)
+    presented = host_key_fingerprint(node.address, node.ssh_port)
+    if presented != confirmed:
+        raise ValidationError(
+            {
+                "fingerprint": [
+                    _(
+                        "%(address)s now presents %(presented)s, not the confirmed %(confirmed)s; "
+                        "nothing was stored. Check the host's key "
+                        "(ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub) before confirming again."
+                    )
+                    % {"address": node.address, "presented": presented, "confirmed": confirmed}
+                ]
+            }
+        )
+    with transaction.atomic():
+        node.ssh_host_key_fingerprint = confirmed
+        node.status = NodeStatus.ONLINE
+        node.save(update_fields=["ssh_host_key_fingerprint", "status", "updated"])
+        _announce(node)
+        return start_inventory(node, user=user)
+
+
+def update_settings(
+    node: Node, *, labels=None, ssh_env=None, ssh_host_root=None, ssh_ascend_root=None, **_ignored
+):
+    fields = []
+    if labels is not None:
+        node.labels = labels
+        fields.append("labels")
+    if ssh_env is not None:
+        node.ssh_env = check_env(ssh_env)
+        fields.append("ssh_env")
+    for field, value in (("ssh_host_root", ssh_host_root), ("ssh_ascend_root", ssh_ascend_root)):
+        if value is not None:
+            if not value.startswith("/"):
+                raise ValidationError({field: [_("Give an absolute path, starting with /.")]})
+            setattr(node, field, value)
+            fields.append(field)
+    if fields:
+        node.save(update_fields=[*fields, "updated"])
+    return node
+
+
+def set_cordoned(node: Node, cordoned: bool) -> Node:
+    """A cordoned node keeps what runs on it but gets no new deployments."""
+    Node.objects.filter(pk=node.pk).update(cordoned=cordoned)
+    node.cordoned = cordoned
+    message = {"type": "node.cordon", "node": node.name, "cordoned": cordoned}
+    transaction.on_commit(lambda: broadcast(FLEET, message))
+    return node
+
+
+def remove_node(node: Node, *, force: bool = False) -> None:
+    """Forget a node. Refused while deployments run on it, unless forced: then those deployments are marked
+    failed (their engines are left running on the host) and the node's unfinished operations are ended."""
+    from panel.operations.services import mark_lost
+
+    with transaction.atomic():
+        active = list(node.deployments.filter(observed_state__in=ACTIVE_DEPLOYMENT_STATES).order_by("name"))
+        if active and not force:
+            raise NodeActionRefused(
+                _(
+                    "%(node)s runs deployments %(names)s. Stop them first, or remove the node with force "
+                    "(they will be marked failed; their engines keep running on the host)."
+                )
+                % {"node": node.name, "names": ", ".join(d.name for d in active)}
+            )
+        for deployment in active:
+            deployment.move_to(
+                DeploymentState.FAILED, reason=_("Node %(node)s was removed.") % {"node": node.name}
+            )
+            deployment.save(update_fields=["observed_state", "reason", "updated"])
+        unfinished = node.operations.exclude(status__in=OperationStatus.TERMINAL)
+        for operation in unfinished:
+            mark_lost(operation, _("Node %(node)s was removed.") % {"node": node.name})
+        JoinToken.objects.filter(node_name=node.name, used__isnull=True).delete()
+        name = node.name
+        node.delete()
+        transaction.on_commit(lambda: broadcast(FLEET, {"type": "node.removed", "node": name}))
