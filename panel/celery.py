@@ -18,10 +18,13 @@ from workers.celery_app import app  # noqa: E402
 app.conf.broker_url = settings.CELERY_BROKER_URL
 app.conf.beat_schedule = {
     "mark-silent-nodes-offline": {"task": "panel.mark_silent_nodes_offline", "schedule": 2.0},
+    "monitoring-downsample": {"task": "panel.monitoring.downsample", "schedule": 60.0},
+    "monitoring-prune": {"task": "panel.monitoring.prune", "schedule": 3600.0},
 }
 app.conf.beat_schedule_filename = str(settings.DATA_DIR / "celerybeat-schedule")
 
 import panel.nodes.tasks  # noqa: E402,F401
 import panel.operations.tasks  # noqa: E402,F401
+import panel.monitoring.tasks  # noqa: E402,F401
 
 __all__ = ["app"]

@@ -64,6 +64,7 @@ INSTALLED_APPS = [
     "panel.deployments",
     "panel.operations",
     "panel.realtime",
+    "panel.monitoring",
 ]
 
 MIDDLEWARE = [
@@ -179,6 +180,11 @@ PANEL_BROWSER_EVENTS_PER_SECOND = env.int("PANEL_BROWSER_EVENTS_PER_SECOND", def
 PANEL_SECRETS_KEY = _read_secret("PANEL_SECRETS_KEY", default="")
 PANEL_METRICS_ALLOW = env.list("PANEL_METRICS_ALLOW", default=["127.0.0.1", "::1"])
 PANEL_METRICS_TOKEN = _read_secret("PANEL_METRICS_TOKEN", default="")
+PANEL_METRICS_RETENTION_DAYS = env.int("PANEL_METRICS_RETENTION_DAYS", default=30)
+PANEL_METRICS_RING_SECONDS = env.int("PANEL_METRICS_RING_SECONDS", default=3600)
+PANEL_ALERT_TEMP_C = env.float("PANEL_ALERT_TEMP_C", default=85.0)
+PANEL_ALERT_HBM_PCT = env.float("PANEL_ALERT_HBM_PCT", default=95.0)
+PANEL_ALERT_WEBHOOK_URL = env.str("PANEL_ALERT_WEBHOOK_URL", default="")
 # Models: where model folders live on nodes (downloads, conversions; deletes never leave it) and the hub
 # endpoints the agents use (an internal mirror on air-gapped sites).
 PANEL_MODELS_ROOT = env.str("PANEL_MODELS_ROOT", default="/data/models")

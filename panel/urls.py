@@ -6,6 +6,8 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
 from panel.accounts.api.views import ApiTokenViewSet
+from panel.monitoring.api.views import AlertViewSet, LatestMetricsView
+from panel.monitoring.views import prometheus_metrics
 from panel.nodes.api.views import NodeViewSet
 from panel.operations.api.views import OperationViewSet
 
@@ -13,9 +15,13 @@ router = DefaultRouter()
 router.register("nodes", NodeViewSet)
 router.register("operations", OperationViewSet)
 router.register("tokens", ApiTokenViewSet, basename="apitoken")
+router.register("alerts", AlertViewSet)
 
 urlpatterns = [
+    path("api/v1/metrics/latest/", LatestMetricsView.as_view(), name="metrics-latest"),
     path("api/v1/", include(router.urls)),
+    path("metrics", prometheus_metrics, name="prometheus-metrics"),
+    path("alerts/", include("panel.monitoring.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("i18n/", include("django.conf.urls.i18n")),

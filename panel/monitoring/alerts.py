@@ -1,0 +1,207 @@
+"""Alerts: which conditions a metrics message shows, and keeping Alert rows in step with them.
+
+The ingest path compares the conditions of each sample with the node's open alert keys in Redis and
+touches the database only when the two differ, so a steady fleet costs no queries here."""
+
+import logging
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from panel.monitoring import store
+from panel.monitoring.models import Alert, AlertKind, AlertSeverity
+from panel.realtime.broadcast import ALERTS, broadcast, node_group
+
+log = logging.getLogger(__name__)
+
+HEALTH_SEVERITY = {
+    "Warning": AlertSeverity.WARNING,
+    "Alarm": AlertSeverity.CRITICAL,
+    "Critical": AlertSeverity.CRITICAL,
+}
+OFFLINE_KEY = AlertKind.AGENT_OFFLINE.value
+# Keys that samples do not decide: the heartbeat sweep raises and clears them.
+NOT_FROM_SAMPLES = frozenset({OFFLINE_KEY, store.SENTINEL})
+
+
+def chip_key(kind: str, npu: dict) -> str:
+    return f"{kind}:{npu['npu_id']}:{npu['chip_id']}"
+
+
+def conditions(message: dict, temp_limit_c: float, hbm_limit_pct: float) -> dict[str, dict]:
+    """{alert key: fields of the alert} for every condition a "metrics" message shows."""
+    found = {}
+    if message.get("error"):
+        found[AlertKind.SAMPLING_ERROR.value] = {
+            "kind": AlertKind.SAMPLING_ERROR,
+            "severity": AlertSeverity.CRITICAL,
+            "message": f"npu-smi failed: {message['error']}",
+        }
+    for npu in message.get("npus") or []:
+        where = {"npu_id": npu["npu_id"], "chip_id": npu["chip_id"]}
+        label = f"NPU {npu['npu_id']} chip {npu['chip_id']}"
+        health = npu.get("health")
+        if health in HEALTH_SEVERITY:
+            found[chip_key(AlertKind.NPU_HEALTH, npu)] = {
+                **where,
+                "kind": AlertKind.NPU_HEALTH,
+                "severity": HEALTH_SEVERITY[health],
+                "message": f"{label} health is {health}",
+            }
+        temp = npu.get("temp_c")
+        if temp is not None and temp > temp_limit_c:
+            found[chip_key(AlertKind.NPU_TEMPERATURE, npu)] = {
+                **where,
+                "kind": AlertKind.NPU_TEMPERATURE,
+                "severity": AlertSeverity.WARNING,
+                "message": f"{label} is at {temp:g} °C (limit {temp_limit_c:g} °C)",
+            }
+        used, total = device_memory(npu)
+        if used is not None and total and used * 100 / total > hbm_limit_pct:
+            found[chip_key(AlertKind.NPU_HBM, npu)] = {
+                **where,
+                "kind": AlertKind.NPU_HBM,
+                "severity": AlertSeverity.WARNING,
+                "message": f"{label} memory is {used * 100 / total:.0f}% used (limit {hbm_limit_pct:g}%)",
+            }
+    return found
+
+
+def device_memory(npu: dict) -> tuple[float | None, float | None]:
+    """HBM where the chip has it, else its DDR (310P)."""
+    if npu.get("hbm_total_mb"):
+        return npu.get("hbm_used_mb"), npu["hbm_total_mb"]
+    return npu.get("memory_used_mb"), npu.get("memory_total_mb")
+
+
+def sample_conditions(message: dict) -> dict[str, dict]:
+    return conditions(message, settings.PANEL_ALERT_TEMP_C, settings.PANEL_ALERT_HBM_PCT)
+
+
+def open_keys(node_id: int, node_name: str, cached: set[str]) -> set[str]:
+    """The node's open alert keys: from Redis, or from the database the first time (then cached)."""
+    if store.SENTINEL in cached:
+        return cached - {store.SENTINEL}
+    keys = set(Alert.objects.open().filter(node_id=node_id).values_list("key", flat=True))
+    store.client().sadd(store.alerts_key(node_name), store.SENTINEL, *keys)
+    return keys
+
+
+def reconcile_sample(node_id: int, node_name: str, message: dict, cached: set[str]) -> None:
+    """Raise what the sample shows and is not open yet; resolve what is open and the sample no longer shows.
+    While npu-smi fails, chip conditions are unknown, so only the error itself is decided."""
+    current = sample_conditions(message)
+    known = open_keys(node_id, node_name, cached)
+    decided = known - NOT_FROM_SAMPLES
+    if message.get("error"):
+        decided = {key for key in decided if key == AlertKind.SAMPLING_ERROR.value}
+    to_raise = {key: fields for key, fields in current.items() if key not in known}
+    to_resolve = decided - set(current)
+    if to_raise or to_resolve:
+        apply_changes(node_id, node_name, to_raise, to_resolve)
+
+
+def apply_changes(node_id: int, node_name: str, to_raise: dict[str, dict], to_resolve: set[str]) -> None:
+    now = timezone.now()
+    changed: list[tuple[str, Alert]] = []
+    with transaction.atomic():
+        for key, fields in to_raise.items():
+            try:
+                with transaction.atomic():
+                    alert = Alert.objects.create(
+                        node_id=node_id, key=key, first_seen=now, last_seen=now, **fields
+                    )
+            except IntegrityError:  # another worker thread raised it a moment ago
+                continue
+            changed.append(("raised", alert))
+        if to_resolve:
+            closing = list(
+                Alert.objects.open().filter(node_id=node_id, key__in=to_resolve).select_for_update()
+            )
+            Alert.objects.filter(pk__in=[a.pk for a in closing]).update(resolved_at=now, last_seen=now)
+            for alert in closing:
+                alert.resolved_at = alert.last_seen = now
+                changed.append(("resolved", alert))
+        transaction.on_commit(lambda: _after_commit(node_name, to_raise, to_resolve, changed))
+
+
+def _after_commit(node_name: str, raised: dict, resolved: set[str], changed: list[tuple[str, Alert]]) -> None:
+    redis = store.client()
+    if raised:
+        redis.sadd(store.alerts_key(node_name), *raised)
+    if resolved:
+        redis.srem(store.alerts_key(node_name), *resolved)
+    for event, alert in changed:
+        announce(event, alert, node_name)
+
+
+def alert_data(alert: Alert, node_name: str) -> dict:
+    return {
+        "id": alert.pk,
+        "node": node_name,
+        "key": alert.key,
+        "kind": alert.kind,
+        "severity": alert.severity,
+        "npu_id": alert.npu_id,
+        "chip_id": alert.chip_id,
+        "message": alert.message,
+        "first_seen": alert.first_seen.isoformat(),
+        "last_seen": alert.last_seen.isoformat(),
+        "acknowledged_by": alert.acknowledged_by.username if alert.acknowledged_by_id else None,
+        "acknowledged_at": alert.acknowledged_at.isoformat() if alert.acknowledged_at else None,
+        "resolved_at": alert.resolved_at.isoformat() if alert.resolved_at else None,
+    }
+
+
+def announce(event: str, alert: Alert, node_name: str) -> None:
+    """Tell browsers (groups "alerts" and node.<name>) and, for raised / resolved, the webhook."""
+    message = {
+        "type": "alert",
+        "event": event,
+        "alert": alert_data(alert, node_name),
+        "open_unacknowledged": Alert.objects.needing_attention().count(),
+    }
+    broadcast(ALERTS, message)
+    broadcast(node_group(node_name), message)
+    if event in ("raised", "resolved") and settings.PANEL_ALERT_WEBHOOK_URL:
+        from panel.monitoring.tasks import send_alert_webhook
+
+        try:
+            send_alert_webhook.delay({"event": event, "alert": message["alert"]})
+        except Exception:  # the webhook is best effort; never fail the caller over it
+            log.exception("alert webhook for alert %s not queued", alert.pk)
+
+
+def node_went_offline(node) -> None:
+    """Called by the offline sweep when an agent missed its heartbeats."""
+    apply_changes(
+        node.pk,
+        node.name,
+        {
+            OFFLINE_KEY: {
+                "kind": AlertKind.AGENT_OFFLINE,
+                "severity": AlertSeverity.CRITICAL,
+                "message": f"Agent of {node.name} stopped sending heartbeats",
+            }
+        },
+        set(),
+    )
+
+
+def node_came_back(node) -> None:
+    """Called when a heartbeat (or a metrics batch) arrives from a node that was not online."""
+    if Alert.objects.open().filter(node_id=node.pk, key=OFFLINE_KEY).exists():
+        apply_changes(node.pk, node.name, {}, {OFFLINE_KEY})
+
+
+def acknowledge(alert: Alert, user) -> Alert:
+    with transaction.atomic():
+        updated = Alert.objects.filter(pk=alert.pk, acknowledged_at__isnull=True).update(
+            acknowledged_by=user, acknowledged_at=timezone.now()
+        )
+        alert.refresh_from_db()
+        if updated:
+            name = alert.node.name
+            transaction.on_commit(lambda: announce("acknowledged", alert, name))
+    return alert

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class MonitoringConfig(AppConfig):
+    name = "panel.monitoring"
+    label = "monitoring"

@@ -1,0 +1,99 @@
+"""/metrics: the fleet's NPUs under the names Huawei's npu-exporter uses (so existing Grafana boards work),
+plus the panel's own figures. Read from the Redis latest values on each scrape, never from samples."""
+
+import time
+
+from django.db.models import Count
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import CollectorRegistry
+
+from panel.core.choices import NodeStatus, NodeTransport
+from panel.monitoring import store
+
+NPU_LABELS = ["id", "chip_id", "model_name", "node", "logic_id"]
+# (npu-exporter name, help, field of the "metrics" message). HBM and memory are in MB, like npu-exporter.
+NPU_GAUGES = (
+    ("npu_chip_info_utilization", "the ai core utilization", "aicore_pct"),
+    ("npu_chip_info_hbm_used_memory", "the npu hbm used memory (MB)", "hbm_used_mb"),
+    ("npu_chip_info_hbm_total_memory", "the npu hbm total memory (MB)", "hbm_total_mb"),
+    ("npu_chip_info_used_memory", "the npu used memory (MB)", "memory_used_mb"),
+    ("npu_chip_info_total_memory", "the npu total memory (MB)", "memory_total_mb"),
+    ("npu_chip_info_power", "the npu power (W)", "power_w"),
+    ("npu_chip_info_temperature", "the npu temperature (Celsius)", "temp_c"),
+)
+
+
+def _label(value) -> str:
+    return "" if value is None else str(value)
+
+
+class FleetCollector:
+    """A prometheus_client collector over the latest message of every node."""
+
+    def collect(self):
+        latest = store.read_latest(store.known_nodes())
+        gauges = {name: GaugeMetricFamily(name, text, labels=NPU_LABELS) for name, text, _ in NPU_GAUGES}
+        health = GaugeMetricFamily(
+            "npu_chip_info_health_status", "the npu health status: 1 healthy, 0 not", labels=NPU_LABELS
+        )
+        counts = GaugeMetricFamily(
+            "machine_npu_nums", "Amount of npu installed on the machine.", labels=["node"]
+        )
+        lag = GaugeMetricFamily(
+            "ascend_panel_ingest_lag_seconds",
+            "seconds between a node's last sample and its arrival at the panel",
+            labels=["node"],
+        )
+        for node, message in sorted(latest.items()):
+            npus = message.get("npus") or []
+            counts.add_metric([node], len(npus))
+            lag.add_metric([node], max(0.0, message["received"] - _epoch(message["time"])))
+            for npu in npus:
+                labels = [
+                    str(npu["npu_id"]),
+                    str(npu["chip_id"]),
+                    _label(npu.get("name")),
+                    node,
+                    _label(npu.get("logic_id")),
+                ]
+                for name, _text, field in NPU_GAUGES:
+                    if npu.get(field) is not None:
+                        gauges[name].add_metric(labels, npu[field])
+                if npu.get("health"):
+                    health.add_metric(labels, 1 if npu["health"] == "OK" else 0)
+        yield from gauges.values()
+        yield health
+        yield counts
+        yield lag
+        yield from panel_gauges()
+
+
+def panel_gauges():
+    from panel.nodes.models import Node
+    from panel.operations.models import Operation
+
+    online = sum(
+        1
+        for node in Node.objects.filter(transport=NodeTransport.AGENT)
+        if node.effective_status == NodeStatus.ONLINE
+    )
+    agents = GaugeMetricFamily("ascend_panel_agents_online", "agents that sent a heartbeat recently")
+    agents.add_metric([], online)
+    yield agents
+    operations = GaugeMetricFamily("ascend_panel_operations", "operations by state", labels=["state"])
+    for row in Operation.objects.values("status").annotate(n=Count("id")).order_by("status"):
+        operations.add_metric([row["status"]], row["n"])
+    yield operations
+
+
+def _epoch(iso: str) -> float:
+    from django.utils.dateparse import parse_datetime
+
+    parsed = parse_datetime(iso)
+    return parsed.timestamp() if parsed else time.time()
+
+
+def registry() -> CollectorRegistry:
+    fresh = CollectorRegistry(auto_describe=False)
+    fresh.register(FleetCollector())
+    return fresh
