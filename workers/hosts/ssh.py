@@ -9,6 +9,7 @@ timeout or cancel can kill the whole group.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shlex
 import time
 
@@ -56,6 +57,8 @@ C_LOCALE = {"LC_ALL": "C"}
 NO_FILE_REASONS = ("No such file or directory", "Not a directory", "Is a directory")
 # Bound on helper commands (kill, pid lookups) so a hung host cannot hang the caller forever.
 HELPER_TIMEOUT_S = 30.0
+# How long a stop waits for a just-opened command to report its pid before giving up and closing it.
+PID_WAIT_S = 15.0
 # Errors that mean the pooled connection is gone and a fresh one should be tried once.
 STALE_CONNECTION_ERRORS = (asyncssh.ChannelOpenError, asyncssh.DisconnectError, OSError)
 
@@ -187,15 +190,19 @@ class SshRunner(Runner):
         stdout = LineCollector("stdout", on_line)
         stderr = LineCollector("stderr", on_line)
         pid: int | None = None
+        pid_reported = asyncio.Event()
 
         async def read_pid_then_stdout() -> None:
             nonlocal pid
             head = b""
-            while b"\n" not in head:
-                data = await process.stdout.read(READ_CHUNK)
-                if not data:
-                    break
-                head += data
+            try:
+                while b"\n" not in head:
+                    data = await process.stdout.read(READ_CHUNK)
+                    if not data:
+                        break
+                    head += data
+            finally:
+                pid_reported.set()
             first, newline, rest = head.partition(b"\n")
             if newline and first.startswith(PID_MARKER):
                 pid = int(first[len(PID_MARKER) :])
@@ -222,8 +229,12 @@ class SshRunner(Runner):
             )
 
         async def stop(sig: int) -> None:
+            # A slow host may not have started the command yet: wait for its pid rather than closing the
+            # channel, which would leave a program that never writes running.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(pid_reported.wait(), PID_WAIT_S)
             if pid is None:
-                process.close()  # not yet exec'ed: closing the channel is all there is to stop
+                process.close()
                 return
             try:
                 await self._kill(pid, sig)
