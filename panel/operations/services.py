@@ -151,9 +151,18 @@ def mark_lost(operation: Operation, error: str, hint: str = "") -> None:
 
 def on_terminal(operation: Operation) -> None:
     """Record what a finished operation found (inside the ingest transaction)."""
+    if operation.kind in ("preflight", "install"):  # failed and cancelled installs are recorded too
+        from panel.provisioning.services import record_outcome
+
+        record_outcome(operation)
+        return
     if operation.status != OperationStatus.SUCCEEDED or operation.node_id is None:
         return
     if operation.kind == "inventory":
         from panel.nodes.services import apply_inventory
 
         apply_inventory(operation.node, operation.result)
+    elif operation.kind in ("model_inspect", "download", "convert", "model_atc", "model_copy", "model_delete"):
+        from panel.catalog.results import apply_model_operation
+
+        apply_model_operation(operation)
