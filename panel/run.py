@@ -118,6 +118,7 @@ def main() -> None:
         supervisor.env = env
         supervisor.run_once([PYTHON, "manage.py", "migrate", "--no-input", "-v", "0"])
         supervisor.run_once([PYTHON, "manage.py", "ensure_admin"])
+        supervisor.run_once([PYTHON, "manage.py", "load_starter_catalog"])
         agents = []
         for node, profile in DEMO_NODES:
             root = data_dir / "sim" / node
