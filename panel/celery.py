@@ -20,11 +20,16 @@ app.conf.beat_schedule = {
     "mark-silent-nodes-offline": {"task": "panel.mark_silent_nodes_offline", "schedule": 2.0},
     "monitoring-downsample": {"task": "panel.monitoring.downsample", "schedule": 60.0},
     "monitoring-prune": {"task": "panel.monitoring.prune", "schedule": 3600.0},
+    "reconcile-deployments": {
+        "task": "panel.reconcile_deployments",
+        "schedule": settings.PANEL_DEPLOY_RECONCILE_S,
+    },
 }
 app.conf.beat_schedule_filename = str(settings.DATA_DIR / "celerybeat-schedule")
 
 import panel.nodes.tasks  # noqa: E402,F401
 import panel.operations.tasks  # noqa: E402,F401
 import panel.monitoring.tasks  # noqa: E402,F401
+import panel.deployments.tasks  # noqa: E402,F401
 
 __all__ = ["app"]

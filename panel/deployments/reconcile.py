@@ -1,0 +1,283 @@
+"""The reconcile loop: make what runs match what was asked, and notice when an engine dies.
+
+Every PANEL_DEPLOY_RECONCILE_S the beat task `panel.reconcile_deployments` runs `tick()`: it asks each node
+with live deployments for a probe (pid alive, /health, new log lines, /metrics) and starts, restarts or
+stops deployments whose observed state lags the desired one. The probe's answer comes back through
+`ingest_probe()`. A restarted panel or agent adopts what still runs: the state lives in the database and
+in the agent's state files, and a launch finds a live, answering engine with the same command and keeps it.
+
+The decisions are pure functions (`backoff_s`, `after_probe`, `after_failed_launch`) so they are unit-tested
+without a database.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+from django.utils.translation import gettext as _
+
+from panel.core.choices import DeploymentState, DesiredState, OperationStatus
+from panel.deployments import services
+from panel.deployments.models import Deployment
+from panel.operations.models import Operation
+from panel.realtime.broadcast import broadcast, deployment_group
+from workers.celery_app import app as celery_app
+from workers.task_names import AGENT_PROBE_DEPLOYMENTS, node_queue
+
+log = logging.getLogger(__name__)
+
+PROBED_STATES = (DeploymentState.RUNNING, DeploymentState.UNHEALTHY)
+
+
+@dataclass(frozen=True)
+class Policy:
+    unhealthy_after: int  # failed health probes of a live engine before it counts as unhealthy
+    max_restarts: int  # launches in a row that may fail before the deployment is failed
+    backoff_base_s: float
+    backoff_cap_s: float
+
+    @classmethod
+    def from_settings(cls) -> Policy:
+        return cls(
+            unhealthy_after=settings.PANEL_DEPLOY_UNHEALTHY_AFTER,
+            max_restarts=settings.PANEL_DEPLOY_MAX_RESTARTS,
+            backoff_base_s=settings.PANEL_DEPLOY_BACKOFF_BASE_S,
+            backoff_cap_s=settings.PANEL_DEPLOY_BACKOFF_CAP_S,
+        )
+
+
+def backoff_s(failed_restarts: int, policy: Policy) -> float:
+    """Wait before the next automatic restart: none for the first, then base, 2 x base, ... capped."""
+    if failed_restarts <= 0:
+        return 0.0
+    return min(policy.backoff_cap_s, policy.backoff_base_s * 2 ** (failed_restarts - 1))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    state: str
+    probe_failures: int
+    restart: bool  # start the engine again (after backoff_s(failed_restarts))
+    reason: str = ""
+
+
+def after_probe(state: str, probe_failures: int, alive: bool, healthy: bool, policy: Policy) -> Verdict:
+    """What one probe of a running (or unhealthy) engine means."""
+    if not alive:
+        return Verdict(DeploymentState.UNHEALTHY, probe_failures + 1, True, _("The engine process exited."))
+    if healthy:
+        return Verdict(DeploymentState.RUNNING, 0, False)
+    failures = probe_failures + 1
+    if failures >= policy.unhealthy_after:
+        reason = _("/health failed {n} times in a row.").format(n=failures)
+        return Verdict(DeploymentState.UNHEALTHY, failures, True, reason)
+    return Verdict(state, failures, False)
+
+
+def after_failed_launch(failed_restarts: int, policy: Policy) -> tuple[str, int]:
+    """(state, failed launches so far) after a launch that did not reach running."""
+    failed = failed_restarts + 1
+    if failed > policy.max_restarts:
+        return DeploymentState.FAILED, failed
+    return DeploymentState.UNHEALTHY, failed
+
+
+def _node_runtime(deployment: Deployment, node: str) -> dict:
+    return (deployment.runtime.get("nodes") or {}).get(node) or {}
+
+
+def _set_node_runtime(deployment: Deployment, node: str, values: dict) -> None:
+    nodes = dict(deployment.runtime.get("nodes") or {})
+    nodes[node] = {**nodes.get(node, {}), **values}
+    deployment.runtime = {**deployment.runtime, "nodes": nodes}
+
+
+def _copy_operation_logs(deployment: Deployment, operation: Operation) -> None:
+    lines = list(operation.events.filter(kind="log").order_by("seq").values_list("payload__line", flat=True))
+    services.append_logs(deployment, operation.node.name if operation.node else "", [str(x) for x in lines])
+
+
+def schedule_restart(deployment: Deployment, policy: Policy, reason: str, now: datetime) -> None:
+    state, failed = after_failed_launch(deployment.failed_restarts, policy)
+    deployment.failed_restarts = failed
+    if state == DeploymentState.FAILED:
+        reason = _("{reason} Gave up after {n} failed restarts.").format(reason=reason, n=failed - 1)
+        deployment.next_restart_at = None
+    else:
+        deployment.next_restart_at = now + timedelta(seconds=backoff_s(failed - 1, policy))
+    services.move(deployment, state, reason)
+
+
+def apply_launch_result(deployment: Deployment, operation: Operation) -> None:
+    node = operation.node.name if operation.node else ""
+    _copy_operation_logs(deployment, operation)
+    if deployment.desired_state != DesiredState.RUNNING:
+        if operation.status == OperationStatus.SUCCEEDED:
+            # Stopped while it started: the stop may have run before the engine was recorded.
+            services.send_stop(deployment)
+        deployment.save()
+        return
+    if operation.status == OperationStatus.SUCCEEDED:
+        record = (operation.result or {}).get("runtime") or {}
+        _set_node_runtime(deployment, node, {**record, "ready": True, "operation": str(operation.id)})
+        nodes = [part["node"] for part in services.parts_of(deployment)]
+        if all(_node_runtime(deployment, name).get("ready") for name in nodes):
+            deployment.failed_restarts = 0
+            deployment.probe_failures = 0
+            services.move(deployment, DeploymentState.RUNNING, "")
+    else:
+        findings = next(
+            (e.payload.get("findings") for e in operation.events.filter(kind="result").order_by("-seq")), []
+        )
+        deployment.runtime = {**deployment.runtime, "findings": findings or []}
+        reason = operation.error + (f" — {operation.hint}" if operation.hint else "")
+        schedule_restart(deployment, Policy.from_settings(), reason, timezone.now())
+        # The other nodes of a multi-node deployment cannot serve without this one.
+        if len(services.parts_of(deployment)) > 1:
+            services.send_stop(deployment, change_state=False)
+    deployment.save()
+
+
+def apply_stop_result(deployment: Deployment, operation: Operation) -> None:
+    node = operation.node.name if operation.node else ""
+    _set_node_runtime(deployment, node, {"ready": False, "stopped": True})
+    if services.active_operations(deployment).exclude(pk=operation.pk).exists():
+        deployment.save()
+        return
+    if deployment.desired_state == DesiredState.DELETED:
+        services.release_and_remove(deployment)
+        return
+    if deployment.desired_state == DesiredState.STOPPED:
+        services.move(deployment, DeploymentState.STOPPED, "")
+    elif deployment.observed_state == DeploymentState.STOPPING:
+        # A restart: stopped on purpose, now start again.
+        services.move(deployment, DeploymentState.STOPPED, deployment.reason)
+        deployment.save()
+        services.launch(deployment)
+        return
+    deployment.save()
+
+
+def ingest_probe(message: dict) -> None:
+    """Apply one node's probe answer: states, restarts, logs and metrics."""
+    node = message.get("node", "")
+    policy = Policy.from_settings()
+    now = timezone.now()
+    when = parse_datetime(message.get("time") or "") or now
+    for result in message.get("results") or []:
+        with transaction.atomic():
+            deployment = Deployment.objects.select_for_update().filter(name=result.get("name")).first()
+            if deployment is None:
+                continue
+            _apply_probe(deployment, node, result, policy, now, when)
+            deployment.save()
+
+
+def _apply_probe(deployment, node, result, policy, now, when) -> None:
+    services.append_logs(deployment, node, result.get("lines") or [], when)
+    if result.get("log_offset") is not None:
+        _set_node_runtime(deployment, node, {"log_offset": result["log_offset"]})
+    if result.get("metrics"):
+        _store_metrics(deployment, node, result["metrics"], when)
+    if deployment.desired_state != DesiredState.RUNNING or deployment.observed_state not in PROBED_STATES:
+        return
+    if services.active_operations(deployment).exists():
+        return
+    verdict = after_probe(
+        deployment.observed_state,
+        deployment.probe_failures,
+        bool(result.get("alive")),
+        bool(result.get("healthy")),
+        policy,
+    )
+    deployment.probe_failures = verdict.probe_failures
+    if result.get("findings"):
+        deployment.runtime = {**deployment.runtime, "findings": result["findings"]}
+    if verdict.restart:
+        deployment.restart_count += 1
+        deployment.next_restart_at = now + timedelta(seconds=backoff_s(deployment.failed_restarts, policy))
+        services.move(deployment, DeploymentState.UNHEALTHY, verdict.reason)
+        if deployment.next_restart_at <= now:
+            services.launch(deployment)
+            deployment.reason = verdict.reason
+    else:
+        services.move(deployment, verdict.state, verdict.reason if verdict.state != "running" else "")
+
+
+def _store_metrics(deployment: Deployment, node: str, metrics: dict, when: datetime) -> None:
+    deployment.metrics = {**metrics, "node": node}
+    deployment.metrics_at = when
+    message = {
+        "type": "engine.metrics",
+        "name": deployment.name,
+        "node": node,
+        "time": when.isoformat(),
+        "metrics": metrics,
+    }
+    name = deployment.name
+    transaction.on_commit(lambda: broadcast(deployment_group(name), message))
+
+
+def tick(now: datetime | None = None) -> dict:
+    """One pass of the loop; returns what it did (for logs and tests)."""
+    now = now or timezone.now()
+    done = {"probes": 0, "launches": 0, "stops": 0}
+    probes: dict[str, list[dict]] = {}
+    for deployment in Deployment.objects.exclude(observed_state=DeploymentState.STOPPED).order_by("pk"):
+        with transaction.atomic():
+            deployment = Deployment.objects.select_for_update().get(pk=deployment.pk)
+            busy = services.active_operations(deployment).exists()
+            if deployment.desired_state == DesiredState.RUNNING and not busy:
+                due = deployment.next_restart_at is None or deployment.next_restart_at <= now
+                if deployment.observed_state == DeploymentState.PENDING or (
+                    deployment.observed_state == DeploymentState.UNHEALTHY
+                    and due
+                    and deployment.next_restart_at
+                ):
+                    services.launch(deployment)
+                    done["launches"] += 1
+                    continue
+                if deployment.observed_state == DeploymentState.STARTING:
+                    # Its launch operation ended without the result being applied (a lost message).
+                    services.launch(deployment)
+                    done["launches"] += 1
+                    continue
+            if deployment.desired_state != DesiredState.RUNNING and not busy:
+                # Asked to stop (or delete) and not stopped yet: the last stop was lost or failed.
+                services.send_stop(deployment)
+                done["stops"] += 1
+                continue
+        if deployment.observed_state in PROBED_STATES:
+            for part in services.parts_of(deployment):
+                runtime = _node_runtime(deployment, part["node"])
+                probes.setdefault(part["node"], []).append(
+                    {
+                        "name": deployment.name,
+                        "runtime": {
+                            k: runtime[k] for k in ("pid", "port", "log_path", "host") if k in runtime
+                        },
+                        "log_offset": runtime.get("log_offset", 0),
+                        "follower": part["role"] == "follower",
+                    }
+                )
+    for node, deployments in probes.items():
+        request_probe(node, deployments)
+        done["probes"] += 1
+    return done
+
+
+def request_probe(node: str, deployments: list[dict]) -> None:
+    # A probe older than two intervals is stale; dropping it keeps a slow agent's queue short.
+    expires = max(2.0, settings.PANEL_DEPLOY_RECONCILE_S * 2)
+    celery_app.send_task(
+        AGENT_PROBE_DEPLOYMENTS,
+        args=[{"deployments": deployments}],
+        queue=node_queue(node),
+        expires=expires,
+    )

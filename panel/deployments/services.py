@@ -1,0 +1,339 @@
+"""Deployment use-cases: create, start, stop, restart, delete, benchmark, and applying what agents report.
+
+CONTRACT for the wizard and the deployment page (REST under /api/v1/deployments/, JSON):
+
+  POST /plan/            body = the wizard spec below; 200 {"fits", "chip", "plan", "memory_per_npu",
+                         "warnings": [{code, level, message}], "nodes": [{node, role, logic_ids, argv, env,
+                         command, launch}]}; 400 {"detail", "errors": {field: [messages]}} (planner
+                         reasons become field errors: tensor_parallel_size, max_model_len, nodes, model,
+                         quantization).
+  POST /                 same body (+ header Idempotency-Key); 201 the deployment (detail shape) + "warnings".
+       spec: {name, model (id), artifact (id) | path, nodes: [{node: name, npus: [logic ids]}],
+              tensor_parallel_size?, data_parallel_size?, max_model_len?, dtype, gpu_memory_utilization,
+              quantization (null|"ascend"), enforce_eager, served_model_name?, port?,
+              extra_flags {flag: value}, runtime ("process"|"container")}
+  GET  /, /{id}/         {id, name, model, model_name, nodes, npus, status (observed), desired_state, reason,
+                         endpoint, runtime, restart_count, failed_restarts, spec, plan, metrics, metrics_at,
+                         operation (latest launch/stop operation id), created, updated}
+  POST /{id}/stop/ /start/ /restart/   202 the deployment; DELETE /{id}/  202 (stops, releases the NPUs, then
+                         the row goes away).
+  GET  /{id}/logs/?after_seq=N   {"results": [{seq, time, node, line}], "last_seq"}; GET /{id}/logs.txt
+  GET  /{id}/metrics/    {"metrics": {...}, "time"}; GET/POST /{id}/benchmarks/ ({concurrency: [1,4,16,64],
+                         prompt_len, output_len, requests}); GET /api/v1/benchmarks/ all runs, comparable.
+  POST /{id}/chat/       OpenAI chat body; proxied to the engine (SSE passed through when "stream": true).
+  Failure findings: GET /{id}/ "findings" = the toolkit's diagnose findings of the last failed start.
+
+Websocket group deployment.<name>: {"type": "deployment.status", name, status, desired_state, reason,
+restart_count, endpoint}, {"type": "engine.metrics", name, node, time, metrics}, {"type": "deployment.logs",
+name, lines: [{seq, time, node, line}]}. While starting, the launch operation (id in "operation") also
+streams progress events (stage_key, percent, kv_cache_tokens) on operation.<id>.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from panel.core.choices import DeploymentState, DesiredState, OperationKind, OperationStatus
+from panel.deployments.models import Benchmark, Deployment, DeploymentLog
+from panel.deployments.planning import DeploymentPlan
+from panel.operations.models import Operation
+from panel.operations.services import create_operation
+from panel.realtime.broadcast import broadcast, deployment_group
+from workers.task_names import (
+    AGENT_BENCHMARK_DEPLOYMENT,
+    AGENT_LAUNCH_DEPLOYMENT,
+    AGENT_STOP_DEPLOYMENT,
+)
+
+log = logging.getLogger(__name__)
+
+BENCHMARK_KIND = "benchmark"
+ACTIVE = (OperationStatus.PENDING, OperationStatus.RUNNING)
+
+
+class DeploymentConflict(Exception):
+    """The deployment is in a state where this command makes no sense; the message says why."""
+
+
+def status_message(deployment: Deployment) -> dict:
+    return {
+        "type": "deployment.status",
+        "name": deployment.name,
+        "status": deployment.observed_state,
+        "desired_state": deployment.desired_state,
+        "reason": deployment.reason,
+        "restart_count": deployment.restart_count,
+        "endpoint": deployment.endpoint,
+    }
+
+
+def announce(deployment: Deployment) -> None:
+    message = status_message(deployment)
+    transaction.on_commit(lambda: broadcast(deployment_group(deployment.name), message))
+
+
+def move(deployment: Deployment, state: str, reason: str = "") -> None:
+    if deployment.observed_state != state or deployment.reason != reason:
+        deployment.move_to(state, reason)
+        announce(deployment)
+
+
+def endpoint_of(deployment: Deployment) -> str:
+    head = deployment.nodes.order_by("pk").first()
+    host = (head.address if head and head.address else "") or "127.0.0.1"
+    return f"http://{host}:{deployment.spec.get('port')}/v1"
+
+
+def create_deployment(planned: DeploymentPlan, user=None) -> Deployment:
+    data = planned.data
+    with transaction.atomic():
+        # A deleted deployment's name may be taken again once its row is gone.
+        Deployment.objects.filter(name=data["name"], desired_state=DesiredState.DELETED).delete()
+        deployment = Deployment.objects.create(
+            name=data["name"],
+            model=data["model"],
+            artifact=data.get("artifact"),
+            spec={
+                **planned.parts[0].payload,
+                "parts": [
+                    {"node": part.node.name, "role": part.role, "launch": part.payload}
+                    for part in planned.parts
+                ],
+            },
+            plan={"plan": planned.plan, "warnings": planned.warnings, "chip": planned.chip},
+            runtime_kind=data["runtime"],
+            created_by=user,
+        )
+        deployment.nodes.set([part.node for part in planned.parts])
+        deployment.npus.set([npu for part in planned.parts for npu in part.npus])
+        deployment.endpoint = endpoint_of(deployment)
+        deployment.save(update_fields=["endpoint"])
+        launch(deployment, user=user)
+    return deployment
+
+
+def parts_of(deployment: Deployment) -> list[dict]:
+    return deployment.spec.get("parts") or []
+
+
+def active_operations(deployment: Deployment):
+    return Operation.objects.filter(
+        target=deployment.name,
+        kind__in=[OperationKind.DEPLOY, OperationKind.STOP],
+        status__in=ACTIVE,
+    )
+
+
+def launch(deployment: Deployment, user=None) -> None:
+    """Send one launch per node (the head last is not needed: followers dial the head and wait)."""
+    if deployment.runtime_kind == "container":
+        move(
+            deployment,
+            DeploymentState.FAILED,
+            _("The container runtime is not started by the panel yet; choose the process runtime."),
+        )
+        deployment.save()
+        return
+    from panel.nodes.models import Node
+
+    move(deployment, DeploymentState.STARTING, "")
+    deployment.next_restart_at = None
+    deployment.probe_failures = 0
+    deployment.runtime = {"nodes": {}}
+    deployment.save()
+    for part in parts_of(deployment):
+        node = Node.objects.get(name=part["node"])
+        create_operation(
+            kind=OperationKind.DEPLOY,
+            node=node,
+            task_name=AGENT_LAUNCH_DEPLOYMENT,
+            user=user,
+            target=deployment.name,
+            params={"deployment": deployment.pk, "role": part["role"]},
+            task_kwargs={
+                "payload": {
+                    "name": deployment.name,
+                    "spec": part["launch"],
+                    "start_timeout_s": settings.PANEL_DEPLOY_START_TIMEOUT_S,
+                    "health_interval_s": settings.PANEL_DEPLOY_HEALTH_INTERVAL_S,
+                    "stop_grace_s": settings.PANEL_DEPLOY_STOP_GRACE_S,
+                }
+            },
+        )
+
+
+def send_stop(deployment: Deployment, user=None, reason: str = "", change_state: bool = True) -> None:
+    from panel.nodes.models import Node
+
+    if change_state and deployment.observed_state not in (DeploymentState.STOPPED, DeploymentState.STOPPING):
+        move(deployment, DeploymentState.STOPPING, reason)
+    deployment.save()
+    for part in parts_of(deployment):
+        node = Node.objects.get(name=part["node"])
+        create_operation(
+            kind=OperationKind.STOP,
+            node=node,
+            task_name=AGENT_STOP_DEPLOYMENT,
+            user=user,
+            target=deployment.name,
+            params={"deployment": deployment.pk},
+            task_kwargs={
+                "payload": {
+                    "name": deployment.name,
+                    "grace_s": settings.PANEL_DEPLOY_STOP_GRACE_S,
+                    "runtime": (deployment.runtime.get("nodes") or {}).get(part["node"]) or {},
+                }
+            },
+        )
+
+
+def _locked(deployment: Deployment) -> Deployment:
+    return Deployment.objects.select_for_update().get(pk=deployment.pk)
+
+
+def stop(deployment: Deployment, user=None) -> Deployment:
+    with transaction.atomic():
+        deployment = _locked(deployment)
+        if deployment.desired_state == DesiredState.DELETED:
+            raise DeploymentConflict(_("This deployment is being deleted."))
+        deployment.desired_state = DesiredState.STOPPED
+        if deployment.observed_state == DeploymentState.STOPPED:
+            deployment.save()
+        else:
+            send_stop(deployment, user)
+    return deployment
+
+
+def start(deployment: Deployment, user=None) -> Deployment:
+    with transaction.atomic():
+        deployment = _locked(deployment)
+        if deployment.desired_state == DesiredState.DELETED:
+            raise DeploymentConflict(_("This deployment is being deleted."))
+        if active_operations(deployment).exists():
+            raise DeploymentConflict(_("Wait for the current start or stop to finish."))
+        deployment.desired_state = DesiredState.RUNNING
+        deployment.failed_restarts = 0
+        if deployment.observed_state in (DeploymentState.RUNNING, DeploymentState.STARTING):
+            deployment.save()
+        else:
+            launch(deployment, user)
+    return deployment
+
+
+def restart(deployment: Deployment, user=None) -> Deployment:
+    """Stop then start: the launch task stops the running engine itself before starting the new one."""
+    with transaction.atomic():
+        deployment = _locked(deployment)
+        if deployment.desired_state == DesiredState.DELETED:
+            raise DeploymentConflict(_("This deployment is being deleted."))
+        if active_operations(deployment).exists():
+            raise DeploymentConflict(_("Wait for the current start or stop to finish."))
+        deployment.desired_state = DesiredState.RUNNING
+        deployment.failed_restarts = 0
+        deployment.restart_count += 1
+        deployment.save()
+        send_stop(deployment, user, _("Restart asked by {user}").format(user=user or _("the panel")))
+    return deployment
+
+
+def delete(deployment: Deployment, user=None) -> Deployment:
+    with transaction.atomic():
+        deployment = _locked(deployment)
+        deployment.desired_state = DesiredState.DELETED
+        if deployment.observed_state in (DeploymentState.STOPPED, DeploymentState.PENDING) and not (
+            active_operations(deployment).exists()
+        ):
+            release_and_remove(deployment)
+        else:
+            send_stop(deployment, user)
+    return deployment
+
+
+def release_and_remove(deployment: Deployment) -> None:
+    deployment.npus.clear()
+    name = deployment.name
+    deployment.delete()
+    gone = {"type": "deployment.status", "name": name, "status": "deleted", "desired_state": "deleted"}
+    transaction.on_commit(lambda: broadcast(deployment_group(name), gone))
+
+
+def append_logs(deployment: Deployment, node: str, lines: list[str], when=None) -> list[DeploymentLog]:
+    if not lines:
+        return []
+    when = when or timezone.now()
+    rows = []
+    for line in lines:
+        deployment.log_seq += 1
+        rows.append(
+            DeploymentLog(deployment=deployment, seq=deployment.log_seq, time=when, node=node, line=line)
+        )
+    DeploymentLog.objects.bulk_create(rows)
+    messages = [row.as_message() for row in rows]
+    name = deployment.name
+    transaction.on_commit(
+        lambda: broadcast(
+            deployment_group(name), {"type": "deployment.logs", "name": name, "lines": messages}
+        )
+    )
+    return rows
+
+
+def start_benchmark(deployment: Deployment, params: dict, user=None) -> Benchmark:
+    from panel.nodes.models import Node
+
+    if deployment.observed_state != DeploymentState.RUNNING:
+        raise DeploymentConflict(_("Benchmark a running deployment."))
+    head = Node.objects.get(name=parts_of(deployment)[0]["node"])
+    port = deployment.spec["port"]
+    with transaction.atomic():
+        operation = create_operation(
+            kind=BENCHMARK_KIND,
+            node=head,
+            task_name=AGENT_BENCHMARK_DEPLOYMENT,
+            user=user,
+            target=deployment.name,
+            params={"deployment": deployment.pk, **params},
+            task_kwargs={
+                "payload": {
+                    **params,
+                    "base_url": f"http://127.0.0.1:{port}",
+                    "model": deployment.spec.get("served_model_name") or deployment.name,
+                }
+            },
+        )
+        return Benchmark.objects.create(
+            deployment=deployment,
+            deployment_name=deployment.name,
+            model_name=deployment.model.name,
+            spec={k: v for k, v in deployment.spec.items() if k != "parts"},
+            params=params,
+            status="running",
+            operation=operation,
+            created_by=user,
+        )
+
+
+def on_operation_terminal(operation: Operation) -> None:
+    """Called by panel.operations.services.on_terminal for deploy, stop and benchmark operations."""
+    from panel.deployments.reconcile import apply_launch_result, apply_stop_result
+
+    if operation.kind == BENCHMARK_KIND:
+        benchmark = Benchmark.objects.filter(operation=operation).first()
+        if benchmark is not None:
+            benchmark.status = operation.status
+            benchmark.results = operation.result or {}
+            benchmark.error = operation.error
+            benchmark.save()
+        return
+    deployment = Deployment.objects.select_for_update().filter(name=operation.target).first()
+    if deployment is None:
+        return
+    if operation.kind == OperationKind.DEPLOY:
+        apply_launch_result(deployment, operation)
+    elif operation.kind == OperationKind.STOP:
+        apply_stop_result(deployment, operation)

@@ -1,0 +1,20 @@
+"""Panel tasks of deployments: the reconcile beat and the agents' probe answers."""
+
+from workers.celery_app import app
+from workers.task_names import INGEST_DEPLOYMENT_PROBE
+
+RECONCILE = "panel.reconcile_deployments"
+
+
+@app.task(name=RECONCILE, ignore_result=True)
+def reconcile_deployments() -> dict:
+    from panel.deployments.reconcile import tick
+
+    return tick()
+
+
+@app.task(name=INGEST_DEPLOYMENT_PROBE, ignore_result=True)
+def ingest_deployment_probe(message: dict) -> None:
+    from panel.deployments.reconcile import ingest_probe
+
+    ingest_probe(message)
