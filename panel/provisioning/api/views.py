@@ -1,0 +1,140 @@
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
+from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
+from rest_framework.response import Response
+
+from panel.accounts.roles import ADMIN, OPERATOR
+from panel.core.api import PanelViewSet
+from panel.nodes.models import Node
+from panel.operations.api.serializers import OperationSerializer
+from panel.operations.models import Operation
+from panel.provisioning import services, store
+from panel.provisioning.api.serializers import (
+    CancelSerializer,
+    NodeStackSerializer,
+    PackageFileSerializer,
+    StartSerializer,
+)
+from panel.provisioning.models import PackageFile
+from panel.provisioning.profiles import cpu_row, profile_rows
+
+
+def _drf_error(error: DjangoValidationError) -> ValidationError:
+    return ValidationError(error.message_dict if hasattr(error, "error_dict") else {"detail": error.messages})
+
+
+class StackProfileViewSet(viewsets.ViewSet):
+    """The compatibility matrix: one row per documented vllm-ascend set, plus the CPU profile."""
+
+    @extend_schema(responses={200: dict})
+    def list(self, request):
+        return Response({"profiles": profile_rows(), "cpu": cpu_row()})
+
+
+class PackageFileViewSet(
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    mixins.DestroyModelMixin,
+    PanelViewSet,
+):
+    """The package store: upload (operator), list with sha256, delete (admin)."""
+
+    queryset = PackageFile.objects.select_related("uploaded_by")
+    serializer_class = PackageFileSerializer
+    parser_classes = [MultiPartParser, FormParser, JSONParser]
+
+    @property
+    def write_role(self):
+        return ADMIN if self.action == "destroy" else OPERATOR
+
+    def perform_create(self, serializer):
+        try:
+            serializer.instance = store.add_package(serializer.validated_data["file"], user=self.request.user)
+        except DjangoValidationError as error:
+            raise _drf_error(error) from None
+
+    def perform_destroy(self, instance):
+        store.delete_package(instance)
+
+
+class NodeStackViewSet(PanelViewSet):
+    """A node's stack and last preflight; actions preflight, install, resume and cancel."""
+
+    queryset = Node.objects.all()
+    lookup_field = "name"
+    serializer_class = NodeStackSerializer
+
+    def _panel_url(self):
+        return self.request.build_absolute_uri("/")
+
+    def retrieve(self, request, name=None):
+        return Response(NodeStackSerializer(services.stack_of(self.get_object())).data)
+
+    def _started(self, operation):
+        return Response(OperationSerializer(operation).data, status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(request=StartSerializer, responses={202: OperationSerializer})
+    @action(detail=True, methods=["post"])
+    def preflight(self, request, name=None):
+        data = StartSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        try:
+            operation = services.start_preflight(
+                self.get_object(),
+                data.validated_data["profile"],
+                user=request.user,
+                panel_url=self._panel_url(),
+                pip_source=data.validated_data["pip_source"],
+            )
+        except DjangoValidationError as error:
+            raise _drf_error(error) from None
+        return self._started(operation)
+
+    @extend_schema(request=StartSerializer, responses={202: OperationSerializer})
+    @action(detail=True, methods=["post"])
+    def install(self, request, name=None):
+        data = StartSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        try:
+            operation = services.start_install(
+                self.get_object(),
+                data.validated_data["profile"],
+                user=request.user,
+                panel_url=self._panel_url(),
+                pip_source=data.validated_data["pip_source"],
+                allow_reboot=data.validated_data["allow_reboot"],
+            )
+        except DjangoValidationError as error:
+            raise _drf_error(error) from None
+        return self._started(operation)
+
+    @extend_schema(request=None, responses={202: OperationSerializer})
+    @action(detail=True, methods=["post"])
+    def resume(self, request, name=None):
+        try:
+            operation = services.resume_install(
+                self.get_object(), user=request.user, panel_url=self._panel_url()
+            )
+        except DjangoValidationError as error:
+            raise _drf_error(error) from None
+        return self._started(operation)
+
+    @extend_schema(request=CancelSerializer, responses={202: None})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, name=None):
+        data = CancelSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        node = self.get_object()
+        operation = get_object_or_404(
+            Operation.objects.visible_to(request.user), pk=data.validated_data["operation"], node=node
+        )
+        try:
+            services.cancel(operation)
+        except DjangoValidationError as error:
+            raise _drf_error(error) from None
+        return Response({"detail": "cancel requested"}, status=status.HTTP_202_ACCEPTED)

@@ -1,0 +1,98 @@
+from django.conf import settings
+from django.db import models
+from django.utils.translation import gettext_lazy as _
+
+from panel.core.choices import (
+    COLOUR_ALARM,
+    COLOUR_OFFLINE,
+    COLOUR_OK,
+    COLOUR_RUNNING,
+    COLOUR_WARNING,
+    ColouredChoices,
+)
+from panel.core.models import TimestampedModel
+
+
+class PackageKind(models.TextChoices):
+    DRIVER = "driver", _("NPU driver")
+    FIRMWARE = "firmware", _("NPU firmware")
+    TOOLKIT = "toolkit", _("CANN toolkit")
+    OPS = "ops", _("CANN operator package (kernels)")
+    NNAL = "nnal", _("NNAL (ATB)")
+    WHEEL = "wheel", _("Python wheel")
+
+
+class StackStatus(ColouredChoices):
+    NONE = "none", _("Not installed")
+    INSTALLING = "installing", _("Installing")
+    INSTALLED = "installed", _("Installed")
+    FAILED = "failed", _("Failed")
+    CANCELLED = "cancelled", _("Cancelled")
+    WAITING_REBOOT = "reboot", _("Waiting for reboot")
+
+
+StackStatus.COLOURS = {
+    "none": COLOUR_OFFLINE,
+    "installing": COLOUR_RUNNING,
+    "installed": COLOUR_OK,
+    "failed": COLOUR_ALARM,
+    "cancelled": COLOUR_WARNING,
+    "reboot": COLOUR_WARNING,
+}
+
+
+class PackageFile(TimestampedModel):
+    """A .run package or a wheel, uploaded once and handed to nodes with its checksum.
+
+    One file per name: uploading a name again replaces the earlier file."""
+
+    name = models.CharField(_("file name"), max_length=255, unique=True)
+    kind = models.CharField(_("kind"), max_length=16, choices=PackageKind.choices)
+    version = models.CharField(_("version"), max_length=64)
+    sha256 = models.CharField(_("SHA-256"), max_length=64, db_index=True)
+    size = models.PositiveBigIntegerField(_("size (bytes)"))
+    uploaded_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["kind", "name"]
+
+    def __str__(self):
+        return self.name
+
+
+class NodeStack(TimestampedModel):
+    """What provisioning knows about one node: the last preflight, the last install and the stack it left."""
+
+    node = models.OneToOneField("nodes.Node", on_delete=models.CASCADE, related_name="stack")
+    status = models.CharField(
+        _("status"), max_length=16, choices=StackStatus.choices, default=StackStatus.NONE
+    )
+    profile = models.CharField(_("profile"), max_length=64, blank=True)
+    # The last preflight: its checklist [{"check", "status", "detail", "fix"}] and the plan it foresaw.
+    preflight_operation = models.ForeignKey(
+        "operations.Operation", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    preflight_profile = models.CharField(max_length=64, blank=True)
+    preflight = models.JSONField(default=list, blank=True)
+    preflight_worst = models.CharField(max_length=8, blank=True)
+    preflight_plan = models.JSONField(default=list, blank=True)
+    preflight_at = models.DateTimeField(null=True, blank=True)
+    # The last install: what it was asked (reused by a resume), its plan and where it stopped.
+    install_operation = models.ForeignKey(
+        "operations.Operation", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    install_request = models.JSONField(default=dict, blank=True)
+    plan = models.JSONField(default=list, blank=True)
+    failed_step = models.CharField(max_length=64, blank=True)
+    # The installed stack the deploy launch step needs: profile, venv, python, set_env, versions.
+    record = models.JSONField(default=dict, blank=True)
+    installed_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self):
+        return f"{self.node} stack ({self.status})"
+
+    @property
+    def status_colour(self) -> str:
+        return StackStatus.colour(self.status)

@@ -1,0 +1,282 @@
+"""Use-cases of provisioning: preflight, install, resume and cancel as operations; what they leave on the
+node (checklist, plan, installed stack); `installed_stack(node)` for the deploy launch step."""
+
+import secrets
+
+from django.core import signing
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from panel.core.choices import OperationKind, OperationStatus
+from panel.operations.models import Operation
+from panel.operations.services import create_operation
+from panel.provisioning import conf
+from panel.provisioning.models import NodeStack, PackageFile, PackageKind, StackStatus
+from panel.provisioning.profiles import CPU, is_known
+from workers.ascend.compat import profile_for
+from workers.ascend.vercmp import Version, VersionError
+from workers.cancellation import request_cancel
+from workers.task_names import AGENT_INSTALL, AGENT_PREFLIGHT
+
+DOWNLOAD_SALT = "panel.provisioning.download"
+DOWNLOAD_TOKEN_MAX_AGE_S = 2 * 24 * 3600
+PIP_WHEELHOUSE, PIP_INDEX, PIP_AUTO = "wheelhouse", "index", "auto"
+PIP_SOURCES = (PIP_AUTO, PIP_WHEELHOUSE, PIP_INDEX)
+OPEN_STATUSES = (OperationStatus.PENDING, OperationStatus.RUNNING)
+
+
+def stack_of(node) -> NodeStack:
+    return NodeStack.objects.get_or_create(node=node)[0]
+
+
+def installed_stack(node) -> dict:
+    """What the deploy launch step needs of the node's installed stack, or {} when none is installed:
+    {"profile", "venv", "python", "set_env": [scripts to source], "cann", "vllm", "vllm_ascend",
+    "versions": Node.versions, "installed_at"}."""
+    stack = NodeStack.objects.filter(node=node, status=StackStatus.INSTALLED).first()
+    if stack is None or not stack.record.get("venv"):
+        return {}
+    return {
+        **stack.record,
+        "set_env": list(stack.record.get("set_env") or []),
+        "versions": dict(node.versions),
+        "installed_at": stack.installed_at.isoformat() if stack.installed_at else None,
+    }
+
+
+# --- downloads ----------------------------------------------------------------------------------------
+
+
+def download_token(grant: str) -> str:
+    return signing.TimestampSigner(salt=DOWNLOAD_SALT).sign(grant)
+
+
+def operation_for_token(token: str) -> Operation | None:
+    """The open operation a download token was issued to, or None (bad, expired or finished)."""
+    try:
+        grant = signing.TimestampSigner(salt=DOWNLOAD_SALT).unsign(token, max_age=DOWNLOAD_TOKEN_MAX_AGE_S)
+    except signing.BadSignature:
+        return None
+    return Operation.objects.filter(params__download_grant=grant, status__in=OPEN_STATUSES).first()
+
+
+def package_offer(panel_url: str) -> list[dict]:
+    """Every stored file with its checksum and the address the agent fetches it from."""
+    return [
+        {
+            "name": p.name,
+            "kind": p.kind,
+            "version": p.version,
+            "sha256": p.sha256,
+            "size": p.size,
+            "url": panel_url.rstrip("/") + reverse("provisioning:download", args=[p.sha256, p.name]),
+        }
+        for p in PackageFile.objects.all()
+    ]
+
+
+# --- requests -----------------------------------------------------------------------------------------
+
+
+def _newest(kind: str, accepts=None) -> str | None:
+    versions = []
+    for version in PackageFile.objects.filter(kind=kind).values_list("version", flat=True):
+        try:
+            if accepts is None or accepts(version):
+                versions.append((Version(version), version))
+        except VersionError:
+            continue
+    return max(versions)[1] if versions else None
+
+
+def pick_driver_and_firmware(profile_key: str) -> tuple[str | None, str | None]:
+    """The newest stored driver the profile's CANN documents (any when it documents none), newest firmware."""
+    profile = profile_for(profile_key) if profile_key != CPU else None
+    if profile is None:
+        return None, None
+    rule = profile.driver
+    return _newest(PackageKind.DRIVER, rule.allows if rule else None), _newest(PackageKind.FIRMWARE)
+
+
+def pip_choice(source: str) -> dict:
+    if source == PIP_AUTO:
+        source = PIP_WHEELHOUSE if PackageFile.objects.filter(kind=PackageKind.WHEEL).exists() else PIP_INDEX
+    if source == PIP_WHEELHOUSE:
+        return {"wheelhouse": True}
+    return {"index_url": conf.pip_index_url() or None, "extra_index_urls": conf.pip_extra_index_urls()}
+
+
+def _validate(node, profile_key: str, pip_source: str) -> None:
+    errors = {}
+    if not is_known(profile_key):
+        errors["profile"] = [
+            _("Unknown profile %(p)s; pick a row of the Stack profiles page.") % {"p": profile_key}
+        ]
+    if pip_source not in PIP_SOURCES:
+        errors["pip_source"] = [_("Choose one of: %(c)s.") % {"c": ", ".join(PIP_SOURCES)}]
+    if errors:
+        raise ValidationError(errors)
+
+
+def _request(profile_key: str, pip_source: str, allow_reboot: bool) -> dict:
+    driver, firmware = pick_driver_and_firmware(profile_key)
+    return {
+        "profile": profile_key,
+        "driver_version": driver,
+        "firmware_version": firmware,
+        "pip": pip_choice(pip_source),
+        "allow_reboot": bool(allow_reboot),
+    }
+
+
+def _start(node, kind: str, task_name: str, request: dict, panel_url: str, user, params: dict) -> Operation:
+    """Create the operation with a fresh download grant; the task gets the store's offer and a token."""
+    panel_url = conf.public_url() or panel_url
+    grant = secrets.token_urlsafe(18)
+    task_request = {**request, "packages": package_offer(panel_url), "download_token": download_token(grant)}
+    return create_operation(
+        kind=kind,
+        node=node,
+        task_name=task_name,
+        user=user,
+        target=node.name,
+        params={**params, "profile": request["profile"], "download_grant": grant},
+        task_kwargs={"request": task_request},
+    )
+
+
+def start_preflight(node, profile_key: str, *, user=None, panel_url: str, pip_source: str = PIP_AUTO):
+    """Check the node against a profile without changing it; the checklist lands on the node's stack."""
+    _validate(node, profile_key, pip_source)
+    request = _request(profile_key, pip_source, allow_reboot=False)
+    with transaction.atomic():
+        operation = _start(node, OperationKind.PREFLIGHT, AGENT_PREFLIGHT, request, panel_url, user, {})
+        stack = stack_of(node)
+        stack.preflight_operation = operation
+        stack.save(update_fields=["preflight_operation", "updated"])
+    return operation
+
+
+def _refuse_if_busy(node) -> None:
+    busy = Operation.objects.filter(node=node, kind=OperationKind.INSTALL, status__in=OPEN_STATUSES).first()
+    if busy is not None:
+        raise ValidationError(
+            {
+                "node": [
+                    _(
+                        "An install is already running on %(node)s (operation %(op)s); "
+                        "wait for it or cancel it."
+                    )
+                    % {"node": node.name, "op": busy.pk}
+                ]
+            }
+        )
+
+
+def start_install(
+    node,
+    profile_key: str,
+    *,
+    user=None,
+    panel_url: str,
+    pip_source: str = PIP_AUTO,
+    allow_reboot: bool = False,
+):
+    """Install the profile's stack on the node: packages, venv, pip, checks; the result is its stack."""
+    _validate(node, profile_key, pip_source)
+    request = _request(profile_key, pip_source, allow_reboot)
+    with transaction.atomic():
+        _refuse_if_busy(node)
+        operation = _start(node, OperationKind.INSTALL, AGENT_INSTALL, request, panel_url, user, {})
+        stack = stack_of(node)
+        stack.status, stack.profile, stack.install_operation = StackStatus.INSTALLING, profile_key, operation
+        stack.install_request, stack.plan, stack.failed_step = request, [], ""
+        stack.save()
+    return operation
+
+
+def resume_install(node, *, user=None, panel_url: str, from_step: str | None = None):
+    """A new install operation that reuses the last plan and starts at the step that failed or stopped."""
+    stack = NodeStack.objects.filter(node=node).first()
+    if stack is None or not stack.install_request:
+        raise ValidationError({"node": [_("Nothing to resume: no install has run on this node.")]})
+    step = from_step or stack.failed_step
+    if (
+        stack.status not in (StackStatus.FAILED, StackStatus.CANCELLED, StackStatus.WAITING_REBOOT)
+        or not step
+    ):
+        raise ValidationError({"node": [_("Nothing to resume: the last install did not stop at a step.")]})
+    request = {**stack.install_request, "plan": stack.plan or None, "resume_from": step}
+    with transaction.atomic():
+        _refuse_if_busy(node)
+        operation = _start(
+            node, OperationKind.INSTALL, AGENT_INSTALL, request, panel_url, user, {"resume_from": step}
+        )
+        stack.status, stack.install_operation = StackStatus.INSTALLING, operation
+        stack.save(update_fields=["status", "install_operation", "updated"])
+    return operation
+
+
+def cancel(operation: Operation) -> None:
+    """Ask the agent to stop before its next step (it ends the operation as cancelled)."""
+    if operation.is_terminal:
+        raise ValidationError({"operation": [_("The operation has already finished.")]})
+    if operation.kind != OperationKind.INSTALL:
+        raise ValidationError({"operation": [_("Only installs can be cancelled between steps.")]})
+    request_cancel(str(operation.pk))
+
+
+# --- results (panel.operations.services.on_terminal, inside the ingest transaction) ------------------
+
+
+def _events(operation, kind: str):
+    return operation.events.filter(kind=kind).order_by("seq")
+
+
+def _stopped_at(operation) -> str:
+    """The step the operation failed at, or (cancelled) the step it was about to run."""
+    stopped = [
+        e.payload.get("step")
+        for e in _events(operation, "step")
+        if e.payload.get("state") in ("failed", "cancelled")
+    ]
+    return (stopped[-1] or "") if stopped else ""
+
+
+def record_outcome(operation: Operation) -> None:
+    if operation.node_id is None:
+        return
+    stack = stack_of(operation.node)
+    if operation.kind == OperationKind.PREFLIGHT:
+        if operation.status == OperationStatus.SUCCEEDED:
+            result = operation.result
+            stack.preflight, stack.preflight_worst = result.get("checklist", []), result.get("worst", "")
+            stack.preflight_plan, stack.preflight_profile = result.get("plan", []), result.get("profile", "")
+            stack.preflight_at = operation.finished
+            stack.save()
+        return
+    plan_event = _events(operation, "plan").last()
+    if plan_event is not None:
+        stack.plan = plan_event.payload.get("specs", [])
+    if operation.status == OperationStatus.SUCCEEDED:
+        node = operation.node
+        node.versions = {**node.versions, **(operation.result.get("versions") or {})}
+        node.save(update_fields=["versions", "updated"])
+        stack.status, stack.record, stack.failed_step = (
+            StackStatus.INSTALLED,
+            operation.result.get("stack") or {},
+            "",
+        )
+        stack.installed_at = operation.finished or timezone.now()
+    else:
+        stack.failed_step = _stopped_at(operation)
+        if operation.status == OperationStatus.CANCELLED:
+            stack.status = StackStatus.CANCELLED
+        elif stack.failed_step == "reboot":
+            stack.status = StackStatus.WAITING_REBOOT
+        else:
+            stack.status = StackStatus.FAILED
+    stack.save()

@@ -1,0 +1,205 @@
+from django.contrib import messages
+from django.core.exceptions import ValidationError
+from django.http import FileResponse, Http404, HttpResponseForbidden
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy as _lazy
+from django.views.decorators.http import require_GET, require_POST
+
+from panel.accounts.roles import ADMIN, OPERATOR, VIEWER, has_role
+from panel.core.choices import OperationStatus
+from panel.core.views import role_required
+from panel.nodes.models import Node
+from panel.operations.models import Operation
+from panel.provisioning import services, store
+from panel.provisioning.forms import ProfileForm, UploadForm
+from panel.provisioning.models import PackageFile
+from panel.provisioning.profiles import CPU, cpu_row, profile_rows
+
+STEP_LABELS = {
+    "checking": _lazy("checking"),
+    "running": _lazy("running"),
+    "verifying": _lazy("verifying"),
+    "skipped": _lazy("already done"),
+    "done": _lazy("done"),
+    "failed": _lazy("failed"),
+    "cancelled": _lazy("cancelled"),
+}
+
+
+def _node(request, name):
+    return get_object_or_404(Node.objects.visible_to(request.user), name=name)
+
+
+def _panel_url(request) -> str:
+    return request.build_absolute_uri("/")
+
+
+def _say_errors(request, error: ValidationError) -> None:
+    for field_errors in error.message_dict.values():
+        for message in field_errors:
+            messages.error(request, message)
+
+
+@role_required(VIEWER)
+def profiles(request):
+    return render(request, "provisioning/profiles.html", {"rows": profile_rows(), "cpu": cpu_row()})
+
+
+@role_required(VIEWER)
+def node_provisioning(request, name):
+    node = _node(request, name)
+    stack = services.stack_of(node)
+    default = stack.profile or (CPU if not node.npus.exists() else profile_rows()[0]["key"])
+    form = ProfileForm(initial={"profile": default})
+    install = stack.install_operation
+    return render(
+        request,
+        "provisioning/node.html",
+        {
+            "node": node,
+            "stack": stack,
+            "form": form,
+            "install": install,
+            "install_open": install is not None and not install.is_terminal,
+            "preflight": stack.preflight_operation,
+            "can_operate": has_role(request.user, OPERATOR),
+            "packages": PackageFile.objects.all(),
+            "step_labels": {k: str(v) for k, v in STEP_LABELS.items()}
+            | {value: str(label) for value, label in OperationStatus.choices},
+        },
+    )
+
+
+def _start(request, name, start):
+    node = _node(request, name)
+    form = ProfileForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, _("Choose a profile and a package source."))
+        return redirect("provisioning:node", name=node.name)
+    try:
+        operation = start(node, form.cleaned_data)
+    except ValidationError as error:
+        _say_errors(request, error)
+        return redirect("provisioning:node", name=node.name)
+    return redirect(f"{_node_url(node)}?operation={operation.pk}")
+
+
+def _node_url(node) -> str:
+    from django.urls import reverse
+
+    return reverse("provisioning:node", args=[node.name])
+
+
+@role_required(OPERATOR)
+@require_POST
+def run_preflight(request, name):
+    return _start(
+        request,
+        name,
+        lambda node, data: services.start_preflight(
+            node,
+            data["profile"],
+            user=request.user,
+            panel_url=_panel_url(request),
+            pip_source=data["pip_source"],
+        ),
+    )
+
+
+@role_required(OPERATOR)
+@require_POST
+def run_install(request, name):
+    return _start(
+        request,
+        name,
+        lambda node, data: services.start_install(
+            node,
+            data["profile"],
+            user=request.user,
+            panel_url=_panel_url(request),
+            pip_source=data["pip_source"],
+            allow_reboot=data["allow_reboot"],
+        ),
+    )
+
+
+@role_required(OPERATOR)
+@require_POST
+def resume(request, name):
+    node = _node(request, name)
+    try:
+        operation = services.resume_install(node, user=request.user, panel_url=_panel_url(request))
+    except ValidationError as error:
+        _say_errors(request, error)
+        return redirect("provisioning:node", name=node.name)
+    return redirect(f"{_node_url(node)}?operation={operation.pk}")
+
+
+@role_required(OPERATOR)
+@require_POST
+def cancel(request, name):
+    node = _node(request, name)
+    operation = get_object_or_404(
+        Operation.objects.visible_to(request.user), pk=request.POST.get("operation")
+    )
+    try:
+        services.cancel(operation)
+        messages.info(request, _("Cancel requested: the install stops before its next step."))
+    except ValidationError as error:
+        _say_errors(request, error)
+    return redirect("provisioning:node", name=node.name)
+
+
+@role_required(VIEWER)
+def packages(request):
+    form = UploadForm()
+    if request.method == "POST":
+        if not has_role(request.user, OPERATOR):
+            return HttpResponseForbidden()
+        form = UploadForm(request.POST, request.FILES)
+        if form.is_valid():
+            try:
+                package = store.add_package(form.cleaned_data["file"], user=request.user)
+                messages.success(request, _("Stored %(name)s.") % {"name": package.name})
+                return redirect("provisioning:packages")
+            except ValidationError as error:
+                for message in error.message_dict.get("file", error.messages):
+                    form.add_error("file", message)
+    return render(
+        request,
+        "provisioning/packages.html",
+        {
+            "packages": PackageFile.objects.select_related("uploaded_by"),
+            "form": form,
+            "can_upload": has_role(request.user, OPERATOR),
+            "can_delete": has_role(request.user, ADMIN),
+        },
+    )
+
+
+@role_required(ADMIN)
+@require_POST
+def delete_package(request, pk):
+    package = get_object_or_404(PackageFile.objects.visible_to(request.user), pk=pk)
+    store.delete_package(package)
+    messages.success(request, _("Deleted %(name)s.") % {"name": package.name})
+    return redirect("provisioning:packages")
+
+
+@require_GET
+def download(request, sha256, name):
+    """Agents fetch store files here with their operation's download token (no session, no role)."""
+    header = request.headers.get("Authorization", "")
+    token = (
+        header.removeprefix("Bearer ").strip()
+        if header.startswith("Bearer ")
+        else request.GET.get("token", "")
+    )
+    if not token or services.operation_for_token(token) is None:
+        return HttpResponseForbidden(_("A valid download token of a running operation is required."))
+    package = PackageFile.objects.filter(sha256=sha256, name=name).first()
+    path = store.stored_path(package) if package else None
+    if path is None or not path.is_file():
+        raise Http404(_("No such file in the package store."))
+    return FileResponse(path.open("rb"), as_attachment=True, filename=name)
