@@ -64,6 +64,7 @@ INSTALLED_APPS = [
     "panel.deployments",
     "panel.operations",
     "panel.realtime",
+    "panel.provisioning",
     "panel.monitoring",
 ]
 

@@ -6,6 +6,8 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
 from panel.accounts.api.views import ApiTokenViewSet
+from panel.deployments.api.chat import chat as deployment_chat
+from panel.deployments.api.views import BenchmarkViewSet, DeploymentViewSet
 from panel.monitoring.api.views import AlertViewSet, LatestMetricsView
 from panel.monitoring.views import prometheus_metrics
 from panel.nodes.api.views import NodeViewSet
@@ -20,9 +22,12 @@ router.register("stack-profiles", StackProfileViewSet, basename="stack-profile")
 router.register("packages", PackageFileViewSet)
 router.register("node-stacks", NodeStackViewSet, basename="node-stack")
 router.register("alerts", AlertViewSet)
+router.register("deployments", DeploymentViewSet)
+router.register("benchmarks", BenchmarkViewSet)
 
 urlpatterns = [
     path("api/v1/metrics/latest/", LatestMetricsView.as_view(), name="metrics-latest"),
+    path("api/v1/deployments/<int:pk>/chat/", deployment_chat, name="deployment-chat"),
     path("api/v1/", include(router.urls)),
     path("metrics", prometheus_metrics, name="prometheus-metrics"),
     path("alerts/", include("panel.monitoring.urls")),
