@@ -1,5 +1,5 @@
 """Panel tasks of monitoring: metrics ingest (1 Hz per node), the minute downsampler and pruning (beat),
-and the alert webhook (with retries, never in the ingest path)."""
+and the alert webhook (with retries, never in the ingest path). All run on the panel queue (the default)."""
 
 import logging
 from datetime import UTC, datetime, timedelta
@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import httpx
 
 from workers.celery_app import app
-from workers.task_names import INGEST_METRICS, PANEL_QUEUE
+from workers.task_names import INGEST_METRICS
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,6 @@ def prune() -> int:
 
 @app.task(
     name="panel.monitoring.send_alert_webhook",
-    queue=PANEL_QUEUE,
     bind=True,
     max_retries=WEBHOOK_RETRIES,
     acks_late=False,
