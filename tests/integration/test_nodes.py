@@ -1,0 +1,185 @@
+"""Nodes through the API: who may do what, join tokens (scope, expiry, single use), cordon and removal
+rules, field errors, secrets at rest; and heartbeats through a real worker: online, offline, online again."""
+
+import asyncio
+from datetime import timedelta
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.db import connection
+from django.utils import timezone
+
+from tests.conftest import api_client_for
+from tests.integration.conftest import TEST_NODE
+
+
+def beat(node, token=None, interval=5.0):
+    from panel.nodes.services import record_heartbeat
+    from workers.contracts import Heartbeat, utcnow
+
+    data = Heartbeat(node=node, time=utcnow(), agent_version="t", join_token=token, interval_s=interval)
+    return record_heartbeat(data.model_dump(mode="json"))
+
+
+@pytest.mark.django_db
+def test_an_admin_adds_an_agent_node_and_gets_a_one_line_join_command(alice):
+    response = api_client_for(alice).post("/api/v1/nodes/", {"name": "npu-07"}, format="json")
+    assert response.status_code == 201, response.json()
+    body = response.json()
+    assert body["join_command"].startswith(
+        "curl -fsSL http://testserver/nodes/agent/install.sh | sudo bash -s --"
+    )
+    assert f"--node npu-07 --token {body['join_token']} --broker redis://" in body["join_command"]
+
+
+@pytest.mark.django_db
+def test_the_join_token_registers_its_node_once_and_no_other(alice):
+    token = (
+        api_client_for(alice).post("/api/v1/nodes/", {"name": "npu-07"}, format="json").json()["join_token"]
+    )
+    assert beat("npu-08", token) is None  # scoped to its node name
+    node = beat("npu-07", token)
+    assert node is not None
+    assert node.transport == "agent"
+    assert node.status == "online"
+    node.delete()
+    assert beat("npu-07", token) is None  # single use
+
+
+@pytest.mark.django_db
+def test_an_expired_join_token_registers_nothing(alice):
+    from panel.nodes.join import issue_join_token
+
+    token = issue_join_token("npu-09", lifetime=timedelta(seconds=-1))
+    assert beat("npu-09", token) is None
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("payload", "field"),
+    [
+        ({"name": "not a slug"}, "name"),
+        ({"name": "add"}, "name"),
+        (
+            {
+                "name": "s1",
+                "transport": "ssh",
+                "address": "h",
+                "username": "u",
+                "password": "p",
+                "port": 70000,
+            },
+            "port",
+        ),
+        (
+            {"name": "s1", "transport": "ssh", "address": "bad host!", "username": "u", "password": "p"},
+            "address",
+        ),
+        ({"name": "s1", "transport": "ssh", "address": "10.0.0.1", "username": "u"}, "client_key"),
+        (
+            {"name": "s1", "transport": "ssh", "address": "10.0.0.1", "username": "u", "client_key": "junk"},
+            "client_key",
+        ),
+    ],
+)
+def test_bad_input_is_refused_with_the_field_that_is_wrong(alice, payload, field):
+    response = api_client_for(alice).post("/api/v1/nodes/", payload, format="json")
+    assert response.status_code == 400
+    assert field in response.json()["errors"], response.json()
+
+
+@pytest.mark.django_db
+def test_only_admins_add_or_remove_operators_cordon_viewers_read(alice, bob, charlie):
+    from panel.nodes.models import Node
+
+    node = Node.objects.create(name="n1")
+    assert api_client_for(charlie).get(f"/api/v1/nodes/{node.pk}/").status_code == 200
+    assert api_client_for(charlie).post(f"/api/v1/nodes/{node.pk}/cordon/").status_code == 403
+    assert api_client_for(bob).post("/api/v1/nodes/", {"name": "n2"}, format="json").status_code == 403
+    assert api_client_for(bob).delete(f"/api/v1/nodes/{node.pk}/").status_code == 403
+    response = api_client_for(bob).post(f"/api/v1/nodes/{node.pk}/cordon/")
+    assert response.status_code == 200
+    assert response.json()["cordoned"] is True
+    assert api_client_for(bob).post(f"/api/v1/nodes/{node.pk}/uncordon/").json()["cordoned"] is False
+    assert api_client_for(alice).delete(f"/api/v1/nodes/{node.pk}/").status_code == 204
+    assert not Node.objects.filter(name="n1").exists()
+
+
+@pytest.mark.django_db
+def test_removing_a_node_with_a_running_deployment_is_refused_unless_forced(alice):
+    from panel.catalog.models import Model
+    from panel.deployments.models import Deployment
+    from panel.nodes.models import Node
+
+    node = Node.objects.create(name="busy")
+    deployment = Deployment.objects.create(
+        name="qwen", model=Model.objects.create(name="Qwen"), observed_state="running"
+    )
+    deployment.nodes.add(node)
+    refused = api_client_for(alice).delete(f"/api/v1/nodes/{node.pk}/")
+    assert refused.status_code == 409
+    assert "qwen" in refused.json()["detail"]
+    assert "force" in refused.json()["detail"]
+    assert api_client_for(alice).delete(f"/api/v1/nodes/{node.pk}/?force=true").status_code == 204
+    deployment.refresh_from_db()
+    assert deployment.observed_state == "failed"
+    assert "busy" in deployment.reason
+
+
+@pytest.mark.django_db
+def test_an_ssh_nodes_secret_is_stored_encrypted(alice):
+    from panel.core.secrets import key_material
+    from panel.nodes.lifecycle import sealed_credentials
+    from panel.nodes.models import Node
+    from workers.remote import open_secret
+
+    node = Node.objects.create(
+        name="s1", transport="ssh", ssh_secret=sealed_credentials(password="pa55-w0rd-xyz")
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT ssh_secret FROM nodes_node WHERE id = %s", [node.pk])
+        stored = cursor.fetchone()[0]
+    assert "pa55-w0rd-xyz" not in stored
+    assert open_secret(stored, key_material()) == {"password": "pa55-w0rd-xyz"}
+
+
+@pytest.mark.django_db
+def test_inventory_of_an_ssh_node_waits_for_the_confirmed_host_key(bob):
+    from panel.nodes.models import Node
+
+    node = Node.objects.create(name="s2", transport="ssh", address="10.0.0.2", ssh_username="root")
+    response = api_client_for(bob).post(f"/api/v1/nodes/{node.pk}/inventory/")
+    assert response.status_code == 409
+    assert "host key" in response.json()["detail"]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(60)
+async def test_a_silent_agent_is_offline_after_three_intervals_and_online_when_it_beats_again(celery_worker):
+    from panel.nodes.models import Node
+    from panel.nodes.services import mark_silent_nodes_offline
+    from workers.contracts import Heartbeat, utcnow
+    from workers.events import send_to_panel
+    from workers.task_names import HEARTBEAT
+
+    await sync_to_async(Node.objects.create)(name=TEST_NODE, transport="agent")
+
+    async def send_beat_and_wait_online():
+        beat = Heartbeat(node=TEST_NODE, time=utcnow(), agent_version="t", interval_s=0.3)
+        await sync_to_async(send_to_panel)(HEARTBEAT, beat.model_dump(mode="json"))
+        for _ in range(100):
+            node = await sync_to_async(Node.objects.get)(name=TEST_NODE)
+            if node.status == "online" and node.last_heartbeat > timezone.now() - timedelta(seconds=0.9):
+                return node
+            await asyncio.sleep(0.05)
+        raise AssertionError("the heartbeat did not reach the panel")
+
+    node = await send_beat_and_wait_online()
+    assert node.effective_status == "online"
+    await asyncio.sleep(1.0)  # more than three 0.3 s intervals
+    node = await sync_to_async(Node.objects.get)(name=TEST_NODE)
+    assert node.effective_status == "offline"  # at once, before any sweep ran
+    assert await sync_to_async(mark_silent_nodes_offline)() == [TEST_NODE]
+    node = await send_beat_and_wait_online()
+    assert node.status == "online"
+    assert node.effective_status == "online"
