@@ -6,6 +6,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
 from panel.accounts.api.views import ApiTokenViewSet
+from panel.catalog.api.views import ModelArtifactViewSet, ModelViewSet
 from panel.deployments.api.chat import chat as deployment_chat
 from panel.deployments.api.views import BenchmarkViewSet, DeploymentViewSet
 from panel.monitoring.api.views import AlertViewSet, LatestMetricsView
@@ -17,6 +18,8 @@ from panel.provisioning.api.views import NodeStackViewSet, PackageFileViewSet, S
 router = DefaultRouter()
 router.register("nodes", NodeViewSet)
 router.register("operations", OperationViewSet)
+router.register("models", ModelViewSet)
+router.register("model-artifacts", ModelArtifactViewSet)
 router.register("tokens", ApiTokenViewSet, basename="apitoken")
 router.register("stack-profiles", StackProfileViewSet, basename="stack-profile")
 router.register("packages", PackageFileViewSet)

@@ -5,6 +5,12 @@ from panel.core.choices import ArtifactFormat, ModelSource
 from panel.core.models import TimestampedModel
 
 
+class FactsSource(models.TextChoices):
+    CATALOG = "catalog", _("Starter catalog")
+    HUB = "hub", _("Hub config")
+    INSPECT = "inspect", _("Inspected on a node")
+
+
 class Model(TimestampedModel):
     """A catalog entry: what a model is (facts from its config and weights), not where it lives."""
 
@@ -16,6 +22,17 @@ class Model(TimestampedModel):
     revision = models.CharField(_("revision"), max_length=100, blank=True)
     description = models.TextField(_("description"), blank=True)
     facts = models.JSONField(_("inspected facts"), default=dict, blank=True)
+    facts_source = models.CharField(
+        _("facts from"), max_length=16, choices=FactsSource.choices, blank=True, default=""
+    )
+    facts_updated = models.DateTimeField(_("facts updated"), null=True, blank=True)
+    catalog_id = models.CharField(
+        _("starter catalog id"),
+        max_length=100,
+        blank=True,
+        db_index=True,
+        help_text=_("Set for models loaded from the starter catalog (workers/models/catalog.yaml)."),
+    )
 
     class Meta:
         ordering = ["name"]
@@ -35,6 +52,19 @@ class ModelArtifact(TimestampedModel):
     )
     size_bytes = models.BigIntegerField(_("size"), null=True, blank=True)
     ready = models.BooleanField(default=False)
+    facts = models.JSONField(
+        _("facts"),
+        default=dict,
+        blank=True,
+        help_text=_("inspect_model() of this copy (quantization changes them)."),
+    )
+    made_from = models.ForeignKey(
+        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="derived"
+    )
+    made_by = models.ForeignKey(
+        "operations.Operation", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    verification = models.JSONField(_("verification"), default=dict, blank=True)
 
     class Meta:
         ordering = ["model", "node"]

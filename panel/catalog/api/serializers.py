@@ -1,0 +1,74 @@
+from rest_framework import serializers
+
+from panel.catalog.models import Model, ModelArtifact
+from panel.catalog.planning import fit_on_typical_node
+from panel.core.choices import ModelSource
+
+
+class ModelArtifactSerializer(serializers.ModelSerializer):
+    node = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    model = serializers.SlugRelatedField(slug_field="name", read_only=True)
+
+    class Meta:
+        model = ModelArtifact
+        fields = [
+            "id",
+            "model",
+            "node",
+            "path",
+            "format",
+            "size_bytes",
+            "ready",
+            "facts",
+            "made_from",
+            "verification",
+            "created",
+        ]
+        read_only_fields = fields
+
+
+class ModelSerializer(serializers.ModelSerializer):
+    artifacts = ModelArtifactSerializer(many=True, read_only=True)
+    fit_on_typical_node = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Model
+        fields = [
+            "id",
+            "name",
+            "source",
+            "repo_id",
+            "revision",
+            "description",
+            "facts",
+            "facts_source",
+            "catalog_id",
+            "artifacts",
+            "fit_on_typical_node",
+        ]
+        read_only_fields = ["facts", "facts_source", "catalog_id", "artifacts"]
+
+    def get_fit_on_typical_node(self, model) -> dict | None:
+        return fit_on_typical_node(model.facts)
+
+
+class RegisterSerializer(serializers.Serializer):
+    source = serializers.ChoiceField(choices=ModelSource.choices)
+    repo_id = serializers.CharField(required=False, allow_blank=True, default="")
+    revision = serializers.CharField(required=False, allow_blank=True, default="")
+    node = serializers.CharField(required=False, allow_blank=True, default="", help_text="node name")
+    path = serializers.CharField(required=False, allow_blank=True, default="")
+    name = serializers.CharField(required=False, allow_blank=True, default="")
+    description = serializers.CharField(required=False, allow_blank=True, default="")
+
+
+class DownloadSerializer(serializers.Serializer):
+    node = serializers.CharField()
+    path = serializers.CharField(required=False, allow_blank=True, default="")
+
+
+class ConvertSerializer(serializers.Serializer):
+    target = serializers.ChoiceField(choices=["w8a8_dynamic", "bfloat16", "float16"])
+    backend = serializers.ChoiceField(choices=["builtin", "msmodelslim"], default="builtin")
+    device = serializers.ChoiceField(choices=["npu", "cpu"], default="npu")
+    path = serializers.CharField(required=False, allow_blank=True, default="")

@@ -1,0 +1,98 @@
+from django.core.exceptions import ValidationError as DjangoValidationError
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status
+from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
+from rest_framework.response import Response
+
+from panel.catalog import services
+from panel.catalog.api.serializers import (
+    ConvertSerializer,
+    DownloadSerializer,
+    ModelArtifactSerializer,
+    ModelSerializer,
+    RegisterSerializer,
+)
+from panel.catalog.models import Model, ModelArtifact
+from panel.core.api import PanelViewSet, ReadOnlyPanelViewSet
+from panel.nodes.models import Node
+from panel.operations.api.serializers import OperationSerializer
+
+
+def _node(request, name):
+    if not name:
+        return None
+    node = Node.objects.visible_to(request.user).filter(name=name).first()
+    if node is None:
+        raise ValidationError({"node": [f"No node named {name!r}."]})
+    return node
+
+
+def _started(operation):
+    return Response(OperationSerializer(operation).data, status=status.HTTP_202_ACCEPTED)
+
+
+def _call(function, *args, **kwargs):
+    try:
+        return function(*args, **kwargs)
+    except DjangoValidationError as error:
+        raise ValidationError(error.message_dict) from None
+
+
+class ModelViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, PanelViewSet):
+    queryset = Model.objects.prefetch_related("artifacts__node", "artifacts__model")
+    serializer_class = ModelSerializer
+
+    @extend_schema(request=RegisterSerializer, responses=ModelSerializer)
+    def create(self, request):
+        """Register a model from a hub id or a path on a node; an inspection starts when it can."""
+        data = RegisterSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = {**data.validated_data, "node": _node(request, data.validated_data["node"])}
+        model, operation = _call(services.register_model, user=request.user, **values)
+        body = ModelSerializer(model).data
+        body["operation"] = str(operation.id) if operation else None
+        return Response(body, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=DownloadSerializer, responses=OperationSerializer)
+    @action(detail=True, methods=["post"])
+    def download(self, request, pk=None):
+        data = DownloadSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        node = _node(request, data.validated_data["node"])
+        return _started(
+            _call(services.start_download, self.get_object(), node, request.user, data.validated_data["path"])
+        )
+
+
+class ModelArtifactViewSet(mixins.DestroyModelMixin, ReadOnlyPanelViewSet):
+    queryset = ModelArtifact.objects.select_related("node", "model")
+    serializer_class = ModelArtifactSerializer
+
+    @extend_schema(responses=OperationSerializer)
+    def destroy(self, request, pk=None):
+        """Delete the copy's folder on its node (refused while a deployment uses it); answers 202."""
+        return _started(_call(services.start_artifact_delete, self.get_object(), request.user))
+
+    @extend_schema(request=ConvertSerializer, responses=OperationSerializer)
+    @action(detail=True, methods=["post"])
+    def convert(self, request, pk=None):
+        data = ConvertSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
+        return _started(
+            _call(
+                services.start_conversion,
+                self.get_object(),
+                v["target"],
+                request.user,
+                v["backend"],
+                v["device"],
+                v["path"],
+            )
+        )
+
+    @extend_schema(request=None, responses=OperationSerializer)
+    @action(detail=True, methods=["post"])
+    def inspect(self, request, pk=None):
+        return _started(_call(services.start_inspection, self.get_object(), request.user))
