@@ -310,7 +310,7 @@ def start_conversion(
             "source_path": artifact.path,
             "path": path,
             "models_root": settings.PANEL_MODELS_ROOT,
-            "target": target,
+            "target_format": target,
             "backend": backend,
             "device": device,
         },

@@ -55,7 +55,7 @@ def test_quantize_writes_a_verified_w8a8_artifact_and_reports_progress(host):
         source_path="/data/models/tiny",
         path="/data/models/tiny-w8a8",
         models_root=ROOT,
-        target="w8a8_dynamic",
+        target_format="w8a8_dynamic",
     )
     assert result["format"] == "w8a8_dynamic"
     assert result["verification"]["passed"] is True
@@ -74,7 +74,7 @@ def test_conversion_refuses_a_destination_outside_the_models_root(host):
             source_path="/data/models/tiny",
             path="/etc/evil",
             models_root=ROOT,
-            target="w8a8_dynamic",
+            target_format="w8a8_dynamic",
         )
 
 

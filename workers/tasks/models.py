@@ -39,8 +39,15 @@ class ModelTaskError(Exception):
 def _operation(body):
     """Turn body(emitter, config, **kwargs) into a task that runs in the operation frame."""
 
-    def task(operation_id: str, start_seq: int = 0, **kwargs) -> None:
-        run_operation(operation_id, start_seq, lambda emitter, config: body(emitter, config, **kwargs))
+    def task(operation_id: str, start_seq: int = 0, target: dict | None = None, **kwargs) -> None:
+        def run(emitter, config):
+            if target is not None:  # routed to the central agent for an SSH node
+                raise ModelTaskError(
+                    "model operations need an agent on the node", _("Install the agent on this node first.")
+                )
+            return body(emitter, config, **kwargs)
+
+        run_operation(operation_id, start_seq, run)
 
     task.__name__ = body.__name__
     return task
@@ -150,7 +157,7 @@ def convert_body(
     source_path: str,
     path: str,
     models_root: str,
-    target: str,
+    target_format: str,
     backend: str = "builtin",
     device: str = "npu",
 ) -> dict:
@@ -158,9 +165,9 @@ def convert_body(
     destination = checked_model_dir(config.host_root, path, models_root)
     if backend == "msmodelslim":
         return _msmodelslim(emitter, source, destination, path, device)
-    if target == "w8a8_dynamic":
+    if target_format == "w8a8_dynamic":
         return _quantize(emitter, source, destination, path)
-    return _convert_dtype(emitter, source, destination, path, target)
+    return _convert_dtype(emitter, source, destination, path, target_format)
 
 
 def _quantize(emitter, source: Path, destination: Path, path: str) -> dict:

@@ -1,0 +1,87 @@
+"""Models through the real worker on the simulated node: register a folder → inspect → facts stored;
+W8A8_DYNAMIC conversion → a new, verified artifact; delete → the folder and the record are gone."""
+
+import time
+
+import pytest
+
+from tests.integration.conftest import TEST_NODE
+from workers.models.tiny import make_tiny_model
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
+
+
+def wait_for(operation, timeout=90):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        operation.refresh_from_db()
+        if operation.is_terminal:
+            return operation
+        time.sleep(0.2)
+    raise AssertionError(f"{operation} did not finish in {timeout} s")
+
+
+@pytest.fixture
+def node(celery_worker, settings):
+    from panel.nodes.models import Node
+
+    settings.PANEL_MODELS_ROOT = "/data/models"
+    make_tiny_model(celery_worker.sim_root / "data/models/tiny", arch="qwen2")
+    return Node.objects.create(name=TEST_NODE, transport="agent")
+
+
+def test_a_registered_folder_is_inspected_quantized_and_deleted_on_the_node(node, bob, celery_worker):
+    from panel.catalog.models import ModelArtifact
+    from panel.catalog.services import register_model, start_artifact_delete, start_conversion
+
+    model, operation = register_model(source="local", node=node, path="/data/models/tiny", user=bob)
+    assert wait_for(operation).status == "succeeded", operation.error
+    model.refresh_from_db()
+    assert model.facts["architecture"] == "Qwen2ForCausalLM"
+    assert model.facts_source == "inspect"
+    original = ModelArtifact.objects.get(model=model, node=node)
+    assert original.ready
+    assert original.format == "hf"
+    assert original.size_bytes > 0
+
+    conversion = wait_for(start_conversion(original, "w8a8_dynamic", user=bob))
+    assert conversion.status == "succeeded", (conversion.error, conversion.hint)
+    assert conversion.result["verification"]["relative_error_by_tensor"]
+    quantized = ModelArtifact.objects.get(path="/data/models/tiny-w8a8")
+    assert quantized.format == "w8a8_dynamic"
+    assert quantized.made_from == original
+    assert quantized.verification["passed"] is True
+    assert quantized.facts["quantization"] == "W8A8_DYNAMIC"
+    assert (celery_worker.sim_root / "data/models/tiny-w8a8/quant_model_description.json").is_file()
+
+    deletion = wait_for(start_artifact_delete(quantized, user=bob))
+    assert deletion.status == "succeeded", deletion.error
+    assert not ModelArtifact.objects.filter(pk=quantized.pk).exists()
+    assert not (celery_worker.sim_root / "data/models/tiny-w8a8").exists()
+
+
+def test_the_starter_catalog_loads_once_and_gives_planner_fits(db):
+    from panel.catalog.models import Model
+    from panel.catalog.planning import fit_on_typical_node
+    from panel.catalog.services import load_starter_catalog
+
+    created, _ = load_starter_catalog()
+    assert created > 0
+    assert load_starter_catalog() == (0, created)
+    qwen = Model.objects.get(name="qwen2.5-7b-instruct")
+    assert qwen.source == "modelscope"
+    fit = fit_on_typical_node(qwen.facts)
+    assert fit["fits"] is True
+    assert fit["tp"] == 1
+
+
+def test_deleting_outside_the_models_root_is_refused(node, bob):
+    from django.core.exceptions import ValidationError
+
+    from panel.catalog.models import Model, ModelArtifact
+    from panel.catalog.services import start_artifact_delete
+
+    model = Model.objects.create(name="elsewhere", source="local")
+    artifact = ModelArtifact.objects.create(model=model, node=node, path="/home/user/model", ready=True)
+    with pytest.raises(ValidationError, match="outside the models root"):
+        start_artifact_delete(artifact, user=bob)
