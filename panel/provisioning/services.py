@@ -232,16 +232,17 @@ def cancel(operation: Operation) -> None:
 # --- results (panel.operations.services.on_terminal, inside the ingest transaction) ------------------
 
 
-def _events(operation, kind: str):
-    return operation.events.filter(kind=kind).order_by("seq")
+def _logged(operation, key: str) -> list[dict]:
+    """Payloads of the operation's log events that carry `key` (step states, the plan)."""
+    return [e.payload for e in operation.events.filter(kind="log").order_by("seq") if key in e.payload]
 
 
 def _stopped_at(operation) -> str:
     """The step the operation failed at, or (cancelled) the step it was about to run."""
     stopped = [
-        e.payload.get("step")
-        for e in _events(operation, "step")
-        if e.payload.get("state") in ("failed", "cancelled")
+        payload["step"]
+        for payload in _logged(operation, "step_state")
+        if payload["step_state"] in ("failed", "cancelled")
     ]
     return (stopped[-1] or "") if stopped else ""
 
@@ -258,9 +259,9 @@ def record_outcome(operation: Operation) -> None:
             stack.preflight_at = operation.finished
             stack.save()
         return
-    plan_event = _events(operation, "plan").last()
-    if plan_event is not None:
-        stack.plan = plan_event.payload.get("specs", [])
+    plans = _logged(operation, "specs")
+    if plans:
+        stack.plan = plans[-1]["specs"]
     if operation.status == OperationStatus.SUCCEEDED:
         node = operation.node
         node.versions = {**node.versions, **(operation.result.get("versions") or {})}

@@ -66,10 +66,12 @@ function track(card) {
 
   function applyOne(event) {
     const p = event.payload;
-    if (event.kind === "plan") p.steps.forEach((s) => stepRow(s.name, s.title));
-    else if (event.kind === "step") showStep(p);
-    else if (event.kind === "progress") showProgress(p.percent, p.stage);
-    else if (event.kind === "log") appendLog(p);
+    if (event.kind === "progress") showProgress(p.percent, p.stage);
+    else if (event.kind === "log") {
+      if (p.steps) p.steps.forEach((s) => stepRow(s.name, s.title)); // the plan
+      if (p.step_state) showStep({ step: p.step, title: p.title, state: p.step_state });
+      appendLog(p);
+    }
   }
 
   function apply(events) {

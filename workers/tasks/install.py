@@ -166,8 +166,19 @@ class StepRunner:
             self.lines.setdefault(payload["step"], []).append(payload["line"])
             self.emitter.log(f"[{payload['step']}] {payload['line']}", stream=payload.get("stream", "stdout"))
         elif kind == "state":
-            # Not the operation's "state" kind: a step's state must never end the operation.
-            self.emitter.emit("step", **payload)
+            # A log event, not the operation's "state" kind: a step's state must never end the operation.
+            self.log_step(payload["step"], payload["title"], payload["state"], error=payload.get("error"))
+
+    def log_step(self, name: str, title: str, state: str, **extra) -> None:
+        self.emitter.emit(
+            "log",
+            line=f"== {name}: {state}",
+            stream="stdout",
+            step=name,
+            title=title,
+            step_state=state,
+            **extra,
+        )
 
     def hint_for(self, error: StepFailed) -> tuple[str, list[dict]]:
         tail = self.lines.get(error.step, [])[-TAIL_LINES:]
@@ -176,14 +187,17 @@ class StepRunner:
         hints += [f"{f['title']}: {f['hint']}" for f in findings if f["hint"] not in hints]
         return "\n".join(hints), findings
 
-    async def run(self, steps: list, start: int, simulate_reboot: bool) -> dict[str, str]:
+    async def run(self, steps: list, order: list[int], simulate_reboot: bool) -> dict[str, str]:
+        """Run steps[i] for each i in order (a resume skips the steps before the one it starts at)."""
         outcome: dict[str, str] = {}
         total = len(steps)
-        index = start
-        while index < total:
+        position = 0
+        while position < len(order):
+            index = order[position]
             step = steps[index]
             if cancel_requested(self.operation_id):
                 self.emitter.log(_("Cancelled before step {name}").format(name=step.name))
+                self.log_step(step.name, step.title, "cancelled")
                 raise OperationCancelled(
                     _("Cancelled before step {name} ({title})").format(name=step.name, title=step.title)
                 )
@@ -201,11 +215,12 @@ class StepRunner:
                 continue  # the same step again: it now finds the reboot done
             except StepFailed as error:
                 hint, findings = self.hint_for(error)
-                self.emitter.emit(
-                    "step_failure", step=error.step, findings=findings, output_tail=error.output_tail
-                )
+                for finding in findings:
+                    self.emitter.emit(
+                        "log", line=f"{finding['title']}: {finding['hint']}", stream="stderr", finding=finding
+                    )
                 raise InstallFailed(str(error), hint) from error
-            index += 1
+            position += 1
         return outcome
 
     def simulate_reboot(self, step) -> None:
@@ -233,7 +248,9 @@ def install_body(operation_id: str, request: dict):
         )
         steps = [fetch, *(build_step(spec) for spec in plan)]
         emitter.emit(
-            "plan",
+            "log",
+            line="Plan: " + " → ".join(s.name for s in steps),
+            stream="stdout",
             profile=profile.name,
             steps=[{"name": s.name, "title": s.title} for s in steps],
             specs=[spec.to_dict() for spec in plan],
@@ -246,6 +263,8 @@ def install_body(operation_id: str, request: dict):
                 _("Start a new install instead of resuming."),
             )
         start = names.index(resume_from) if resume_from else 0
+        # Fetching always runs first: a resume after replacing a broken upload must get the new file.
+        order = [0, *range(max(start, 1), len(steps))]
         venv = venv_of(profile, paths)
         host = config.runner()
         runner = StepRunner(
@@ -263,7 +282,7 @@ def install_body(operation_id: str, request: dict):
         simulated = bool(os.environ.get("ASCEND_PANEL_SIM_ROOT"))
 
         async def run_and_read() -> dict:
-            outcome = await runner.run(steps, start, simulate_reboot=simulated)
+            outcome = await runner.run(steps, order, simulate_reboot=simulated)
             emitter.progress(99, _("Reading the installed versions"))
             record = next((s.params["record"] for s in plan if s.kind == "record_stack"), None)
             if record is None:  # nothing to do: the host already had this stack
