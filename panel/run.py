@@ -138,6 +138,7 @@ def main() -> None:
             )
             agents.append((node, root))
         supervisor.run_once([PYTHON, "manage.py", "ensure_demo_nodes", *[n for n, _ in DEMO_NODES]])
+        supervisor.run_once([PYTHON, "manage.py", "seed_sim_packages"])  # sim .run files and wheels
         supervisor.start(
             "web", [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "panel.asgi:application"]
         )
