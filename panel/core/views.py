@@ -26,7 +26,12 @@ def role_required(role: str):
 
 @role_required(VIEWER)
 def dashboard(request):
-    from panel.nodes.models import Node
+    """The home page: fleet figures, then every node's NPU cards; static/js/dashboard.js keeps them live."""
+    from panel.core.dashboard import fleet_totals, node_tiles, page_labels
 
-    nodes = Node.objects.visible_to(request.user).prefetch_related("npus")
-    return render(request, "core/dashboard.html", {"nodes": nodes})
+    tiles = node_tiles(request.user)
+    return render(
+        request,
+        "core/dashboard.html",
+        {"tiles": tiles, "totals": fleet_totals(tiles), "labels": page_labels()},
+    )
