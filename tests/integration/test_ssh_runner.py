@@ -147,7 +147,8 @@ async def test_cancel_stops_the_remote_command(runner):
 
     assert result.cancelled
     assert not result.timed_out
-    assert result.exit_status == -signal.SIGTERM
+    # sshd reports the signal that ended the command: our SIGTERM, or SIGPIPE when the channel closed first.
+    assert result.exit_status in (-signal.SIGTERM, -signal.SIGPIPE)
 
 
 async def test_a_command_stopped_before_it_reports_its_pid_is_still_killed(runner):
