@@ -1,0 +1,30 @@
+"""A node's provisioning page in a real browser: preflight checklist, then an install of simulated packages
+from the package store followed live to 100%."""
+
+import re
+
+from playwright.sync_api import expect
+
+
+def test_preflight_then_install_from_the_node_page_reach_100_percent(live_panel, panel_page):
+    live_panel.manage("seed_sim_packages")
+    page = panel_page("bob")
+    page.goto("/nodes/sim-a2/")
+    page.get_by_test_id("provisioning-link").click()
+    page.wait_for_url(re.compile(r"/provisioning/nodes/sim-a2/$"))
+    page.select_option("#id_profile", "0.11.0")
+
+    page.get_by_test_id("run-preflight").click()
+    checklist = page.get_by_test_id("checklist")
+    expect(checklist).to_be_visible(timeout=60_000)  # the page reloads with the stored checklist
+    expect(checklist.locator("tr[data-check=npus][data-result=pass]")).to_be_visible()
+
+    page.select_option("#id_profile", "0.11.0")
+    page.get_by_test_id("run-install").click()
+    page.wait_for_url(re.compile(r"\?operation="))
+    steps = page.get_by_test_id("steps")
+    # Rows come from the live plan event; states change as the steps run.
+    expect(steps.locator("tr[data-step=cann_toolkit]")).to_be_visible(timeout=30_000)
+    expect(page.get_by_test_id("install-progress")).to_have_text("100", timeout=120_000)
+    expect(page.get_by_test_id("stack-status")).to_have_class(re.compile(r"\bstatus-ok\b"), timeout=30_000)
+    expect(steps.locator("tr[data-step=verify_npu][data-state=done]")).to_be_visible()
