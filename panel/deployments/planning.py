@@ -170,7 +170,7 @@ def plan_request(raw: dict[str, Any]) -> DeploymentPlan:
     model_path = _model_path(data, parts)
     plan_dict, warnings, tp, dp = _run_planner(data, parts, chip)
     served = data["served_model_name"] or data["name"]
-    port = data["port"] or free_port([part.node for part in parts])
+    port = data.get("port") or free_port([part.node for part in parts])
     for index, part in enumerate(parts):
         listen = "0.0.0.0" if part.node.address and part.node.address not in LOOPBACK else "127.0.0.1"  # noqa: S104
         payload = {

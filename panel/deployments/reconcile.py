@@ -98,11 +98,6 @@ def _set_node_runtime(deployment: Deployment, node: str, values: dict) -> None:
     deployment.runtime = {**deployment.runtime, "nodes": nodes}
 
 
-def _copy_operation_logs(deployment: Deployment, operation: Operation) -> None:
-    lines = list(operation.events.filter(kind="log").order_by("seq").values_list("payload__line", flat=True))
-    services.append_logs(deployment, operation.node.name if operation.node else "", [str(x) for x in lines])
-
-
 def schedule_restart(deployment: Deployment, policy: Policy, reason: str, now: datetime) -> None:
     state, failed = after_failed_launch(deployment.failed_restarts, policy)
     deployment.failed_restarts = failed
@@ -116,7 +111,6 @@ def schedule_restart(deployment: Deployment, policy: Policy, reason: str, now: d
 
 def apply_launch_result(deployment: Deployment, operation: Operation) -> None:
     node = operation.node.name if operation.node else ""
-    _copy_operation_logs(deployment, operation)
     if deployment.desired_state != DesiredState.RUNNING:
         if operation.status == OperationStatus.SUCCEEDED:
             # Stopped while it started: the stop may have run before the engine was recorded.

@@ -75,8 +75,13 @@ async def _launch(emitter, config, payload: dict) -> dict:
         )
         await runtime.stop_engine(runner, existing, payload.get("stop_grace_s", 10.0))
 
+    if not follower and await runtime.http_status(f"http://127.0.0.1:{spec.port}/health", 1.0) is not None:
+        raise LaunchFailed(
+            _("port {port} is already in use on this node").format(port=spec.port),
+            _("Stop what listens there or give the deployment another port."),
+        )
     emitter.log("$ " + " ".join(launch.argv))
-    offset = _log_size(log_path)  # earlier runs' lines are not this start's
+    start_offset = offset = _log_size(log_path)  # earlier runs' lines are not this start's
     record = await runtime.start_engine(
         runner, config.host_root, name, launch.argv, launch.env, launch.log_path, spec.port, spec.host
     )
@@ -120,9 +125,13 @@ async def _launch(emitter, config, payload: dict) -> dict:
                 _("the engine did not answer /health within {seconds:.0f} s").format(seconds=timeout), hint
             )
         await asyncio.sleep(interval)
+    lines, offset = runtime.read_log(log_path, offset)
+    for line in lines:
+        emitter.log(line)
     emitter.progress(100, STAGE_TITLES["ready"], stage_key="ready", kv_cache_tokens=progress.kv_cache_tokens)
+    # The panel's probes read the deployment log from this start's first line (one source for its log).
     return {
-        "runtime": {**record.to_dict(), "adopted": False, "log_offset": offset},
+        "runtime": {**record.to_dict(), "adopted": False, "log_offset": start_offset},
         "startup_s": round(time.monotonic() - started, 2),
         "kv_cache_tokens": progress.kv_cache_tokens,
     }

@@ -1,0 +1,198 @@
+"""A deployment's whole life with real parts: API → Celery (Redis) → agent task on a simulated A2 host →
+the sim engine started through the host's serving venv → probes, logs and metrics → kill -9 noticed and
+restarted by the reconcile loop → stop → delete releases the NPUs."""
+
+import contextlib
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+import panel.deployments.tasks  # noqa: F401  registers the panel's probe ingest on the shared app
+from tests.conftest import api_client_for
+from tests.integration.conftest import TEST_NODE
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
+
+
+@pytest.fixture
+def tiny_model(tmp_path_factory):
+    from workers.models.inspect import inspect_model
+    from workers.models.tiny import main as make_tiny
+
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    assert make_tiny([str(folder), "--arch", "llama"]) == 0
+    return folder, inspect_model(folder)
+
+
+@pytest.fixture
+def node_with_npus(celery_worker):
+    from panel.nodes.models import Node, Npu
+
+    node = Node.objects.create(name=TEST_NODE, transport="agent")
+    for logic_id in range(8):
+        Npu.objects.create(
+            node=node,
+            npu_id=logic_id,
+            chip_id=0,
+            logic_id=logic_id,
+            name="910B3",
+            hbm_total_mb=65536,
+            health="OK",
+        )
+    yield node
+    # Whatever a failing test left running must not answer the next test's port.
+    from workers.engine import runtime
+
+    for record_file in runtime.state_dir(str(celery_worker.sim_root)).glob("*.json"):
+        record = runtime.load_record(str(celery_worker.sim_root), record_file.stem)
+        if record is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(record.pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def reconcile_loop(celery_worker):
+    """The beat's job, every second, for the length of the test."""
+    from django.db import close_old_connections
+
+    from panel.deployments.reconcile import tick
+
+    stop = threading.Event()
+
+    def loop():
+        while not stop.is_set():
+            try:
+                tick()
+            finally:
+                close_old_connections()
+            stop.wait(1.0)
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    yield
+    stop.set()
+    thread.join(10)
+
+
+def wait_for(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def deployment_json(client, pk):
+    return client.get(f"/api/v1/deployments/{pk}/").json()
+
+
+def live_holders(root):
+    from workers.sim import state as sim_state
+
+    return sim_state.live_holders(sim_state.load(root))
+
+
+def test_a_deployment_runs_restarts_after_kill_stops_and_releases_its_npus(
+    celery_worker, node_with_npus, tiny_model, reconcile_loop, bob, monkeypatch
+):
+    monkeypatch.setenv("SIM_ENGINE_START_DELAY", "0.5")
+    monkeypatch.setenv("SIM_ENGINE_STATS_INTERVAL", "1")
+    from panel.catalog.models import Model
+
+    folder, facts = tiny_model
+    model = Model.objects.create(name="tiny-llama", facts=facts)
+    client = api_client_for(bob)
+    body = {
+        "name": "tiny",
+        "model": model.pk,
+        "path": str(folder),
+        "nodes": [{"node": TEST_NODE, "npus": [2]}],
+    }
+
+    review = client.post("/api/v1/deployments/plan/", body, format="json")
+    assert review.status_code == 200, review.json()
+    command = review.json()["nodes"][0]["command"]
+    assert "ASCEND_RT_VISIBLE_DEVICES=2" in command
+    assert "vllm.entrypoints.openai.api_server" in command
+
+    created = client.post("/api/v1/deployments/", body, format="json", HTTP_IDEMPOTENCY_KEY="k-1")
+    assert created.status_code == 201, created.json()
+    again = client.post("/api/v1/deployments/", body, format="json", HTTP_IDEMPOTENCY_KEY="k-1")
+    assert again.status_code == 201
+    assert again.json()["id"] == created.json()["id"]
+    pk = created.json()["id"]
+
+    running = wait_for(lambda: deployment_json(client, pk)["status"] == "running", 30, "running")
+    assert running
+    first = deployment_json(client, pk)
+    first_pid = first["runtime"]["nodes"][TEST_NODE]["pid"]
+    holders = live_holders(celery_worker.sim_root)
+    assert [(h["pid"], h["logic_ids"]) for h in holders] == [(first_pid, [2])]
+
+    def started_lines():
+        logs = client.get(f"/api/v1/deployments/{pk}/logs/?after_seq=0").json()["results"]
+        return any("Application startup complete." in entry["line"] for entry in logs)
+
+    wait_for(started_lines, 10, "the start-up log lines")
+    wait_for(lambda: deployment_json(client, pk)["metrics"].get("running") is not None, 15, "engine metrics")
+    from panel.accounts.models import ApiToken
+
+    _token, raw = ApiToken.issue(bob, "playground")
+    chat = client.post(
+        f"/api/v1/deployments/{pk}/chat/",
+        {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 4},
+        format="json",
+        HTTP_AUTHORIZATION=f"Bearer {raw}",
+    )
+    assert chat.status_code == 200, chat.content
+    assert chat.json()["choices"][0]["message"]["content"]
+
+    killed_at = time.monotonic()
+    os.kill(first_pid, signal.SIGKILL)
+
+    def restarted():
+        current = deployment_json(client, pk)
+        pid = (current["runtime"].get("nodes") or {}).get(TEST_NODE, {}).get("pid")
+        return current["status"] == "running" and pid not in (None, first_pid) and current
+
+    after = wait_for(restarted, 20, "a restarted engine")
+    assert after["restart_count"] == 1
+    assert time.monotonic() - killed_at < 15
+
+    stopped = client.post(f"/api/v1/deployments/{pk}/stop/")
+    assert stopped.status_code == 202
+    wait_for(lambda: deployment_json(client, pk)["status"] == "stopped", 30, "stopped")
+    assert live_holders(celery_worker.sim_root) == []
+
+    assert client.delete(f"/api/v1/deployments/{pk}/").status_code == 202
+    wait_for(lambda: client.get(f"/api/v1/deployments/{pk}/").status_code == 404, 15, "deleted")
+    from panel.nodes.models import Npu
+
+    assert not Npu.objects.filter(deployments__isnull=False).exists()
+
+
+def test_the_planner_refuses_what_does_not_fit_with_field_errors(node_with_npus, tiny_model, bob):
+    from panel.catalog.models import Model
+
+    folder, facts = tiny_model
+    model = Model.objects.create(name="tiny-llama", facts=facts)
+    body = {
+        "name": "tp-three",
+        "model": model.pk,
+        "path": str(folder),
+        "nodes": [{"node": TEST_NODE, "npus": [0, 1, 2]}],
+        "tensor_parallel_size": 3,
+    }
+    response = api_client_for(bob).post("/api/v1/deployments/", body, format="json")
+    assert response.status_code == 400
+    errors = response.json()["errors"]
+    assert "tensor_parallel_size" in errors, errors
+    assert "divide" in errors["tensor_parallel_size"][0]
+    from panel.deployments.models import Deployment
+
+    assert not Deployment.objects.exists()
