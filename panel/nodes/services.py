@@ -60,7 +60,20 @@ def record_heartbeat(data: dict) -> Node | None:
             from panel.monitoring.alerts import node_came_back
 
             node_came_back(node)
+        if node.inventoried_at is None:
+            _inventory_once(node)
     return node
+
+
+def _inventory_once(node: Node) -> None:
+    """A node that was never inventoried gets one as soon as its agent speaks, so its NPUs show at once."""
+    from panel.core.choices import OperationKind, OperationStatus
+    from panel.nodes.operations import start_inventory
+
+    busy = node.operations.filter(kind=OperationKind.INVENTORY).exclude(status__in=OperationStatus.TERMINAL)
+    recent_failure = node.operations.filter(kind=OperationKind.INVENTORY, status=OperationStatus.FAILED).exists()
+    if not busy.exists() and not recent_failure:
+        start_inventory(node)
 
 
 def mark_silent_nodes_offline(now=None) -> list[str]:
