@@ -14,7 +14,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from panel.core.choices import NodeStatus
-from panel.monitoring import alerts, store
+from panel.monitoring import alerts, fanout, store
 from panel.nodes.models import Node, Npu
 from panel.realtime.broadcast import FLEET, broadcast, node_group
 from workers.celery_app import app as celery_app
@@ -109,12 +109,12 @@ def ingest_metrics(data: dict) -> dict | None:
     pipe.set(store.FLEET_DUE, "1", nx=True, px=FLEET_EVERY_MS)
     *_, heartbeat_due, open_alerts, fleet_due = pipe.execute()
 
-    broadcast(node_group(name), message)
+    fanout.send(node_group(name), message)
     alerts.reconcile_sample(node["id"], name, message, set(open_alerts))
     if heartbeat_due:
         touch_heartbeat(node)
     if fleet_due:
-        broadcast(FLEET, fleet_summary())
+        fanout.send(FLEET, fleet_summary())
     return message
 
 
