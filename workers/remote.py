@@ -6,6 +6,7 @@ key it shares with the panel, so the broker holds no plaintext. Remote commands 
 (say PATH for tools outside the login PATH) and the host's file roots, both set per node in the panel.
 """
 
+import asyncio
 import json
 
 from pydantic import BaseModel, Field
@@ -31,21 +32,30 @@ def open_secret(sealed: str, material: str | None = None) -> dict:
     return json.loads(unseal(material if material is not None else key_material_from_env(), sealed))
 
 
-class EnvRunner(Runner):
-    """Another runner with fixed environment added to every command (a command's own env wins)."""
+# OpenSSH's sshd allows 10 sessions per connection (MaxSessions) and refuses more: the toolkit runs probes
+# concurrently, so commands over one pooled connection queue for a slot below that.
+MAX_COMMANDS_IN_FLIGHT = 8
+
+
+class RemoteRunner(Runner):
+    """An SSH node's runner: fixed environment added to every command (a command's own env wins), and at
+    most MAX_COMMANDS_IN_FLIGHT commands at once. Make one per event loop (the limit belongs to it)."""
 
     def __init__(self, inner: Runner, env: dict[str, str]):
         self.inner = inner
         self.env = dict(env)
+        self._slots = asyncio.Semaphore(MAX_COMMANDS_IN_FLIGHT)
 
     def __repr__(self) -> str:
-        return f"EnvRunner({self.inner!r})"
+        return f"RemoteRunner({self.inner!r})"
 
     async def _execute(self, argv, *, env, **kwargs):
-        return await self.inner._execute(argv, env={**self.env, **env}, **kwargs)
+        async with self._slots:
+            return await self.inner._execute(argv, env={**self.env, **env}, **kwargs)
 
     async def read_text(self, path):
-        return await self.inner.read_text(path)
+        async with self._slots:
+            return await self.inner.read_text(path)
 
     async def start_detached(self, argv, *, env=None, cwd=None, log_path):
         merged = {**self.env, **(env or {})}
@@ -71,4 +81,4 @@ def ssh_runner(target: SshTarget, material: str | None = None) -> Runner:
         password=secret.get("password"),
         known_host_fingerprint=target.host_key_fingerprint,
     )
-    return EnvRunner(runner, target.env) if target.env else runner
+    return RemoteRunner(runner, target.env)

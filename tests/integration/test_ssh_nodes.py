@@ -1,0 +1,125 @@
+"""An SSH node: the central agent (queue ssh-runner) inventories a simulated host over SSH to a loopback
+sshd, and the Node and Npu rows equal those the local runner produces for the same host."""
+
+import asyncio
+import os
+
+import pytest
+from asgiref.sync import sync_to_async
+
+import tests.sshd
+from tests.integration.conftest import TEST_NODE
+from workers.hosts import fetch_host_key_fingerprint
+
+sshd_server = tests.sshd.sshd_server
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180), pytest.mark.ssh]
+
+NPU_FIELDS = ("npu_id", "chip_id", "logic_id", "name", "health", "hbm_total_mb", "bus_id", "numa_node")
+STABLE_FACTS = ("os", "kernel", "arch", "cpu", "numa_nodes", "hugepages")
+
+
+@pytest.fixture
+def worker_with_central_agent(_wired_to_redis, transactional_db, monkeypatch, settings, sim_host):
+    """One worker serving the panel queue, the test node's agent queue and the central agent's queue
+    (ssh-runner), holding the panel's secrets key; the agent side sees a simulated A2 host."""
+    from celery.contrib.testing.worker import start_worker
+
+    import panel.nodes.tasks  # noqa: F401  registers the panel tasks
+    import panel.operations.tasks  # noqa: F401
+    import workers.tasks  # noqa: F401  registers the agent tasks
+    from workers.celery_app import app
+    from workers.task_names import PANEL_QUEUE, SSH_RUNNER_QUEUE, node_queue
+
+    root, env = sim_host(name=TEST_NODE)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("PANEL_SECRETS_KEY", settings.SECRET_KEY)
+    queues = [PANEL_QUEUE, node_queue(TEST_NODE), SSH_RUNNER_QUEUE]
+    with start_worker(
+        app,
+        pool="threads",
+        concurrency=4,
+        perform_ping_check=False,
+        queues=queues,
+        loglevel="WARNING",
+        shutdown_timeout=30,
+    ) as worker:
+        worker.sim_root = root
+        yield worker
+
+
+async def wait_finished(operation, timeout=120):
+    # Polled from the event loop (as the operation-flow test does) so the worker's threads get the database.
+    for _ in range(int(timeout / 0.2)):
+        await sync_to_async(operation.refresh_from_db)()
+        if operation.is_terminal:
+            assert operation.status == "succeeded", (operation.error, operation.hint)
+            return operation
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"operation {operation.id} still {operation.status}")
+
+
+def rows(node):
+    return [tuple(getattr(npu, f) for f in NPU_FIELDS) for npu in node.npus.all()]
+
+
+async def test_inventory_over_ssh_gives_the_same_rows_as_the_local_runner(
+    worker_with_central_agent, sshd_server, alice
+):
+    from panel.nodes.lifecycle import confirm_host_key
+    from panel.nodes.models import Node
+    from panel.nodes.operations import start_inventory
+    from panel.nodes.ssh import sealed_credentials
+
+    root = worker_with_central_agent.sim_root
+    local = await sync_to_async(Node.objects.create)(name=TEST_NODE, transport="agent")
+    await wait_finished(await sync_to_async(start_inventory)(local, user=alice))
+
+    remote = await sync_to_async(Node.objects.create)(
+        name="ssh-sim",
+        transport="ssh",
+        address=sshd_server.host,
+        ssh_port=sshd_server.port,
+        ssh_username=sshd_server.username,
+        ssh_secret=await sync_to_async(sealed_credentials)(client_key=sshd_server.client_key_pem),
+        # The sim's tools must come first on the remote PATH; its files live under its root.
+        ssh_env={"PATH": f"{root / 'bin'}{os.pathsep}{os.environ['PATH']}"},
+        ssh_host_root=str(root),
+        ssh_ascend_root=str(root / "usr" / "local" / "Ascend"),
+    )
+    shown = await fetch_host_key_fingerprint(sshd_server.host, sshd_server.port)  # what the admin compares
+    operation = await sync_to_async(confirm_host_key)(remote, shown, user=alice)  # pin, then inventory
+    await wait_finished(operation)
+
+    local = await sync_to_async(Node.objects.prefetch_related("npus").get)(pk=local.pk)
+    remote = await sync_to_async(Node.objects.prefetch_related("npus").get)(pk=remote.pk)
+    assert remote.ssh_host_key_fingerprint == shown
+    assert rows(remote) == rows(local)
+    assert len(rows(remote)) == 8
+    assert [r[2] for r in rows(remote)] == list(range(8))  # logic ids
+    assert {r[-1] for r in rows(remote)} == {0, 1, 2, 3}  # NUMA nodes
+    assert remote.versions == local.versions
+    assert {k: remote.facts.get(k) for k in STABLE_FACTS} == {k: local.facts.get(k) for k in STABLE_FACTS}
+    # Live readings (power, temperature) differ between two runs; the table's shape does not.
+    assert remote.npu_smi_info.splitlines()[:3] == local.npu_smi_info.splitlines()[:3]
+
+
+def test_a_host_key_that_changed_before_confirmation_is_not_stored(sshd_server):
+    from django.core.exceptions import ValidationError
+
+    from panel.nodes.lifecycle import confirm_host_key
+    from panel.nodes.models import Node
+    from panel.nodes.ssh import sealed_credentials
+
+    node = Node.objects.create(
+        name="ssh-other",
+        transport="ssh",
+        address=sshd_server.host,
+        ssh_port=sshd_server.port,
+        ssh_username=sshd_server.username,
+        ssh_secret=sealed_credentials(password="x"),
+    )
+    with pytest.raises(ValidationError, match="nothing was stored"):
+        confirm_host_key(node, "SHA256:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA")
+    node.refresh_from_db()
+    assert node.ssh_host_key_fingerprint == ""
