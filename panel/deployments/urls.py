@@ -1,6 +1,15 @@
 from django.urls import path
 
-from panel.deployments import views
+from panel.deployments import views, wizard
 
 app_name = "deployments"
-urlpatterns = [path("", views.deployment_list, name="list")]
+urlpatterns = [
+    path("", views.deployment_list, name="list"),
+    path("new/", wizard.wizard_start, name="new"),
+    path("new/plan/", wizard.wizard_plan, name="wizard-plan"),
+    path("new/<slug:step>/", wizard.wizard_step, name="wizard"),
+    path("benchmarks/", views.benchmark_compare, name="benchmarks"),
+    path("<slug:name>/", views.deployment_detail, name="detail"),
+    path("<slug:name>/benchmark/", views.deployment_benchmark, name="benchmark"),
+    path("<slug:name>/<slug:action>/", views.deployment_action, name="action"),
+]

@@ -1,13 +1,213 @@
-from django.shortcuts import render
+"""Deployment pages: the list, the live deployment page, its actions and benchmarks, and the comparison of
+benchmarks across deployments. The wizard lives in panel.deployments.wizard. Every change goes through
+panel.deployments.services, the same functions the API calls."""
 
-from panel.accounts.roles import VIEWER
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_POST
+
+from panel.accounts.roles import OPERATOR, VIEWER, has_role
+from panel.core.choices import DeploymentState, OperationKind
 from panel.core.views import role_required
-from panel.deployments.models import Deployment
+from panel.deployments import services
+from panel.deployments.api.serializers import BenchmarkRequestSerializer
+from panel.deployments.filtersets import BenchmarkFilterSet, DeploymentFilterSet
+from panel.deployments.forms import BenchmarkForm
+from panel.deployments.models import Benchmark, Deployment
+from panel.deployments.wizard import flatten, memory_bars
+from panel.operations.models import Operation
+from workers.engine.logstages import STAGE_TITLES
+
+ACTIONS = {
+    "stop": services.stop,
+    "start": services.start,
+    "restart": services.restart,
+    "delete": services.delete,
+}
+LOG_LINES_ON_PAGE = 500
 
 
 @role_required(VIEWER)
 def deployment_list(request):
-    deployments = (
-        Deployment.objects.visible_to(request.user).select_related("model").prefetch_related("nodes")
+    queryset = (
+        Deployment.objects.visible_to(request.user)
+        .select_related("model")
+        .prefetch_related("nodes", "npus__node")
     )
-    return render(request, "deployments/list.html", {"deployments": deployments})
+    filterset = DeploymentFilterSet(request.GET, queryset=queryset)
+    page = Paginator(filterset.qs, 50).get_page(request.GET.get("page"))
+    return render(
+        request,
+        "deployments/list.html",
+        {"page": page, "filterset": filterset, "can_operate": has_role(request.user, OPERATOR)},
+    )
+
+
+def _deployment(request, name):
+    queryset = Deployment.objects.visible_to(request.user).select_related("model", "artifact__node")
+    return get_object_or_404(queryset.prefetch_related("nodes", "npus__node"), name=name)
+
+
+def _latest_launch(deployment):
+    return (
+        Operation.objects.filter(target=deployment.name, kind=OperationKind.DEPLOY)
+        .order_by("-created")
+        .first()
+    )
+
+
+def _stored_review(deployment) -> dict:
+    """The plan kept at creation in the shape memory_bars() reads."""
+    stored = deployment.plan or {}
+    plan = stored.get("plan") or {}
+    parts = services.parts_of(deployment)
+    nodes = [{"node": part["node"], "logic_ids": part["launch"].get("logic_ids") or []} for part in parts]
+    return {"memory_per_npu": plan.get("memory_per_npu"), "nodes": nodes, "plan": plan}
+
+
+@role_required(VIEWER)
+def deployment_detail(request, name):
+    deployment = _deployment(request, name)
+    launch = _latest_launch(deployment)
+    review = _stored_review(deployment)
+    spec = {key: value for key, value in (deployment.spec or {}).items() if key != "parts"}
+    state_labels = {value: str(label) for value, label in DeploymentState.choices}
+    state_labels["deleted"] = _("Deleted")
+    benchmarks = Benchmark.objects.filter(deployment=deployment).order_by("-created")[:10]
+    stage_key = next((key for key, title in STAGE_TITLES.items() if launch and title == launch.stage), "")
+    context = {
+        "deployment": deployment,
+        "spec": spec,
+        "launch": launch,
+        "stages": [(key, _(title)) for key, title in STAGE_TITLES.items()],
+        "stage_key": stage_key,
+        "log_start_seq": max(deployment.log_seq - LOG_LINES_ON_PAGE, 0),
+        "review": review,
+        "memory_bars": memory_bars(review),
+        "warnings": (deployment.plan or {}).get("warnings") or [],
+        "findings": (deployment.runtime or {}).get("findings") or [],
+        "npus": sorted(deployment.npus.all(), key=lambda npu: (npu.node.name, npu.logic_id or 0)),
+        "can_operate": has_role(request.user, OPERATOR),
+        "served_model": spec.get("served_model_name") or deployment.name,
+        "benchmarks": benchmarks,
+        "benchmark_form": BenchmarkForm(),
+        "confirm_texts": _confirm_texts(deployment),
+        "page_config": {
+            "name": deployment.name,
+            "id": deployment.pk,
+            "status": deployment.observed_state,
+            "launchOperation": str(launch.pk) if launch else None,
+            "stageKey": stage_key,
+            "detailUrl": reverse("deployment-detail", args=[deployment.pk]),
+            "logsUrl": reverse("deployment-logs", args=[deployment.pk]),
+            "chatUrl": reverse("deployment-chat", args=[deployment.pk]),
+            "operationUrl": reverse("operation-detail", args=["00000000-0000-0000-0000-000000000000"]),
+            "stateLabels": state_labels,
+            "stageTitles": {key: _(title) for key, title in STAGE_TITLES.items()},
+            "servedModel": spec.get("served_model_name") or deployment.name,
+            "metrics": deployment.metrics or {},
+            "metricsAt": deployment.metrics_at.isoformat() if deployment.metrics_at else None,
+            "nodes": sorted({npu.node.name for npu in deployment.npus.all()}),
+        },
+    }
+    return render(request, "deployments/detail.html", context)
+
+
+def _confirm_texts(deployment) -> dict:
+    """What each action's confirm dialog says, and where it posts."""
+    name = deployment.name
+    texts = {
+        "start": _("Start {name} again on its NPUs?"),
+        "restart": _("Restart {name}? Requests in flight are cut off; the engine loads its weights again."),
+        "stop": _("Stop {name}? Its endpoint stops answering; the NPUs stay reserved for it."),
+        "delete": _("Delete {name}? The engine stops, its NPUs are released and the deployment is gone."),
+    }
+    return {
+        action: {"text": text.format(name=name), "url": reverse("deployments:action", args=[name, action])}
+        for action, text in texts.items()
+    }
+
+
+@role_required(OPERATOR)
+@require_POST
+def deployment_action(request, name, action):
+    deployment = _deployment(request, name)
+    command = ACTIONS.get(action)
+    if command is None:
+        return redirect("deployments:detail", name=name)
+    try:
+        command(deployment, user=request.user)
+    except services.DeploymentConflict as error:
+        messages.error(request, str(error))
+        return redirect("deployments:detail", name=name)
+    done = {
+        "stop": _("Stopping {name}."),
+        "start": _("Starting {name}."),
+        "restart": _("Restarting {name}."),
+        "delete": _("Deleting {name}: the engine stops, then the NPUs are released."),
+    }[action]
+    messages.success(request, done.format(name=name))
+    if action == "delete":
+        return redirect("deployments:list")
+    return redirect("deployments:detail", name=name)
+
+
+@role_required(OPERATOR)
+@require_POST
+def deployment_benchmark(request, name):
+    deployment = _deployment(request, name)
+    form = BenchmarkForm(request.POST)
+    serializer = BenchmarkRequestSerializer(
+        data={
+            "concurrency": request.POST.getlist("concurrency"),
+            "prompt_len": request.POST.get("prompt_len"),
+            "output_len": request.POST.get("output_len"),
+            "requests": request.POST.get("requests"),
+        }
+    )
+    if not serializer.is_valid():
+        for field, detail in serializer.errors.items():
+            for text in flatten(detail):
+                messages.error(
+                    request, f"{form.fields[field].label if field in form.fields else field}: {text}"
+                )
+        return redirect(reverse("deployments:detail", kwargs={"name": name}) + "#benchmark")
+    try:
+        benchmark = services.start_benchmark(deployment, dict(serializer.validated_data), user=request.user)
+    except services.DeploymentConflict as error:
+        messages.error(request, str(error))
+        return redirect(reverse("deployments:detail", kwargs={"name": name}) + "#benchmark")
+    return redirect("operations:detail", pk=benchmark.operation_id)
+
+
+@role_required(VIEWER)
+def benchmark_compare(request):
+    """Benchmarks of several deployments side by side: one row per run and concurrency level."""
+    visible = Deployment.objects.visible_to(request.user).values("pk")
+    queryset = Benchmark.objects.filter(deployment__in=visible) | Benchmark.objects.filter(
+        deployment__isnull=True
+    )
+    filterset = BenchmarkFilterSet(request.GET, queryset=queryset.order_by("-created"))
+    chosen = [int(pk) for pk in request.GET.getlist("run") if pk.isdigit()]
+    runs = list(filterset.qs[:100])
+    rows = []
+    for run in runs:
+        for level in (run.results or {}).get("levels") or []:
+            rows.append({"run": run, **level})
+    series = [
+        {
+            "id": run.pk,
+            "label": f"{run.deployment_name} · {run.created:%Y-%m-%d %H:%M}",
+            "levels": (run.results or {}).get("levels") or [],
+        }
+        for run in runs
+        if run.status == "succeeded" and (not chosen or run.pk in chosen)
+    ][:8]
+    return render(
+        request,
+        "deployments/benchmarks.html",
+        {"runs": runs, "rows": rows, "series": series, "filterset": filterset, "chosen": chosen},
+    )

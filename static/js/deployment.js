@@ -1,0 +1,279 @@
+// The deployment page, live: status and start-up stages, the engine log, engine metrics charted with
+// uPlot, the NPUs' figures, failure findings; copy buttons and confirm dialogs for the actions.
+// Groups: deployment.<name> (deployment.status, deployment.logs, engine.metrics), operation.<launch id>
+// (start-up progress) and node.<name> ("metrics" of the NPUs this deployment holds).
+import "./copy.js";
+import { lineChart } from "./charts.js";
+import { appendLines, EventLog } from "./event_log.js";
+import { formatNumber, formatPercent, formatPower, formatTemperature, MISSING } from "./format.js";
+import { listen, onSubscribed } from "./live.js";
+
+const config = JSON.parse(document.getElementById("deployment-config").textContent);
+const root = document.getElementById("deployment");
+const field = (name) => root.querySelector(`[data-field=${name}]`);
+const colours = {
+  pending: "offline",
+  starting: "running",
+  running: "ok",
+  unhealthy: "warning",
+  stopping: "running",
+  stopped: "offline",
+  failed: "alarm",
+  deleted: "offline",
+};
+const get = (url) => fetch(url, { credentials: "same-origin" }).then((r) => (r.ok ? r.json() : null));
+
+// ---- status, start-up stages, findings ------------------------------------------------------------
+let launchOperation = null;
+
+function showStatus(message) {
+  const status = message.status;
+  root.dataset.status = status;
+  const badge = field("status");
+  badge.className = `status status-${colours[status] || "offline"}`;
+  badge.textContent = config.stateLabels[status] || status;
+  if (message.reason !== undefined) {
+    field("reason").textContent = message.reason || "";
+    field("reason").hidden = !message.reason;
+  }
+  if (message.restart_count !== undefined) field("restarts").textContent = message.restart_count;
+  if (message.desired_state !== undefined) {
+    field("desired").textContent = config.stateLabels[message.desired_state] || message.desired_state;
+  }
+  if (message.endpoint) field("endpoint").textContent = message.endpoint;
+  field("startup").hidden = status !== "starting";
+  document.querySelectorAll("[data-testid=run-benchmark]").forEach((b) => (b.disabled = status !== "running"));
+  if (status === "deleted") setTimeout(() => location.assign(".."), 1500);
+  if (["starting", "failed", "unhealthy"].includes(status)) refreshDetail();
+}
+
+async function refreshDetail() {
+  const detail = await get(config.detailUrl);
+  if (!detail) return;
+  showFindings(detail.findings || []);
+  if (detail.status === "starting" && detail.operation && detail.operation !== launchOperation) {
+    followLaunch(detail.operation);
+  }
+}
+
+function showFindings(findings) {
+  const box = field("findings");
+  const list = field("findings-list");
+  box.hidden = !findings.length;
+  list.replaceChildren(
+    ...findings.map((finding) => {
+      const item = document.createElement("li");
+      const title = document.createElement("strong");
+      title.textContent = finding.title;
+      const code = document.createElement("span");
+      code.className = "mono muted";
+      code.textContent = ` ${finding.code}`;
+      const line = document.createElement("pre");
+      line.className = "log";
+      line.textContent = finding.line;
+      const hint = document.createElement("p");
+      hint.className = "hint";
+      hint.textContent = finding.hint;
+      item.append(title, code, line, hint);
+      return item;
+    }),
+  );
+}
+
+function showStage(percent, stageKey, stageText) {
+  if (percent !== undefined && percent !== null) {
+    field("progress-bar").style.width = `${percent}%`;
+    field("progress").textContent = Math.round(percent);
+    root.querySelector("[role=progressbar]").setAttribute("aria-valuenow", Math.round(percent));
+  }
+  if (stageText) field("stage").textContent = stageText;
+  const keys = Object.keys(config.stageTitles);
+  const current = keys.indexOf(stageKey);
+  if (current < 0) return;
+  field("stages")
+    .querySelectorAll("li")
+    .forEach((item, index) => {
+      item.classList.toggle("is-done", index < current || stageKey === "ready");
+      item.classList.toggle("is-current", index === current && stageKey !== "ready");
+    });
+  if (stageKey) field("stage").textContent = config.stageTitles[stageKey] || stageText;
+}
+
+function followLaunch(operationId) {
+  launchOperation = operationId;
+  const url = config.operationUrl.replace(/0{8}-0{4}-0{4}-0{4}-0{12}/, operationId);
+  get(url).then((operation) => operation && showStage(operation.progress, null, operation.stage));
+  listen(`operation.${operationId}`, (message) => {
+    if (message.type !== "operation.events") return;
+    for (const event of message.events) {
+      if (event.kind === "progress") showStage(event.payload.percent, event.payload.stage_key, event.payload.stage);
+    }
+  });
+}
+
+// ---- engine log -------------------------------------------------------------------------------------
+const logBox = field("log");
+const follow = field("follow");
+const engineLog = new EventLog({
+  lastSeq: Number(logBox.dataset.startSeq || 0),
+  fetchPage: async (after) => {
+    const body = await get(`${config.logsUrl}?after_seq=${after}`);
+    if (!body) return null;
+    const items = body.results;
+    return { items, more: items.length > 0 && items[items.length - 1].seq < body.last_seq };
+  },
+  render: (lines) =>
+    appendLines(
+      logBox,
+      lines.map((l) => ({ seq: l.seq, text: config.nodes.length > 1 ? `${l.node}  ${l.line}` : l.line })),
+      { follow: () => follow.checked },
+    ),
+});
+
+// ---- engine metrics -----------------------------------------------------------------------------------
+const WINDOW_POINTS = 600;
+const series = { time: [], running: [], waiting: [], prompt: [], gen: [], ttft50: [], ttft95: [], tpot50: [], tpot95: [], kv: [] };
+const ms = (seconds) => (seconds === null || seconds === undefined ? null : seconds * 1000);
+const whole = (v) => formatNumber(v, { maximumFractionDigits: 0 });
+const oneDecimal = (v) => formatNumber(v, { maximumFractionDigits: 1 });
+const chartBox = (name) => document.querySelector(`[data-chart=${name}]`);
+const charts = {
+  requests: lineChart(chartBox("requests"), {
+    format: whole,
+    series: [
+      { label: "running", colour: "--running" },
+      { label: "waiting", colour: "--warning" },
+    ],
+  }),
+  tokens: lineChart(chartBox("tokens"), {
+    format: oneDecimal,
+    series: [
+      { label: "prompt", colour: "--mem-weights" },
+      { label: "generation", colour: "--mem-kv" },
+    ],
+  }),
+  latency: lineChart(chartBox("latency"), {
+    format: oneDecimal,
+    series: [
+      { label: "TTFT p50", colour: "--running" },
+      { label: "TTFT p95", colour: "--running", dash: [4, 4] },
+      { label: "TPOT p50", colour: "--mem-kv" },
+      { label: "TPOT p95", colour: "--mem-kv", dash: [4, 4] },
+    ],
+  }),
+  kv: lineChart(chartBox("kv"), {
+    format: (v) => formatPercent(v),
+    yRange: [0, 100],
+    series: [{ label: "KV cache", colour: "--mem-kv" }],
+  }),
+};
+
+function kvPercent(usage) {
+  if (usage === null || usage === undefined) return null;
+  return usage <= 1 ? usage * 100 : usage; // vLLM exports a fraction; accept a percentage too
+}
+
+function pick(metrics, windowed, cumulative) {
+  const value = metrics[windowed];
+  return value === null || value === undefined ? metrics[cumulative] : value;
+}
+
+function showMetrics(metrics, time) {
+  if (!metrics || !Object.keys(metrics).length) return;
+  const figures = {
+    running: metrics.running,
+    waiting: metrics.waiting,
+    kv: kvPercent(metrics.kv_cache_usage),
+    prompt: metrics.prompt_tokens_per_s,
+    gen: metrics.generation_tokens_per_s,
+    ttft50: ms(pick(metrics, "window_ttft_p50", "ttft_p50")),
+    ttft95: ms(pick(metrics, "window_ttft_p95", "ttft_p95")),
+    tpot50: ms(pick(metrics, "window_tpot_p50", "tpot_p50")),
+    tpot95: ms(pick(metrics, "window_tpot_p95", "tpot_p95")),
+  };
+  const stat = (name, text) => (root.querySelector(`[data-metric=${name}]`).textContent = text);
+  stat("running", whole(figures.running));
+  stat("waiting", whole(figures.waiting));
+  stat("kv", formatPercent(figures.kv, 1));
+  stat("prompt_tps", oneDecimal(figures.prompt));
+  stat("gen_tps", oneDecimal(figures.gen));
+  stat("ttft", `${whole(figures.ttft50)} / ${whole(figures.ttft95)}`);
+  stat("tpot", `${oneDecimal(figures.tpot50)} / ${oneDecimal(figures.tpot95)}`);
+  const seconds = time ? Date.parse(time) / 1000 : Date.now() / 1000;
+  if (series.time.length && seconds <= series.time[series.time.length - 1]) return; // seen already
+  series.time.push(seconds);
+  for (const key of Object.keys(figures)) series[key].push(figures[key] ?? null);
+  if (series.time.length > WINDOW_POINTS) for (const list of Object.values(series)) list.shift();
+  charts.requests.update([series.time, series.running, series.waiting]);
+  charts.tokens.update([series.time, series.prompt, series.gen]);
+  charts.latency.update([series.time, series.ttft50, series.ttft95, series.tpot50, series.tpot95]);
+  charts.kv.update([series.time, series.kv]);
+  const stamp = field("metrics-time");
+  stamp.textContent = new Date(seconds * 1000).toLocaleTimeString(document.documentElement.lang || undefined);
+}
+
+// ---- NPUs ---------------------------------------------------------------------------------------------
+const healthColours = { OK: "ok", Warning: "warning", Alarm: "alarm", Critical: "alarm" };
+
+function showNpus(message) {
+  for (const npu of message.npus || []) {
+    const row = document.querySelector(`tr[data-node="${message.node}"][data-npu="${npu.npu_id}/${npu.chip_id}"]`);
+    if (!row) continue;
+    const cell = (name) => row.querySelector(`[data-live=${name}]`);
+    cell("aicore").textContent = formatPercent(npu.aicore_pct);
+    const used = npu.hbm_used_mb ?? npu.memory_used_mb;
+    const total = npu.hbm_total_mb ?? npu.memory_total_mb;
+    const share = used !== null && used !== undefined && total ? (100 * used) / total : null;
+    cell("hbm-bar").style.width = `${share ?? 0}%`;
+    cell("hbm").textContent =
+      share === null ? MISSING : `${formatNumber(used / 1024)} / ${formatNumber(total / 1024, { maximumFractionDigits: 0 })} GiB`;
+    cell("power").textContent = formatPower(npu.power_w);
+    cell("temp").textContent = formatTemperature(npu.temp_c);
+    if (npu.health) {
+      const badge = cell("health").querySelector(".status");
+      badge.className = `status status-${healthColours[npu.health] || "offline"}`;
+      badge.textContent = npu.health;
+    }
+  }
+}
+
+// ---- confirm dialogs --------------------------------------------------------------------------------
+const dialog = document.querySelector("[data-dialog]");
+if (dialog) {
+  const texts = JSON.parse(document.getElementById("confirm-texts").textContent);
+  document.querySelectorAll("[data-confirm]").forEach((button) =>
+    button.addEventListener("click", () => {
+      const action = texts[button.dataset.confirm];
+      dialog.querySelector("[data-dialog-text]").textContent = action.text;
+      dialog.querySelector("[data-dialog-form]").action = action.url;
+      const ok = dialog.querySelector("[data-dialog-ok]");
+      ok.className = button.dataset.confirm === "delete" ? "btn btn-danger" : "btn btn-primary";
+      ok.textContent = button.textContent;
+      dialog.showModal();
+    }),
+  );
+  dialog.querySelector("[data-dialog-cancel]").addEventListener("click", () => dialog.close());
+}
+
+// ---- wiring -------------------------------------------------------------------------------------------
+listen(`deployment.${config.name}`, (message) => {
+  if (message.type === "deployment.status") showStatus(message);
+  else if (message.type === "deployment.logs") engineLog.apply(message.lines);
+  else if (message.type === "engine.metrics") showMetrics(message.metrics, message.time);
+});
+for (const node of config.nodes) {
+  listen(`node.${node}`, (message) => {
+    if (message.type === "metrics") showNpus(message);
+  });
+}
+if (config.status === "starting" && config.launchOperation) followLaunch(config.launchOperation);
+if (config.stageKey) showStage(undefined, config.stageKey);
+showMetrics(config.metrics, config.metricsAt);
+onSubscribed(async () => {
+  engineLog.backfill();
+  const detail = await get(config.detailUrl);
+  if (detail) {
+    showStatus({ ...detail, status: detail.status });
+    if (detail.metrics) showMetrics(detail.metrics, detail.metrics_at);
+  }
+});
