@@ -1,0 +1,43 @@
+"""The nodes pages in a real browser: an admin adds an agent node and sees the one-line join command; an
+inventory started from the node page ends with the NPUs shown, logic ids and NUMA nodes included."""
+
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def test_an_admin_adds_an_agent_node_and_sees_the_join_command(live_panel, panel_page):
+    page = panel_page(user="alice")
+    page.goto(f"{live_panel.url}/nodes/")
+    page.get_by_test_id("add-node").click()
+    page.locator("input[name=transport][value=agent]").check()
+    expect(page.locator("input[name=address]")).to_be_hidden()  # SSH fields only for SSH nodes
+    page.locator("input[name=name]").fill("npu-new-01")
+    page.get_by_test_id("add-node-submit").click()
+    command = page.get_by_test_id("join-command")
+    expect(command).to_contain_text(f"curl -fsSL {live_panel.url}/nodes/agent/install.sh | sudo bash -s --")
+    expect(command).to_contain_text(re.compile(r"--node npu-new-01 --token apj_\S+ --broker redis://"))
+    page.goto(f"{live_panel.url}/nodes/")
+    expect(page.get_by_test_id("waiting-agents")).to_contain_text("npu-new-01")
+
+
+def test_inventory_from_the_node_page_shows_npus_with_logic_ids_and_numa_nodes(live_panel, panel_page):
+    live_panel.wait_for_node_online("sim-a2")
+    page = panel_page(user="bob")
+    page.goto(f"{live_panel.url}/nodes/sim-a2/")
+    page.get_by_test_id("run-inventory").click()
+    expect(page).to_have_url(re.compile(r"/operations/[0-9a-f-]+/"))
+    expect(page.locator("#operation")).to_have_attribute("data-status", "succeeded", timeout=90_000)
+    page.goto(f"{live_panel.url}/nodes/sim-a2/")
+    rows = page.get_by_test_id("npu-table").locator("tbody tr")
+    expect(rows).to_have_count(8)
+    logic_ids = rows.locator("[data-field=logic-id]").all_inner_texts()
+    assert sorted(int(text) for text in logic_ids) == list(range(8))
+    numa = {int(text) for text in rows.locator("[data-field=numa-node]").all_inner_texts()}
+    assert numa <= {0, 1, 2, 3}
+    assert len(numa) > 1
+    expect(page.get_by_test_id("npu-smi-info")).to_contain_text("npu-smi")
+    expect(page.get_by_test_id("numa-nodes")).to_contain_text("0-31")
