@@ -115,6 +115,7 @@ def main() -> None:
     try:
         if not env.get("REDIS_URL"):
             env["REDIS_URL"] = start_embedded_redis(supervisor, data_dir)
+        env.setdefault("PANEL_SECRETS_KEY", demo_secrets_key(data_dir))
         supervisor.env = env
         supervisor.run_once([PYTHON, "manage.py", "migrate", "--no-input", "-v", "0"])
         supervisor.run_once([PYTHON, "manage.py", "ensure_admin"])
@@ -180,6 +181,8 @@ def main() -> None:
                 str(data_dir / "celerybeat-schedule"),
             ],
         )
+        # The central agent runs the tasks of SSH nodes; it opens their sealed secrets with the panel's key.
+        supervisor.start("central agent", [PYTHON, "-m", "workers.agent", "--central"])
         for node, root in agents:
             supervisor.start(
                 f"agent {node}", [PYTHON, "-m", "workers.agent"], env=sim_agent_env(env, node, root)
@@ -197,6 +200,17 @@ def main() -> None:
         print("\nStopping…", flush=True)
     finally:
         supervisor.stop()
+
+
+def demo_secrets_key(data_dir: Path) -> str:
+    """A Fernet key kept in the data dir, so SSH secrets stored by one `make run` open in the next."""
+    path = data_dir / "secrets.key"
+    if not path.exists():
+        from cryptography.fernet import Fernet
+
+        path.write_bytes(Fernet.generate_key())
+        path.chmod(0o600)
+    return path.read_text().strip()
 
 
 def sim_agent_env(env: dict, node: str, root: Path) -> dict:
