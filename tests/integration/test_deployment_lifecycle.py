@@ -2,16 +2,20 @@
 the sim engine started through the host's serving venv → probes, logs and metrics → kill -9 noticed and
 restarted by the reconcile loop → stop → delete releases the NPUs."""
 
-import contextlib
 import os
 import signal
-import threading
 import time
 
 import pytest
 
 import panel.deployments.tasks  # noqa: F401  registers the panel's probe ingest on the shared app
 from tests.conftest import api_client_for
+from tests.deployment_helpers import (  # noqa: F401  reconcile_loop is a fixture
+    deployment_json,
+    kill_recorded_engines,
+    reconcile_loop,
+    wait_for,
+)
 from tests.integration.conftest import TEST_NODE
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
@@ -43,52 +47,7 @@ def node_with_npus(celery_worker):
             health="OK",
         )
     yield node
-    # Whatever a failing test left running must not answer the next test's port.
-    from workers.engine import runtime
-
-    for record_file in runtime.state_dir(str(celery_worker.sim_root)).glob("*.json"):
-        record = runtime.load_record(str(celery_worker.sim_root), record_file.stem)
-        if record is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(record.pid, signal.SIGKILL)
-
-
-@pytest.fixture
-def reconcile_loop(celery_worker):
-    """The beat's job, every second, for the length of the test."""
-    from django.db import close_old_connections
-
-    from panel.deployments.reconcile import tick
-
-    stop = threading.Event()
-
-    def loop():
-        while not stop.is_set():
-            try:
-                tick()
-            finally:
-                close_old_connections()
-            stop.wait(1.0)
-
-    thread = threading.Thread(target=loop, daemon=True)
-    thread.start()
-    yield
-    stop.set()
-    thread.join(10)
-
-
-def wait_for(predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
-def deployment_json(client, pk):
-    return client.get(f"/api/v1/deployments/{pk}/").json()
+    kill_recorded_engines(celery_worker.sim_root)
 
 
 def live_holders(root):
@@ -97,8 +56,9 @@ def live_holders(root):
     return sim_state.live_holders(sim_state.load(root))
 
 
+@pytest.mark.usefixtures("reconcile_loop")
 def test_a_deployment_runs_restarts_after_kill_stops_and_releases_its_npus(
-    celery_worker, node_with_npus, tiny_model, reconcile_loop, bob, monkeypatch
+    celery_worker, node_with_npus, tiny_model, bob, monkeypatch
 ):
     monkeypatch.setenv("SIM_ENGINE_START_DELAY", "0.5")
     monkeypatch.setenv("SIM_ENGINE_STATS_INTERVAL", "1")

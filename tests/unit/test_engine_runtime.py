@@ -1,0 +1,86 @@
+"""Engines as managed processes: state files, log reading by offset, stop with grace, adoption."""
+
+import asyncio
+import sys
+
+from workers.engine import runtime
+from workers.engine.command import build_launch
+from workers.engine.launch_spec import launch_spec_from_payload
+from workers.hosts.local import LocalRunner
+
+
+def test_log_reading_returns_whole_lines_and_resumes_where_it_stopped(tmp_path):
+    log = tmp_path / "engine.log"
+    log.write_text("one\ntwo\nthr")
+    lines, offset = runtime.read_log(str(log), 0)
+    assert lines == ["one", "two"]
+    with log.open("a") as handle:
+        handle.write("ee\nfour\n")
+    lines, offset = runtime.read_log(str(log), offset)
+    assert lines == ["three", "four"]
+    assert runtime.read_log(str(log), offset) == ([], offset)
+
+
+def test_a_truncated_log_is_read_again_from_its_start(tmp_path):
+    log = tmp_path / "engine.log"
+    log.write_text("new\n")
+    assert runtime.read_log(str(log), 10_000) == (["new"], 4)
+
+
+def test_state_records_survive_a_round_trip_and_are_forgotten(tmp_path):
+    record = runtime.EngineRecord(name="qwen", pid=4242, port=8000, log_path="/x.log", argv=["python"])
+    runtime.save_record(str(tmp_path), record)
+    assert runtime.load_record(str(tmp_path), "qwen") == record
+    runtime.forget_record(str(tmp_path), "qwen")
+    assert runtime.load_record(str(tmp_path), "qwen") is None
+
+
+def test_stop_ends_a_process_that_ignores_sigterm_with_sigkill(tmp_path):
+    stubborn = (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); "
+        "time.sleep(60)"
+    )
+
+    async def scenario():
+        runner = LocalRunner()
+        record = await runtime.start_engine(
+            runner,
+            str(tmp_path),
+            "stubborn",
+            [sys.executable, "-c", stubborn],
+            {},
+            str(tmp_path / "s.log"),
+            9,
+        )
+        for _ in range(50):
+            if "up" in (tmp_path / "s.log").read_text():
+                break
+            await asyncio.sleep(0.1)
+        outcome = await runtime.stop_engine(runner, record, grace_s=0.5)
+        return outcome, await runner.is_alive(record.pid)
+
+    assert asyncio.run(scenario()) == ("killed", False)
+
+
+def test_a_dead_recorded_engine_is_not_adopted(tmp_path):
+    async def scenario():
+        runner = LocalRunner()
+        record = await runtime.start_engine(
+            runner, str(tmp_path), "short", [sys.executable, "-c", "pass"], {}, str(tmp_path / "e.log"), 9
+        )
+        for _ in range(50):
+            if not await runner.is_alive(record.pid):
+                break
+            await asyncio.sleep(0.1)
+        return await runtime.adoptable(runner, runtime.load_record(str(tmp_path), "short"))
+
+    assert asyncio.run(scenario()) is False
+
+
+def test_the_panel_payload_becomes_a_cpu_launch_without_set_env_scripts():
+    payload = {"model_path": "/m", "served_model_name": "tiny", "port": 8000, "chip": "cpu", "logic_ids": []}
+    spec = launch_spec_from_payload(payload, log_path="/l.log", venv_path="/v", set_env_scripts=("/s.sh",))
+    launch = build_launch(spec)
+    assert launch.argv[:3] == ["/v/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
+    assert "bash" not in launch.argv
+    assert "VLLM_CPU_KVCACHE_SPACE" in launch.env
