@@ -172,7 +172,9 @@ SPECTACULAR_SETTINGS = {
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL], "capacity": 1000, "expiry": 30},
+        # redis-py 8 reads with a 5 s socket timeout by default, which is also channels_redis' BZPOPMIN wait:
+        # every idle or slow receive then raised TimeoutError and closed the socket (django/channels_redis#422).
+        "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 30}], "capacity": 1000, "expiry": 30},
     }
 }
 
