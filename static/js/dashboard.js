@@ -23,6 +23,7 @@ const cardTemplate = document.getElementById("npu-card-template");
 const SPARK_POINTS = 60;
 const STALE_AFTER_S = 5;
 const BACKFILL_PARALLEL = 4;
+const FLUSH_MS = 500;
 
 export function interpolate(text, values) {
   return text.replace(/%\((\w+)\)s/g, (_, name) => String(values[name] ?? ""));
@@ -305,6 +306,8 @@ class NodeView {
 // ---------------------------------------------------------------------------------------------------
 const dashboard = {
   nodes: new Map(),
+  frames: [], // [NodeView, metrics message] waiting for the next flush
+  flushTimer: 0,
   totalsPending: false,
   lastMessage: 0,
   stats: fields(root.querySelector(".fleet-stats")),
@@ -357,9 +360,23 @@ const dashboard = {
 
   onNode(node, message) {
     this.heard();
-    if (message.type === "metrics") node.applyMetrics(message);
+    if (message.type === "metrics") this.queueFrame(node, message);
     else if (message.type === "node.status") node.applyStatus(message.status);
     else if (message.type === "alert" && isNumber(message.open_unacknowledged)) this.scheduleTotals();
+  },
+
+  // Frames from 64 nodes arrive spread over each second; applying each at once would dirty the layout in
+  // nearly every animation frame. Applied together every FLUSH_MS, the page lays out twice a second.
+  queueFrame(node, message) {
+    this.frames.push([node, message]);
+    if (!this.flushTimer) this.flushTimer = setTimeout(() => this.flushFrames(), FLUSH_MS);
+  },
+
+  flushFrames() {
+    this.flushTimer = 0;
+    const frames = this.frames;
+    this.frames = [];
+    for (const [node, message] of frames) node.applyMetrics(message);
   },
 
   heard() {

@@ -1,0 +1,181 @@
+"""The dashboard in a real browser against a live panel: NPU cards from a simulated A2 host update every
+second without reload, a health fault turns a card red and raises an alert, the page reads in Chinese,
+an NPU opens its uPlot charts, and 64 nodes × 8 NPUs stay fluent.
+
+Screenshots: set PANEL_SCREENSHOTS=<dir> and the 64-node test saves light and dark full pages there."""
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.browser.conftest import REPO
+from tests.browser.fake_fleet import NPUS_PER_NODE, node_names
+
+COMPILED_CATALOG = REPO / "locale" / "zh_Hans" / "LC_MESSAGES" / "django.mo"
+SIM_NODE = "sim-a2"
+FLEET_SIZE = 64
+
+
+def card(page, node, npu, chip=0):
+    return page.locator(f'.node-section[data-node="{node}"] .npu-card[data-npu="{npu}"][data-chip="{chip}"]')
+
+
+def card_texts(page, node):
+    return page.eval_on_selector_all(
+        f'.node-section[data-node="{node}"] .npu-card', "cards => cards.map(c => c.textContent).join('|')"
+    )
+
+
+@pytest.fixture(scope="module")
+def inventoried(live_panel):
+    """The sim node after one inventory, so its NPU rows exist and the page renders them server-side."""
+    node = live_panel.node(SIM_NODE)
+    with live_panel.api("bob") as client:
+        operation = client.post(f"/api/v1/nodes/{node['id']}/inventory/").raise_for_status().json()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            state = client.get(f"/api/v1/operations/{operation['id']}/").raise_for_status().json()
+            if state["status"] in ("succeeded", "failed", "cancelled"):
+                break
+            time.sleep(0.25)
+    assert state["status"] == "succeeded", f"inventory of {SIM_NODE}: {state['status']} {state.get('error')}"
+    return node
+
+
+def test_dashboard_renders_the_inventory_and_updates_values_live(inventoried, panel_page):
+    page = panel_page("charlie")
+    first_paint = page.eval_on_selector_all(
+        f'.node-section[data-node="{SIM_NODE}"] .npu-card', "cards => cards.length"
+    )
+    assert first_paint == 8, "the server should render the 8 NPUs of the last inventory before any frame"
+    expect(card(page, SIM_NODE, 0).locator("[data-f=power]")).to_have_text(re.compile(r"\d+ W"))
+    page.evaluate("window.__notReloaded = true")
+
+    before = card_texts(page, SIM_NODE)
+    page.wait_for_function(
+        """([node, before]) => [...document.querySelectorAll(`.node-section[data-node="${node}"] .npu-card`)]
+             .map(c => c.textContent).join('|') !== before""",
+        arg=[SIM_NODE, before],
+        timeout=10_000,
+    )
+    assert page.evaluate("window.__notReloaded") is True, "the values changed by reloading the page"
+    expect(page.locator('.fleet-table tr[data-node="sim-a2"] [data-f=status]')).to_have_class(
+        re.compile(r"\bstatus-ok\b")
+    )
+    expect(page.locator(".fleet-stats [data-f=online]")).to_have_text("1")
+
+
+def test_npu_health_fault_turns_its_card_red_and_raises_an_alert(inventoried, panel_page, live_panel):
+    page = panel_page("alice")
+    npu3 = card(page, SIM_NODE, 3)
+    root = live_panel.sim_root(SIM_NODE)
+    expect(npu3).to_have_class(re.compile(r"\bstatus-ok\b"))
+    try:
+        live_panel.sim("fault", "--root", str(root), "--npu", "3", "--health", "Alarm")
+        expect(npu3).to_have_class(re.compile(r"\bstatus-alarm\b"), timeout=3_000)
+        expect(npu3.locator("[data-f=health]")).to_have_text("Alarm")
+        expect(card(page, SIM_NODE, 2)).to_have_class(re.compile(r"\bstatus-ok\b"))
+        expect(page.locator("[data-alert-banner]")).to_be_visible(timeout=3_000)
+        expect(page.locator(".fleet-stats [data-f=alerts]")).not_to_have_text(re.compile(r"^(0|—)$"))
+        expect(page.locator('.fleet-table tr[data-node="sim-a2"] [data-f=alerts]')).to_have_text("1")
+    finally:
+        live_panel.sim("fault", "--root", str(root), "--clear")
+    expect(npu3).to_have_class(re.compile(r"\bstatus-ok\b"), timeout=5_000)
+
+
+def test_dashboard_switches_to_chinese(inventoried, panel_page):
+    page = panel_page("charlie")
+    page.select_option(".lang-switch select", "zh-hans")
+    page.wait_for_load_state()
+    expect(page.locator("html")).to_have_attribute("lang", "zh-hans")
+    expect(card(page, SIM_NODE, 0).locator("[data-f=power]")).to_have_text(re.compile(r"\d+ W"))
+    if not COMPILED_CATALOG.exists():
+        pytest.skip(f"{COMPILED_CATALOG} is not compiled yet; only the language switch was checked")
+    expect(page.locator('.stat[data-stat="util"] .stat-label')).to_have_text("AI Core 平均利用率")
+    expect(page.locator(".dashboard-bar [data-f=connection]")).to_have_text("实时", timeout=5_000)
+
+
+def test_npu_card_opens_a_drawer_with_live_and_history_charts(inventoried, panel_page):
+    page = panel_page("charlie")
+    card(page, SIM_NODE, 5).click()
+    drawer = page.get_by_test_id("npu-drawer")
+    expect(drawer).to_be_visible()
+    expect(drawer.locator("[data-f=title]")).to_contain_text("sim-a2")
+    expect(drawer.locator(".chart .uplot canvas")).to_have_count(4)
+    expect(page).to_have_url(re.compile(r"#npu=sim-a2/5/0$"))  # the open NPU is a link one can share
+
+    points = drawer.locator('.chart[data-metric="power"]')
+    expect(points).to_be_visible()
+    drawer.locator('[data-range="1h"]').click()
+    expect(drawer.locator('[data-range="1h"]')).to_have_attribute("aria-pressed", "true")
+    expect(drawer.locator(".chart .uplot canvas")).to_have_count(4)
+    expect(drawer.locator("[data-f=message]")).to_be_hidden()
+
+    page.keyboard.press("Escape")
+    expect(drawer).to_be_hidden()
+    expect(page).not_to_have_url(re.compile("#npu="))
+
+
+@pytest.fixture(scope="module")
+def big_fleet(live_panel):
+    names = node_names(FLEET_SIZE)
+    live_panel.manage("ensure_demo_nodes", *names)
+    driver = live_panel.start(
+        "fake-fleet",
+        [sys.executable, "-m", "tests.browser.fake_fleet", "--nodes", str(FLEET_SIZE), "--seconds", "600"],
+    )
+    deadline = time.monotonic() + 60
+    while live_panel.node(names[-1])["status"] != "online":
+        log = live_panel.log_tail("fake-fleet")
+        assert time.monotonic() < deadline, f"{names[-1]} never came online; fake-fleet log:\n{log}"
+        live_panel.check_children()
+        time.sleep(0.5)
+    yield names
+    driver.terminate()
+    try:
+        driver.wait(10)
+    except subprocess.TimeoutExpired:
+        driver.kill()
+
+
+def main_thread_metrics(cdp) -> dict:
+    return {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
+
+
+def test_dashboard_stays_fluent_with_64_nodes_of_8_npus(big_fleet, panel_page):
+    page = panel_page("alice", viewport={"width": 1600, "height": 1000})
+    expected_cards = FLEET_SIZE * NPUS_PER_NODE
+    page.wait_for_function(f"document.querySelectorAll('#npu-nodes .npu-card').length >= {expected_cards}")
+    page.wait_for_timeout(3000)  # let the first back-fill settle before measuring steady state
+
+    last = big_fleet[-1]
+    before = card_texts(page, last)
+    cdp = page.context.new_cdp_session(page)
+    cdp.send("Performance.enable")
+    start = main_thread_metrics(cdp)
+    page.wait_for_timeout(5000)
+    end = main_thread_metrics(cdp)
+    assert card_texts(page, last) != before, "the last node's cards stopped updating"
+    # Counts carry the verdict, not durations, which depend on how loaded the test machine is. Frames are
+    # applied in batches, so the page lays out a few times a second, not once per frame of each node.
+    layouts = end["LayoutCount"] - start["LayoutCount"]
+    assert layouts <= 25, f"{layouts} layouts in 5 s: live updates lay out the page once per frame"
+    layout_s = sum(end[k] - start[k] for k in ("LayoutDuration", "RecalcStyleDuration"))
+    assert layout_s < 1.5, f"style and layout took {layout_s:.2f} s of 5 s for {expected_cards} cards"
+    expect(page.locator(".fleet-stats [data-f=online]")).to_have_text(str(FLEET_SIZE + 1))
+
+    shots = os.environ.get("PANEL_SCREENSHOTS")
+    if shots:
+        Path(shots).mkdir(parents=True, exist_ok=True)
+        for theme in ("light", "dark"):
+            page.evaluate(f"localStorage.setItem('panel-theme', '{theme}')")
+            page.reload()
+            page.wait_for_timeout(4000)
+            page.screenshot(path=f"{shots}/dashboard-{theme}.png")
+            page.screenshot(path=f"{shots}/dashboard-{theme}-full.png", full_page=True)
