@@ -71,7 +71,9 @@ def _inventory_once(node: Node) -> None:
     from panel.nodes.operations import start_inventory
 
     busy = node.operations.filter(kind=OperationKind.INVENTORY).exclude(status__in=OperationStatus.TERMINAL)
-    recent_failure = node.operations.filter(kind=OperationKind.INVENTORY, status=OperationStatus.FAILED).exists()
+    recent_failure = node.operations.filter(
+        kind=OperationKind.INVENTORY, status=OperationStatus.FAILED
+    ).exists()
     if not busy.exists() and not recent_failure:
         start_inventory(node)
 
