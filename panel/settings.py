@@ -187,6 +187,13 @@ PANEL_BROWSER_EVENTS_PER_SECOND = env.int("PANEL_BROWSER_EVENTS_PER_SECOND", def
 PANEL_SECRETS_KEY = _read_secret("PANEL_SECRETS_KEY", default="")
 PANEL_METRICS_ALLOW = env.list("PANEL_METRICS_ALLOW", default=["127.0.0.1", "::1"])
 PANEL_METRICS_TOKEN = _read_secret("PANEL_METRICS_TOKEN", default="")
+# The broker address agents on other hosts use (the join command); REDIS_URL when it is not loopback.
+PANEL_AGENT_BROKER_URL = env.str("PANEL_AGENT_BROKER_URL", default="")
+# The panel's address as agents reach it (package downloads); the request's address when empty.
+PANEL_URL = env.str("PANEL_URL", default="")
+# Internal pip index (and extra indexes, comma-separated) that nodes install Python stacks from.
+PANEL_PIP_INDEX_URL = env.str("PANEL_PIP_INDEX_URL", default="")
+PANEL_PIP_EXTRA_INDEX_URLS = env.str("PANEL_PIP_EXTRA_INDEX_URLS", default="")
 # Models: where model folders live on nodes (downloads, conversions; deletes never leave it) and the hub
 # endpoints the agents use (an internal mirror on air-gapped sites).
 PANEL_MODELS_ROOT = env.str("PANEL_MODELS_ROOT", default="/data/models")
