@@ -56,3 +56,21 @@ def kill_recorded_engines(host_root) -> None:
 
 def deployment_json(client, pk):
     return client.get(f"/api/v1/deployments/{pk}/").json()
+
+
+def free_port_pair() -> int:
+    """A port whose next port is free too (a deployment uses port and port + 1)."""
+    import socket
+
+    for _attempt in range(50):
+        with socket.socket() as first:
+            first.bind(("127.0.0.1", 0))
+            port = first.getsockname()[1]
+            with socket.socket() as second:
+                try:
+                    second.bind(("127.0.0.1", port + 1))
+                except OSError:
+                    continue
+        if port < 65000:
+            return port
+    raise RuntimeError("no two neighbouring free ports on loopback")

@@ -9,7 +9,12 @@ import signal
 import pytest
 
 from tests.conftest import api_client_for
-from tests.deployment_helpers import deployment_json, reconcile_loop, wait_for  # noqa: F401  fixture
+from tests.deployment_helpers import (
+    deployment_json,
+    free_port_pair,
+    reconcile_loop,  # noqa: F401  a fixture, used by name
+    wait_for,
+)
 from tests.engine.conftest import CPU_NODE
 
 pytestmark = [
@@ -23,6 +28,12 @@ START_TIMEOUT_S = 600  # ~35 s on an idle machine; several times that on a busy 
 
 def chat_body(stream=False):
     return {"messages": [{"role": "user", "content": "Say hello"}], "max_tokens": 8, "stream": stream}
+
+
+@pytest.fixture(autouse=True)
+def own_ports(settings):
+    """Engines of tests running side by side on this machine must not answer each other's probes."""
+    settings.PANEL_DEPLOY_BASE_PORT = free_port_pair()
 
 
 def test_vllm_cpu_deployed_through_the_panel_serves_is_scraped_and_comes_back_after_kill(

@@ -10,15 +10,17 @@ import pytest
 
 import panel.deployments.tasks  # noqa: F401  registers the panel's probe ingest on the shared app
 from tests.conftest import api_client_for
-from tests.deployment_helpers import (  # noqa: F401  reconcile_loop is a fixture
+from tests.deployment_helpers import (
     deployment_json,
+    free_port_pair,
     kill_recorded_engines,
-    reconcile_loop,
+    reconcile_loop,  # noqa: F401  a fixture, used by name
     wait_for,
 )
 from tests.integration.conftest import TEST_NODE
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
+run_reconcile_loop = pytest.mark.usefixtures("reconcile_loop")
 
 
 @pytest.fixture
@@ -56,7 +58,13 @@ def live_holders(root):
     return sim_state.live_holders(sim_state.load(root))
 
 
-@pytest.mark.usefixtures("reconcile_loop")
+@pytest.fixture(autouse=True)
+def own_ports(settings):
+    """Engines of tests running side by side on this machine must not answer each other's probes."""
+    settings.PANEL_DEPLOY_BASE_PORT = free_port_pair()
+
+
+@run_reconcile_loop
 def test_a_deployment_runs_restarts_after_kill_stops_and_releases_its_npus(
     celery_worker, node_with_npus, tiny_model, bob, monkeypatch
 ):

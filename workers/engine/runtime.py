@@ -145,13 +145,13 @@ async def is_healthy(record: EngineRecord) -> bool:
     return await http_status(f"{record.base_url}/health") == 200
 
 
-async def serves_models(record: EngineRecord) -> bool:
-    """/v1/models lists at least one model: the OpenAI API is really up, not only the health route."""
+async def serves_model(record: EngineRecord, served_name: str) -> bool:
+    """/v1/models lists served_name: the OpenAI API is really up, and it is this engine answering."""
     text = await http_text(f"{record.base_url}/v1/models")
     if text is None:
         return False
     try:
-        return bool(json.loads(text).get("data"))
+        return any(model.get("id") == served_name for model in json.loads(text).get("data") or [])
     except (ValueError, AttributeError):
         return False
 

@@ -115,7 +115,7 @@ async def _launch(emitter, config, payload: dict) -> dict:
         if follower:
             if time.monotonic() - started >= FOLLOWER_SETTLE_S:
                 break
-        elif await runtime.is_healthy(record) and await runtime.serves_models(record):
+        elif await runtime.is_healthy(record) and await runtime.serves_model(record, spec.served_model_name):
             break
         if time.monotonic() - started > timeout:
             hint = _failure_findings(emitter, log_path)
