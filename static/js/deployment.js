@@ -137,23 +137,27 @@ const ms = (seconds) => (seconds === null || seconds === undefined ? null : seco
 const whole = (v) => formatNumber(v, { maximumFractionDigits: 0 });
 const oneDecimal = (v) => formatNumber(v, { maximumFractionDigits: 1 });
 const chartBox = (name) => document.querySelector(`[data-chart=${name}]`);
+const label = config.labels;
 const charts = {
   requests: lineChart(chartBox("requests"), {
     format: whole,
+    xLabel: label.time,
     series: [
-      { label: "running", colour: "--running" },
-      { label: "waiting", colour: "--warning" },
+      { label: label.running, colour: "--running" },
+      { label: label.waiting, colour: "--warning" },
     ],
   }),
   tokens: lineChart(chartBox("tokens"), {
     format: oneDecimal,
+    xLabel: label.time,
     series: [
-      { label: "prompt", colour: "--mem-weights" },
-      { label: "generation", colour: "--mem-kv" },
+      { label: label.prompt, colour: "--mem-weights" },
+      { label: label.generation, colour: "--mem-kv" },
     ],
   }),
   latency: lineChart(chartBox("latency"), {
     format: oneDecimal,
+    xLabel: label.time,
     series: [
       { label: "TTFT p50", colour: "--running" },
       { label: "TTFT p95", colour: "--running", dash: [4, 4] },
@@ -163,8 +167,9 @@ const charts = {
   }),
   kv: lineChart(chartBox("kv"), {
     format: (v) => formatPercent(v),
+    xLabel: label.time,
     yRange: [0, 100],
-    series: [{ label: "KV cache", colour: "--mem-kv" }],
+    series: [{ label: label.kv, colour: "--mem-kv" }],
   }),
 };
 
@@ -208,6 +213,7 @@ function showMetrics(metrics, time) {
   charts.tokens.update([series.time, series.prompt, series.gen]);
   charts.latency.update([series.time, series.ttft50, series.ttft95, series.tpot50, series.tpot95]);
   charts.kv.update([series.time, series.kv]);
+  root.dataset.metricPoints = series.time.length;
   const stamp = field("metrics-time");
   stamp.textContent = new Date(seconds * 1000).toLocaleTimeString(document.documentElement.lang || undefined);
 }

@@ -87,7 +87,7 @@ def test_the_wizard_deploys_a_tiny_model_that_logs_answers_and_stops(staged_mode
     page.get_by_test_id("wizard-next").click()
 
     # Step 2: the planner's suggestion is pre-checked: TP 1 on one NUMA node.
-    expect(page.get_by_test_id("suggestion")).to_contain_text("TP 1 on sim-a2")
+    expect(page.get_by_test_id("suggestion")).to_contain_text("TP 1 on sim-a2: NPU 0")
     expect(page.locator("input[name=npus]:checked")).to_have_count(1)
     screenshot(page, "2-placement")
     page.get_by_test_id("wizard-next").click()
@@ -123,7 +123,28 @@ def test_the_wizard_deploys_a_tiny_model_that_logs_answers_and_stops(staged_mode
     assert answer.text_content().strip(), "the playground showed an empty answer"
     expect(page.locator("[data-field=chat-stats]")).to_contain_text("TTFT")
     expect(page.locator("[data-metric=running]")).not_to_have_text("—", timeout=20_000)
+    # The charts fill from engine.metrics messages, one point per scrape.
+    page.wait_for_function(
+        "Number(document.getElementById('deployment').dataset.metricPoints) >= 3", timeout=30_000
+    )
+    npu_row = page.locator("[data-testid=deployment-npus] tbody tr").first
+    expect(npu_row.locator("[data-live=aicore]")).not_to_have_text("—", timeout=10_000)
     screenshot(page, "5-deployment")
+
+    # A short benchmark: its operation page follows it, the comparison page draws it.
+    for level in ("16", "64"):
+        page.locator(f"[data-testid=benchmark] input[name=concurrency][value='{level}']").uncheck()
+    page.fill("[data-testid=benchmark] input[name=prompt_len]", "16")
+    page.fill("[data-testid=benchmark] input[name=output_len]", "16")
+    page.fill("[data-testid=benchmark] input[name=requests]", "4")
+    page.get_by_test_id("run-benchmark").click()
+    page.wait_for_url(re.compile(r"/operations/[0-9a-f-]{36}/$"))
+    expect(page.locator("#operation")).to_have_attribute("data-status", "succeeded", timeout=60_000)
+    page.goto(f"/deployments/benchmarks/?deployment={DEPLOYMENT}")
+    expect(page.get_by_test_id("benchmark-table").locator("tbody tr")).to_have_count(2)
+    expect(page.locator("[data-bench-chart=output_tokens_per_s] .uplot")).to_be_visible()
+    screenshot(page, "7-benchmarks")
+    page.goto(f"/deployments/{DEPLOYMENT}/")
 
     page.get_by_test_id("action-stop").click()
     expect(page.locator("dialog[open]")).to_contain_text(f"Stop {DEPLOYMENT}?")

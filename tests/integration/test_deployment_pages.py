@@ -105,7 +105,7 @@ def test_the_placement_step_suggests_one_npu_on_one_numa_node_for_a_small_model(
     client.get("/deployments/new/")
     client.post("/deployments/new/model/", {"artifact": artifact.pk, "name": "qwen-small"})
     page = client.get("/deployments/new/placement/").content.decode()
-    assert "TP 1 on a2-node, NPUs 0, all on NUMA node 0." in page
+    assert "TP 1 on a2-node: NPU 0, on NUMA node 0." in page
     checked = re.findall(r'value="(a2-node:\d)"[^>]*\n?[^>]*checked', page)
     assert checked == ["a2-node:0"]
 
@@ -116,7 +116,7 @@ def test_the_suggestion_skips_held_npus_and_shows_who_holds_them(bob, node, arti
     client.get("/deployments/new/")
     client.post("/deployments/new/model/", {"artifact": artifact.pk, "name": "qwen-small"})
     page = client.get("/deployments/new/placement/").content.decode()
-    assert "NPUs 4, all on NUMA node 1" in page
+    assert "NPU 4, on NUMA node 1" in page
     assert page.count('href="/deployments/holder/"') == 4
     assert re.search(r'value="a2-node:0"[^>]*disabled', page)
 

@@ -44,3 +44,11 @@ def mb_as_gib(value):
     if value in (None, ""):
         return "—"
     return number_format(float(value) / 1024, 1)
+
+
+@register.filter
+def grouped(value):
+    """A whole number with the locale's digit grouping: 113034752 → "113,034,752"."""
+    if value in (None, ""):
+        return "—"
+    return number_format(value, 0, force_grouping=True)
