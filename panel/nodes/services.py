@@ -111,13 +111,27 @@ NPU_FIELDS = (
 )
 
 
+VOLATILE_FACT_WORDS = ("free", "used", "avail", "load")
+
+
+def _stable(value):
+    """Facts without the figures that move between two inventories (free memory, disk use, load)."""
+    if isinstance(value, dict):
+        return {k: _stable(v) for k, v in value.items() if not any(w in k for w in VOLATILE_FACT_WORDS)}
+    if isinstance(value, list):
+        return [_stable(v) for v in value]
+    return value
+
+
 def apply_inventory(node: Node, result: dict) -> dict:
-    """Store an inventory on the node and its NPUs; returns what changed since the last one."""
+    """Store an inventory on the node and its NPUs; returns what changed since the last one (nothing on
+    the first: everything would be "new")."""
     changes = {}
     facts, versions = result.get("facts") or {}, result.get("versions") or {}
-    if facts != node.facts:
+    old_facts, new_facts = _stable(node.facts), _stable(facts)
+    if old_facts != new_facts:
         changes["facts"] = sorted(
-            k for k in set(facts) | set(node.facts) if facts.get(k) != node.facts.get(k)
+            k for k in set(new_facts) | set(old_facts) if new_facts.get(k) != old_facts.get(k)
         )
     if versions != node.versions:
         changes["versions"] = {
@@ -143,6 +157,8 @@ def apply_inventory(node: Node, result: dict) -> dict:
     if gone and result.get("npus") is not None:
         changes["npus_removed"] = [f"{n.npu_id}/{n.chip_id}" for n in gone]
         Npu.objects.filter(pk__in=[n.pk for n in gone]).delete()
+    if node.inventoried_at is None:
+        changes = {}
     node.inventory_changes, node.inventoried_at = changes, timezone.now()
     node.save(update_fields=["inventory_changes", "inventoried_at"])
     return changes
