@@ -94,5 +94,4 @@ def page_labels() -> dict:
         "chart_hbm": _("HBM used"),
         "chart_power": _("Power"),
         "chart_temp": _("Temperature"),
-        "title": _("%(node)s · NPU %(npu)s"),
     }

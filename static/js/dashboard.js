@@ -65,8 +65,19 @@ function fields(element) {
 const isNumber = (value) => value !== null && value !== undefined && Number.isFinite(Number(value));
 const sum = (values) => values.filter(isNumber).reduce((total, v) => total + Number(v), 0);
 
+// "49.6 / 64 GB": the unit once when both sides share it, so the figure fits a card at 8 per row.
 function memoryText(used, total) {
-  return `${isNumber(used) ? formatBytes(used, "MB") : MISSING} / ${formatBytes(total, "MB")}`;
+  const whole = formatBytes(total, "MB");
+  if (!isNumber(used)) return `${MISSING} / ${whole}`;
+  const part = formatBytes(used, "MB");
+  const unit = whole.slice(whole.lastIndexOf(" "));
+  return part.endsWith(unit) ? `${part.slice(0, -unit.length)} / ${whole}` : `${part} / ${whole}`;
+}
+
+// A fleet draws tens of kilowatts: "105 kW" reads at a glance where "105,384 W" does not.
+function formatFleetPower(watts) {
+  if (watts < 10000) return formatPower(watts);
+  return `${formatNumber(watts / 1000, { maximumFractionDigits: watts < 100000 ? 1 : 0 })} kW`;
 }
 
 function healthColour(health, nodeOnline) {
@@ -308,6 +319,7 @@ const dashboard = {
   nodes: new Map(),
   frames: [], // [NodeView, metrics message] waiting for the next flush
   flushTimer: 0,
+  backfilling: null,
   totalsPending: false,
   lastMessage: 0,
   stats: fields(root.querySelector(".fleet-stats")),
@@ -343,7 +355,7 @@ const dashboard = {
     setText(this.stats["memory-used"], used.length ? formatBytes(sum(used), "MB") : MISSING);
     setText(this.stats["memory-total"], formatBytes(sum(nodes.map((n) => n.figures.memoryTotal)), "MB"));
     const powers = online.map((n) => n.figures.power).filter(isNumber);
-    setText(this.stats.power, powers.length ? formatPower(sum(powers)) : MISSING);
+    setText(this.stats.power, powers.length ? formatFleetPower(sum(powers)) : MISSING);
     const alerts = nodes.map((n) => n.figures.alerts).filter(isNumber);
     setText(this.stats.alerts, alerts.length ? formatNumber(sum(alerts)) : MISSING);
     setStatus(this.stats.alerts.closest(".stat"), sum(alerts) > 0 ? "alarm" : "ok");
@@ -394,8 +406,15 @@ const dashboard = {
     );
   },
 
-  // After every (re)subscription: the last minute of each node, so a network drop leaves no hole.
-  async backfill() {
+  // After every (re)subscription: the latest frame and the last minute of each node, so a network drop
+  // leaves no hole in the cards or their sparklines.
+  backfill() {
+    // Several subscriptions in a row (page start, a flapping network) share one back-fill.
+    if (!this.backfilling) this.backfilling = this.fetchMissed().finally(() => (this.backfilling = null));
+    return this.backfilling;
+  },
+
+  async fetchMissed() {
     this.heard();
     const latest = await fetchJson(root.dataset.latestUrl);
     for (const [name, message] of Object.entries(latest.nodes || {})) this.nodes.get(name)?.applyMetrics(message);

@@ -3,13 +3,14 @@
 // metrics API (GET /api/v1/nodes/<id>/metrics/?since=…&step=…), downsampled by the server to `step`.
 //
 //   const chart = new NpuChart(dialogElement, { labels, history: (node, since, step) => fetchHistory(...) });
-//   chart.open("sim-a2", 3, 0, { title, latest, opener });   // from a card click
+//   chart.open("sim-a2", 3, 0, { title, latest, opener });   // from a card click; latest = its last frame
 //   chart.pushLive("sim-a2", epochSeconds, frame.npus);      // every metrics frame of every node
 //
 // uPlot (static/vendor/uplot) is loaded as a classic script before the page's modules: window.uPlot.
 import {
   MISSING,
   formatBytes,
+  formatDateTime,
   formatPercent,
   formatPower,
   formatTemperature,
@@ -59,6 +60,17 @@ function translucent(colour, alpha) {
   return `rgba(${(n >> 16) & 255}, ${(n >> 8) & 255}, ${n & 255}, ${alpha})`;
 }
 
+// Axis labels in the viewer's locale and time zone: clock times, with the date once a range spans days.
+function timeLabel(epoch, range) {
+  const shape =
+    range === "7d"
+      ? { month: "numeric", day: "numeric", hour: "2-digit", minute: "2-digit" }
+      : range === "live"
+        ? { hour: "2-digit", minute: "2-digit", second: "2-digit" }
+        : { hour: "2-digit", minute: "2-digit" };
+  return formatDateTime(epoch * 1000, shape);
+}
+
 function interpolate(text, values) {
   return text.replace(/%\((\w+)\)s/g, (_, name) => String(values[name] ?? ""));
 }
@@ -96,8 +108,7 @@ export class NpuChart {
   open(node, npu, chip, { title, latest, opener }) {
     this.target = { node, npu, chip };
     this.opener = opener;
-    this.field("title").textContent = interpolate(this.labels.title, { node, npu: chip ? `${npu}·${chip}` : npu });
-    if (title) this.field("title").textContent = title;
+    this.field("title").textContent = title;
     this.showFacts(latest);
     history.replaceState(null, "", `#npu=${encodeURIComponent(node)}/${npu}/${chip}`);
     if (!this.dialog.open) this.dialog.showModal();
@@ -227,7 +238,7 @@ export class NpuChart {
             },
           ],
           axes: [
-            { ...axis },
+            { ...axis, space: 70, values: (_u, splits) => splits.map((t) => timeLabel(t, this.range)) },
             { ...axis, size: 64, values: (_u, splits) => splits.map((v) => metric.format(v)) },
           ],
         },

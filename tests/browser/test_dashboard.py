@@ -122,6 +122,38 @@ def test_npu_card_opens_a_drawer_with_live_and_history_charts(inventoried, panel
     expect(page).not_to_have_url(re.compile("#npu="))
 
 
+def test_dashboard_reconnects_after_a_network_drop_and_back_fills_the_gap(inventoried, panel_page):
+    page = panel_page("charlie")
+    network = {"down": False, "sockets": []}
+
+    def through_the_network(socket):
+        if network["down"]:
+            socket.close()
+            return
+        socket.connect_to_server()
+        network["sockets"].append(socket)
+
+    page.route_web_socket(re.compile(r"/ws/$"), through_the_network)
+    page.reload()
+    connection = page.locator(".dashboard-bar [data-f=connection]")
+    expect(connection).to_have_class(re.compile(r"\bstatus-ok\b"))
+
+    network["down"] = True
+    for socket in network["sockets"]:
+        socket.close()
+    expect(connection).to_have_class(re.compile(r"\bstatus-offline\b"), timeout=10_000)
+    with page.expect_request(lambda r: "/metrics/?since=60s" in r.url, timeout=30_000):
+        network["down"] = False
+    expect(connection).to_have_class(re.compile(r"\bstatus-ok\b"))
+    before = card_texts(page, SIM_NODE)
+    page.wait_for_function(
+        """([node, before]) => [...document.querySelectorAll(`.node-section[data-node="${node}"] .npu-card`)]
+             .map(c => c.textContent).join('|') !== before""",
+        arg=[SIM_NODE, before],
+        timeout=10_000,
+    )
+
+
 @pytest.fixture(scope="module")
 def big_fleet(live_panel):
     names = node_names(FLEET_SIZE)
