@@ -220,6 +220,8 @@ PANEL_DEPLOY_UNHEALTHY_AFTER = env.int("PANEL_DEPLOY_UNHEALTHY_AFTER", default=3
 PANEL_DEPLOY_MAX_RESTARTS = env.int("PANEL_DEPLOY_MAX_RESTARTS", default=5)
 PANEL_DEPLOY_BACKOFF_BASE_S = env.float("PANEL_DEPLOY_BACKOFF_BASE_S", default=5.0)
 PANEL_DEPLOY_BACKOFF_CAP_S = env.float("PANEL_DEPLOY_BACKOFF_CAP_S", default=300.0)
+# An engine that dies sooner than this after starting counts as a failed restart (crash loops back off).
+PANEL_DEPLOY_STABLE_S = env.float("PANEL_DEPLOY_STABLE_S", default=300.0)
 PANEL_DEPLOY_STOP_GRACE_S = env.float("PANEL_DEPLOY_STOP_GRACE_S", default=10.0)
 PANEL_DEPLOY_START_TIMEOUT_S = env.float("PANEL_DEPLOY_START_TIMEOUT_S", default=1200.0)
 PANEL_DEPLOY_HEALTH_INTERVAL_S = env.float("PANEL_DEPLOY_HEALTH_INTERVAL_S", default=0.5)

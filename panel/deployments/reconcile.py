@@ -195,13 +195,25 @@ def _apply_probe(deployment, node, result, policy, now, when) -> None:
         deployment.runtime = {**deployment.runtime, "findings": result["findings"]}
     if verdict.restart:
         deployment.restart_count += 1
-        deployment.next_restart_at = now + timedelta(seconds=backoff_s(deployment.failed_restarts, policy))
-        services.move(deployment, DeploymentState.UNHEALTHY, verdict.reason)
+        if _ran_for_s(deployment, now) < settings.PANEL_DEPLOY_STABLE_S:
+            # Died soon after it started: a crash loop backs off and gives up like a failed launch.
+            schedule_restart(deployment, policy, verdict.reason, now)
+            if deployment.observed_state == DeploymentState.FAILED:
+                return
+        else:
+            deployment.next_restart_at = now
+            services.move(deployment, DeploymentState.UNHEALTHY, verdict.reason)
         if deployment.next_restart_at <= now:
             services.launch(deployment)
             deployment.reason = verdict.reason
     else:
         services.move(deployment, verdict.state, verdict.reason if verdict.state != "running" else "")
+
+
+def _ran_for_s(deployment: Deployment, now: datetime) -> float:
+    """Seconds since the engine's newest process started (its record's start time on the host)."""
+    starts = [float(n.get("started") or 0) for n in (deployment.runtime.get("nodes") or {}).values()]
+    return now.timestamp() - max(starts) if starts and max(starts) > 0 else float("inf")
 
 
 def _store_metrics(deployment: Deployment, node: str, metrics: dict, when: datetime) -> None:

@@ -2,6 +2,7 @@
 through the playground proxy and the OpenAI client, its /metrics are scraped, its log is kept, and after
 kill -9 the reconcile loop starts it again."""
 
+import asyncio
 import json
 import os
 import signal
@@ -24,6 +25,18 @@ pytestmark = [
     pytest.mark.usefixtures("reconcile_loop"),
 ]
 START_TIMEOUT_S = 600  # ~35 s on an idle machine; several times that on a busy 2-core one
+
+
+async def stream_chat(url, token):
+    """Stream through the async view in one event loop, as daphne serves it."""
+    from django.test import AsyncClient
+
+    headers = {"Authorization": f"Bearer {token}"}
+    response = await AsyncClient().post(
+        url, chat_body(stream=True), content_type="application/json", headers=headers
+    )
+    chunks = [chunk async for chunk in response.streaming_content]
+    return response, b"".join(chunks).decode()
 
 
 def chat_body(stream=False):
@@ -73,10 +86,9 @@ def test_vllm_cpu_deployed_through_the_panel_serves_is_scraped_and_comes_back_af
     assert answer.status_code == 200, answer.content
     assert answer.json()["choices"][0]["message"]["content"]
 
-    streamed = client.post(f"/api/v1/deployments/{pk}/chat/", chat_body(stream=True), format="json", **auth)
+    streamed, text = asyncio.run(stream_chat(f"/api/v1/deployments/{pk}/chat/", raw))
     assert streamed.status_code == 200
     assert streamed["Content-Type"].startswith("text/event-stream")
-    text = b"".join(streamed.streaming_content).decode()
     events = [line[5:].strip() for line in text.splitlines() if line.startswith("data:")]
     assert events[-1] == "[DONE]"
     assert any(
