@@ -1,20 +1,27 @@
-"""Metrics broadcasts from one long-lived event loop per process.
+"""Metrics broadcasts from one long-lived event loop per process, batched.
 
 `broadcast()` runs each send through async_to_sync, which gives channels_redis a fresh event loop and so a
-fresh Redis connection every time; at 1 Hz × 64 nodes that dominated the ingest's CPU and latency. The
-metrics path hands its messages to this loop instead (fire and forget: metrics are lossy by design) and
-still sends them through panel.realtime.broadcast.abroadcast."""
+fresh Redis connection every time. The metrics path hands its messages to this loop instead (fire and forget:
+metrics are lossy by design). Each message is serialised once, in the caller's thread, into the frame every
+subscriber gets; the loop sends whatever frames are waiting as one channel-layer message (one send in flight
+at a time), so at low rates a frame goes out at once and under load the batches grow instead of a backlog.
+The web process receives channel-layer messages one at a time, each costing several Redis round trips; one
+message per node per second would queue up there on a busy machine."""
 
 import asyncio
 import logging
 import threading
 
-from panel.realtime.broadcast import abroadcast
+from panel.realtime.broadcast import abroadcast_frames, frame
 
 log = logging.getLogger(__name__)
 
+MAX_BATCH = 500  # frames per channel-layer message (channels_redis keeps the message in Redis as one value)
+
 _loop: asyncio.AbstractEventLoop | None = None
 _lock = threading.Lock()
+_pending: list[list[str]] = []  # [group, frame text], touched only on the loop
+_sending = False
 
 
 def _running_loop() -> asyncio.AbstractEventLoop:
@@ -28,13 +35,28 @@ def _running_loop() -> asyncio.AbstractEventLoop:
     return _loop
 
 
-async def _send(group: str, message: dict) -> None:
+def _enqueue(item: list[str]) -> None:
+    global _sending
+    _pending.append(item)
+    if not _sending:
+        _sending = True
+        asyncio.get_running_loop().create_task(_drain())
+
+
+async def _drain() -> None:
+    global _sending
     try:
-        await abroadcast(group, message)
-    except Exception:
-        log.exception("metrics broadcast to %s failed", group)
+        while _pending:
+            batch = _pending[:MAX_BATCH]
+            del _pending[:MAX_BATCH]
+            try:
+                await abroadcast_frames(batch)
+            except Exception:
+                log.exception("metrics broadcast of %d frames failed", len(batch))
+    finally:
+        _sending = False
 
 
 def send(group: str, message: dict) -> None:
-    """Queue `message` for `group` and return at once."""
-    asyncio.run_coroutine_threadsafe(_send(group, message), _running_loop())
+    """Queue `message` for the subscribers of `group` (a node group or the fleet) and return at once."""
+    _running_loop().call_soon_threadsafe(_enqueue, [group, frame(group, message)])

@@ -3,7 +3,12 @@
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
+from panel.realtime.broadcast import FRAMES, carries_frames
 from panel.realtime.groups import MAX_GROUPS, may_join
+
+# Handlers that never touch the database: channels' dispatch would otherwise close stale DB connections in a
+# worker thread before each one, a thread hop per message per socket on the metrics path.
+NO_DATABASE = frozenset({"panel.message", "panel.frames"})
 
 
 class PanelConsumer(AsyncJsonWebsocketConsumer):
@@ -15,8 +20,16 @@ class PanelConsumer(AsyncJsonWebsocketConsumer):
         self.groups_joined: set[str] = set()
         await self.accept()
 
+    async def dispatch(self, message):
+        if message["type"] == "panel.message":
+            await self.panel_message(message)
+        elif message["type"] == "panel.frames":
+            await self.panel_frames(message)
+        else:
+            await super().dispatch(message)
+
     async def disconnect(self, code):
-        for group in getattr(self, "groups_joined", set()):
+        for group in self._layer_groups(getattr(self, "groups_joined", set())):
             await self.channel_layer.group_discard(group, self.channel_name)
 
     async def receive_json(self, content, **kwargs):
@@ -35,15 +48,27 @@ class PanelConsumer(AsyncJsonWebsocketConsumer):
             return
         wanted_set = set(wanted)
         allowed = {g for g in wanted_set if await database_sync_to_async(may_join)(self.scope["user"], g)}
-        for group in self.groups_joined - allowed:
+        before, after = self._layer_groups(self.groups_joined), self._layer_groups(allowed)
+        for group in before - after:
             await self.channel_layer.group_discard(group, self.channel_name)
-        for group in allowed - self.groups_joined:
+        for group in after - before:
             await self.channel_layer.group_add(group, self.channel_name)
         self.groups_joined = allowed
         await self.send_json(
             {"type": "subscribed", "groups": sorted(allowed), "refused": sorted(wanted_set - allowed)}
         )
 
+    @staticmethod
+    def _layer_groups(joined: set[str]) -> set[str]:
+        """Channel-layer groups for the groups a client joined: those, plus FRAMES when any of them gets live
+        metrics in frame batches."""
+        return joined | {FRAMES} if any(carries_frames(g) for g in joined) else set(joined)
+
     async def panel_message(self, event):
         if event["group"] in self.groups_joined:
             await self.send_json({"group": event["group"], **event["message"]})
+
+    async def panel_frames(self, event):
+        for group, text in event["frames"]:
+            if group in self.groups_joined:
+                await self.send(text_data=text)
