@@ -38,11 +38,12 @@ def npu_colour(health: str, node_status: str) -> str:
 
 def node_tiles(user) -> list[NodeTile]:
     tiles = []
-    for node in Node.objects.visible_to(user).prefetch_related("npus"):
+    for node in Node.objects.visible_to(user).prefetch_related("npus__deployments"):
         status = node.effective_status
         npus = list(node.npus.all())
         for npu in npus:
             npu.colour = npu_colour(npu.health, status)
+            npu.holder = ", ".join(deployment.name for deployment in npu.deployments.all())
         chips_per_npu = {npu.npu_id: 0 for npu in npus}
         for npu in npus:
             chips_per_npu[npu.npu_id] += 1
