@@ -120,6 +120,23 @@ def test_a_deployment_runs_restarts_after_kill_stops_and_releases_its_npus(
     assert chat.status_code == 200, chat.content
     assert chat.json()["choices"][0]["message"]["content"]
 
+    started = client.post(
+        f"/api/v1/deployments/{pk}/benchmarks/",
+        {"concurrency": [1, 4], "prompt_len": 16, "output_len": 8, "requests": 4},
+        format="json",
+    )
+    assert started.status_code == 202, started.json()
+
+    def benchmarked():
+        runs = client.get("/api/v1/benchmarks/?deployment=tiny").json()["results"]
+        return runs and runs[0]["status"] == "succeeded" and runs[0]
+
+    run = wait_for(benchmarked, 30, "the benchmark")
+    levels = run["results"]["levels"]
+    assert [level["concurrency"] for level in levels] == [1, 4]
+    assert all(level["errors"] == 0 and level["ttft_p50_s"] > 0 for level in levels)
+    assert levels[0]["output_tokens_per_s"] > 0
+
     killed_at = time.monotonic()
     os.kill(first_pid, signal.SIGKILL)
 
