@@ -15,7 +15,7 @@ import {
   formatTemperature,
 } from "./format.js";
 import { sparklineFor } from "./sparkline.js";
-import { NpuChart, epochSeconds, seriesKey } from "./npu_chart.js";
+import { NpuChart, epochSeconds, interpolate, seriesKey } from "./npu_chart.js";
 
 const root = document.getElementById("dashboard");
 const labels = JSON.parse(document.getElementById("dashboard-labels").textContent);
@@ -24,10 +24,6 @@ const SPARK_POINTS = 60;
 const STALE_AFTER_S = 5;
 const BACKFILL_PARALLEL = 4;
 const FLUSH_MS = 500;
-
-export function interpolate(text, values) {
-  return text.replace(/%\((\w+)\)s/g, (_, name) => String(values[name] ?? ""));
-}
 
 // Writes only on change: at 512 cards a second, untouched text nodes cost nothing to style or paint.
 function setText(element, text) {
@@ -219,7 +215,14 @@ class NodeView {
     element.querySelector("[data-f=label]").textContent =
       `${labels.npu} ${npu.npu_id}${multiChip ? `·${npu.chip_id || 0}` : ""}`;
     this.section.querySelector("[data-f=empty]")?.remove();
-    const after = [...this.cards.values()].find((c) => c.npu > npu.npu_id || (c.npu === npu.npu_id && c.chip > npu.chip_id));
+    // Cards stay in NPU / chip order whatever order the NPUs first appear in.
+    const order = (n, c) => n * 1000 + c;
+    const mine = order(npu.npu_id, npu.chip_id || 0);
+    let after = null;
+    for (const other of this.cards.values()) {
+      const theirs = order(other.npu, other.chip);
+      if (theirs > mine && (!after || theirs < order(after.npu, after.chip))) after = other;
+    }
     this.grid.insertBefore(element, after ? after.element : null);
     const card = new CardView(element, this);
     this.cards.set(card.key, card);

@@ -71,7 +71,8 @@ function timeLabel(epoch, range) {
   return formatDateTime(epoch * 1000, shape);
 }
 
-function interpolate(text, values) {
+/** Fills Django-style "%(name)s" placeholders of a translated string. */
+export function interpolate(text, values) {
   return text.replace(/%\((\w+)\)s/g, (_, name) => String(values[name] ?? ""));
 }
 

@@ -20,6 +20,10 @@ Fixtures other browser tests reuse:
   through the real login form and sits on the dashboard. locale is "en" or "zh-hans".
 
 Every browser test is marked `pytest.mark.browser` (done here for everything in this folder).
+
+Run: `make test-browser` (or `.venv/bin/pytest tests/browser -q`). The panel starts once per session
+(about 15 s); when a server dies, the failure carries the end of its log. More fleet than the sim hosts:
+tests/browser/fake_fleet.py sends agent-shaped metric batches for N nodes (see test_dashboard.py).
 """
 
 import os
