@@ -126,10 +126,12 @@ def apply_launch_result(deployment: Deployment, operation: Operation) -> None:
             deployment.probe_failures = 0
             services.move(deployment, DeploymentState.RUNNING, "")
     else:
-        findings = next(
-            (e.payload.get("findings") for e in operation.events.filter(kind="result").order_by("-seq")), []
-        )
-        deployment.runtime = {**deployment.runtime, "findings": findings or []}
+        failure = next((e.payload for e in operation.events.filter(kind="result").order_by("-seq")), {})
+        deployment.runtime = {
+            **deployment.runtime,
+            "findings": failure.get("findings") or [],
+            "log_tail": failure.get("log_tail") or [],
+        }
         reason = operation.error + (f" — {operation.hint}" if operation.hint else "")
         schedule_restart(deployment, Policy.from_settings(), reason, timezone.now())
         # The other nodes of a multi-node deployment cannot serve without this one.

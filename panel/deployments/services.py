@@ -21,7 +21,8 @@ CONTRACT for the wizard and the deployment page (REST under /api/v1/deployments/
   GET  /{id}/metrics/    {"metrics": {...}, "time"}; GET/POST /{id}/benchmarks/ ({concurrency: [1,4,16,64],
                          prompt_len, output_len, requests}); GET /api/v1/benchmarks/ all runs, comparable.
   POST /{id}/chat/       OpenAI chat body; proxied to the engine (SSE passed through when "stream": true).
-  Failure findings: GET /{id}/ "findings" = the toolkit's diagnose findings of the last failed start.
+  Failure: GET /{id}/ "findings" = {"findings": the toolkit's diagnose findings, "log_tail": [lines]} of
+  the last failed start (or of an engine found dead).
 
 Websocket group deployment.<name>: {"type": "deployment.status", name, status, desired_state, reason,
 restart_count, endpoint}, {"type": "engine.metrics", name, node, time, metrics}, {"type": "deployment.logs",

@@ -181,3 +181,34 @@ def test_the_planner_refuses_what_does_not_fit_with_field_errors(node_with_npus,
     from panel.deployments.models import Deployment
 
     assert not Deployment.objects.exists()
+
+
+@run_reconcile_loop
+def test_a_failed_start_shows_the_toolkits_findings_and_backs_off(
+    celery_worker, node_with_npus, tiny_model, bob, monkeypatch, settings
+):
+    from panel.catalog.models import Model
+    from workers.sim import state as sim_state
+
+    settings.PANEL_DEPLOY_BACKOFF_BASE_S = 60  # the second attempt must wait, not run during the test
+    sim_state.set_driver_unloaded(celery_worker.sim_root)
+    folder, facts = tiny_model
+    model = Model.objects.create(name="tiny-llama", facts=facts)
+    client = api_client_for(bob)
+    body = {
+        "name": "no-driver",
+        "model": model.pk,
+        "path": str(folder),
+        "nodes": [{"node": TEST_NODE, "npus": [0]}],
+    }
+    pk = client.post("/api/v1/deployments/", body, format="json").json()["id"]
+
+    failed = wait_for(
+        lambda: deployment_json(client, pk)["failed_restarts"] == 1 and deployment_json(client, pk),
+        30,
+        "a failed start",
+    )
+    assert failed["status"] == "unhealthy"
+    assert "exited during start-up" in failed["reason"]
+    assert any("-8005" in line for line in failed["findings"]["log_tail"]), failed["findings"]
+    assert failed["next_restart_at"]

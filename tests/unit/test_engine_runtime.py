@@ -84,3 +84,26 @@ def test_the_panel_payload_becomes_a_cpu_launch_without_set_env_scripts():
     assert launch.argv[:3] == ["/v/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
     assert "bash" not in launch.argv
     assert "VLLM_CPU_KVCACHE_SPACE" in launch.env
+
+
+def test_a_failed_start_reports_the_toolkits_findings_for_this_start_only(tmp_path):
+    from workers.tasks.deploy import _failure_findings
+
+    log = tmp_path / "engine.log"
+    log.write_text("RuntimeError: NPU out of memory. Tried to allocate 2.00 GiB\n")  # an earlier run
+    start = log.stat().st_size
+    with log.open("a") as handle:
+        handle.write("INFO starting\nRuntimeError: NPU out of memory. Tried to allocate 4.00 GiB\n")
+    sent = []
+
+    class Emitter:
+        def emit(self, kind, **payload):
+            sent.append((kind, payload))
+
+    hint = _failure_findings(Emitter(), str(log), start)
+    ((kind, payload),) = sent
+    assert kind == "result"
+    assert [finding["code"] for finding in payload["findings"]] == ["npu_oom"]
+    assert "4.00 GiB" in payload["findings"][0]["line"]
+    assert payload["log_tail"][0] == "INFO starting"
+    assert hint == payload["findings"][0]["hint"]

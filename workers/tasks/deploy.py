@@ -45,9 +45,9 @@ class LaunchFailed(Exception):
         self.hint = hint
 
 
-def _failure_findings(emitter, log_path: str) -> str:
-    """Emit the toolkit's findings for the engine's log as a result event; the first finding's hint."""
-    tail = runtime.tail_lines(log_path, 200)
+def _failure_findings(emitter, log_path: str, start_offset: int) -> str:
+    """Emit the toolkit's findings for this start's log lines as a result event; the first finding's hint."""
+    tail = runtime.read_log(log_path, start_offset, max_bytes=4 * 1024 * 1024)[0][-400:]
     findings = diagnose_lines(tail)
     emitter.emit("result", findings=findings, log_tail=tail[-40:])
     return findings[0]["hint"] if findings else _("Read the engine log above for the first error.")
@@ -109,7 +109,7 @@ async def _launch(emitter, config, payload: dict) -> dict:
             lines, offset = runtime.read_log(log_path, offset)
             for line in lines:
                 emitter.log(line)
-            hint = _failure_findings(emitter, log_path)
+            hint = _failure_findings(emitter, log_path, start_offset)
             runtime.forget_record(config.host_root, name)
             raise LaunchFailed(_("the engine exited during start-up"), hint)
         if follower:
@@ -118,7 +118,7 @@ async def _launch(emitter, config, payload: dict) -> dict:
         elif await runtime.is_healthy(record) and await runtime.serves_model(record, spec.served_model_name):
             break
         if time.monotonic() - started > timeout:
-            hint = _failure_findings(emitter, log_path)
+            hint = _failure_findings(emitter, log_path, start_offset)
             await runtime.stop_engine(runner, record, payload.get("stop_grace_s", 10.0))
             runtime.forget_record(config.host_root, name)
             raise LaunchFailed(

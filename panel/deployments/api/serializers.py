@@ -38,7 +38,9 @@ class DeploymentSerializer(serializers.ModelSerializer):
         return str(first) if first else None
 
     def get_findings(self, deployment):
-        return (deployment.runtime or {}).get("findings") or []
+        """The toolkit's diagnose findings and the log tail of the last failed start, shown beside it."""
+        runtime = deployment.runtime or {}
+        return {"findings": runtime.get("findings") or [], "log_tail": runtime.get("log_tail") or []}
 
 
 class DeploymentLogSerializer(serializers.ModelSerializer):
