@@ -149,8 +149,9 @@ class Window:
         return self.start <= epoch <= self.end
 
 
-async def push_client(url: str, token: str, names: list[str], window: Window, stop, got: dict) -> None:
-    """Records, per node, the sequence numbers and latencies (ms) of in-window frames."""
+async def push_client(url: str, token: str, names: list[str], window: Window, stop, ready, got: dict) -> None:
+    """Records, per node, the sequence numbers and latencies (ms) of in-window frames. `ready` is set once
+    the panel confirmed the subscription (the permission checks take a while on a busy machine)."""
     origin = url.replace("ws://", "http://").removesuffix("/ws/")
     headers = {"Authorization": f"Bearer {token}"}
     async with websockets.connect(url, additional_headers=headers, origin=origin, max_size=None) as ws:
@@ -162,6 +163,8 @@ async def push_client(url: str, token: str, names: list[str], window: Window, st
                 continue
             arrived = time.time()
             message = json.loads(raw)
+            if message.get("type") == "subscribed":
+                ready.set()
             if message.get("type") != "metrics":
                 continue
             taken = sample_epoch(message["time"])
@@ -169,7 +172,7 @@ async def push_client(url: str, token: str, names: list[str], window: Window, st
                 got.setdefault(message["node"], {})[message["seq"]] = (arrived - taken) * 1000
 
 
-async def poll_client(base: str, token: str, window: Window, stop, got: dict) -> None:
+async def poll_client(base: str, token: str, window: Window, stop, ready, got: dict) -> None:
     """One GET of every node's latest message a second; records the latency of each new in-window sample."""
     headers = {"Authorization": f"Bearer {token}"}
     async with httpx.AsyncClient(base_url=base, headers=headers, timeout=30) as client:
@@ -178,6 +181,7 @@ async def poll_client(base: str, token: str, window: Window, stop, got: dict) ->
             response = await client.get("/api/v1/metrics/latest/")
             arrived = time.time()
             response.raise_for_status()
+            ready.set()
             for name, message in response.json()["nodes"].items():
                 taken = sample_epoch(message["time"])
                 if window.holds(taken):
@@ -189,13 +193,19 @@ async def phase(panel: Panel, kind: str, clients: int, names: list[str], warmup:
     """Runs K clients of `kind`; returns (what each client got per node, CPU seconds used in the window)."""
     window, stop = Window(), asyncio.Event()
     received: list[dict] = [{} for _ in range(clients)]
+    ready = [asyncio.Event() for _ in range(clients)]
     if kind == "push":
         url = f"ws://127.0.0.1:{panel.web_port}/ws/"
-        runs = [push_client(url, panel.token, names, window, stop, got) for got in received]
+        runs = [
+            push_client(url, panel.token, names, window, stop, ready[i], received[i]) for i in range(clients)
+        ]
     else:
         base = f"http://127.0.0.1:{panel.web_port}"
-        runs = [poll_client(base, panel.token, window, stop, got) for got in received]
+        runs = [poll_client(base, panel.token, window, stop, ready[i], received[i]) for i in range(clients)]
     tasks = [asyncio.create_task(run) for run in runs]
+    started = time.monotonic()
+    await asyncio.wait_for(asyncio.gather(*(event.wait() for event in ready)), 120)
+    print(f"{kind}: {clients} clients ready after {time.monotonic() - started:.1f} s", file=sys.stderr)
     await asyncio.sleep(warmup)
     before = panel.cpu_seconds()
     window.start = time.time()
