@@ -181,6 +181,7 @@ class NodeView {
     this.grid = section.querySelector(".npu-grid");
     this.head = fields(section.querySelector(".node-section-head"));
     this.row = row ? fields(row) : {};
+    this.rowElement = row;
     this.status = section.dataset.status;
     this.multiChip = section.dataset.multiChip === "true";
     this.cards = new Map();
@@ -291,6 +292,14 @@ class NodeView {
     dashboard.scheduleTotals();
   }
 
+  needsAttention() {
+    if (!this.online || this.section.classList.contains("is-stale") || this.figures.alerts > 0) return true;
+    for (const card of this.cards.values()) {
+      if (card.element._status === "alarm" || card.element._status === "warning") return true;
+    }
+    return false;
+  }
+
   showFigures() {
     const f = this.figures;
     setText(this.row.npus, formatNumber(f.npus));
@@ -327,6 +336,7 @@ const dashboard = {
   lastMessage: 0,
   stats: fields(root.querySelector(".fleet-stats")),
   connection: root.querySelector("[data-f=connection]"),
+  filter: { text: root.querySelector(".fleet-filter [data-f=filter]"), problems: root.querySelector(".fleet-filter [data-f=problems]") },
   npuChart: null,
 
   scheduleTotals() {
@@ -398,9 +408,23 @@ const dashboard = {
     this.lastMessage = performance.now();
   },
 
+  // Name filter and "needs attention" (not online, an unhealthy NPU, an open alert, no data): hidden nodes
+  // cost nothing to lay out. Re-checked once a second, so a node that turns bad appears by itself.
+  applyFilter() {
+    const text = this.filter.text.value.trim().toLowerCase();
+    const problemsOnly = this.filter.problems.checked;
+    for (const node of this.nodes.values()) {
+      const shown = node.name.toLowerCase().includes(text) && (!problemsOnly || node.needsAttention());
+      if (node.section.hidden === !shown) continue;
+      node.section.hidden = !shown;
+      if (node.rowElement) node.rowElement.hidden = !shown;
+    }
+  },
+
   tick() {
     const now = performance.now();
     for (const node of this.nodes.values()) node.checkStale(now);
+    if (this.filter.problems.checked) this.applyFilter();
     const silent = this.lastMessage && now - this.lastMessage > STALE_AFTER_S * 1000;
     setStatus(this.connection, silent || !this.lastMessage ? "offline" : "ok");
     setText(
@@ -503,6 +527,7 @@ function start() {
   listen("fleet", (message) => dashboard.onFleet(message));
   for (const node of dashboard.nodes.values()) listen(`node.${node.name}`, (message) => dashboard.onNode(node, message));
   onSubscribed(() => dashboard.backfill());
+  for (const input of Object.values(dashboard.filter)) input.addEventListener("input", () => dashboard.applyFilter());
   dashboard.showTotals();
   dashboard.tick();
   setInterval(() => dashboard.tick(), 1000);

@@ -202,6 +202,18 @@ def test_dashboard_stays_fluent_with_64_nodes_of_8_npus(big_fleet, panel_page):
     assert layout_s < 1.5, f"style and layout took {layout_s:.2f} s of 5 s for {expected_cards} cards"
     expect(page.locator(".fleet-stats [data-f=online]")).to_have_text(str(FLEET_SIZE + 1))
 
+    sections = page.locator(".node-section:visible")
+    page.get_by_role("searchbox").fill("fleet-07")
+    expect(sections).to_have_count(1)
+    page.get_by_role("searchbox").fill("")
+    page.get_by_label("Only nodes that need attention").check()
+    unhealthy = ":has(.npu-card.status-alarm, .npu-card.status-warning)"
+    shown_unhealthy = page.locator(f".node-section:visible{unhealthy}")
+    expect(shown_unhealthy).to_have_count(page.locator(f".node-section{unhealthy}").count())
+    assert 0 < shown_unhealthy.count() <= sections.count() < FLEET_SIZE, "healthy nodes should be hidden"
+    page.get_by_label("Only nodes that need attention").uncheck()
+    expect(sections).to_have_count(FLEET_SIZE + 1)
+
     shots = os.environ.get("PANEL_SCREENSHOTS")
     if shots:
         Path(shots).mkdir(parents=True, exist_ok=True)
