@@ -28,6 +28,12 @@ ACTIONS = {
     "delete": services.delete,
 }
 LOG_LINES_ON_PAGE = 500
+# The states in which each action is offered (deployment.js applies the same list on live status changes).
+ACTION_STATES = {
+    "start": ("pending", "stopped", "failed"),
+    "restart": ("starting", "running", "unhealthy", "failed"),
+    "stop": ("pending", "starting", "running", "unhealthy", "failed"),
+}
 
 
 @role_required(VIEWER)
@@ -95,6 +101,15 @@ def deployment_detail(request, name):
         "benchmarks": benchmarks,
         "benchmark_form": BenchmarkForm(),
         "confirm_texts": _confirm_texts(deployment),
+        "action_buttons": [
+            {
+                "action": action,
+                "label": label,
+                "when": " ".join(ACTION_STATES[action]),
+                "shown": deployment.observed_state in ACTION_STATES[action],
+            }
+            for action, label in (("start", _("Start")), ("restart", _("Restart")), ("stop", _("Stop")))
+        ],
         "page_config": {
             "name": deployment.name,
             "id": deployment.pk,
@@ -118,6 +133,7 @@ def deployment_detail(request, name):
                 "prompt": _("prompt"),
                 "generation": _("generation"),
                 "kv": _("KV cache"),
+                "chatStats": _("TTFT {ttft} ms · {tokens} tokens · {rate} tokens/s"),
             },
         },
     }

@@ -357,10 +357,26 @@ def _engine_step(request, state):
         form = EngineStepForm(initial=_engine_initial(state))
         plan, errors = planned(state, state.get("engine"))
         _mine, elsewhere = split_errors(errors, "engine")
-    context = {"form": form, "elsewhere": elsewhere, "allowed_flags": ALLOWED_FLAG_NAMES}
+    context = {
+        "form": form,
+        "elsewhere": elsewhere,
+        "allowed_flags": ALLOWED_FLAG_NAMES,
+        "plan_errors": _form_errors(form),
+    }
     if plan is not None:
         context.update(review_context(plan))
     return _render(request, "engine", context)
+
+
+def _form_errors(form) -> list[tuple[str, str]]:
+    """[(field label, message)] of a bound form, so a summary can name every field to fix."""
+    if not form.is_bound:
+        return []
+    return [
+        (str(form.fields[field].label) if field in form.fields else "", text)
+        for field, texts in form.errors.items()
+        for text in texts
+    ]
 
 
 @role_required(OPERATOR)
@@ -376,9 +392,7 @@ def wizard_plan(request):
         if plan is not None:
             context.update(review_context(plan))
     else:
-        context["plan_errors"] = [
-            (form.fields[f].label if f in form.fields else "", e) for f, es in form.errors.items() for e in es
-        ]
+        context["plan_errors"] = _form_errors(form)
     return render(request, "deployments/wizard_plan_preview.html", context)
 
 

@@ -4,6 +4,7 @@
 import { formatDateTime, MISSING } from "./format.js";
 
 const charts = new Set();
+const TIME_STEPS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200];
 
 export function themeColour(name) {
   return getComputedStyle(document.documentElement).getPropertyValue(name).trim();
@@ -62,7 +63,12 @@ export function lineChart(
           })),
         ],
         axes: [
-          axis({ values: xValues, ...(timeAxis ? {} : { splits: () => x.map((_, i) => i) }) }),
+          axis({
+            values: xValues,
+            space: 70,
+            // Whole seconds only, so two ticks never print the same clock time.
+            ...(timeAxis ? { incrs: TIME_STEPS } : { splits: () => x.map((_, i) => i) }),
+          }),
           axis({ size: 56, values: (u, ticks) => ticks.map((t) => format(t)) }),
         ],
       },

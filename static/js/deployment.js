@@ -42,6 +42,10 @@ function showStatus(message) {
   }
   if (message.endpoint) field("endpoint").textContent = message.endpoint;
   field("startup").hidden = status !== "starting";
+  // Only the actions that make sense in this state are offered (Start when stopped, Stop when running…).
+  document.querySelectorAll("[data-when]").forEach((button) => {
+    button.hidden = !button.dataset.when.split(" ").includes(status);
+  });
   document.querySelectorAll("[data-testid=run-benchmark]").forEach((b) => (b.disabled = status !== "running"));
   if (status === "deleted") setTimeout(() => location.assign(".."), 1500);
   if (["starting", "failed", "unhealthy"].includes(status)) refreshDetail();

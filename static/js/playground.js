@@ -99,7 +99,10 @@ async function send(prompt, maxTokens, temperature) {
     if (first !== null) {
       const seconds = (performance.now() - first) / 1000;
       const rate = tokens > 1 && seconds > 0 ? (tokens - 1) / seconds : null;
-      stats.textContent = `TTFT ${formatNumber(first - started, { maximumFractionDigits: 0 })} ms · ${tokens} tokens · ${formatNumber(rate)} tokens/s`;
+      stats.textContent = config.labels.chatStats
+        .replace("{ttft}", formatNumber(first - started, { maximumFractionDigits: 0 }))
+        .replace("{tokens}", tokens)
+        .replace("{rate}", formatNumber(rate));
     }
   }
 }
