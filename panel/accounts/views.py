@@ -5,7 +5,7 @@ from django.contrib.auth import views as auth_views
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.utils.translation import gettext as _
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_POST, require_safe
 
 from panel.accounts.models import ApiToken
 from panel.accounts.roles import VIEWER
@@ -24,6 +24,7 @@ class LogoutView(auth_views.LogoutView):
 
 
 @role_required(VIEWER)
+@require_safe
 def settings_page(request):
     """The user's settings: language, theme and API tokens."""
     new_token = request.session.pop("new_token", None)

@@ -2,7 +2,7 @@ from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_POST, require_safe
 
 from panel.accounts.roles import OPERATOR, VIEWER
 from panel.catalog import services
@@ -33,6 +33,7 @@ def params_label(params) -> str:
 
 
 @role_required(VIEWER)
+@require_safe
 def model_list(request):
     models = list(Model.objects.visible_to(request.user).prefetch_related("artifacts__node"))
     for model in models:
@@ -42,6 +43,7 @@ def model_list(request):
 
 
 @role_required(VIEWER)
+@require_safe
 def model_detail(request, pk):
     model = get_object_or_404(Model.objects.visible_to(request.user), pk=pk)
     artifacts = model.artifacts.select_related("node", "made_from").prefetch_related("deployments")

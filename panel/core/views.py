@@ -3,6 +3,7 @@ from functools import wraps
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.shortcuts import render
+from django.views.decorators.http import require_safe
 
 from panel.accounts.roles import VIEWER, has_role
 
@@ -25,6 +26,7 @@ def role_required(role: str):
 
 
 @role_required(VIEWER)
+@require_safe
 def dashboard(request):
     """The home page: fleet figures, then every node's NPU cards; static/js/dashboard.js keeps them live."""
     from panel.core.dashboard import fleet_totals, node_tiles, page_labels

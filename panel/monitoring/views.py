@@ -7,7 +7,7 @@ from django.core.paginator import Paginator
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_POST, require_safe
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from panel.accounts.roles import OPERATOR, VIEWER
@@ -61,6 +61,7 @@ def prometheus_metrics(request):
 
 
 @role_required(VIEWER)
+@require_safe
 def alert_list(request):
     queryset = Alert.objects.visible_to(request.user).select_related("node", "acknowledged_by")
     data = request.GET.copy()

@@ -4,7 +4,7 @@ from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.utils.translation import gettext as _
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_POST, require_safe
 
 from panel.accounts.roles import ADMIN, OPERATOR, VIEWER, has_role
 from panel.core.choices import NodeStatus, NodeTransport
@@ -29,6 +29,7 @@ def _panel_url(request) -> str:
 
 
 @role_required(VIEWER)
+@require_safe
 def node_list(request):
     filterset = NodeFilterSet(
         request.GET, queryset=Node.objects.visible_to(request.user).prefetch_related("npus")
@@ -49,6 +50,7 @@ def node_list(request):
 
 
 @role_required(VIEWER)
+@require_safe
 def node_detail(request, name):
     node = _node(request, name)
     return render(

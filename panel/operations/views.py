@@ -1,5 +1,6 @@
 from django.core.paginator import Paginator
 from django.shortcuts import get_object_or_404, render
+from django.views.decorators.http import require_safe
 
 from panel.accounts.roles import VIEWER
 from panel.core.choices import OperationStatus
@@ -9,6 +10,7 @@ from panel.operations.models import Operation
 
 
 @role_required(VIEWER)
+@require_safe
 def operation_list(request):
     queryset = Operation.objects.visible_to(request.user).select_related("node", "created_by")
     filterset = OperationFilterSet(request.GET, queryset=queryset)
@@ -17,6 +19,7 @@ def operation_list(request):
 
 
 @role_required(VIEWER)
+@require_safe
 def operation_detail(request, pk):
     operation = get_object_or_404(Operation.objects.visible_to(request.user).select_related("node"), pk=pk)
     labels = {value: str(label) for value, label in OperationStatus.choices}

@@ -4,7 +4,7 @@ from django.http import FileResponse, Http404, HttpResponseForbidden
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy as _lazy
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST, require_safe
 
 from panel.accounts.roles import ADMIN, OPERATOR, VIEWER, has_role
 from panel.core.choices import OperationStatus
@@ -42,11 +42,13 @@ def _say_errors(request, error: ValidationError) -> None:
 
 
 @role_required(VIEWER)
+@require_safe
 def profiles(request):
     return render(request, "provisioning/profiles.html", {"rows": profile_rows(), "cpu": cpu_row()})
 
 
 @role_required(VIEWER)
+@require_safe
 def node_provisioning(request, name):
     node = _node(request, name)
     stack = services.stack_of(node)
@@ -152,6 +154,7 @@ def cancel(request, name):
 
 
 @role_required(VIEWER)
+@require_http_methods(["GET", "HEAD", "POST"])
 def packages(request):
     form = UploadForm()
     if request.method == "POST":
