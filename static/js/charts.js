@@ -4,6 +4,7 @@
 import { formatDateTime, MISSING } from "./format.js";
 
 const charts = new Set();
+const WHOLE_STEPS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000];
 const TIME_STEPS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200];
 
 export function themeColour(name) {
@@ -22,11 +23,12 @@ function axis(extra = {}) {
 /**
  * A chart whose x axis is `x`: "time" (epoch seconds, clock labels) or a list of category labels.
  * series: [{ label, colour (CSS variable name), format(v) → text, dash }]; xLabel names the x values in the
- * legend. Returns { update(data), rebuild(), resize() }.
+ * legend; whole: the y axis counts things, so its ticks are whole numbers.
+ * Returns { update(data), rebuild(), resize() }.
  */
 export function lineChart(
   box,
-  { series, x = "time", xLabel = "", height = 180, yRange = null, format = (v) => String(v) },
+  { series, x = "time", xLabel = "", height = 180, yRange = null, whole = false, format = (v) => String(v) },
 ) {
   let plot = null;
   let data = [[], ...series.map(() => [])];
@@ -69,7 +71,11 @@ export function lineChart(
             // Whole seconds only, so two ticks never print the same clock time.
             ...(timeAxis ? { incrs: TIME_STEPS } : { splits: () => x.map((_, i) => i) }),
           }),
-          axis({ size: 56, values: (u, ticks) => ticks.map((t) => format(t)) }),
+          axis({
+            size: 56,
+            values: (u, ticks) => ticks.map((t) => format(t)),
+            ...(whole ? { incrs: WHOLE_STEPS } : {}), // counts: no 0.5 request ticks
+          }),
         ],
       },
       data,

@@ -145,6 +145,7 @@ const label = config.labels;
 const charts = {
   requests: lineChart(chartBox("requests"), {
     format: whole,
+    whole: true,
     xLabel: label.time,
     series: [
       { label: label.running, colour: "--running" },

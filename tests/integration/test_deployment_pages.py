@@ -300,3 +300,39 @@ def test_the_comparison_page_lists_runs_of_several_deployments(charlie, node, ar
     assert ">12<" in page  # TTFT in ms
     assert '"label": "first' in page
     assert '"label": "second' in page
+
+
+def test_a_failed_deployment_shows_its_reason_and_the_toolkits_findings(charlie, node, artifact):
+    deployment = make_deployment(node, artifact, name="broken", state=DeploymentState.FAILED)
+    deployment.reason = "the engine exited during start-up"
+    deployment.runtime = {
+        "findings": [
+            {
+                "code": "hbm_oom",
+                "title": "NPU out of memory",
+                "hint": "Lower --gpu-memory-utilization or max-model-len, or use more NPUs.",
+                "line": "RuntimeError: NPU out of memory. Tried to allocate 2.00 GiB",
+                "line_no": 12,
+            }
+        ]
+    }
+    deployment.save()
+    page = client_for(charlie).get("/deployments/broken/").content.decode()
+    findings = re.search(r'data-testid="findings"(.*?)</section>', page, re.S).group(1)
+    assert "hidden" not in findings.split(">", 1)[0]
+    assert "NPU out of memory" in findings
+    assert "Lower --gpu-memory-utilization" in findings
+    assert "the engine exited during start-up" in page
+
+
+def test_the_list_shows_status_colour_npus_restarts_and_reason(charlie, node, artifact):
+    deployment = make_deployment(node, artifact, name="flaky", npus=(2, 3), state=DeploymentState.UNHEALTHY)
+    deployment.restart_count = 3
+    deployment.reason = "/health did not answer 3 times"
+    deployment.save()
+    page = client_for(charlie).get("/deployments/").content.decode()
+    row = re.search(r'<tr data-deployment="flaky">(.*?)</tr>', page, re.S).group(1)
+    assert 'class="status status-warning">Unhealthy<' in row
+    assert "a2-node: 2,3" in row
+    assert '<td class="num">3</td>' in row
+    assert "/health did not answer 3 times" in row
