@@ -6,6 +6,7 @@ from django.contrib import messages
 from django.core.paginator import Paginator
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST, require_safe
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
@@ -77,4 +78,8 @@ def acknowledge_alert(request, pk):
     alert = get_object_or_404(Alert.objects.visible_to(request.user).select_related("node"), pk=pk)
     alerts.acknowledge(alert, request.user)
     messages.success(request, _("Alert acknowledged."))
-    return redirect(request.POST.get("next") or "monitoring:alerts")
+    # `next` comes from the form: only a page of this panel, never another site (an open redirect).
+    next_url = request.POST.get("next", "")
+    if not url_has_allowed_host_and_scheme(next_url, {request.get_host()}, request.is_secure()):
+        next_url = "monitoring:alerts"
+    return redirect(next_url)
