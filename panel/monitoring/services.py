@@ -1,8 +1,11 @@
 """Use-cases of monitoring: ingest a metrics batch (the 1 Hz path), the fleet summary, the per-node sampling
 interval, acknowledging alerts.
 
-The ingest path makes one Redis round trip and two channel-layer sends per batch; it writes to the
-database only when an alert changes or, every HEARTBEAT_EVERY_S, the node's last heartbeat."""
+The ingest path makes one Redis round trip per batch and hands its broadcasts to panel.monitoring.fanout; it
+touches the database only when an alert changes, when a node that was not online speaks, every
+NODE_CACHE_S to refresh the node cache (one query for all nodes), and every HEARTBEAT_EVERY_S for one
+UPDATE of the last heartbeat of every node heard from meanwhile — not per node, so the SQLite write lock and
+connection set-up stay off the 1 Hz path."""
 
 import json
 import logging
@@ -23,43 +26,47 @@ from workers.task_names import AGENT_SET_METRICS_INTERVAL, node_queue
 
 log = logging.getLogger(__name__)
 
-HEARTBEAT_EVERY_S = 3  # a metrics batch counts as a heartbeat, written at most this often per node
-NODE_CACHE_S = 10  # how long node ids and NPU → deployment maps are reused
+HEARTBEAT_EVERY_S = 3  # a metrics batch counts as a heartbeat; they are written in one UPDATE this often
+HEARTBEATS_PER_WRITE = 10_000
+NODE_CACHE_S = 10  # how long node ids, statuses and NPU → deployment maps are reused
 FLEET_EVERY_MS = 1000
 
 
 class NodeCache:
-    """Node id, status and which deployment holds each chip, per node name, refreshed every NODE_CACHE_S."""
+    """Node id, status and which deployment holds each chip, per node name, for all nodes at once: loaded
+    with two queries and reused for NODE_CACHE_S, so a fleet's worth of batches costs no queries."""
 
     def __init__(self):
-        self._entries: dict[str, tuple[float, dict | None]] = {}
+        self._loaded_at = float("-inf")
+        self._entries: dict[str, dict] = {}
         self._lock = threading.Lock()
 
     def get(self, name: str) -> dict | None:
-        entry = self._entries.get(name)
-        if entry is not None and time.monotonic() - entry[0] < NODE_CACHE_S:
-            return entry[1]
-        info = self._load(name)
-        with self._lock:
-            self._entries[name] = (time.monotonic(), info)
-        return info
+        if time.monotonic() - self._loaded_at >= NODE_CACHE_S:
+            with self._lock:
+                if time.monotonic() - self._loaded_at >= NODE_CACHE_S:
+                    self._entries = self._load()
+                    self._loaded_at = time.monotonic()
+        return self._entries.get(name)
 
-    def forget(self, name: str) -> None:
+    def forget(self, name: str | None = None) -> None:
+        """Reload on the next `get` (after a node's status changed, or a node was added)."""
         with self._lock:
-            self._entries.pop(name, None)
+            self._loaded_at = float("-inf")
 
     @staticmethod
-    def _load(name: str) -> dict | None:
-        node = Node.objects.filter(name=name).values("id", "status").first()
-        if node is None:
-            return None
-        holders = {}
-        rows = Npu.objects.filter(node_id=node["id"], deployments__isnull=False).values(
-            "npu_id", "chip_id", "deployments__name"
+    def _load() -> dict[str, dict]:
+        entries = {
+            row["name"]: {**row, "deployments": {}} for row in Node.objects.values("id", "name", "status")
+        }
+        by_id = {entry["id"]: entry for entry in entries.values()}
+        rows = Npu.objects.filter(deployments__isnull=False).values(
+            "node_id", "npu_id", "chip_id", "deployments__name"
         )
         for row in rows:
+            holders = by_id[row["node_id"]]["deployments"]
             holders.setdefault((row["npu_id"], row["chip_id"]), row["deployments__name"])
-        return {**node, "name": name, "deployments": holders}
+        return entries
 
 
 nodes = NodeCache()
@@ -104,15 +111,20 @@ def ingest_metrics(data: dict) -> dict | None:
     pipe.zremrangebyscore(ring, "-inf", received - settings.PANEL_METRICS_RING_SECONDS)
     pipe.expire(ring, settings.PANEL_METRICS_RING_SECONDS + 120)
     pipe.sadd(store.NODES, name)
-    pipe.set(store.heartbeat_key(name), "1", nx=True, ex=HEARTBEAT_EVERY_S)
+    pipe.sadd(store.HEARTBEATS_DUE, node["id"])
+    pipe.set(store.HEARTBEATS_WRITE, "1", nx=True, ex=HEARTBEAT_EVERY_S)
     pipe.smembers(store.alerts_key(name))
     pipe.set(store.FLEET_DUE, "1", nx=True, px=FLEET_EVERY_MS)
-    *_, heartbeat_due, open_alerts, fleet_due = pipe.execute()
+    *_, heartbeats_due, open_alerts, fleet_due = pipe.execute()
 
     fanout.send(node_group(name), message)
     alerts.reconcile_sample(node["id"], name, message, set(open_alerts))
-    if heartbeat_due:
-        touch_heartbeat(node)
+    if node["status"] != NodeStatus.ONLINE and store.client().set(
+        store.heartbeat_key(name), "1", nx=True, ex=HEARTBEAT_EVERY_S
+    ):
+        touch_heartbeat(node)  # back online now, not at the next batched write
+    if heartbeats_due:
+        write_heartbeats()
     if fleet_due:
         fanout.send(FLEET, fleet_summary())
     return message
@@ -120,6 +132,17 @@ def ingest_metrics(data: dict) -> dict | None:
 
 def _latest_json(message: dict, received: float) -> str:
     return json.dumps({**message, "received": received}, separators=(",", ":"))
+
+
+def write_heartbeats() -> None:
+    """One UPDATE for the last heartbeat of every node whose metrics arrived since the last write; a node the
+    database does not have online (the sweeper marked it offline meanwhile) comes back one by one."""
+    ids = [int(i) for i in store.client().spop(store.HEARTBEATS_DUE, HEARTBEATS_PER_WRITE) or []]
+    if not ids:
+        return
+    Node.objects.filter(pk__in=ids, status=NodeStatus.ONLINE).update(last_heartbeat=timezone.now())
+    for row in Node.objects.filter(pk__in=ids).exclude(status=NodeStatus.ONLINE).values("id", "name"):
+        touch_heartbeat(row)
 
 
 def touch_heartbeat(node: dict) -> None:
@@ -131,16 +154,16 @@ def touch_heartbeat(node: dict) -> None:
             .exclude(status=NodeStatus.ONLINE)
             .update(status=NodeStatus.ONLINE, last_heartbeat=now)
         )
-        if not came_back:
-            Node.objects.filter(pk=node["id"]).update(last_heartbeat=now)
-            return
-        row = Node.objects.get(pk=node["id"])
-        from panel.nodes.services import node_status_message
+        if came_back:
+            row = Node.objects.get(pk=node["id"])
+            from panel.nodes.services import node_status_message
 
-        status = node_status_message(row)
-        transaction.on_commit(lambda: (broadcast(node_group(row.name), status), broadcast(FLEET, status)))
-        alerts.node_came_back(row)
-    nodes.forget(node["name"])
+            status = node_status_message(row)
+            transaction.on_commit(lambda: (broadcast(node_group(row.name), status), broadcast(FLEET, status)))
+            alerts.node_came_back(row)
+        else:
+            Node.objects.filter(pk=node["id"]).update(last_heartbeat=now)
+    nodes.forget(node["name"])  # the cached status was stale either way
 
 
 def fleet_summary() -> dict:

@@ -6,7 +6,9 @@ Keys (all under `mon:`):
   ring:<node>     sorted set, score = sample time, member = compact sample JSON (see `compact`)
   nodes           set of node names that ever sent metrics (the Prometheus collector and downsampler walk it)
   alerts:<node>   set of open alert keys, with SENTINEL once loaded from the database
-  hb:<node>       exists while the last heartbeat write is recent enough
+  hb:<node>       exists while the last heartbeat write of a node that was not online is recent enough
+  hb-due          set of ids of online nodes whose metrics arrived since the last batched heartbeat write
+  hb-write        exists while the last batched heartbeat write is recent enough
   ds:<node>       epoch of the last minute written to the minute table
   fleet-due       exists while a fleet summary was sent less than a second ago
 """
@@ -20,6 +22,8 @@ from django.conf import settings
 PREFIX = "mon:"
 NODES = f"{PREFIX}nodes"
 FLEET_DUE = f"{PREFIX}fleet-due"
+HEARTBEATS_DUE = f"{PREFIX}hb-due"
+HEARTBEATS_WRITE = f"{PREFIX}hb-write"
 SENTINEL = "-"
 LATEST_TTL_S = 120
 
