@@ -22,7 +22,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext as _
 
-from panel.core.choices import DeploymentState, DesiredState, OperationStatus
+from panel.core.choices import DeploymentState, DesiredState, OperationKind, OperationStatus
 from panel.deployments import services
 from panel.deployments.models import Deployment
 from panel.operations.models import Operation
@@ -135,7 +135,8 @@ def apply_launch_result(deployment: Deployment, operation: Operation) -> None:
         reason = operation.error + (f" — {operation.hint}" if operation.hint else "")
         schedule_restart(deployment, Policy.from_settings(), reason, timezone.now())
         # The other nodes of a multi-node deployment cannot serve without this one.
-        if len(services.parts_of(deployment)) > 1:
+        stopping = services.active_operations(deployment).filter(kind=OperationKind.STOP).exists()
+        if len(services.parts_of(deployment)) > 1 and not stopping:
             services.send_stop(deployment, change_state=False)
     deployment.save()
 

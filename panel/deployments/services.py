@@ -237,6 +237,9 @@ def restart(deployment: Deployment, user=None) -> Deployment:
         deployment.desired_state = DesiredState.RUNNING
         deployment.failed_restarts = 0
         deployment.restart_count += 1
+        if deployment.observed_state in (DeploymentState.STOPPED, DeploymentState.PENDING):
+            launch(deployment, user)  # nothing runs: a restart is a start
+            return deployment
         deployment.save()
         send_stop(deployment, user, _("Restart asked by {user}").format(user=user or _("the panel")))
     return deployment

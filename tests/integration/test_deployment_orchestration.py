@@ -59,7 +59,10 @@ def finish(operation, status, result=None, error=""):
 def operations(kind):
     from panel.operations.models import Operation
 
-    return {op.node.name: op for op in Operation.objects.filter(kind=kind, status="pending")}
+    pending = list(Operation.objects.filter(kind=kind, status="pending"))
+    by_node = {op.node.name: op for op in pending}
+    assert len(by_node) == len(pending), "one pending operation of a kind per node"
+    return by_node
 
 
 def test_the_review_shows_a_head_and_a_headless_follower(two_nodes, moe_model, bob):
@@ -119,3 +122,34 @@ def test_a_failed_follower_stops_the_head_and_schedules_a_restart(two_nodes, moe
     assert failed.next_restart_at is not None
     assert "exited" in failed.reason
     assert set(operations("stop")) == {"head-node", "follower-node"}
+
+
+def test_restart_stops_every_node_then_launches_again_and_a_stopped_one_just_starts(
+    two_nodes, moe_model, bob
+):
+    from panel.deployments.models import Deployment
+    from panel.deployments.planning import plan_request
+    from panel.deployments.services import create_deployment, restart
+
+    model, path = moe_model
+    deployment = create_deployment(plan_request(request_body(model, path)), user=bob)
+    for node, launch in operations("deploy").items():
+        finish(launch, "succeeded", {"runtime": {"pid": 100, "port": 8000, "log_path": f"/{node}.log"}})
+
+    restart(Deployment.objects.get(pk=deployment.pk), user=bob)
+    assert Deployment.objects.get(pk=deployment.pk).observed_state == "stopping"
+    for stop_operation in operations("stop").values():
+        finish(stop_operation, "succeeded")
+    again = Deployment.objects.get(pk=deployment.pk)
+    assert again.observed_state == "starting"
+    assert again.restart_count == 1
+    assert set(operations("deploy")) == {"head-node", "follower-node"}
+
+    for launch in operations("deploy").values():
+        finish(launch, "failed", error="stopped by the test")
+    for stop_operation in operations("stop").values():
+        finish(stop_operation, "succeeded")
+    Deployment.objects.filter(pk=deployment.pk).update(observed_state="stopped", desired_state="stopped")
+    restart(Deployment.objects.get(pk=deployment.pk), user=bob)
+    assert Deployment.objects.get(pk=deployment.pk).observed_state == "starting"
+    assert set(operations("deploy")) == {"head-node", "follower-node"}
