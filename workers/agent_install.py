@@ -6,6 +6,7 @@ with its join token on its first heartbeat and the node stops needing SSH.
 """
 
 import asyncio
+from urllib.parse import urlsplit
 
 from workers.hosts import CommandError
 from workers.i18n import gettext_noop as _
@@ -17,6 +18,29 @@ class AgentInstallFailed(Exception):
     def __init__(self, message: str, hint: str):
         super().__init__(message)
         self.hint = hint
+
+
+def secrets_in(script_args: list[str]) -> list[str]:
+    """What must never reach the operation's log or error (both are stored and shown to viewers): the join
+    token and the broker's password, which the command line and the script's own messages carry."""
+    found = []
+    for option, value in zip(script_args, script_args[1:], strict=False):
+        if option == "--token" and value:
+            found.append(value)
+        elif option == "--broker":
+            try:
+                password = urlsplit(value).password
+            except ValueError:  # not a URL at all: the script refuses it and echoes it, so hide it whole
+                password = value
+            if password:
+                found.append(password)
+    return found
+
+
+def redact(text: str, secrets: list[str]) -> str:
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    return text
 
 
 def install_argv(username: str, script_args: list[str]) -> list[str]:
@@ -33,10 +57,11 @@ def run_install_agent(emitter, config, *, script: str, script_args: list[str]) -
         )
     username = config.ssh_target["username"]
     argv = install_argv(username, script_args)
+    hidden = secrets_in(script_args)
     emitter.progress(5, _("Running the install script on the node"))
 
     def on_line(stream, line):
-        emitter.log(line, stream=stream)
+        emitter.log(redact(line, hidden), stream=stream)
 
     async def install():
         runner = config.runner()
@@ -50,12 +75,13 @@ def run_install_agent(emitter, config, *, script: str, script_args: list[str]) -
     try:
         asyncio.run(install())
     except CommandError as error:
+        # from None: the original error quotes the whole command line, token and broker password included.
         raise AgentInstallFailed(
-            str(error),
+            redact(str(error), hidden),
             _(
                 "Read the log above for the step that failed. A non-root SSH user needs passwordless sudo "
                 "(sudo -n); the node must reach the panel's URL and the broker."
             ),
-        ) from error
+        ) from None
     emitter.progress(100, _("Agent installed; waiting for its first heartbeat"))
     return {"installed": True}
