@@ -105,6 +105,9 @@ def rsync_argv(source_path: str, user: str, host: str, target_path: str, ssh_por
         "--partial",
         "--info=progress2",
         "--mkpath",
+        # The remote path goes over rsync's protocol, not through the remote login shell: rsync before
+        # 3.2.4 (openEuler 22.03 has 3.2.3) hands it to that shell, where `;` or `$(...)` in a name would run.
+        "--protect-args",
         "-e",
         f"ssh -p {int(ssh_port)} -o BatchMode=yes",
         # The trailing slash copies the folder's contents into target_path rather than a folder inside it.
