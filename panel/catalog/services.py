@@ -19,7 +19,7 @@ from panel.operations.models import Operation
 from panel.operations.services import create_operation
 from workers import task_names
 from workers.models.catalog import FACT_KEYS, find_model, load_catalog
-from workers.models.commands import CommandInputError, atc_argv, soc_version_for
+from workers.models.commands import CommandInputError, atc_argv, rsync_argv, soc_version_for
 from workers.models.node_paths import UnsafePathError, is_inside, normalise
 
 CONVERSION_TARGETS = ("w8a8_dynamic", "bfloat16", "float16")
@@ -384,6 +384,11 @@ def start_copy(artifact: ModelArtifact, target_node, user=None, target_user: str
             {"target_node": _("Set the address of %(node)s first.") % {"node": target_node.name}}
         )
     path = _check_target_path(target_node, artifact.path, "target_node")
+    try:  # refused here rather than by the agent, with the field to correct
+        rsync_argv(artifact.path, target_user, target_node.address, path, target_node.ssh_port or 22)
+    except CommandInputError as error:
+        field = "target_user" if "user" in str(error) else "target_node"
+        raise ValidationError({field: str(error)}) from None
     return create_operation(
         kind=OperationKind.COPY_MODEL,
         node=artifact.node,
