@@ -1,0 +1,49 @@
+"""Outside `make run` and the tests the panel refuses to start without SECRET_KEY, saying how to make one,
+and runs with DEBUG off. Real interpreters importing the real settings module."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PROBE = "import django; django.setup(); from django.conf import settings; print(settings.DEBUG)"
+
+
+def _start(**env):
+    # A clean environment: nothing of the test run (PANEL_MODE, SECRET_KEY, DEBUG) leaks in.
+    clean = {"PATH": os.environ["PATH"], "DJANGO_SETTINGS_MODULE": "panel.settings", "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        [sys.executable, "-c", PROBE],
+        env={**clean, **env},
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.skipif(
+    "SECRET_KEY" in ((REPO / ".env").read_text() if (REPO / ".env").exists() else ""),
+    reason="this checkout's .env sets SECRET_KEY, and settings read it",
+)
+def test_production_without_secret_key_exits_with_the_fix():
+    done = _start(PANEL_MODE="production")
+    assert done.returncode != 0
+    assert "SECRET_KEY is not set" in done.stderr
+    assert "secrets.token_urlsafe" in done.stderr
+
+
+def test_production_with_a_secret_key_runs_with_debug_off():
+    done = _start(PANEL_MODE="production", SECRET_KEY="x" * 50)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
+
+
+def test_secret_key_may_come_from_a_file(tmp_path):
+    secret = tmp_path / "secret_key"
+    secret.write_text("y" * 50 + "\n")
+    done = _start(PANEL_MODE="production", SECRET_KEY_FILE=str(secret))
+    assert done.returncode == 0, done.stderr
