@@ -156,7 +156,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "panel.core.pagination.StandardPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "panel.core.schema.PanelAutoSchema",
     "EXCEPTION_HANDLER": "panel.core.exceptions.exception_handler",
 }
 SPECTACULAR_SETTINGS = {

@@ -2,6 +2,7 @@ from datetime import timedelta
 
 from django.utils import timezone
 from django.utils.translation import gettext as _
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
 from panel.accounts.models import ApiToken, hash_token
@@ -38,3 +39,13 @@ class ApiTokenAuthentication(authentication.BaseAuthentication):
 
     def authenticate_header(self, request):
         return "Bearer"
+
+
+class ApiTokenScheme(OpenApiAuthenticationExtension):
+    """Tells /api/schema/ (and the API docs' Authorize button) how to send an API token."""
+
+    target_class = ApiTokenAuthentication
+    name = "apiToken"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "http", "scheme": "bearer", "description": "An API token (ap_…) from your account."}
