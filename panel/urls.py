@@ -47,3 +47,4 @@ urlpatterns = [
     path("", include("panel.core.urls")),
 ]
 urlpatterns += static(settings.STATIC_URL)
+handler404, handler500 = "panel.core.exceptions.not_found", "panel.core.exceptions.server_error"
