@@ -1,6 +1,6 @@
 """Live metrics to browsers: websocket push against REST polling, on a real panel.
 
-    .venv/bin/python bench/metrics_fanout.py [--nodes 32] [--clients 8] [--seconds 20]
+    .venv/bin/python bench/metrics_fanout.py [--nodes 32] [--clients 8] [--seconds 20] [--pool threads]
 
 Starts an embedded redis-server, a daphne and the panel worker (as `make run` does, panel/run.py) on a scratch
 database, then N simulated agents in a separate publisher process (real MetricBatch messages through Celery at
@@ -57,7 +57,7 @@ def node_names(nodes: int) -> list[str]:
 class Panel:
     """redis-server, daphne, the panel worker and the publisher on a scratch directory; stopped together."""
 
-    def __init__(self, nodes: int):
+    def __init__(self, nodes: int, pool: str, concurrency: int):
         from panel.run import Supervisor, free_port, panel_worker_argv, start_embedded_redis, wait_for_port
 
         self.dir = Path(tempfile.mkdtemp(prefix="bench-metrics-"))
@@ -81,7 +81,7 @@ class Panel:
             [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.web_port), "panel.asgi:application"],
             quiet=True,
         )
-        worker = self.supervisor.start("panel-worker", panel_worker_argv(), quiet=True)
+        worker = self.supervisor.start("panel-worker", panel_worker_argv(pool, concurrency), quiet=True)
         publisher = self.supervisor.start(
             "agents", [PYTHON, __file__, "--publish", "--nodes", str(nodes)], quiet=True
         )
@@ -249,7 +249,7 @@ def cpu_line(label: str, cpu: dict) -> str:
 
 
 async def main_async(args) -> dict:
-    panel = Panel(args.nodes)
+    panel = Panel(args.nodes, args.pool, args.concurrency)
     names = node_names(args.nodes)
     try:
         await asyncio.sleep(args.warmup)  # start-up work is nobody's cost
@@ -292,6 +292,8 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=20, help="measured seconds per phase")
     parser.add_argument("--warmup", type=float, default=5)
+    parser.add_argument("--pool", default="threads", help="panel worker pool (threads, solo, prefork)")
+    parser.add_argument("--concurrency", type=int, default=4, help="panel worker pool size")
     parser.add_argument("--publish", action="store_true", help=argparse.SUPPRESS)  # the agents' process
     args = parser.parse_args()
     if args.publish:

@@ -84,7 +84,7 @@ class Supervisor:
         return None
 
 
-def panel_worker_argv() -> list[str]:
+def panel_worker_argv(pool: str = "threads", concurrency: int = 4) -> list[str]:
     """The panel worker as `make run` and bench/metrics_fanout.py start it. A threads pool: its tasks mostly
     wait on Redis and the database, and one process keeps one metrics fanout loop and one Redis pool."""
     return [
@@ -97,9 +97,9 @@ def panel_worker_argv() -> list[str]:
         "-Q",
         "panel",
         "--pool",
-        "threads",
+        pool,
         "--concurrency",
-        "4",
+        str(concurrency),
         "--loglevel",
         "WARNING",
         "--hostname",
