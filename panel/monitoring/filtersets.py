@@ -1,6 +1,7 @@
 import django_filters
 from django.utils.translation import gettext_lazy as _
 
+from panel.core.filters import StrictBooleanFilter
 from panel.monitoring.models import Alert, AlertKind, AlertSeverity
 
 
@@ -8,8 +9,8 @@ class AlertFilterSet(django_filters.FilterSet):
     node = django_filters.CharFilter(field_name="node__name", label=_("Node"))
     kind = django_filters.ChoiceFilter(choices=AlertKind.choices, label=_("Kind"))
     severity = django_filters.ChoiceFilter(choices=AlertSeverity.choices, label=_("Severity"))
-    open = django_filters.BooleanFilter(field_name="resolved_at", lookup_expr="isnull", label=_("Open"))
-    acknowledged = django_filters.BooleanFilter(
+    open = StrictBooleanFilter(field_name="resolved_at", lookup_expr="isnull", label=_("Open"))
+    acknowledged = StrictBooleanFilter(
         field_name="acknowledged_at", lookup_expr="isnull", exclude=True, label=_("Acknowledged")
     )
 

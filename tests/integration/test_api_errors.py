@@ -54,10 +54,27 @@ def test_the_last_page_can_be_asked_for_by_name(charlie):
         ("/api/v1/operations/?status=exploded", "status"),
         ("/api/v1/operations/?kind=nonsense", "kind"),
         ("/api/v1/alerts/?severity=apocalyptic", "severity"),
+        ("/api/v1/alerts/?open=maybe", "open"),
+        ("/api/v1/alerts/?acknowledged=perhaps", "acknowledged"),
+        ("/api/v1/nodes/?cordoned=sometimes", "cordoned"),
     ],
 )
 def test_a_filter_with_a_bad_value_is_refused_naming_the_filter(charlie, url, field):
     assert_field_error(api_client_for(charlie).get(url), field)
+
+
+@pytest.mark.parametrize(("value", "listed"), [("true", ["held"]), ("0", ["free"]), ("", ["free", "held"])])
+def test_yes_no_filters_understand_the_usual_spellings(charlie, value, listed):
+    Node.objects.create(name="held", cordoned=True)
+    Node.objects.create(name="free")
+    response = api_client_for(charlie).get(f"/api/v1/nodes/?cordoned={value}")
+    assert sorted(node["name"] for node in response.json()["results"]) == listed
+
+
+def test_the_alerts_page_still_renders_with_a_bad_yes_no_filter(charlie):
+    client = api_client_for(charlie)
+    client.force_login(charlie)
+    assert client.get("/alerts/?open=maybe").status_code == 200
 
 
 def test_a_validation_error_lists_every_field_at_fault(alice):
