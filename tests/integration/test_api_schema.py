@@ -42,3 +42,46 @@ def test_the_schema_says_how_to_send_an_api_token(openapi):
 def test_token_ids_are_documented_as_integers(openapi):
     parameters = openapi["paths"]["/api/v1/tokens/{id}/"]["get"]["parameters"]
     assert next(p for p in parameters if p["name"] == "id")["schema"]["type"] == "integer"
+
+
+def property_of(openapi, component, name):
+    return openapi["components"]["schemas"][component]["properties"][name]
+
+
+@pytest.mark.parametrize(
+    ("component", "name"),
+    [("Alert", "acknowledged_by"), ("Operation", "created_by"), ("OperationEventPage", "final_seq")],
+)
+def test_fields_the_api_sends_as_null_are_documented_nullable(openapi, component, name):
+    assert property_of(openapi, component, name)["nullable"] is True
+
+
+def test_a_model_without_facts_may_have_an_empty_facts_source(openapi):
+    choices = property_of(openapi, "Model", "facts_source")["oneOf"]
+    assert {"$ref": "#/components/schemas/BlankEnum"} in choices
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "codes"),
+    [
+        ("post", "/api/v1/nodes/{id}/inventory/", {"202", "409"}),
+        ("post", "/api/v1/nodes/{id}/install-agent/", {"202", "409"}),
+        ("post", "/api/v1/nodes/{id}/metrics-interval/", {"202"}),
+        ("delete", "/api/v1/nodes/{id}/", {"204", "409"}),
+        ("delete", "/api/v1/model-artifacts/{id}/", {"202", "400"}),
+        ("post", "/api/v1/model-artifacts/{id}/inspect/", {"202"}),
+        ("post", "/api/v1/models/", {"201"}),
+    ],
+)
+def test_actions_document_the_status_codes_they_answer(openapi, method, path, codes):
+    responses = openapi["paths"][path][method]["responses"]
+    assert codes <= set(responses)
+    assert "200" not in responses
+
+
+def test_operation_events_document_their_own_page_and_no_list_filters(openapi):
+    operation = openapi["paths"]["/api/v1/operations/{id}/events/"]["get"]
+    names = {parameter["name"] for parameter in operation["parameters"]}
+    assert names == {"id", "after_seq", "limit"}
+    schema = operation["responses"]["200"]["content"]["application/json"]["schema"]
+    assert schema == {"$ref": "#/components/schemas/OperationEventPage"}

@@ -1,6 +1,6 @@
 from rest_framework import serializers
 
-from panel.catalog.models import Model, ModelArtifact
+from panel.catalog.models import FactsSource, Model, ModelArtifact
 from panel.catalog.planning import fit_on_typical_node
 from panel.core.choices import ModelSource
 
@@ -30,6 +30,8 @@ class ModelArtifactSerializer(serializers.ModelSerializer):
 class ModelSerializer(serializers.ModelSerializer):
     artifacts = ModelArtifactSerializer(many=True, read_only=True)
     fit_on_typical_node = serializers.SerializerMethodField()
+    # "" until the model's facts are known
+    facts_source = serializers.ChoiceField(choices=FactsSource.choices, allow_blank=True, read_only=True)
 
     class Meta:
         model = Model
@@ -50,6 +52,15 @@ class ModelSerializer(serializers.ModelSerializer):
 
     def get_fit_on_typical_node(self, model) -> dict | None:
         return fit_on_typical_node(model.facts)
+
+
+class RegisteredModelSerializer(ModelSerializer):
+    operation = serializers.UUIDField(
+        read_only=True, allow_null=True, help_text="The inspection started, if any."
+    )
+
+    class Meta(ModelSerializer.Meta):
+        fields = [*ModelSerializer.Meta.fields, "operation"]
 
 
 class RegisterSerializer(serializers.Serializer):

@@ -11,10 +11,12 @@ from panel.catalog.api.serializers import (
     DownloadSerializer,
     ModelArtifactSerializer,
     ModelSerializer,
+    RegisteredModelSerializer,
     RegisterSerializer,
 )
 from panel.catalog.models import Model, ModelArtifact
 from panel.core.api import PanelViewSet, ReadOnlyPanelViewSet
+from panel.core.schema import ErrorSerializer
 from panel.nodes.models import Node
 from panel.operations.api.serializers import OperationSerializer
 
@@ -43,7 +45,7 @@ class ModelViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, PanelViewSe
     queryset = Model.objects.prefetch_related("artifacts__node", "artifacts__model")
     serializer_class = ModelSerializer
 
-    @extend_schema(request=RegisterSerializer, responses=ModelSerializer)
+    @extend_schema(request=RegisterSerializer, responses={201: RegisteredModelSerializer})
     def create(self, request):
         """Register a model from a hub id or a path on a node; an inspection starts when it can."""
         data = RegisterSerializer(data=request.data)
@@ -54,7 +56,7 @@ class ModelViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, PanelViewSe
         body["operation"] = str(operation.id) if operation else None
         return Response(body, status=status.HTTP_201_CREATED)
 
-    @extend_schema(request=DownloadSerializer, responses=OperationSerializer)
+    @extend_schema(request=DownloadSerializer, responses={202: OperationSerializer})
     @action(detail=True, methods=["post"])
     def download(self, request, pk=None):
         data = DownloadSerializer(data=request.data)
@@ -69,12 +71,12 @@ class ModelArtifactViewSet(mixins.DestroyModelMixin, ReadOnlyPanelViewSet):
     queryset = ModelArtifact.objects.select_related("node", "model")
     serializer_class = ModelArtifactSerializer
 
-    @extend_schema(responses=OperationSerializer)
+    @extend_schema(responses={202: OperationSerializer, 400: ErrorSerializer})
     def destroy(self, request, pk=None):
         """Delete the copy's folder on its node (refused while a deployment uses it); answers 202."""
         return _started(_call(services.start_artifact_delete, self.get_object(), request.user))
 
-    @extend_schema(request=ConvertSerializer, responses=OperationSerializer)
+    @extend_schema(request=ConvertSerializer, responses={202: OperationSerializer})
     @action(detail=True, methods=["post"])
     def convert(self, request, pk=None):
         data = ConvertSerializer(data=request.data)
@@ -92,7 +94,7 @@ class ModelArtifactViewSet(mixins.DestroyModelMixin, ReadOnlyPanelViewSet):
             )
         )
 
-    @extend_schema(request=None, responses=OperationSerializer)
+    @extend_schema(request=None, responses={202: OperationSerializer})
     @action(detail=True, methods=["post"])
     def inspect(self, request, pk=None):
         return _started(_call(services.start_inspection, self.get_object(), request.user))

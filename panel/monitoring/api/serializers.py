@@ -5,7 +5,9 @@ from panel.monitoring.models import Alert
 
 class AlertSerializer(serializers.ModelSerializer):
     node = serializers.CharField(source="node.name", read_only=True)
-    acknowledged_by = serializers.CharField(source="acknowledged_by.username", read_only=True, default=None)
+    acknowledged_by = serializers.CharField(
+        source="acknowledged_by.username", read_only=True, default=None, allow_null=True
+    )
 
     class Meta:
         model = Alert
@@ -46,3 +48,9 @@ class MetricHistorySerializer(serializers.Serializer):
 
 class SetMetricsIntervalSerializer(serializers.Serializer):
     interval_s = serializers.FloatField(min_value=0.2, max_value=3600)
+
+
+class MetricsIntervalSetSerializer(SetMetricsIntervalSerializer):
+    """The answer: the interval the node's agent was told to use."""
+
+    node = serializers.CharField()

@@ -11,6 +11,7 @@ from panel.monitoring import alerts, store
 from panel.monitoring.api.serializers import (
     AlertSerializer,
     MetricHistorySerializer,
+    MetricsIntervalSetSerializer,
     SetMetricsIntervalSerializer,
 )
 from panel.monitoring.filtersets import AlertFilterSet
@@ -24,6 +25,7 @@ __all__ = [
     "HISTORY_PARAMETERS",
     "LatestMetricsView",
     "MetricHistorySerializer",
+    "MetricsIntervalSetSerializer",
     "SetMetricsIntervalSerializer",
 ]
 

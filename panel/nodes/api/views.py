@@ -8,6 +8,7 @@ from rest_framework.response import Response
 from panel.accounts.roles import ADMIN, OPERATOR
 from panel.core.api import PanelViewSet
 from panel.core.choices import NodeTransport
+from panel.core.schema import ErrorSerializer
 from panel.monitoring.api import views as monitoring_api
 from panel.nodes import lifecycle
 from panel.nodes.api.serializers import (
@@ -37,6 +38,11 @@ def validation_error(error: DjangoValidationError) -> serializers.ValidationErro
 
 def panel_url(request) -> str:
     return request.build_absolute_uri("/").rstrip("/")
+
+
+# What an action that starts an operation answers, and one the node's state can refuse.
+STARTED = {202: OperationSerializer}
+STARTED_OR_REFUSED = {**STARTED, 409: ErrorSerializer}
 
 
 class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, PanelViewSet):
@@ -104,6 +110,7 @@ class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, PanelViewSet
             raise validation_error(error) from error
         return Response(NodeSerializer(node).data)
 
+    @extend_schema(responses={204: None, 409: ErrorSerializer})
     def destroy(self, request, pk=None):
         node = self.get_object()
         force = request.query_params.get("force", "").lower() in ("1", "true", "yes")
@@ -122,11 +129,13 @@ class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, PanelViewSet
             raise validation_error(error) from error
         return Response(OperationSerializer(operation).data, status=status.HTTP_202_ACCEPTED)
 
+    @extend_schema(request=None, responses=STARTED_OR_REFUSED)
     @action(detail=True, methods=["post"])
     def inventory(self, request, pk=None):
         """Start an inventory operation on this node."""
         return self._operation(start_inventory, self.get_object(), user=request.user)
 
+    @extend_schema(responses=STARTED_OR_REFUSED)
     @action(detail=True, methods=["post"], url_path="confirm-host-key")
     def confirm_host_key(self, request, pk=None):
         """Pin the SSH host key fingerprint the admin confirmed (checked against the host again), then
@@ -138,6 +147,7 @@ class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, PanelViewSet
             lifecycle.confirm_host_key, node, form.validated_data["fingerprint"], request.user
         )
 
+    @extend_schema(request=None, responses=STARTED_OR_REFUSED)
     @action(detail=True, methods=["post"], url_path="install-agent")
     def install_agent(self, request, pk=None):
         """Install the agent onto this SSH node over SSH; it then registers and runs its own tasks."""
@@ -149,12 +159,14 @@ class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, PanelViewSet
             user=request.user,
         )
 
+    @extend_schema(request=None)
     @action(detail=True, methods=["post"])
     def cordon(self, request, pk=None):
         """No new deployments on this node; what runs there keeps running."""
         node = lifecycle.set_cordoned(self.get_object(), True)
         return Response(NodeSerializer(node).data)
 
+    @extend_schema(request=None)
     @action(detail=True, methods=["post"])
     def uncordon(self, request, pk=None):
         node = lifecycle.set_cordoned(self.get_object(), False)
@@ -168,7 +180,10 @@ class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, PanelViewSet
         """Metric history of this node as columns for uPlot (see the response schema for series names)."""
         return monitoring_api.history_response(self.get_object(), request)
 
-    @extend_schema(request=monitoring_api.SetMetricsIntervalSerializer, responses=None)
+    @extend_schema(
+        request=monitoring_api.SetMetricsIntervalSerializer,
+        responses={202: monitoring_api.MetricsIntervalSetSerializer},
+    )
     @action(detail=True, methods=["post"], url_path="metrics-interval")
     def metrics_interval(self, request, pk=None):
         """Set how often this node's agent samples its NPUs (seconds); the agent changes it at once."""

@@ -5,7 +5,7 @@ from panel.operations.models import Operation, OperationEvent
 
 class OperationSerializer(serializers.ModelSerializer):
     node = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
 
     class Meta:
         model = Operation
@@ -35,3 +35,14 @@ class OperationEventSerializer(serializers.ModelSerializer):
     class Meta:
         model = OperationEvent
         fields = ["seq", "time", "kind", "payload"]
+
+
+class OperationEventPageSerializer(serializers.Serializer):
+    """One page of an operation's events; ask again with `after_seq=next_after_seq` while it is set."""
+
+    operation = serializers.UUIDField()
+    status = serializers.CharField()
+    last_seq = serializers.IntegerField()
+    final_seq = serializers.IntegerField(allow_null=True)
+    next_after_seq = serializers.IntegerField(allow_null=True)
+    results = OperationEventSerializer(many=True)

@@ -4,7 +4,11 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
 from panel.core.api import ReadOnlyPanelViewSet
-from panel.operations.api.serializers import OperationEventSerializer, OperationSerializer
+from panel.operations.api.serializers import (
+    OperationEventPageSerializer,
+    OperationEventSerializer,
+    OperationSerializer,
+)
 from panel.operations.filtersets import OperationFilterSet
 from panel.operations.models import Operation
 
@@ -21,7 +25,8 @@ class OperationViewSet(ReadOnlyPanelViewSet):
             OpenApiParameter("after_seq", int, description="Only events with a larger sequence number."),
             OpenApiParameter("limit", int, description=f"At most this many (≤ {MAX_EVENTS_PER_PAGE})."),
         ],
-        responses=OperationEventSerializer(many=True),
+        responses=OperationEventPageSerializer,
+        filters=False,
     )
     @action(detail=True, methods=["get"])
     def events(self, request, pk=None):
