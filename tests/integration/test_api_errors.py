@@ -4,6 +4,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from panel.nodes.models import Node
+from panel.operations.models import Operation
 from tests.conftest import api_client_for
 
 pytestmark = pytest.mark.django_db
@@ -100,3 +101,26 @@ def test_a_page_url_no_route_matches_still_gets_the_html_404(charlie):
     response = client.get("/nodes/no/such/page/")
     assert response.status_code == 404
     assert response["Content-Type"].startswith("text/html")
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        ("limit=-189", "limit"),
+        ("limit=0", "limit"),
+        ("after_seq=-1", "after_seq"),
+        ("after_seq=1e999", "after_seq"),
+        ("after_seq=99999999999999999999999", "after_seq"),
+    ],
+)
+def test_operation_events_refuse_a_bad_limit_or_after_seq_naming_it(charlie, query, field):
+    operation = Operation.objects.create(kind="inventory", target="x")
+    response = api_client_for(charlie).get(f"/api/v1/operations/{operation.id}/events/?{query}")
+    assert_field_error(response, field)
+
+
+def test_operation_events_clamp_a_huge_limit(charlie):
+    operation = Operation.objects.create(kind="inventory", target="x")
+    response = api_client_for(charlie).get(f"/api/v1/operations/{operation.id}/events/?limit=10000000")
+    assert response.status_code == 200
+    assert response.json()["results"] == []

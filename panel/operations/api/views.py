@@ -1,6 +1,6 @@
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
 from rest_framework.decorators import action
-from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
 from panel.core.api import ReadOnlyPanelViewSet
@@ -13,6 +13,20 @@ from panel.operations.filtersets import OperationFilterSet
 from panel.operations.models import Operation
 
 MAX_EVENTS_PER_PAGE = 2000
+LARGEST_SEQ = 2**31 - 1  # OperationEvent.seq is a PositiveIntegerField
+
+
+class EventQuerySerializer(serializers.Serializer):
+    """Checks the events query: a negative limit broke the slice, a huge after_seq the database (500s)."""
+
+    after_seq = serializers.IntegerField(
+        min_value=0, max_value=LARGEST_SEQ, default=0, help_text="Only events with a larger sequence number."
+    )
+    limit = serializers.IntegerField(
+        min_value=1,
+        default=MAX_EVENTS_PER_PAGE,
+        help_text=f"At most this many (larger asks get {MAX_EVENTS_PER_PAGE}).",
+    )
 
 
 class OperationViewSet(ReadOnlyPanelViewSet):
@@ -21,10 +35,7 @@ class OperationViewSet(ReadOnlyPanelViewSet):
     filterset_class = OperationFilterSet
 
     @extend_schema(
-        parameters=[
-            OpenApiParameter("after_seq", int, description="Only events with a larger sequence number."),
-            OpenApiParameter("limit", int, description=f"At most this many (≤ {MAX_EVENTS_PER_PAGE})."),
-        ],
+        parameters=[EventQuerySerializer],
         responses=OperationEventPageSerializer,
         filters=False,
     )
@@ -32,11 +43,10 @@ class OperationViewSet(ReadOnlyPanelViewSet):
     def events(self, request, pk=None):
         """Events in sequence order; `next_after_seq` is set when more remain."""
         operation = self.get_object()
-        try:
-            after = int(request.query_params.get("after_seq", 0))
-            limit = min(int(request.query_params.get("limit", MAX_EVENTS_PER_PAGE)), MAX_EVENTS_PER_PAGE)
-        except ValueError:
-            raise ValidationError({"after_seq": ["after_seq and limit must be whole numbers."]}) from None
+        query = EventQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        after = query.validated_data["after_seq"]
+        limit = min(query.validated_data["limit"], MAX_EVENTS_PER_PAGE)
         events = list(operation.events.filter(seq__gt=after).order_by("seq")[: limit + 1])
         more = len(events) > limit
         events = events[:limit]
