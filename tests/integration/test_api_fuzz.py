@@ -1,0 +1,92 @@
+"""Fuzz every REST operation from the panel's own OpenAPI schema: no input, however hostile, gets a 500,
+and every answer matches what the schema promises (status codes, content types, bodies)."""
+
+import pytest
+import schemathesis
+from django.core.wsgi import get_wsgi_application
+from django.utils import timezone
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis import strategies as st
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+from panel.accounts.models import ApiToken
+from panel.catalog.models import Model, ModelArtifact
+from panel.monitoring.models import Alert
+from panel.nodes.models import Node, Npu
+from panel.operations.models import Operation
+
+application = get_wsgi_application()
+
+# Loaded once at collection, in-process (no server): the same document /api/docs/ shows.
+schema = schemathesis.openapi.from_wsgi("/api/schema/", application).exclude(
+    # panel/deployments is being reworked by another helper right now: its endpoints join the run once
+    # that settles (what the fuzzer finds there is listed in the fuzz report instead of fixed here).
+    path_regex=r"^/api/v1/(deployments|benchmarks)/",
+)
+
+CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
+
+# Path parameters of rows the `world_to_fuzz` fixture creates, by path prefix. Random ids almost never
+# hit a row, so half the generated cases are pointed at a real one: that is where the actions run.
+SEEDED = {}
+
+
+@schema.hook
+def flatmap_path_parameters(context, path_parameters):
+    if not path_parameters:
+        return st.just(path_parameters)
+    path = context.operation.path
+    real = next((ids for prefix, ids in SEEDED.items() if path.startswith(prefix)), {})
+    pointed = {key: real.get(key, value) for key, value in path_parameters.items()}
+    return st.sampled_from([path_parameters, pointed])
+
+
+@pytest.fixture
+def world_to_fuzz(alice, _wired_to_redis):
+    """An admin's API token and one row of each kind for detail and action endpoints to find. Creating
+    operations needs no worker: their message just waits in the test Redis."""
+    node = Node.objects.create(name="fuzz-node")
+    Npu.objects.bulk_create([Npu(node=node, npu_id=n, logic_id=n) for n in range(2)])
+    operation = Operation.objects.create(kind="inventory", node=node, target=node.name)
+    now = timezone.now()
+    alert = Alert.objects.create(
+        node=node, key="npu_health:0:0", kind="npu_health", severity="critical", message="fuzz",
+        first_seen=now, last_seen=now,
+    )  # fmt: skip
+    model = Model.objects.create(name="fuzz-model")
+    artifact = ModelArtifact.objects.create(model=model, node=node, path="/models/fuzz-model")
+    spare_token, _ = ApiToken.issue(alice, "spare")  # DELETE /tokens/{id}/ revokes this one, not ours
+    _, raw = ApiToken.issue(alice, "fuzz")
+    SEEDED.update(
+        {
+            "/api/v1/nodes/": {"id": node.pk},
+            "/api/v1/node-stacks/": {"name": node.name},
+            "/api/v1/operations/": {"id": str(operation.pk)},
+            "/api/v1/alerts/": {"id": alert.pk},
+            "/api/v1/models/": {"id": model.pk},
+            "/api/v1/model-artifacts/": {"id": artifact.pk},
+            "/api/v1/tokens/": {"id": spare_token.pk},
+        }
+    )
+    yield raw
+    SEEDED.clear()
+
+
+@pytest.mark.django_db(transaction=True)
+@schema.parametrize()
+@settings(
+    max_examples=15,
+    deadline=None,
+    derandomize=True,
+    # No shrinking: each failure already comes with a curl line that reproduces it, and shrinking would
+    # take most of the time budget.
+    phases=[Phase.explicit, Phase.generate],
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+def test_api_operation_answers_without_server_errors_and_as_documented(case, world_to_fuzz):
+    case.call_and_validate(headers={"Authorization": f"Bearer {world_to_fuzz}"}, checks=CHECKS)
