@@ -49,6 +49,20 @@ def embedded_redis() -> tuple[str, subprocess.Popen | None]:
     return f"redis://127.0.0.1:{port}/0", server
 
 
+def free_port_pair() -> int:
+    import socket
+
+    while True:
+        with socket.socket() as first, socket.socket() as second:
+            first.bind(("127.0.0.1", 0))
+            port = first.getsockname()[1]
+            try:
+                second.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+            return port
+
+
 def set_up_environment(scratch: Path, redis_url: str, engine_venv: Path) -> None:
     os.environ.update(
         {
@@ -63,6 +77,8 @@ def set_up_environment(scratch: Path, redis_url: str, engine_venv: Path) -> None
             "ASCEND_PANEL_ENGINE_VENV": str(engine_venv),
             "HF_HUB_OFFLINE": "1",
             "DJANGO_SETTINGS_MODULE": "panel.settings",
+            # Not the default 8000, which other engines on a shared machine may hold.
+            "PANEL_DEPLOY_BASE_PORT": str(free_port_pair()),
         }
     )
 
