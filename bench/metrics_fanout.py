@@ -95,6 +95,8 @@ class Panel:
 
         return {
             "panel": used(self.processes),
+            "web": used(self.processes[:1]),
+            "worker": used(self.processes[1:]),
             "redis": used([self.redis]),
             "publisher": used([self.publisher]),
             "clients": used([psutil.Process()]),
@@ -244,7 +246,7 @@ def quantile(values: list[float], q: float) -> float:
 
 
 def cpu_line(label: str, cpu: dict) -> str:
-    figures = ", ".join(f"{key} {cpu[key]:.2f}" for key in ("panel", "redis", "clients", "publisher"))
+    figures = ", ".join(f"{key} {seconds:.2f}" for key, seconds in cpu.items())
     return f"{label} CPU s: {figures}"
 
 

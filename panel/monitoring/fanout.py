@@ -3,8 +3,8 @@
 `broadcast()` runs each send through async_to_sync, which gives channels_redis a fresh event loop and so a
 fresh Redis connection every time. The metrics path hands its messages to this loop instead (fire and forget:
 metrics are lossy by design). Each message is serialised once, in the caller's thread, into the frame every
-subscriber gets; the loop sends whatever frames are waiting as one channel-layer message (one send in flight
-at a time), so at low rates a frame goes out at once and under load the batches grow instead of a backlog.
+subscriber gets; the loop sends whatever frames gathered within LINGER_S of the first as one channel-layer
+message (one send in flight at a time), so under load the batches grow instead of a backlog.
 The web process receives channel-layer messages one at a time, each costing several Redis round trips; one
 message per node per second would queue up there on a busy machine."""
 
@@ -17,6 +17,9 @@ from panel.realtime.broadcast import abroadcast_frames, frame
 log = logging.getLogger(__name__)
 
 MAX_BATCH = 500  # frames per channel-layer message (channels_redis keeps the message in Redis as one value)
+# How long the first frame of a batch waits for company. At 32 nodes × 1 Hz × 8 sockets, 50 ms halved the web
+# process's CPU for the push path (2.3 → 1.0 s per 20 s; 100 ms: 0.6 s) for ~35 ms more latency.
+LINGER_S = 0.05
 
 _loop: asyncio.AbstractEventLoop | None = None
 _lock = threading.Lock()
@@ -46,6 +49,7 @@ def _enqueue(item: list[str]) -> None:
 async def _drain() -> None:
     global _sending
     try:
+        await asyncio.sleep(LINGER_S)
         while _pending:
             batch = _pending[:MAX_BATCH]
             del _pending[:MAX_BATCH]
