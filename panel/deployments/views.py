@@ -7,7 +7,7 @@ from django.core.paginator import Paginator
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.translation import gettext as _
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_POST, require_safe
 
 from panel.accounts.roles import OPERATOR, VIEWER, has_role
 from panel.core.choices import DeploymentState, OperationKind
@@ -37,6 +37,7 @@ ACTION_STATES = {
 
 
 @role_required(VIEWER)
+@require_safe
 def deployment_list(request):
     queryset = (
         Deployment.objects.visible_to(request.user)
@@ -75,6 +76,7 @@ def _stored_review(deployment) -> dict:
 
 
 @role_required(VIEWER)
+@require_safe
 def deployment_detail(request, name):
     deployment = _deployment(request, name)
     launch = _latest_launch(deployment)
@@ -208,6 +210,7 @@ def deployment_benchmark(request, name):
 
 
 @role_required(VIEWER)
+@require_safe
 def benchmark_compare(request):
     """Benchmarks of several deployments side by side: one row per run and concurrency level."""
     visible = Deployment.objects.visible_to(request.user).values("pk")
