@@ -27,9 +27,9 @@ app.conf.beat_schedule = {
 }
 app.conf.beat_schedule_filename = str(settings.DATA_DIR / "celerybeat-schedule")
 
+import panel.deployments.tasks  # noqa: E402,F401
+import panel.monitoring.tasks  # noqa: E402,F401
 import panel.nodes.tasks  # noqa: E402,F401
 import panel.operations.tasks  # noqa: E402,F401
-import panel.monitoring.tasks  # noqa: E402,F401
-import panel.deployments.tasks  # noqa: E402,F401
 
 __all__ = ["app"]

@@ -169,11 +169,24 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
 }
 
+# Shared by every process (idempotency keys must be seen by all web workers).
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": "panel-cache",
+    }
+}
+if PANEL_MODE == "test":
+    # In-process tests share one memory cache; the browser tier's servers get REDIS_URL and use Redis.
+    CACHES["default"] = {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+PANEL_IDEMPOTENCY_TTL_S = env.int("PANEL_IDEMPOTENCY_TTL_S", default=86400)
+
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
         # redis-py 8 reads with a 5 s socket timeout by default, which is also channels_redis' BZPOPMIN wait:
-        # every idle or slow receive then raised TimeoutError and closed the socket (django/channels_redis#422).
+        # every idle or slow receive raised TimeoutError and closed the socket (django/channels_redis#422).
         "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 30}], "capacity": 1000, "expiry": 30},
     }
 }
@@ -225,5 +238,5 @@ PANEL_DEPLOY_STABLE_S = env.float("PANEL_DEPLOY_STABLE_S", default=300.0)
 PANEL_DEPLOY_STOP_GRACE_S = env.float("PANEL_DEPLOY_STOP_GRACE_S", default=10.0)
 PANEL_DEPLOY_START_TIMEOUT_S = env.float("PANEL_DEPLOY_START_TIMEOUT_S", default=1200.0)
 PANEL_DEPLOY_HEALTH_INTERVAL_S = env.float("PANEL_DEPLOY_HEALTH_INTERVAL_S", default=0.5)
-PANEL_DEPLOY_BASE_PORT = env.int("PANEL_DEPLOY_BASE_PORT", default=8000)
+PANEL_DEPLOY_BASE_PORT = env.int("PANEL_DEPLOY_BASE_PORT", default=18000)
 PANEL_DEPLOY_CPU_KVCACHE_GIB = env.int("PANEL_DEPLOY_CPU_KVCACHE_GIB", default=1)

@@ -16,6 +16,7 @@ from panel.operations.api.views import OperationViewSet
 from panel.provisioning.api.views import NodeStackViewSet, PackageFileViewSet, StackProfileViewSet
 
 router = DefaultRouter()
+router.include_format_suffixes = False  # `.json` twins would shadow real routes such as logs.txt
 router.register("nodes", NodeViewSet)
 router.register("operations", OperationViewSet)
 router.register("models", ModelViewSet)

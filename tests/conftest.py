@@ -69,7 +69,11 @@ def _wired_to_redis(redis_url, test_prefix, django_db_setup):
     settings.CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [redis_url], "prefix": f"asgi-{test_prefix}"},
+            # socket_timeout above channels_redis' 5 s blocking read (see panel/settings.py CHANNEL_LAYERS).
+            "CONFIG": {
+                "hosts": [{"address": redis_url, "socket_timeout": 30}],
+                "prefix": f"asgi-{test_prefix}",
+            },
         }
     }
     import channels.layers

@@ -77,6 +77,7 @@ class OperationKind(models.TextChoices):
     ATC = "model_atc", _("ATC conversion")
     DEPLOY = "deploy", _("Deploy")
     STOP = "stop", _("Stop deployment")
+    BENCHMARK = "benchmark", _("Benchmark")
 
 
 class DeploymentState(ColouredChoices):

@@ -53,7 +53,6 @@ from workers.task_names import (
 
 log = logging.getLogger(__name__)
 
-BENCHMARK_KIND = "benchmark"
 ACTIVE = (OperationStatus.PENDING, OperationStatus.RUNNING)
 
 
@@ -296,7 +295,7 @@ def start_benchmark(deployment: Deployment, params: dict, user=None) -> Benchmar
     port = deployment.spec["port"]
     with transaction.atomic():
         operation = create_operation(
-            kind=BENCHMARK_KIND,
+            kind=OperationKind.BENCHMARK,
             node=head,
             task_name=AGENT_BENCHMARK_DEPLOYMENT,
             user=user,
@@ -326,7 +325,7 @@ def on_operation_terminal(operation: Operation) -> None:
     """Called by panel.operations.services.on_terminal for deploy, stop and benchmark operations."""
     from panel.deployments.reconcile import apply_launch_result, apply_stop_result
 
-    if operation.kind == BENCHMARK_KIND:
+    if operation.kind == OperationKind.BENCHMARK:
         benchmark = Benchmark.objects.filter(operation=operation).first()
         if benchmark is not None:
             benchmark.status = operation.status

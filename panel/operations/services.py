@@ -149,6 +149,9 @@ def mark_lost(operation: Operation, error: str, hint: str = "") -> None:
         transaction.on_commit(lambda: broadcast(operation_group(operation.id), operation_summary(operation)))
 
 
+MODEL_OPERATION_KINDS = ("model_inspect", "download", "convert", "model_atc", "model_copy", "model_delete")
+
+
 def on_terminal(operation: Operation) -> None:
     """Record what a finished operation found (inside the ingest transaction)."""
     if operation.kind in ("preflight", "install"):  # failed and cancelled installs are recorded too
@@ -167,7 +170,7 @@ def on_terminal(operation: Operation) -> None:
         from panel.nodes.services import apply_inventory
 
         apply_inventory(operation.node, operation.result)
-    elif operation.kind in ("model_inspect", "download", "convert", "model_atc", "model_copy", "model_delete"):
+    elif operation.kind in MODEL_OPERATION_KINDS:
         from panel.catalog.results import apply_model_operation
 
         apply_model_operation(operation)

@@ -48,11 +48,8 @@ VIEWER_WRITES = {
     "apitoken-detail",
 }
 
-# Read-only pages of panel/deployments that still answer POST/PUT/DELETE with the page (no write happens):
-# that app is being written by another helper, who adds @require_safe; then drop them from here.
-# Routes another route answers first: DRF's format-suffix twin of `.../logs/` takes `.../logs.txt/` as
-# format "txt" (404). Reported to panel/deployments; the walker skips what it cannot reach.
-SHADOWED = {"deployment-logs-txt"}
+# Routes another route answers first (none today: the API router makes no `.json` twins any more).
+SHADOWED: set[str] = set()
 
 
 def _patterns(patterns, namespace=""):
