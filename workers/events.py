@@ -16,8 +16,16 @@ class EventEmitter:
     """Buffers events and sends them in batches (at most every `flush_interval` seconds, or `max_batch`
     events). Sequence numbers start after `start_seq` so a resumed operation continues its numbering."""
 
-    def __init__(self, operation_id: str, node: str, *, start_seq: int = 0, flush_interval: float = 0.2,
-                 max_batch: int = 100, send=send_to_panel):
+    def __init__(
+        self,
+        operation_id: str,
+        node: str,
+        *,
+        start_seq: int = 0,
+        flush_interval: float = 0.2,
+        max_batch: int = 100,
+        send=send_to_panel,
+    ):
         self.operation_id = operation_id
         self.node = node
         self.seq = start_seq
@@ -31,8 +39,13 @@ class EventEmitter:
     def emit(self, kind: str, **payload) -> int:
         with self._lock:
             self.seq += 1
-            self._buffer.append(OperationEventMessage(seq=self.seq, time=utcnow(), kind=kind, payload=payload))
-            due = len(self._buffer) >= self.max_batch or time.monotonic() - self._last_flush >= self.flush_interval
+            self._buffer.append(
+                OperationEventMessage(seq=self.seq, time=utcnow(), kind=kind, payload=payload)
+            )
+            due = (
+                len(self._buffer) >= self.max_batch
+                or time.monotonic() - self._last_flush >= self.flush_interval
+            )
         if due:
             self.flush()
         return self.seq
@@ -49,7 +62,9 @@ class EventEmitter:
             self._last_flush = time.monotonic()
             final_seq = self.seq if final else None
         if events or final:
-            batch = EventBatch(operation_id=self.operation_id, node=self.node, events=events, final_seq=final_seq)
+            batch = EventBatch(
+                operation_id=self.operation_id, node=self.node, events=events, final_seq=final_seq
+            )
             self._send(INGEST_EVENTS, batch.model_dump(mode="json"))
 
     def finish(self, state: str, *, error: str = "", hint: str = "", result: dict | None = None) -> None:
