@@ -229,15 +229,27 @@ def start_hub_inspection(model: Model, node, user=None) -> Operation:
     )
 
 
-def start_inspection(artifact: ModelArtifact, user=None) -> Operation:
-    _check_agent_node(artifact.node)
+def _start_on_artifact(artifact: ModelArtifact, kind, task_name, user, *, params, task_kwargs) -> Operation:
+    """Start an agent operation on the node that holds the copy, recorded against the copy's model."""
     return create_operation(
-        kind=OperationKind.INSPECT_MODEL,
+        kind=kind,
         node=artifact.node,
-        task_name=task_names.AGENT_INSPECT_MODEL,
+        task_name=task_name,
         user=user,
         target=artifact.model.name,
-        params={"model": artifact.model_id, "artifact": artifact.pk, "path": artifact.path},
+        params={"model": artifact.model_id, **params},
+        task_kwargs=task_kwargs,
+    )
+
+
+def start_inspection(artifact: ModelArtifact, user=None) -> Operation:
+    _check_agent_node(artifact.node)
+    return _start_on_artifact(
+        artifact,
+        OperationKind.INSPECT_MODEL,
+        task_names.AGENT_INSPECT_MODEL,
+        user,
+        params={"artifact": artifact.pk, "path": artifact.path},
         task_kwargs={"path": artifact.path},
     )
 
@@ -293,14 +305,12 @@ def start_conversion(
     path = _check_target_path(
         artifact.node, path or default_path(artifact.model, CONVERSION_SUFFIXES[target])
     )
-    return create_operation(
-        kind=OperationKind.CONVERT,
-        node=artifact.node,
-        task_name=task_names.AGENT_CONVERT_MODEL,
-        user=user,
-        target=artifact.model.name,
+    return _start_on_artifact(
+        artifact,
+        OperationKind.CONVERT,
+        task_names.AGENT_CONVERT_MODEL,
+        user,
         params={
-            "model": artifact.model_id,
             "source_artifact": artifact.pk,
             "path": path,
             "target": target,
@@ -350,14 +360,12 @@ def start_atc(
             (f for f in ("input_shape", "input_format", "soc_version") if f in str(error)), "onnx_file"
         )
         raise ValidationError({field: str(error)}) from None
-    return create_operation(
-        kind=OperationKind.ATC,
-        node=artifact.node,
-        task_name=task_names.AGENT_ATC_MODEL,
-        user=user,
-        target=artifact.model.name,
+    return _start_on_artifact(
+        artifact,
+        OperationKind.ATC,
+        task_names.AGENT_ATC_MODEL,
+        user,
         params={
-            "model": artifact.model_id,
             "source_artifact": artifact.pk,
             "path": path,
             "soc_version": soc_version,
@@ -389,14 +397,12 @@ def start_copy(artifact: ModelArtifact, target_node, user=None, target_user: str
     except CommandInputError as error:
         field = "target_user" if "user" in str(error) else "target_node"
         raise ValidationError({field: str(error)}) from None
-    return create_operation(
-        kind=OperationKind.COPY_MODEL,
-        node=artifact.node,
-        task_name=task_names.AGENT_COPY_MODEL,
-        user=user,
-        target=artifact.model.name,
+    return _start_on_artifact(
+        artifact,
+        OperationKind.COPY_MODEL,
+        task_names.AGENT_COPY_MODEL,
+        user,
         params={
-            "model": artifact.model_id,
             "source_artifact": artifact.pk,
             "target_node": target_node.pk,
             "path": path,
@@ -415,7 +421,7 @@ def deployments_using(artifact: ModelArtifact) -> list[str]:
     return list(artifact.deployments.values_list("name", flat=True))
 
 
-def start_artifact_delete(artifact: ModelArtifact, user=None) -> Operation:
+def _refuse_if_deployed(artifact: ModelArtifact) -> None:
     using = deployments_using(artifact)
     if using:
         raise ValidationError(
@@ -424,6 +430,10 @@ def start_artifact_delete(artifact: ModelArtifact, user=None) -> Operation:
                 % {"names": ", ".join(using)}
             }
         )
+
+
+def start_artifact_delete(artifact: ModelArtifact, user=None) -> Operation:
+    _refuse_if_deployed(artifact)
     if not is_inside(artifact.path, settings.PANEL_MODELS_ROOT):
         raise ValidationError(
             {
@@ -435,25 +445,17 @@ def start_artifact_delete(artifact: ModelArtifact, user=None) -> Operation:
             }
         )
     _check_agent_node(artifact.node)
-    return create_operation(
-        kind=OperationKind.DELETE_MODEL,
-        node=artifact.node,
-        task_name=task_names.AGENT_DELETE_MODEL,
-        user=user,
-        target=artifact.model.name,
-        params={"model": artifact.model_id, "artifact": artifact.pk, "path": artifact.path},
+    return _start_on_artifact(
+        artifact,
+        OperationKind.DELETE_MODEL,
+        task_names.AGENT_DELETE_MODEL,
+        user,
+        params={"artifact": artifact.pk, "path": artifact.path},
         task_kwargs={"path": artifact.path, "models_root": settings.PANEL_MODELS_ROOT},
     )
 
 
 def forget_artifact(artifact: ModelArtifact) -> None:
     """Drop the record of a copy without touching the node (for paths outside the models root)."""
-    using = deployments_using(artifact)
-    if using:
-        raise ValidationError(
-            {
-                "artifact": _("Deployments %(names)s use this copy; delete them first.")
-                % {"names": ", ".join(using)}
-            }
-        )
+    _refuse_if_deployed(artifact)
     artifact.delete()
