@@ -22,7 +22,7 @@ from workers.hosts.base import (
     check_pid,
     spawn_failure_result,
 )
-from workers.hosts.streaming import LineCollector, supervise
+from workers.hosts.streaming import LineCollector, supervise, supervised_result
 
 # Detached children this process started, kept process-wide (runners are made per task, the engines they
 # start live on) so whichever runner checks on one reaps it when it exits: no zombies left behind.
@@ -105,15 +105,7 @@ class LocalRunner(Runner):
             exit_status = await asyncio.wait_for(process.wait(), timeout=1.0)
         except TimeoutError:
             exit_status = process.returncode
-        return CommandResult(
-            argv=argv,
-            exit_status=exit_status,
-            stdout=stdout.text,
-            stderr=stderr.text,
-            duration_s=time.monotonic() - started,
-            timed_out=stopped == "timeout",
-            cancelled=stopped == "cancel",
-        )
+        return supervised_result(argv, exit_status, stdout, stderr, started, stopped)
 
     async def read_text(self, path: str) -> str | None:
         try:

@@ -38,7 +38,7 @@ from workers.hosts.ssh_connect import (
     open_connection,
     pooled_connection,
 )
-from workers.hosts.streaming import READ_CHUNK, LineCollector, supervise
+from workers.hosts.streaming import READ_CHUNK, LineCollector, supervise, supervised_result
 
 __all__ = [
     "HostKeyMismatch",
@@ -247,15 +247,7 @@ class SshRunner(Runner):
             )
         finally:
             process.close()
-        return CommandResult(
-            argv=argv,
-            exit_status=process.returncode,
-            stdout=stdout.text,
-            stderr=stderr.text,
-            duration_s=time.monotonic() - started,
-            timed_out=stopped == "timeout",
-            cancelled=stopped == "cancel",
-        )
+        return supervised_result(argv, process.returncode, stdout, stderr, started, stopped)
 
     async def _kill(self, pid: int, sig: int) -> asyncssh.SSHCompletedProcess:
         """kill(1) the process group led by pid, or pid alone if it leads none."""

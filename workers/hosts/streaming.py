@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import time
 from collections.abc import Awaitable, Callable
 
-from workers.hosts.base import LineCallback
+from workers.hosts.base import CommandResult, LineCallback
 
 READ_CHUNK = 64 * 1024
 # A "line" longer than this is handed on in pieces, so a program printing without newlines cannot make
@@ -95,6 +96,26 @@ async def supervise(
         if not done.done():
             done.cancel()
             await asyncio.gather(done, return_exceptions=True)
+
+
+def supervised_result(
+    argv: list[str],
+    exit_status: int | None,
+    stdout: LineCollector,
+    stderr: LineCollector,
+    started: float,
+    stopped: str | None,
+) -> CommandResult:
+    """The result of a command that supervise() watched; stopped is what supervise() returned."""
+    return CommandResult(
+        argv=argv,
+        exit_status=exit_status,
+        stdout=stdout.text,
+        stderr=stderr.text,
+        duration_s=time.monotonic() - started,
+        timed_out=stopped == "timeout",
+        cancelled=stopped == "cancel",
+    )
 
 
 async def _finishes_within(task: asyncio.Future, seconds: float) -> bool:
