@@ -229,44 +229,32 @@ def plan_install(
     minor, interpreter = pick_python(host, profile.python_versions(), options.python)
     venv_steps, have = _venv_steps(host, venv, minor, interpreter)
     steps += venv_steps
-    pip_steps = [
-        _pip_step(
+    packages = [
+        (
             "pip_torch",
             _("Install torch and torch-npu"),
             {"torch": profile.torch, "torch-npu": profile.torch_npu},
-            have,
-            venv,
-            options.pip,
         ),
-        _pip_step(
-            "pip_vllm",
-            _("Install vLLM {v}").format(v=profile.vllm),
-            {"vllm": profile.vllm},
-            have,
-            venv,
-            options.pip,
-        ),
-        _pip_step(
+        ("pip_vllm", _("Install vLLM {v}").format(v=profile.vllm), {"vllm": profile.vllm}),
+        (
             "pip_vllm_ascend",
             _("Install vllm-ascend {v}").format(v=profile.vllm_ascend),
             {"vllm-ascend": profile.vllm_ascend},
-            have,
-            venv,
-            options.pip,
         ),
     ]
     if profile.wants_triton(chip):
-        pip_steps.append(
-            _pip_step(
+        packages.append(
+            (
                 "pip_triton_ascend",
                 _("Install triton-ascend {v}").format(v=profile.triton_ascend),
                 {"triton-ascend": profile.triton_ascend},
-                have,
-                venv,
-                options.pip,
             )
         )
-    pip_steps = [step for step in pip_steps if step is not None]
+    pip_steps = [
+        step
+        for step_id, title, pins in packages
+        if (step := _pip_step(step_id, title, pins, have, venv, options.pip)) is not None
+    ]
     if not steps and not pip_steps:
         return []
     steps += pip_steps
