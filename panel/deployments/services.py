@@ -196,11 +196,26 @@ def _locked(deployment: Deployment) -> Deployment:
     return Deployment.objects.select_for_update().get(pk=deployment.pk)
 
 
+def _locked_unless_deleted(deployment: Deployment) -> Deployment:
+    deployment = _locked(deployment)
+    if deployment.desired_state == DesiredState.DELETED:
+        raise DeploymentConflict(_("This deployment is being deleted."))
+    return deployment
+
+
+def _locked_to_run(deployment: Deployment) -> Deployment:
+    """Lock the row and want it running again, unless a start or stop is still under way."""
+    deployment = _locked_unless_deleted(deployment)
+    if active_operations(deployment).exists():
+        raise DeploymentConflict(_("Wait for the current start or stop to finish."))
+    deployment.desired_state = DesiredState.RUNNING
+    deployment.failed_restarts = 0
+    return deployment
+
+
 def stop(deployment: Deployment, user=None) -> Deployment:
     with transaction.atomic():
-        deployment = _locked(deployment)
-        if deployment.desired_state == DesiredState.DELETED:
-            raise DeploymentConflict(_("This deployment is being deleted."))
+        deployment = _locked_unless_deleted(deployment)
         deployment.desired_state = DesiredState.STOPPED
         if deployment.observed_state == DeploymentState.STOPPED:
             deployment.save()
@@ -211,13 +226,7 @@ def stop(deployment: Deployment, user=None) -> Deployment:
 
 def start(deployment: Deployment, user=None) -> Deployment:
     with transaction.atomic():
-        deployment = _locked(deployment)
-        if deployment.desired_state == DesiredState.DELETED:
-            raise DeploymentConflict(_("This deployment is being deleted."))
-        if active_operations(deployment).exists():
-            raise DeploymentConflict(_("Wait for the current start or stop to finish."))
-        deployment.desired_state = DesiredState.RUNNING
-        deployment.failed_restarts = 0
+        deployment = _locked_to_run(deployment)
         if deployment.observed_state in (DeploymentState.RUNNING, DeploymentState.STARTING):
             deployment.save()
         else:
@@ -228,13 +237,7 @@ def start(deployment: Deployment, user=None) -> Deployment:
 def restart(deployment: Deployment, user=None) -> Deployment:
     """Stop then start: the launch task stops the running engine itself before starting the new one."""
     with transaction.atomic():
-        deployment = _locked(deployment)
-        if deployment.desired_state == DesiredState.DELETED:
-            raise DeploymentConflict(_("This deployment is being deleted."))
-        if active_operations(deployment).exists():
-            raise DeploymentConflict(_("Wait for the current start or stop to finish."))
-        deployment.desired_state = DesiredState.RUNNING
-        deployment.failed_restarts = 0
+        deployment = _locked_to_run(deployment)
         deployment.restart_count += 1
         if deployment.observed_state in (DeploymentState.STOPPED, DeploymentState.PENDING):
             launch(deployment, user)  # nothing runs: a restart is a start
