@@ -246,14 +246,20 @@ def check_hugepages(facts: dict) -> dict:
     return item("hugepages", PASS, _("{total} configured, {free} free").format(total=total, free=free or 0))
 
 
+def found_python(pythons: dict[str, str], wanted: list[str]) -> dict | None:
+    """The passing "python" item for the first wanted minor version the host has, else None."""
+    minor = next((minor for minor in wanted if minor in pythons), None)
+    if minor is None:
+        return None
+    return item("python", PASS, _("python{minor} at {path}").format(minor=minor, path=pythons[minor]))
+
+
 def check_python(facts: dict, profile: Profile) -> dict:
     pythons = facts.get("pythons") or {}
     wanted = profile.python_versions()
-    found = [minor for minor in wanted if minor in pythons]
+    found = found_python(pythons, wanted)
     if found:
-        return item(
-            "python", PASS, _("python{minor} at {path}").format(minor=found[0], path=pythons[found[0]])
-        )
+        return found
     return item(
         "python",
         FAIL,

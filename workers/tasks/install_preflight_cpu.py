@@ -6,7 +6,7 @@ from workers.ascend.compat import CpuProfile
 from workers.i18n import gettext_noop as _
 from workers.steps.base import StepSpec
 from workers.steps.plan import InstallOptions
-from workers.steps.preflight import FAIL, PASS, WARN, check_disk, check_os, check_sources, item
+from workers.steps.preflight import FAIL, PASS, WARN, check_disk, check_os, check_sources, found_python, item
 
 CPU_ARCHES = ("x86_64", "aarch64")
 
@@ -26,11 +26,9 @@ def check_cpu_arch(facts: dict) -> dict:
 def check_cpu_python(facts: dict, profile: CpuProfile) -> dict:
     pythons = facts.get("pythons") or {}
     wanted = profile.python_versions()
-    found = [minor for minor in wanted if minor in pythons]
+    found = found_python(pythons, wanted)
     if found:
-        return item(
-            "python", PASS, _("python{minor} at {path}").format(minor=found[0], path=pythons[found[0]])
-        )
+        return found
     return item(
         "python",
         FAIL,
