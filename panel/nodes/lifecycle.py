@@ -8,7 +8,7 @@ from django.db import transaction
 from django.utils.translation import gettext as _
 
 from panel.core.choices import DeploymentState, NodeStatus, NodeTransport, OperationStatus
-from panel.nodes.join import issue_join_token
+from panel.nodes.join import agent_broker_url, issue_join_token, join_command
 from panel.nodes.models import JoinToken, Node
 from panel.nodes.services import _announce
 from panel.nodes.ssh import (
@@ -37,6 +37,7 @@ class PendingAgent:
     name: str
     token: str
     expires: datetime
+    join_command: str
 
 
 def _check_new_name(name: str) -> None:
@@ -48,12 +49,14 @@ def _check_new_name(name: str) -> None:
         raise ValidationError({"name": [_("A node named %(name)s exists already.") % {"name": name}]})
 
 
-def add_agent_node(*, name: str, user=None) -> PendingAgent:
-    """A join token for an agent to register `name`; the node appears with the agent's first heartbeat."""
+def add_agent_node(*, name: str, panel_url: str, panel_host: str, user=None) -> PendingAgent:
+    """A join token for an agent to register `name`, and the command that installs the agent with it; the
+    node appears with the agent's first heartbeat. panel_host is the Host the admin reached the panel by."""
     _check_new_name(name)
     token = issue_join_token(name, user=user)
     expires = JoinToken.objects.filter(node_name=name).latest("created").expires
-    return PendingAgent(name=name, token=token, expires=expires)
+    command = join_command(panel_url, name, token, agent_broker_url(panel_host))
+    return PendingAgent(name=name, token=token, expires=expires, join_command=command)
 
 
 def add_ssh_node(

@@ -13,7 +13,7 @@ from panel.nodes import lifecycle
 from panel.nodes.agent_package import INSTALL_SCRIPT, UNIT_FILE, agent_sdist
 from panel.nodes.filtersets import NodeFilterSet
 from panel.nodes.forms import NodeAddForm, NodeSettingsForm
-from panel.nodes.join import agent_broker_url, join_command
+from panel.nodes.join import agent_broker_url
 from panel.nodes.models import JoinToken, Node
 from panel.nodes.operations import start_install_agent, start_inventory
 from panel.nodes.presentation import facts_view, inventory_changes_view, versions_view
@@ -77,11 +77,15 @@ def node_add(request):
         data = form.cleaned_data
         try:
             if data["transport"] == NodeTransport.AGENT:
-                pending = lifecycle.add_agent_node(name=data["name"], user=request.user)
-                command = join_command(
-                    _panel_url(request), pending.name, pending.token, agent_broker_url(request.get_host())
+                pending = lifecycle.add_agent_node(
+                    name=data["name"],
+                    panel_url=_panel_url(request),
+                    panel_host=request.get_host(),
+                    user=request.user,
                 )
-                return render(request, "nodes/join.html", {"pending": pending, "command": command})
+                return render(
+                    request, "nodes/join.html", {"pending": pending, "command": pending.join_command}
+                )
             node, _fingerprint = lifecycle.add_ssh_node(
                 name=data["name"],
                 address=data["address"],

@@ -18,7 +18,7 @@ from panel.nodes.api.serializers import (
     NodeSettingsSerializer,
 )
 from panel.nodes.filtersets import NodeFilterSet
-from panel.nodes.join import agent_broker_url, join_command
+from panel.nodes.join import agent_broker_url
 from panel.nodes.models import Node
 from panel.nodes.operations import start_install_agent, start_inventory
 from panel.operations.api.serializers import OperationSerializer
@@ -73,16 +73,18 @@ class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, PanelViewSet
         data = form.validated_data
         try:
             if data["transport"] == NodeTransport.AGENT:
-                pending = lifecycle.add_agent_node(name=data["name"], user=request.user)
-                command = join_command(
-                    panel_url(request), pending.name, pending.token, agent_broker_url(request.get_host())
+                pending = lifecycle.add_agent_node(
+                    name=data["name"],
+                    panel_url=panel_url(request),
+                    panel_host=request.get_host(),
+                    user=request.user,
                 )
                 body = {
                     "name": pending.name,
                     "transport": NodeTransport.AGENT,
                     "join_token": pending.token,
                     "expires": pending.expires,
-                    "join_command": command,
+                    "join_command": pending.join_command,
                 }
                 return Response(body, status=status.HTTP_201_CREATED)
             node, fingerprint = lifecycle.add_ssh_node(
