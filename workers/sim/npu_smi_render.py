@@ -67,21 +67,7 @@ def _render_wide_table(profile: Profile, readings: list[ChipReading]) -> str:
             )
         lines.append(_rule(columns, "="))
 
-    lines += [
-        _rule(columns, "-"),
-        f"| {'NPU':<7} {'Chip':<18}| {'Process id':<13} | "
-        f"{'Process name':<24} | {'Process memory(MB)':<23} |",
-        _rule(columns, "="),
-    ]
-    for npu_id in profile.npu_ids:
-        rows = [
-            f"| {npu_id:<7} {r.chip.chip_id:<18}| {p.pid:<13} | {p.name:<24} | {p.memory_mb:<23} |"
-            for r in readings
-            if r.chip.npu_id == npu_id
-            for p in r.processes
-        ]
-        lines += rows or [_message_row(columns, f"No running processes found in NPU {npu_id:<7}")]
-        lines.append(_rule(columns, "="))
+    lines += _process_table(profile, readings, columns, 18, 13, 23)
     return "\n".join(lines) + "\n"
 
 
@@ -114,22 +100,36 @@ def _render_card_table(profile: Profile, readings: list[ChipReading]) -> str:
             )
         lines.append(_rule(columns, "="))
 
-    lines += [
+    lines += _process_table(profile, readings, columns, 22, 15, 25)
+    return "\n".join(lines) + "\n"
+
+
+def _process_table(
+    profile: Profile,
+    readings: list[ChipReading],
+    columns: tuple[int, ...],
+    chip_w: int,
+    pid_w: int,
+    memory_w: int,
+) -> list[str]:
+    """The process section under the NPU table; each table kind has its own column widths."""
+    lines = [
         _rule(columns, "-"),
-        f"| {'NPU':<7} {'Chip':<22}| {'Process id':<15} | "
-        f"{'Process name':<24} | {'Process memory(MB)':<25} |",
+        f"| {'NPU':<7} {'Chip':<{chip_w}}| {'Process id':<{pid_w}} | "
+        f"{'Process name':<24} | {'Process memory(MB)':<{memory_w}} |",
         _rule(columns, "="),
     ]
     for npu_id in profile.npu_ids:
         rows = [
-            f"| {npu_id:<7} {r.chip.chip_id:<22}| {p.pid:<15} | {p.name:<24} | {p.memory_mb:<25} |"
+            f"| {npu_id:<7} {r.chip.chip_id:<{chip_w}}| {p.pid:<{pid_w}} | "
+            f"{p.name:<24} | {p.memory_mb:<{memory_w}} |"
             for r in readings
             if r.chip.npu_id == npu_id
             for p in r.processes
         ]
         lines += rows or [_message_row(columns, f"No running processes found in NPU {npu_id:<7}")]
         lines.append(_rule(columns, "="))
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def render_mapping(profile: Profile) -> str:
