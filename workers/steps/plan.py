@@ -216,6 +216,16 @@ def _pip_step(
     )
 
 
+def _record_stack_step(venv: str, record: dict[str, Any]) -> StepSpec:
+    """The last step of every install: write what launches need to know into the venv."""
+    return StepSpec(
+        "record_stack",
+        _("Record the stack for launches"),
+        "record_stack",
+        {"path": str(PurePosixPath(venv) / STACK_RECORD), "venv": venv, "record": record},
+    )
+
+
 def plan_install(
     host_state: dict[str, Any], profile: Profile, options: InstallOptions | None = None
 ) -> list[StepSpec]:
@@ -281,22 +291,16 @@ def plan_install(
             "verify_vllm",
             {"venv": venv, "set_env": scripts, "version": profile.vllm},
         ),
-        StepSpec(
-            "record_stack",
-            _("Record the stack for launches"),
-            "record_stack",
+        _record_stack_step(
+            venv,
             {
-                "path": str(PurePosixPath(venv) / STACK_RECORD),
+                "profile": profile.name,
                 "venv": venv,
-                "record": {
-                    "profile": profile.name,
-                    "venv": venv,
-                    "python": minor,
-                    "set_env": scripts,
-                    "cann": profile.cann,
-                    "vllm": profile.vllm,
-                    "vllm_ascend": profile.vllm_ascend,
-                },
+                "python": minor,
+                "set_env": scripts,
+                "cann": profile.cann,
+                "vllm": profile.vllm,
+                "vllm_ascend": profile.vllm_ascend,
             },
         ),
     ]
@@ -336,15 +340,6 @@ def plan_cpu_install(
             "verify_vllm",
             {"venv": venv, "set_env": [], "version": version, "import_only": True},
         ),
-        StepSpec(
-            "record_stack",
-            _("Record the stack for launches"),
-            "record_stack",
-            {
-                "path": str(PurePosixPath(venv) / STACK_RECORD),
-                "venv": venv,
-                "record": {"profile": cpu.name, "venv": venv, "python": minor, "set_env": []},
-            },
-        ),
+        _record_stack_step(venv, {"profile": cpu.name, "venv": venv, "python": minor, "set_env": []}),
     ]
     return steps
