@@ -139,55 +139,62 @@ def launch(deployment: Deployment, user=None) -> None:
         )
         deployment.save()
         return
-    from panel.nodes.models import Node
-
     move(deployment, DeploymentState.STARTING, "")
     deployment.next_restart_at = None
     deployment.probe_failures = 0
     deployment.runtime = {"nodes": {}}
     deployment.save()
     for part in parts_of(deployment):
-        node = Node.objects.get(name=part["node"])
-        create_operation(
-            kind=OperationKind.DEPLOY,
-            node=node,
-            task_name=AGENT_LAUNCH_DEPLOYMENT,
-            user=user,
-            target=deployment.name,
-            params={"deployment": deployment.pk, "role": part["role"]},
-            task_kwargs={
-                "payload": {
-                    "name": deployment.name,
-                    "spec": part["launch"],
-                    "start_timeout_s": settings.PANEL_DEPLOY_START_TIMEOUT_S,
-                    "health_interval_s": settings.PANEL_DEPLOY_HEALTH_INTERVAL_S,
-                    "stop_grace_s": settings.PANEL_DEPLOY_STOP_GRACE_S,
-                }
+        _start_on_node(
+            deployment,
+            part["node"],
+            OperationKind.DEPLOY,
+            AGENT_LAUNCH_DEPLOYMENT,
+            user,
+            params={"role": part["role"]},
+            payload={
+                "name": deployment.name,
+                "spec": part["launch"],
+                "start_timeout_s": settings.PANEL_DEPLOY_START_TIMEOUT_S,
+                "health_interval_s": settings.PANEL_DEPLOY_HEALTH_INTERVAL_S,
+                "stop_grace_s": settings.PANEL_DEPLOY_STOP_GRACE_S,
             },
         )
 
 
-def send_stop(deployment: Deployment, user=None, reason: str = "", change_state: bool = True) -> None:
+def _start_on_node(
+    deployment: Deployment, node_name: str, kind, task_name: str, user, *, params: dict, payload: dict
+) -> Operation:
+    """An agent operation for this deployment on one of its nodes."""
     from panel.nodes.models import Node
 
+    return create_operation(
+        kind=kind,
+        node=Node.objects.get(name=node_name),
+        task_name=task_name,
+        user=user,
+        target=deployment.name,
+        params={"deployment": deployment.pk, **params},
+        task_kwargs={"payload": payload},
+    )
+
+
+def send_stop(deployment: Deployment, user=None, reason: str = "", change_state: bool = True) -> None:
     if change_state and deployment.observed_state not in (DeploymentState.STOPPED, DeploymentState.STOPPING):
         move(deployment, DeploymentState.STOPPING, reason)
     deployment.save()
     for part in parts_of(deployment):
-        node = Node.objects.get(name=part["node"])
-        create_operation(
-            kind=OperationKind.STOP,
-            node=node,
-            task_name=AGENT_STOP_DEPLOYMENT,
-            user=user,
-            target=deployment.name,
-            params={"deployment": deployment.pk},
-            task_kwargs={
-                "payload": {
-                    "name": deployment.name,
-                    "grace_s": settings.PANEL_DEPLOY_STOP_GRACE_S,
-                    "runtime": (deployment.runtime.get("nodes") or {}).get(part["node"]) or {},
-                }
+        _start_on_node(
+            deployment,
+            part["node"],
+            OperationKind.STOP,
+            AGENT_STOP_DEPLOYMENT,
+            user,
+            params={},
+            payload={
+                "name": deployment.name,
+                "grace_s": settings.PANEL_DEPLOY_STOP_GRACE_S,
+                "runtime": (deployment.runtime.get("nodes") or {}).get(part["node"]) or {},
             },
         )
 
@@ -290,26 +297,21 @@ def append_logs(deployment: Deployment, node: str, lines: list[str], when=None) 
 
 
 def start_benchmark(deployment: Deployment, params: dict, user=None) -> Benchmark:
-    from panel.nodes.models import Node
-
     if deployment.observed_state != DeploymentState.RUNNING:
         raise DeploymentConflict(_("Benchmark a running deployment."))
-    head = Node.objects.get(name=parts_of(deployment)[0]["node"])
     port = deployment.spec["port"]
     with transaction.atomic():
-        operation = create_operation(
-            kind=OperationKind.BENCHMARK,
-            node=head,
-            task_name=AGENT_BENCHMARK_DEPLOYMENT,
-            user=user,
-            target=deployment.name,
-            params={"deployment": deployment.pk, **params},
-            task_kwargs={
-                "payload": {
-                    **params,
-                    "base_url": f"http://127.0.0.1:{port}",
-                    "model": deployment.spec.get("served_model_name") or deployment.name,
-                }
+        operation = _start_on_node(
+            deployment,
+            parts_of(deployment)[0]["node"],
+            OperationKind.BENCHMARK,
+            AGENT_BENCHMARK_DEPLOYMENT,
+            user,
+            params=params,
+            payload={
+                **params,
+                "base_url": f"http://127.0.0.1:{port}",
+                "model": deployment.spec.get("served_model_name") or deployment.name,
             },
         )
         return Benchmark.objects.create(
