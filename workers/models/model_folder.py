@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from workers.models.node_paths import staging_dir
 from workers.models.safetensors_io import SafetensorsFormatError, TensorInfo, read_header, weight_files
 
 # Files a rewrite produces itself, so they are never copied over from the source.
@@ -72,7 +73,7 @@ def staged_output(destination: str | Path) -> Iterator[Path]:
     final = Path(destination)
     if final.exists() and (not final.is_dir() or any(final.iterdir())):
         raise BadSourceError(f"destination {final} exists and is not empty; remove it or pick another")
-    staging = final.with_name(final.name + ".tmp")
+    staging = staging_dir(final)
     if staging.exists():
         shutil.rmtree(staging)
     staging.mkdir(parents=True)

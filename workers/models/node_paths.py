@@ -49,3 +49,8 @@ def checked_model_dir(host_root: str, node_path: str, models_root: str) -> Path:
     if real_path == real_root or not real_path.startswith(real_root.rstrip("/") + "/"):
         raise UnsafePathError(f"{node_path} resolves to {real_path}, outside the models root {models_root}")
     return path
+
+
+def staging_dir(destination: Path) -> Path:
+    """The sibling a writer fills before renaming it to destination; deleting a model clears it too."""
+    return destination.with_name(destination.name + ".tmp")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from workers.celery_app import app
 from workers.i18n import gettext_noop as _
-from workers.models.node_paths import checked_model_dir, host_path
+from workers.models.node_paths import checked_model_dir, host_path, staging_dir
 from workers.task_names import (
     AGENT_ATC_MODEL,
     AGENT_CONVERT_MODEL,
@@ -264,7 +264,7 @@ def _msmodelslim(emitter, source: Path, destination: Path, path: str, device: st
             "msmodelslim is not installed on this node",
             _("Install msModelSlim (pip install from the msit repository) or use the built-in quantizer."),
         )
-    staging = destination.with_name(destination.name + ".tmp")
+    staging = staging_dir(destination)
     shutil.rmtree(staging, ignore_errors=True)
     emitter.progress(5, "Quantizing with msModelSlim")
     ok, lines = _run_logged(
@@ -316,7 +316,7 @@ def atc_body(
         raise ModelTaskError(
             f"{onnx_path} is not a file on {config.node_name}", _("Check the ONNX file's path.")
         )
-    staging = destination.with_name(destination.name + ".tmp")
+    staging = staging_dir(destination)
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
     argv = atc_argv(str(source), str(staging / "model"), soc_version, input_shape, input_format)
@@ -393,7 +393,7 @@ def delete_body(emitter, config, *, path: str, models_root: str) -> dict:
     for candidate in (
         folder,
         folder.with_name(folder.name + ".partial"),
-        folder.with_name(folder.name + ".tmp"),
+        staging_dir(folder),
     ):
         if candidate.is_dir() and not candidate.is_symlink():
             shutil.rmtree(candidate)
