@@ -26,9 +26,12 @@ test-browser: $(STAMP)
 test-engine: $(STAMP)
 	$(PY) -m pytest tests/engine -q
 
-# Everything: fast, browser and engine tiers.
+# Everything: fast, browser and engine tiers, each in its own process (Playwright's sync API keeps an event
+# loop running in the main thread for the whole session, which asyncio.run() elsewhere cannot share).
 test-all: $(STAMP)
-	$(PY) -m pytest tests -q
+	$(PY) -m pytest tests/unit tests/integration -q
+	$(PY) -m pytest tests/browser -q
+	$(PY) -m pytest tests/engine -q
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

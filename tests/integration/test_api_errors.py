@@ -124,3 +124,9 @@ def test_operation_events_clamp_a_huge_limit(charlie):
     response = api_client_for(charlie).get(f"/api/v1/operations/{operation.id}/events/?limit=10000000")
     assert response.status_code == 200
     assert response.json()["results"] == []
+
+
+def test_a_nul_character_in_a_query_parameter_is_a_400_not_a_database_error(alice):
+    response = api_client_for(alice).get("/api/v1/metrics/latest/", {"node": "a\x00b"})
+    assert response.status_code == 400
+    assert "NUL" in response.json()["detail"]
