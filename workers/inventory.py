@@ -9,6 +9,7 @@ import json
 from workers.ascend.facts import collect_host_facts, npu_numa_nodes
 from workers.ascend.npu_smi import npu_smi_argv, parse_mapping, parse_table, raise_for_error
 from workers.ascend.versions import find_versions
+from workers.i18n import gettext_noop as _
 
 NPU_SMI_TIMEOUT_S = 30
 NOT_INSTALLED = 127  # the Runner's exit status for a program that is not there
@@ -81,13 +82,13 @@ async def python_stacks(runner, pythons: list[dict]) -> dict[str, dict]:
 async def gather_inventory(
     runner, host_root: str = "/", ascend_root: str = "/usr/local/Ascend", progress=lambda percent, stage: None
 ) -> dict:
-    progress(5, "Reading host facts")
+    progress(5, _("Reading host facts"))
     facts = await collect_host_facts(runner, host_root)
-    progress(35, "Reading NPUs (npu-smi)")
+    progress(35, _("Reading NPUs (npu-smi)"))
     npus, raw = await read_npus(runner, host_root)
-    progress(60, "Reading driver, firmware and CANN versions")
+    progress(60, _("Reading driver, firmware and CANN versions"))
     found = await find_versions(runner, ascend_root)
-    progress(80, "Reading Python stacks")
+    progress(80, _("Reading Python stacks"))
     stacks = await python_stacks(runner, facts.get("pythons") or [])
     versions = {component: info["version"] for component, info in found.items()}
     for packages in stacks.values():
@@ -119,5 +120,5 @@ def run_inventory(emitter, config) -> dict:
             f"NPU {npu['npu_id']} chip {npu['chip_id']}: logic id {npu['logic_id']}, {npu['name']}, "
             f"{npu['health']}, NUMA node {npu['numa_node']}"
         )
-    emitter.progress(100, "Inventory complete")
+    emitter.progress(100, _("Inventory complete"))
     return result

@@ -1,18 +1,15 @@
-from panel.accounts.roles import OPERATOR, has_role, role_of
+from django.utils.translation import gettext_lazy as _
 
-NAVIGATION = (
-    ("dashboard", "core:dashboard"),
-    ("nodes", "nodes:list"),
-    ("models", "catalog:list"),
-    ("deployments", "deployments:list"),
-    ("operations", "operations:list"),
-    ("settings", "accounts:settings"),
-)
+from panel.accounts.roles import ADMIN, OPERATOR, VIEWER, has_role, role_of
+
+ROLE_LABELS = {ADMIN: _("Administrator"), OPERATOR: _("Operator"), VIEWER: _("Viewer")}
 
 
 def panel(request):
     user = getattr(request, "user", None)
+    role = role_of(user) if user is not None else None
     return {
-        "panel_role": role_of(user) if user is not None else None,
+        "panel_role": role,
+        "panel_role_label": ROLE_LABELS.get(role, ""),
         "can_operate": has_role(user, OPERATOR) if user is not None else False,
     }

@@ -3,7 +3,7 @@ from django.core.exceptions import ValidationError
 from django.http import FileResponse, Http404, HttpResponseForbidden
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy as _lazy
+from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_GET, require_http_methods, require_POST, require_safe
 
 from panel.accounts.roles import ADMIN, OPERATOR, VIEWER, has_role
@@ -17,13 +17,13 @@ from panel.provisioning.models import PackageFile
 from panel.provisioning.profiles import CPU, cpu_row, profile_rows
 
 STEP_LABELS = {
-    "checking": _lazy("checking"),
-    "running": _lazy("running"),
-    "verifying": _lazy("verifying"),
-    "skipped": _lazy("already done"),
-    "done": _lazy("done"),
-    "failed": _lazy("failed"),
-    "cancelled": _lazy("cancelled"),
+    "checking": gettext_lazy("checking"),
+    "running": gettext_lazy("running"),
+    "verifying": gettext_lazy("verifying"),
+    "skipped": gettext_lazy("already done"),
+    "done": gettext_lazy("done"),
+    "failed": gettext_lazy("failed"),
+    "cancelled": gettext_lazy("cancelled"),
 }
 
 
