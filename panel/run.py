@@ -66,11 +66,18 @@ class Supervisor:
         subprocess.run(argv, cwd=BASE_DIR, env=self.env, check=True)
 
     def stop(self) -> None:
-        for _name, process in reversed(self.children):
+        """Stop the programs first and Redis last, so nothing loses its broker while shutting down."""
+        programs = [p for name, p in self.children if name != "redis"]
+        self._terminate(programs)
+        self._terminate([p for name, p in self.children if name == "redis"])
+
+    @staticmethod
+    def _terminate(processes: list[subprocess.Popen]) -> None:
+        for process in processes:
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGTERM)
         deadline = time.monotonic() + 10
-        for _name, process in self.children:
+        for process in processes:
             try:
                 process.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
