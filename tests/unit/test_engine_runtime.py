@@ -1,7 +1,11 @@
 """Engines as managed processes: state files, log reading by offset, stop with grace, adoption."""
 
 import asyncio
+import os
+import signal
+import subprocess
 import sys
+import time
 
 from workers.engine import runtime
 from workers.engine.command import build_launch
@@ -107,3 +111,33 @@ def test_a_failed_start_reports_the_toolkits_findings_for_this_start_only(tmp_pa
     assert "4.00 GiB" in payload["findings"][0]["line"]
     assert payload["log_tail"][0] == "INFO starting"
     assert hint == payload["findings"][0]["hint"]
+
+
+def test_a_dead_engines_surviving_workers_are_ended_with_its_process_group(tmp_path):
+    """vLLM's API server killed with -9 leaves its EngineCore child in the same process group."""
+    # A leader that starts a long-lived child in its own new session, then is killed with -9.
+    leader = subprocess.Popen(
+        [sys.executable, "-c", "import subprocess, time; subprocess.Popen(['sleep', '300']); time.sleep(99)"],
+        start_new_session=True,
+    )
+    time.sleep(0.5)
+    children = subprocess.run(["pgrep", "-g", str(leader.pid)], capture_output=True, text=True).stdout.split()
+    assert len(children) == 2
+    os.kill(leader.pid, signal.SIGKILL)
+    leader.wait()
+    assert subprocess.run(["pgrep", "-g", str(leader.pid)], capture_output=True).returncode == 0
+
+    asyncio.run(runtime.end_orphaned_group(LocalRunner(), leader.pid))
+
+    assert wait_until_group_is_gone(leader.pid)
+
+
+def wait_until_group_is_gone(pgid: int, timeout: float = 5.0) -> bool:
+    """True once no live (non-zombie) process is left in the group."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        states = subprocess.run(["ps", "-o", "stat=", "-g", str(pgid)], capture_output=True, text=True).stdout
+        if all(state.startswith("Z") for state in states.split()):
+            return True
+        time.sleep(0.1)
+    return False

@@ -108,6 +108,7 @@ async def start_engine(
 async def stop_engine(runner: Runner, record: EngineRecord, grace_s: float) -> str:
     """SIGTERM the engine's process group, SIGKILL it after grace_s; 'stopped', 'killed' or 'not running'."""
     if not await runner.is_alive(record.pid):
+        await end_orphaned_group(runner, record.pid)
         return "not running"
     await runner.signal(record.pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
@@ -121,6 +122,12 @@ async def stop_engine(runner: Runner, record: EngineRecord, grace_s: float) -> s
             break
         await asyncio.sleep(0.1)
     return "killed"
+
+
+async def end_orphaned_group(runner: Runner, pgid: int) -> None:
+    """An engine killed with -9 leaves its workers (vLLM's EngineCore) running in its process group,
+    holding NPU memory. pkill -g addresses that group only, so a reused pid can never be hit."""
+    await runner.run(["pkill", "-KILL", "-g", str(int(pgid))], timeout=10)
 
 
 async def http_status(url: str, timeout: float = HTTP_TIMEOUT_S) -> int | None:

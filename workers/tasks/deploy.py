@@ -65,7 +65,9 @@ async def _launch(emitter, config, payload: dict) -> dict:
     follower = spec.multi_node is not None and spec.multi_node.role == "follower"
 
     existing = runtime.load_record(config.host_root, name)
-    if existing is not None and await runner.is_alive(existing.pid):
+    if existing is not None and not await runner.is_alive(existing.pid):
+        await runtime.end_orphaned_group(runner, existing.pid)  # its workers may outlive a kill -9
+    elif existing is not None:
         if existing.argv == launch.argv and (follower or await runtime.is_healthy(existing)):
             emitter.log(f"engine {name} already runs as pid {existing.pid}; adopting it")
             emitter.progress(100, STAGE_TITLES["ready"], stage_key="ready")
