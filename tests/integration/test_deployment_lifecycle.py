@@ -212,3 +212,5 @@ def test_a_failed_start_shows_the_toolkits_findings_and_backs_off(
     assert "exited during start-up" in failed["reason"]
     assert any("-8005" in line for line in failed["findings"]["log_tail"]), failed["findings"]
     assert failed["next_restart_at"]
+    # Stop it, so the back-off's second attempt does not start an engine after this test has ended.
+    assert client.post(f"/api/v1/deployments/{pk}/stop/").status_code == 202
