@@ -144,3 +144,19 @@ def test_download_needs_the_token_of_an_open_operation(client, store, alice):
     assert response.status_code == 403
     response = client.get(f"/provisioning/packages/{package.sha256}/{package.name}?token=forged:token")
     assert response.status_code == 403
+
+
+@pytest.mark.usefixtures("_wired_to_redis")
+def test_an_install_retried_with_the_same_idempotency_key_starts_once(store, alice):
+    from panel.operations.models import Operation
+    from tests.conftest import api_client_for
+
+    node = make_node()
+    client = api_client_for(alice)
+    url = f"/api/v1/node-stacks/{node.name}/install/"
+    first = client.post(url, {"profile": PROFILE}, format="json", HTTP_IDEMPOTENCY_KEY="install-1")
+    again = client.post(url, {"profile": PROFILE}, format="json", HTTP_IDEMPOTENCY_KEY="install-1")
+    assert first.status_code == 202, first.json()
+    assert again.json() == first.json()
+    assert again["Idempotent-Replay"] == "true"
+    assert Operation.objects.filter(node=node, kind="install").count() == 1

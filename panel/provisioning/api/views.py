@@ -9,6 +9,7 @@ from rest_framework.response import Response
 
 from panel.accounts.roles import ADMIN, OPERATOR
 from panel.core.api import PanelViewSet
+from panel.core.idempotency import idempotent
 from panel.nodes.models import Node
 from panel.operations.api.serializers import OperationSerializer
 from panel.operations.models import Operation
@@ -97,6 +98,7 @@ class NodeStackViewSet(PanelViewSet):
 
     @extend_schema(request=StartSerializer, responses={202: OperationSerializer})
     @action(detail=True, methods=["post"])
+    @idempotent
     def install(self, request, name=None):
         data = StartSerializer(data=request.data)
         data.is_valid(raise_exception=True)
