@@ -60,6 +60,9 @@ def record_heartbeat(data: dict) -> Node | None:
             from panel.monitoring.alerts import node_came_back
 
             node_came_back(node)
+            from panel.provisioning.services import resume_after_reboot
+
+            resume_after_reboot(node)
         if node.inventoried_at is None:
             _inventory_once(node)
     return node

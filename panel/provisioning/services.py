@@ -193,7 +193,8 @@ def start_install(
         operation = _start(node, OperationKind.INSTALL, AGENT_INSTALL, request, panel_url, user, {})
         stack = stack_of(node)
         stack.status, stack.profile, stack.install_operation = StackStatus.INSTALLING, profile_key, operation
-        stack.install_request, stack.plan, stack.failed_step = request, [], ""
+        # The panel's address is kept so a resume after a reboot (no request to take it from) can use it.
+        stack.install_request, stack.plan, stack.failed_step = {**request, "panel_url": panel_url}, [], ""
         stack.save()
     return operation
 
@@ -218,6 +219,16 @@ def resume_install(node, *, user=None, panel_url: str, from_step: str | None = N
         stack.status, stack.install_operation = StackStatus.INSTALLING, operation
         stack.save(update_fields=["status", "install_operation", "updated"])
     return operation
+
+
+def resume_after_reboot(node) -> Operation | None:
+    """The node's agent is back: an install that stopped for a reboot carries on by itself."""
+    stack = NodeStack.objects.filter(node=node, status=StackStatus.WAITING_REBOOT).first()
+    panel_url = (stack.install_request or {}).get("panel_url", "") if stack else ""
+    if stack is None or not (conf.public_url() or panel_url):
+        return None
+    user = stack.install_operation.created_by if stack.install_operation else None
+    return resume_install(node, user=user, panel_url=panel_url)
 
 
 def cancel(operation: Operation) -> None:

@@ -160,3 +160,29 @@ def test_an_install_retried_with_the_same_idempotency_key_starts_once(store, ali
     assert again.json() == first.json()
     assert again["Idempotent-Replay"] == "true"
     assert Operation.objects.filter(node=node, kind="install").count() == 1
+
+
+@pytest.mark.usefixtures("_wired_to_redis")
+def test_an_install_waiting_for_a_reboot_resumes_when_the_agent_is_back(store, alice):
+    from panel.nodes.services import record_heartbeat
+    from panel.operations.models import Operation
+    from panel.provisioning.models import StackStatus
+    from panel.provisioning.services import stack_of, start_install
+    from workers.contracts import Heartbeat, utcnow
+
+    node = make_node()
+    first = start_install(node, PROFILE, user=alice, panel_url="http://panel.example:8000")
+    stack = stack_of(node)
+    stack.status, stack.failed_step = StackStatus.WAITING_REBOOT, "reboot"
+    stack.save()
+    first.status = "succeeded"
+    first.save()
+    node.status = "offline"  # the host rebooted
+    node.save()
+
+    record_heartbeat(Heartbeat(node=node.name, time=utcnow(), agent_version="test").model_dump(mode="json"))
+
+    resumed = Operation.objects.filter(node=node, kind="install").exclude(pk=first.pk).get()
+    assert resumed.params["resume_from"] == "reboot"
+    assert resumed.created_by == alice
+    assert stack_of(node).status == StackStatus.INSTALLING
