@@ -1,6 +1,5 @@
 """Agent registration with a join token: scoped to one node name, expiring, single use."""
 
-import os
 import secrets
 import shlex
 from datetime import timedelta
@@ -51,9 +50,7 @@ def claim_join_token(beat) -> bool:
 def agent_broker_url(panel_host: str) -> str:
     """The broker URL an agent should use. A broker on the panel's loopback is reached through the panel's
     host name; set PANEL_AGENT_BROKER_URL when agents see the broker under another address."""
-    configured = getattr(settings, "PANEL_AGENT_BROKER_URL", "") or os.environ.get(
-        "PANEL_AGENT_BROKER_URL", ""
-    )
+    configured = settings.PANEL_AGENT_BROKER_URL
     if configured:
         return configured
     url = urlsplit(settings.CELERY_BROKER_URL)

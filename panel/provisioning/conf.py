@@ -1,15 +1,13 @@
-"""Provisioning settings. Read from Django settings when the lead has added them there, else from the
-environment, so `.env` works either way: PANEL_PIP_INDEX_URL, PANEL_PIP_EXTRA_INDEX_URLS, PANEL_URL."""
+"""Provisioning settings (panel/settings.py reads them from the environment): PANEL_PIP_INDEX_URL,
+PANEL_PIP_EXTRA_INDEX_URLS, PANEL_URL."""
 
-import os
 from pathlib import Path
 
 from django.conf import settings
 
 
-def _setting(name: str, default: str = "") -> str:
-    value = getattr(settings, name, None)
-    return str(value) if value not in (None, "") else os.environ.get(name, default)
+def _setting(name: str) -> str:
+    return str(getattr(settings, name) or "")
 
 
 def pip_index_url() -> str:
