@@ -68,6 +68,7 @@ async def test_an_anonymous_socket_is_refused_before_accept():
     connected, code = await communicator.connect()
     assert not connected
     assert code == 4401
+    await communicator.disconnect()  # as the server does after a refusal; ends the consumer's tasks
 
 
 @pytest.mark.django_db(transaction=True)
