@@ -197,6 +197,10 @@ CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL)
 # Panel behaviour
 PANEL_ADMIN_PASSWORD = _read_secret("PANEL_ADMIN_PASSWORD", default="")
 PANEL_HEARTBEAT_INTERVAL = env.float("PANEL_HEARTBEAT_INTERVAL", default=5.0)
+# Inventory a node when its agent first speaks. Off in the test suite: tests start the operations they check.
+PANEL_INVENTORY_ON_FIRST_HEARTBEAT = env.bool(
+    "PANEL_INVENTORY_ON_FIRST_HEARTBEAT", default=PANEL_MODE != "test"
+)
 PANEL_BROWSER_EVENTS_PER_SECOND = env.int("PANEL_BROWSER_EVENTS_PER_SECOND", default=30)
 PANEL_SECRETS_KEY = _read_secret("PANEL_SECRETS_KEY", default="")
 PANEL_METRICS_ALLOW = env.list("PANEL_METRICS_ALLOW", default=["127.0.0.1", "::1"])

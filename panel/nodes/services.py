@@ -4,6 +4,7 @@ nodes are in panel.nodes.lifecycle."""
 import logging
 from datetime import timedelta
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -63,7 +64,7 @@ def record_heartbeat(data: dict) -> Node | None:
             from panel.provisioning.services import resume_after_reboot
 
             resume_after_reboot(node)
-        if node.inventoried_at is None:
+        if node.inventoried_at is None and settings.PANEL_INVENTORY_ON_FIRST_HEARTBEAT:
             _inventory_once(node)
     return node
 

@@ -105,3 +105,24 @@ async def test_a_heartbeat_through_celery_marks_the_node_online(celery_worker):
         await asyncio.sleep(0.1)
     assert node.status == "online"
     assert node.effective_status == "online"
+
+
+async def test_a_new_agents_first_heartbeat_starts_its_inventory(celery_worker, settings):
+    from panel.nodes.models import Node
+    from panel.operations.models import Operation
+    from workers.contracts import Heartbeat, utcnow
+    from workers.events import send_to_panel
+    from workers.task_names import HEARTBEAT
+
+    settings.PANEL_INVENTORY_ON_FIRST_HEARTBEAT = True
+    node = await sync_to_async(make_node)()
+    beat = Heartbeat(node=TEST_NODE, time=utcnow(), agent_version="test", interval_s=1.0)
+    await sync_to_async(send_to_panel)(HEARTBEAT, beat.model_dump(mode="json"))
+    for _ in range(300):
+        operation = await sync_to_async(Operation.objects.filter(node=node, kind="inventory").first)()
+        if operation is not None and operation.final_seq and operation.last_seq >= operation.final_seq:
+            break
+        await asyncio.sleep(0.1)
+    assert operation is not None
+    assert operation.status == "succeeded"
+    assert await sync_to_async(lambda: Node.objects.get(pk=node.pk).npus.count())() == 8
