@@ -132,6 +132,16 @@ def _kunpeng_4p_distances() -> tuple[tuple[int, ...], ...]:
     return tuple(rows)
 
 
+# What the A2, 300I Pro and Duo hosts run: one HDK 24.1 / CANN 8.0 stack on a two-socket Kunpeng 920.
+HDK_24_1_STACK = {
+    "npu_smi_version": "24.1.rc2",
+    "driver_version": "24.1.rc2",
+    "firmware_version": "7.5.0.1.129",
+    "cann_version": "8.0.RC3",
+}
+KUNPENG_2P_HOST = {"sockets": 2, "numa_distances": KUNPENG_2P_DISTANCES}
+
+
 def _atlas_800i_a2() -> Profile:
     buses = [0xC1, 0x01, 0xC2, 0x02, 0x81, 0x41, 0x82, 0x42]
     base = [3340, 3334, 3336, 3335, 3334, 3337, 3335, 3336]
@@ -154,13 +164,9 @@ def _atlas_800i_a2() -> Profile:
         aicore_freq_mhz=1800,
         pci_device_id="0xD802",
         board_id="0x33",
-        npu_smi_version="24.1.rc2",
-        driver_version="24.1.rc2",
-        firmware_version="7.5.0.1.129",
-        cann_version="8.0.RC3",
+        **HDK_24_1_STACK,
         numa_nodes=_four_nodes(32, 257_024),
-        sockets=2,
-        numa_distances=KUNPENG_2P_DISTANCES,
+        **KUNPENG_2P_HOST,
         os_id="openeuler-22.03-sp1",
         kernel="5.10.0-136.12.0.86.oe2203sp1.aarch64",
         default_node_name="ascend-a2-01",
@@ -189,13 +195,9 @@ def _atlas_300i_pro() -> Profile:
         aicore_freq_mhz=1080,
         pci_device_id="0xD500",
         board_id="0x64",
-        npu_smi_version="24.1.rc2",
-        driver_version="24.1.rc2",
-        firmware_version="7.5.0.1.129",
-        cann_version="8.0.RC3",
+        **HDK_24_1_STACK,
         numa_nodes=_four_nodes(32, 128_512),
-        sockets=2,
-        numa_distances=KUNPENG_2P_DISTANCES,
+        **KUNPENG_2P_HOST,
         os_id="kylin-v10-sp2",
         kernel="4.19.90-24.4.v2101.ky10.aarch64",
         default_node_name="ascend-300ipro-01",
@@ -226,13 +228,9 @@ def _atlas_300i_duo() -> Profile:
         aicore_freq_mhz=1080,
         pci_device_id="0xD500",
         board_id="0x65",
-        npu_smi_version="24.1.rc2",
-        driver_version="24.1.rc2",
-        firmware_version="7.5.0.1.129",
-        cann_version="8.0.RC3",
+        **HDK_24_1_STACK,
         numa_nodes=_four_nodes(32, 128_512),
-        sockets=2,
-        numa_distances=KUNPENG_2P_DISTANCES,
+        **KUNPENG_2P_HOST,
         os_id="kylin-v10-sp2",
         kernel="4.19.90-24.4.v2101.ky10.aarch64",
         default_node_name="ascend-300iduo-01",
