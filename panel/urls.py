@@ -2,11 +2,11 @@ from django.conf import settings
 from django.conf.urls.static import static
 from django.contrib import admin
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
 from panel.accounts.api.views import ApiTokenViewSet
 from panel.catalog.api.views import ModelArtifactViewSet, ModelViewSet
+from panel.core.api_docs import DocsView, SchemaView
 from panel.deployments.api.chat import chat as deployment_chat
 from panel.deployments.api.views import BenchmarkViewSet, DeploymentViewSet
 from panel.monitoring.api.views import AlertViewSet, LatestMetricsView
@@ -35,8 +35,8 @@ urlpatterns = [
     path("api/v1/", include(router.urls)),
     path("metrics", prometheus_metrics, name="prometheus-metrics"),
     path("alerts/", include("panel.monitoring.urls")),
-    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("api/schema/", SchemaView.as_view(), name="schema"),
+    path("api/docs/", DocsView.as_view(url_name="schema"), name="api-docs"),
     path("i18n/", include("django.conf.urls.i18n")),
     path("admin/", admin.site.urls),  # user and role management for admins
     path("accounts/", include("panel.accounts.urls")),

@@ -1,17 +1,52 @@
-"""/api/schema/ tells the truth: error answers, how to authenticate, and id types are documented."""
+"""/api/schema/ tells the truth: error answers, how to authenticate, and id types are documented; it and
+/api/docs/ are for signed-in users and API tokens only, like the rest of the API."""
 
 import pytest
 import yaml
+from django.test import Client
+from django.utils import timezone
 from rest_framework.test import APIClient
+
+from panel.accounts.models import ApiToken
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def openapi():
-    response = APIClient().get("/api/schema/")
+def openapi(charlie):
+    client = Client()
+    client.force_login(charlie)
+    response = client.get("/api/schema/")
     assert response.status_code == 200
     return yaml.safe_load(response.content)
+
+
+def test_an_anonymous_client_gets_neither_the_schema_nor_the_docs_page():
+    client = APIClient()
+    schema = client.get("/api/schema/")
+    assert schema.status_code == 401
+    assert schema["WWW-Authenticate"] == "Bearer"
+    assert "/api/v1/nodes/" not in schema.content.decode()
+    docs = client.get("/api/docs/")
+    assert docs.status_code == 302
+    assert docs["Location"] == "/accounts/login/?next=/api/docs/"
+
+
+def test_an_api_token_reads_the_schema_and_a_revoked_one_does_not(charlie):
+    token, raw = ApiToken.issue(charlie, "schema")
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    assert "/api/v1/nodes/" in yaml.safe_load(client.get("/api/schema/").content)["paths"]
+    ApiToken.objects.filter(pk=token.pk).update(revoked=timezone.now())
+    assert client.get("/api/schema/").status_code == 401
+
+
+def test_a_signed_in_viewer_opens_the_docs_page(charlie):
+    client = Client()
+    client.force_login(charlie)
+    response = client.get("/api/docs/")
+    assert response.status_code == 200
+    assert b"swagger-ui" in response.content
 
 
 def test_every_operation_documents_its_error_answers_in_the_error_shape(openapi):
