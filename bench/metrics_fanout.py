@@ -3,9 +3,10 @@
     .venv/bin/python bench/metrics_fanout.py [--nodes 32] [--clients 8] [--seconds 20] [--pool threads]
 
 Starts an embedded redis-server, a daphne and the panel worker (as `make run` does, panel/run.py) on a scratch
-database, then N simulated agents in a separate publisher process (real MetricBatch messages through Celery at
-1 Hz per node, spread over the second; the figures come from workers.sim read through the sampler's own table
-parser, one reading per tick shared by all nodes so the publisher stays cheap) and, one phase after the other:
+database, then N simulated agents in a separate publisher process (real MetricBatch messages pushed to the
+metrics inbox as agents push them, 1 Hz per node, spread over the second; the figures come from workers.sim
+read through the sampler's own table parser, one reading per tick shared by all nodes so the publisher stays
+cheap) and, one phase after the other:
   push:    K websocket clients subscribed to every node group;
   polling: K clients asking GET /api/v1/metrics/latest/ (every node in one answer, as the dashboard's
            back-fill does) once a second.
@@ -108,12 +109,12 @@ class Panel:
 
 def publish(nodes: int) -> None:
     """The simulated agents (run in their own process by `--publish`): one MetricBatch per node per second."""
+    from workers import metrics_inbox
     from workers.ascend.npu_smi import parse_mapping, parse_table
     from workers.celery_app import app
     from workers.contracts import MetricBatch, MetricSample, utcnow
-    from workers.sampler import METRICS_EXPIRE_S, npu_samples, read_host
+    from workers.sampler import npu_samples, read_host
     from workers.sim import npu_smi_render, readings, state
-    from workers.task_names import INGEST_METRICS, PANEL_QUEUE
 
     app.conf.broker_url = os.environ["REDIS_URL"]
     profile = get_profile(PROFILE)
@@ -127,12 +128,12 @@ def publish(nodes: int) -> None:
         seq += 1
         text = npu_smi_render.render_table(profile, readings.read_chips(profile, sim_state, time.time()))
         sample = MetricSample(time=utcnow(), host=read_host(), npus=npu_samples(parse_table(text), logic))
-        batch = MetricBatch(node="-", samples=[sample], seq=seq).model_dump(mode="json")
+        batch = MetricBatch(node="-", samples=[sample], seq=seq)
         for name in names:
-            now = utcnow().isoformat()
-            batch["samples"][0]["time"] = batch["sent_at"] = now  # the figures are shared, the times are not
-            batch["node"] = name
-            app.send_task(INGEST_METRICS, args=[batch], queue=PANEL_QUEUE, expires=METRICS_EXPIRE_S)
+            now = utcnow()
+            batch.samples[0].time = batch.sent_at = now  # the figures are shared, the times are not
+            batch.node = name
+            metrics_inbox.push(batch)
             next_at += slot
             time.sleep(max(0.0, next_at - time.monotonic()))
 

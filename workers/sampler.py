@@ -5,8 +5,9 @@ of every chip; `npu-smi info -m` (logic ids) runs only at start and when the set
 without npu-smi sends host figures only; an npu-smi failure is sent as the sample's `error` (with its hint)
 so the panel can show why the NPUs went quiet.
 
-Every sample is sent (1 Hz by default): the panel is the aggregator. The interval comes from
-ASCEND_PANEL_METRICS_S and can be changed at run time by the panel (task agent.set_metrics_interval).
+Every sample is sent (1 Hz by default) through the metrics inbox (workers.metrics_inbox): the panel is
+the aggregator. The interval comes from ASCEND_PANEL_METRICS_S and can be changed at run time by the
+panel (task agent.set_metrics_interval).
 """
 
 import logging
@@ -17,18 +18,14 @@ import time
 
 import psutil
 
+from workers import metrics_inbox
 from workers.ascend.npu_smi import NpuSmiError, npu_smi_argv, parse_mapping, parse_table, raise_for_error
-from workers.celery_app import app
 from workers.contracts import HostSample, MetricBatch, MetricSample, NpuSample, utcnow
 from workers.i18n import gettext_noop as _
-from workers.task_names import INGEST_METRICS, PANEL_QUEUE
 
 log = logging.getLogger(__name__)
 
 NPU_SMI_TIMEOUT_S = 10
-# A metrics message the panel has not taken within this long is dropped by Celery: after an outage the
-# panel wants the current figures, not a backlog of old ones.
-METRICS_EXPIRE_S = 30
 MIN_INTERVAL_S = 0.2
 MB = 1024 * 1024
 
@@ -53,9 +50,7 @@ def current_interval(default: float) -> float:
 
 
 def send_metrics(batch: MetricBatch) -> None:
-    app.send_task(
-        INGEST_METRICS, args=[batch.model_dump(mode="json")], queue=PANEL_QUEUE, expires=METRICS_EXPIRE_S
-    )
+    metrics_inbox.push(batch)
 
 
 def run_command(argv: list[str], timeout: float = NPU_SMI_TIMEOUT_S) -> tuple[int, str] | None:

@@ -5,7 +5,6 @@ PANEL_QUEUE = "panel"
 SSH_RUNNER_QUEUE = "ssh-runner"
 
 INGEST_EVENTS = "panel.ingest_events"
-INGEST_METRICS = "panel.ingest_metrics"
 HEARTBEAT = "panel.heartbeat"
 
 AGENT_INVENTORY = "agent.inventory"

@@ -1,13 +1,14 @@
-"""Panel tasks of monitoring: metrics ingest (1 Hz per node), the minute downsampler and pruning (beat),
-and the alert webhook (with retries, never in the ingest path). All run on the panel queue (the default)."""
+"""Panel tasks of monitoring: the minute downsampler and pruning (beat) and the alert webhook (with retries,
+never in the ingest path), all on the panel queue (the default). Metrics themselves do not come as tasks:
+every panel worker drains the metrics inbox in a thread (panel.monitoring.inbox), registered here."""
 
 import logging
 from datetime import UTC, datetime, timedelta
 
 import httpx
 
+from panel.monitoring.inbox import MetricsIngestStep
 from workers.celery_app import app
-from workers.task_names import INGEST_METRICS
 
 log = logging.getLogger(__name__)
 
@@ -15,11 +16,7 @@ WEBHOOK_TIMEOUT_S = 10
 WEBHOOK_RETRIES = 5
 
 
-@app.task(name=INGEST_METRICS)
-def ingest_metrics(batch: dict) -> None:
-    from panel.monitoring.services import ingest_metrics as ingest
-
-    ingest(batch)
+app.steps["worker"].add(MetricsIngestStep)
 
 
 @app.task(name="panel.monitoring.downsample")

@@ -1,5 +1,5 @@
 """A large fleet without hosts: metric batches for N nodes × 8 NPUs, sent every second the way agents send
-them (Celery task panel.ingest_metrics on the panel queue), so the panel's real ingest, alerts, fleet
+them (the metrics inbox, workers.metrics_inbox), so the panel's real ingest, alerts, fleet
 summary and websocket fan-out carry them to the dashboard.
 
     python -m tests.browser.fake_fleet --nodes 64 --seconds 120      # with the panel's REDIS_URL set
@@ -15,9 +15,8 @@ import math
 import random
 import time
 
+from workers import metrics_inbox
 from workers.contracts import HostSample, MetricBatch, MetricSample, NpuSample, utcnow
-from workers.events import send_to_panel
-from workers.task_names import INGEST_METRICS
 
 NPUS_PER_NODE = 8
 HBM_TOTAL_MB = 65536
@@ -73,10 +72,9 @@ class FakeNode:
         )
         return MetricSample(time=utcnow(), host=host, npus=npus)
 
-    def batch(self, tick: int) -> dict:
+    def batch(self, tick: int) -> MetricBatch:
         self.seq += 1
-        batch = MetricBatch(node=self.name, samples=[self.sample(tick)], seq=self.seq, sent_at=utcnow())
-        return batch.model_dump(mode="json")
+        return MetricBatch(node=self.name, samples=[self.sample(tick)], seq=self.seq, sent_at=utcnow())
 
 
 def run(count: int, seconds: float, seed: int = 7) -> None:
@@ -86,7 +84,7 @@ def run(count: int, seconds: float, seed: int = 7) -> None:
     tick = 0
     while time.monotonic() - started < seconds:
         for node in fleet:
-            send_to_panel(INGEST_METRICS, node.batch(tick))
+            metrics_inbox.push(node.batch(tick))
         tick += 1
         time.sleep(max(0.0, started + tick - time.monotonic()))
 

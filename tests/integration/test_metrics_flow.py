@@ -1,6 +1,6 @@
-"""The metrics path with real parts: sampler on a simulated A2 host → Celery (Redis) → panel ingest →
-websocket, Redis ring buffer, minute table, history API, /metrics; and alerts raised, resolved and
-acknowledged."""
+"""The metrics path with real parts: sampler on a simulated A2 host → metrics inbox (Redis) → the panel
+worker's ingester → websocket, Redis ring buffer, minute table, history API, /metrics; and alerts raised,
+resolved and acknowledged."""
 
 import asyncio
 import subprocess
@@ -11,7 +11,7 @@ from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 from prometheus_client.parser import text_string_to_metric_families
 
-import panel.monitoring.tasks  # noqa: F401  registers the ingest task with the in-process worker
+import panel.monitoring.tasks  # noqa: F401  registers the metrics ingester with the in-process worker
 from panel.asgi import application
 from tests.conftest import api_client_for
 from tests.integration.conftest import TEST_NODE
@@ -60,7 +60,7 @@ async def receive(communicator, predicate, timeout=15):
 
 
 def sample_and_send():
-    """One tick of the agent's sampler against the sim host, sent through Celery like the agent does."""
+    """One tick of the agent's sampler against the sim host, sent through the inbox like the agent does."""
     from workers.contracts import MetricBatch, utcnow
     from workers.sampler import Sampler, send_metrics
 

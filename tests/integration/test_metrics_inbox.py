@@ -1,0 +1,77 @@
+"""The metrics inbox on a real Redis: what agents push, the panel worker's ingester takes, oldest first;
+the backlog is capped; stale and malformed batches are dropped without stopping the others."""
+
+import time
+from datetime import timedelta
+
+import pytest
+
+from panel.monitoring import store
+from panel.monitoring.inbox import MetricsIngester
+from panel.nodes.models import Node
+from workers import metrics_inbox
+from workers.broker import broker_redis
+from workers.contracts import HostSample, MetricBatch, MetricSample, NpuSample, utcnow
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
+
+
+def a_batch(node: str, seq: int, sent_ago_s: float = 0) -> MetricBatch:
+    taken = utcnow() - timedelta(seconds=sent_ago_s)
+    npu = NpuSample(npu_id=0, chip_id=0, health="OK", aicore_pct=float(seq), hbm_used_mb=1, hbm_total_mb=2)
+    host = HostSample(cpu_pct=1, memory_used_mb=1, memory_total_mb=2, load1=0.1)
+    return MetricBatch(
+        node=node, samples=[MetricSample(time=taken, host=host, npus=[npu])], seq=seq, sent_at=taken
+    )
+
+
+@pytest.fixture
+def inbox(_wired_to_redis):
+    broker_redis().delete(metrics_inbox.inbox_key())
+    yield
+    broker_redis().delete(metrics_inbox.inbox_key())
+
+
+@pytest.fixture
+def node(inbox):
+    found = Node.objects.create(name="inbox-node", transport="agent")
+    yield found
+    store.forget_node(found.name)
+
+
+def test_batches_come_out_oldest_first_and_the_wait_ends_empty(inbox):
+    for seq in (1, 2, 3):
+        metrics_inbox.push(a_batch("n", seq))
+    taken = metrics_inbox.take(wait_s=1)
+    assert [metrics_inbox.decode(raw)["seq"] for raw in taken] == [1, 2, 3]
+    assert metrics_inbox.take(wait_s=0.1) == []
+
+
+def test_the_backlog_keeps_only_the_newest(inbox, monkeypatch):
+    monkeypatch.setattr(metrics_inbox, "MAX_BACKLOG", 5)
+    for seq in range(1, 9):
+        metrics_inbox.push(a_batch("n", seq))
+    assert broker_redis().llen(metrics_inbox.inbox_key()) == 5
+    assert [metrics_inbox.decode(raw)["seq"] for raw in metrics_inbox.take(wait_s=1)] == [4, 5, 6, 7, 8]
+
+
+def test_the_ingester_stores_fresh_batches_and_drops_stale_and_malformed_ones(node):
+    broker_redis().rpush(metrics_inbox.inbox_key(), b"not json", b"[1, 2]")
+    metrics_inbox.push(a_batch(node.name, seq=1, sent_ago_s=metrics_inbox.MAX_AGE_S + 60))
+    metrics_inbox.push(a_batch(node.name, seq=2))
+    metrics_inbox.push(a_batch("nobody-registered-this", seq=3))
+    ingester = MetricsIngester()
+    ingester.start()
+    try:
+        deadline = time.monotonic() + 30
+        while broker_redis().llen(metrics_inbox.inbox_key()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        while ingester.ingested < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        ingester.stop()
+    assert ingester.ingested == 2  # the fresh batch and the unknown node's (which ingest itself drops)
+    latest = store.read_latest([node.name])[node.name]
+    assert latest["seq"] == 2
+    assert latest["npus"][0]["aicore_pct"] == 2.0
+    assert [sample["n"][0][2] for sample in store.read_ring(node.name, 0)] == [2.0]
