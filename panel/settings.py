@@ -144,8 +144,11 @@ STORAGES = {
 }
 WHITENOISE_USE_FINDERS = DEVELOPMENT_MODE
 
-SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=False)
-CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+# Production sits behind a TLS proxy: its cookies never travel over plain HTTP. `make run` and the tests
+# serve http://127.0.0.1, so they default to off. A plain-HTTP lab install turns off SESSION_COOKIE_SECURE,
+# and the CSRF cookie follows unless set on its own (one cookie without the other breaks every form).
+SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=not DEVELOPMENT_MODE)
+CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=SESSION_COOKIE_SECURE)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

@@ -1,5 +1,5 @@
 """Outside `make run` and the tests the panel refuses to start without SECRET_KEY, saying how to make one,
-and runs with DEBUG off. Real interpreters importing the real settings module."""
+and runs with DEBUG off and HTTPS-only cookies. Real interpreters importing the real settings module."""
 
 import os
 import subprocess
@@ -10,13 +10,18 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 PROBE = "import django; django.setup(); from django.conf import settings; print(settings.DEBUG)"
+COOKIES_PROBE = (
+    "import django; django.setup(); from django.conf import settings; "
+    "print(settings.SESSION_COOKIE_SECURE, settings.CSRF_COOKIE_SECURE)"
+)
+DOT_ENV = (REPO / ".env").read_text() if (REPO / ".env").exists() else ""
 
 
-def _start(**env):
+def _start(probe=PROBE, **env):
     # A clean environment: nothing of the test run (PANEL_MODE, SECRET_KEY, DEBUG) leaks in.
     clean = {"PATH": os.environ["PATH"], "DJANGO_SETTINGS_MODULE": "panel.settings", "PYTHONPATH": str(REPO)}
     return subprocess.run(
-        [sys.executable, "-c", PROBE],
+        [sys.executable, "-c", probe],
         env={**clean, **env},
         cwd=REPO,
         capture_output=True,
@@ -26,8 +31,7 @@ def _start(**env):
 
 
 @pytest.mark.skipif(
-    "SECRET_KEY" in ((REPO / ".env").read_text() if (REPO / ".env").exists() else ""),
-    reason="this checkout's .env sets SECRET_KEY, and settings read it",
+    "SECRET_KEY" in DOT_ENV, reason="this checkout's .env sets SECRET_KEY, and settings read it"
 )
 def test_production_without_secret_key_exits_with_the_fix():
     done = _start(PANEL_MODE="production")
@@ -47,3 +51,27 @@ def test_secret_key_may_come_from_a_file(tmp_path):
     secret.write_text("y" * 50 + "\n")
     done = _start(PANEL_MODE="production", SECRET_KEY_FILE=str(secret))
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.skipif("COOKIE_SECURE" in DOT_ENV, reason="this checkout's .env sets the cookie flags")
+@pytest.mark.parametrize(
+    ("mode", "expected"), [("production", "True True"), ("run", "False False"), ("test", "False False")]
+)
+def test_cookies_are_https_only_by_default_in_production_only(mode, expected):
+    done = _start(COOKIES_PROBE, PANEL_MODE=mode, SECRET_KEY="x" * 50)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == expected
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        ({"SESSION_COOKIE_SECURE": "false"}, "False False"),  # a plain-HTTP lab: the CSRF cookie follows
+        ({"SESSION_COOKIE_SECURE": "false", "CSRF_COOKIE_SECURE": "true"}, "False True"),
+        ({"CSRF_COOKIE_SECURE": "false"}, "True False"),
+    ],
+)
+def test_production_cookie_flags_may_be_overridden(flags, expected):
+    done = _start(COOKIES_PROBE, PANEL_MODE="production", SECRET_KEY="x" * 50, **flags)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == expected
