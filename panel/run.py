@@ -17,6 +17,9 @@ from pathlib import Path
 BASE_DIR = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 DEMO_NODES = (("sim-a2", "atlas-800i-a2"), ("sim-duo", "atlas-300i-duo"))
+# Both carry a sample ONNX model to try ATC on (their CANN toolkits have atc); msModelSlim is on the A2
+# only, so the Models page shows both the msModelSlim backend and what happens where it is missing.
+DEMO_SIM_FLAGS = {"sim-a2": ["--sample-onnx", "--with-msmodelslim"], "sim-duo": ["--sample-onnx"]}
 PR_SET_PDEATHSIG = 1
 
 
@@ -175,6 +178,7 @@ def main() -> None:
                     str(root),
                     "--node-name",
                     node,
+                    *DEMO_SIM_FLAGS[node],
                 ]
             )
             agents.append((node, root))

@@ -1,6 +1,7 @@
 """Command line of the sim host.
 
 python -m workers.sim create --profile atlas-800i-a2 --root DIR [--node-name NAME] [--reset]
+    [--with-msmodelslim] [--sample-onnx]
 python -m workers.sim fault --root DIR --npu N [--chip C] --health OK|Warning|Alarm
 python -m workers.sim fault --root DIR --driver-unloaded | --device-held | --clear
 """
@@ -10,8 +11,11 @@ import sys
 from pathlib import Path
 
 from workers.sim import state as sim_state
+from workers.sim.onnx_file import write_tiny_vision_model
 from workers.sim.profiles import PROFILES, get_profile
 from workers.sim.tree import create_host
+
+SAMPLE_ONNX = "data/models/sample-vision/model.onnx"
 
 
 def inject_fault(root: Path, args: argparse.Namespace) -> str:
@@ -49,6 +53,14 @@ def build_parser() -> argparse.ArgumentParser:
     create_parser.add_argument("--root", required=True, type=Path)
     create_parser.add_argument("--node-name")
     create_parser.add_argument("--reset", action="store_true", help="forget faults and holders")
+    create_parser.add_argument(
+        "--with-msmodelslim", action="store_true", help="install the msModelSlim stand-in (bin/msmodelslim)"
+    )
+    create_parser.add_argument(
+        "--sample-onnx",
+        action="store_true",
+        help=f"put a tiny ONNX vision model at {SAMPLE_ONNX} to try ATC with (input images:1,3,8,8)",
+    )
 
     fault_parser = commands.add_parser("fault", help="inject or clear a fault")
     fault_parser.add_argument("--root", required=True, type=Path)
@@ -65,7 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "create":
-            state = create_host(args.root, args.profile, args.node_name, args.reset)
+            state = create_host(args.root, args.profile, args.node_name, args.reset, args.with_msmodelslim)
+            if args.sample_onnx:
+                write_tiny_vision_model(args.root / SAMPLE_ONNX)
             print(f"sim host {state['node_name']} ({state['profile']}) ready at {args.root.resolve()}")
             where = args.root.resolve()
             print(f"use it with: PATH={where}/bin:$PATH ASCEND_PANEL_SIM_ROOT={where}")

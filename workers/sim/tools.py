@@ -1,7 +1,9 @@
-"""Entry points of the sim host's executables: npu-smi, lscpu, numactl and uname.
+"""Entry points of the sim host's executables: npu-smi, lscpu, numactl, uname, atc and msmodelslim.
 
-DIR/bin/<tool> is a tiny script that calls `main(tool, argv, root)`; keeping the logic here means a code
-change takes effect without re-creating the sim root. Output goes to stdout like the real tools,
+DIR/bin/<tool> is a tiny script that calls `main(tool, argv, root)` with root = the script's DIR; keeping
+the logic here means a code change takes effect without re-creating the sim root. atc lives in the CANN
+toolkit's bin/ (workers.sim.atc), so its DIR is the toolkit's home; msmodelslim (workers.sim.msmodelslim)
+is the stand-in for msModelSlim. Output goes to stdout like the real tools,
 including npu-smi's errors, which the real tool also prints on stdout.
 """
 
@@ -49,6 +51,14 @@ def main(tool: str, argv: list[str], root: str) -> int:
         return numactl(argv, root)
     if tool == "uname":
         return uname(argv, root)
+    if tool == "atc":
+        from workers.sim import atc
+
+        return atc.main(argv, root)
+    if tool == "msmodelslim":
+        from workers.sim import msmodelslim
+
+        return msmodelslim.main(argv, root)
     print(f"unknown sim tool {tool!r}", file=sys.stderr)
     return 2
 

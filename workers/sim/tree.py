@@ -2,17 +2,23 @@
 
 Everything is written as the real host would show it relative to `/`, so code that reads
 ROOT/usr/local/Ascend/driver/version.info or ROOT/sys/bus/pci/devices/<id>/numa_node works the same on
-a sim root and on a real machine with ROOT=/.
+a sim root and on a real machine with ROOT=/. The set_env.sh scripts name ROOT's absolute paths, as the
+packages write them when installed with --install-path=ROOT/usr/local/Ascend, so sourcing them on the sim
+puts the toolkit's bin/ (where the sim's atc lives) on PATH, as on a real host.
+
+The CANN toolkit carries the operator (kernels) package of the profile's chip only; msModelSlim is there
+when asked for (`create --with-msmodelslim`), as on real hosts, where it is a separate install.
 """
 
 import hashlib
 import os
+import shlex
 import shutil
 import sys
 from pathlib import Path
 
 from workers.sim import state as sim_state
-from workers.sim.profiles import OS_RELEASES, Profile, get_profile
+from workers.sim.profiles import FAMILY_310P, FAMILY_910_93, FAMILY_910B, OS_RELEASES, Profile, get_profile
 from workers.sim.tools import CPU_FLAGS
 from workers.sim.venv import write_sim_venv
 
@@ -22,6 +28,8 @@ HUGEPAGE_SIZES_KB = (64, 2048, 32768, 1048576)  # Kunpeng with 4K base pages
 TOOLS = ("npu-smi", "lscpu", "numactl", "uname")
 GENERATED_DIRS = ("bin", "etc", "proc", "sys", ASCEND)
 REPO_ROOT = Path(__file__).resolve().parents[2]
+KERNELS_CHIP = {FAMILY_910B: "910b", FAMILY_310P: "310p", FAMILY_910_93: "a3"}  # as in the package names
+KERNEL_DIR = Path("opp/built-in/op_impl/ai_core/tbe/kernel")
 
 TOOL_SCRIPT = """#!{python}
 # Written by `python -m workers.sim create`; the logic lives in workers/sim/tools.py.
@@ -35,6 +43,11 @@ sys.exit(main({tool!r}, sys.argv[1:], str(Path(__file__).resolve().parents[1])))
 """
 
 
+def tool_script(tool: str) -> str:
+    """The executable for DIR/bin/<tool>; it calls workers.sim.tools.main with DIR."""
+    return TOOL_SCRIPT.format(python=sys.executable, repo=str(REPO_ROOT), tool=tool)
+
+
 def write(root: Path, relative: str | Path, text: str, mode: int = 0o644) -> None:
     path = root / relative
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -44,8 +57,14 @@ def write(root: Path, relative: str | Path, text: str, mode: int = 0o644) -> Non
     os.replace(temporary, path)
 
 
-def create_host(root: Path, profile_name: str, node_name: str | None = None, reset: bool = False) -> dict:
-    """Write (or refresh) a sim root. Faults and holders survive unless `reset`; returns the state."""
+def create_host(
+    root: Path,
+    profile_name: str,
+    node_name: str | None = None,
+    reset: bool = False,
+    msmodelslim: bool = False,
+) -> dict:
+    """Write (or refresh) a sim root. Faults, holders, msModelSlim stay unless `reset`; returns the state."""
     profile = get_profile(profile_name)
     root.mkdir(parents=True, exist_ok=True)
     if reset:
@@ -59,6 +78,8 @@ def create_host(root: Path, profile_name: str, node_name: str | None = None, res
         )
     name = node_name or (existing or {}).get("node_name") or profile.default_node_name
     build_tree(root, profile, name)
+    if msmodelslim:
+        install_msmodelslim(root)
     if existing is None:
         sim_state.save(root, sim_state.new_state(profile.name, name))
     else:
@@ -78,13 +99,17 @@ def build_tree(root: Path, profile: Profile, node_name: str) -> None:
 
 def write_tools(root: Path) -> None:
     for tool in TOOLS:
-        script = TOOL_SCRIPT.format(python=sys.executable, repo=str(REPO_ROOT), tool=tool)
-        write(root, f"bin/{tool}", script, mode=0o755)
+        write(root, f"bin/{tool}", tool_script(tool), mode=0o755)
     # Tools that look for npu-smi where the driver installs it find it there too.
     link = root / ASCEND / "driver/tools/npu-smi"
     link.parent.mkdir(parents=True, exist_ok=True)
     if not link.is_symlink():
         link.symlink_to(root.resolve() / "bin/npu-smi")
+
+
+def install_msmodelslim(root: Path) -> None:
+    """msModelSlim's console script, where a pip install into the host's Python puts it on PATH."""
+    write(root, "bin/msmodelslim", tool_script("msmodelslim"), mode=0o755)
 
 
 def write_etc(root: Path, profile: Profile, node_name: str) -> None:
@@ -207,13 +232,16 @@ def write_ascend(root: Path, profile: Profile) -> None:
         "# version: 1.0\n" + "".join(f"{name}_running_version={running}\n" for name in components),
     )
     write(root, toolkit / "runtime/version.info", f"Version={cann}\nversion_dir={cann}\n")
+    write(root, toolkit / "bin/atc", tool_script("atc"), mode=0o755)
+    (root / toolkit / KERNEL_DIR / KERNELS_CHIP[profile.family]).mkdir(parents=True, exist_ok=True)
     latest = root / ASCEND / "ascend-toolkit/latest"
     if not latest.is_symlink():
         latest.symlink_to(cann)
+    ascend_home = shlex.quote(str(root.resolve() / ASCEND))
     write(
         root,
         ASCEND / "ascend-toolkit/set_env.sh",
-        "export ASCEND_TOOLKIT_HOME=/usr/local/Ascend/ascend-toolkit/latest\n"
+        f"export ASCEND_TOOLKIT_HOME={ascend_home}/ascend-toolkit/latest\n"
         "export ASCEND_HOME_PATH=${ASCEND_TOOLKIT_HOME}\n"
         "export LD_LIBRARY_PATH=${ASCEND_TOOLKIT_HOME}/lib64:${ASCEND_TOOLKIT_HOME}/lib64/plugin/opskernel:"
         "${LD_LIBRARY_PATH}\n"
@@ -236,6 +264,6 @@ def write_ascend(root: Path, profile: Profile) -> None:
     write(
         root,
         nnal / "set_env.sh",
-        "export ATB_HOME_PATH=/usr/local/Ascend/nnal/atb/latest/atb/cxx_abi_${ATB_CXX_ABI:-0}\n"
+        f"export ATB_HOME_PATH={ascend_home}/nnal/atb/latest/atb/cxx_abi_${{ATB_CXX_ABI:-0}}\n"
         "export LD_LIBRARY_PATH=${ATB_HOME_PATH}/lib:${LD_LIBRARY_PATH}\n",
     )

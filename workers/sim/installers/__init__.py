@@ -4,7 +4,8 @@
     # -> out_dir/Ascend-hdk-910b-npu-driver_24.1.rc2_linux-aarch64.run
 
 The file is an executable Python script (shebang: this interpreter) that behaves like the real package
-on the command line and writes the real version files under --install-path (see script.py).
+on the command line and writes the real version files under --install-path (see script.py). The toolkit
+package also installs the sim's atc in its bin/, as the real one does.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import sys
 from pathlib import Path
 
 from workers.ascend.vercmp import Version
+from workers.sim.tree import tool_script
 from workers.steps.packages import KINDS, OPS, OPS_RENAMED_IN, TOOLKIT, package_filename
 
 SCRIPT = Path(__file__).with_name("script.py")
@@ -47,6 +49,8 @@ def make_sim_package(
         "hdk_version": hdk_version,
         # CANN 8.5.0 moved the default home from ascend-toolkit/<v> to cann-<v>.
         "layout": "cann-dir" if uses_new_layout else "ascend-toolkit",
+        # Executables the package puts in <home>/bin: the sim's, running from this checkout.
+        "bin": {"atc": tool_script("atc")} if kind == TOOLKIT else {},
     }
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -204,6 +204,9 @@ def install_toolkit(package, root, modifiers):
     )
     (home / "lib64").mkdir(parents=True, exist_ok=True)
     (home / "bin").mkdir(parents=True, exist_ok=True)
+    for name, text in package.get("bin", {}).items():
+        write(home / "bin" / name, text.splitlines())
+        (home / "bin" / name).chmod(0o755)
     write(home / "set_env.sh", set_env_lines(home))
     toolkit_dir = root / "ascend-toolkit"
     if package["layout"] == "cann-dir":
