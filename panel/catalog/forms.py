@@ -62,6 +62,11 @@ class ConvertForm(forms.Form):
     device = forms.ChoiceField(
         label=_("msModelSlim device"), choices=[("npu", "NPU"), ("cpu", "CPU")], required=False
     )
+    model_type = forms.CharField(
+        label=_("msModelSlim model type"),
+        required=False,
+        help_text=_("e.g. Qwen2.5-7B-Instruct. Empty: the model's repository name."),
+    )
     path = forms.CharField(label=_("Folder"), required=False)
 
 

@@ -19,7 +19,14 @@ from panel.operations.models import Operation
 from panel.operations.services import create_operation
 from workers import task_names
 from workers.models.catalog import FACT_KEYS, find_model, load_catalog
-from workers.models.commands import CommandInputError, atc_argv, rsync_argv, soc_version_for
+from workers.models.commands import (
+    CommandInputError,
+    atc_argv,
+    msmodelslim_argv,
+    msmodelslim_model_type,
+    rsync_argv,
+    soc_version_for,
+)
 from workers.models.node_paths import UnsafePathError, is_inside, normalise
 
 CONVERSION_TARGETS = ("w8a8_dynamic", "bfloat16", "float16")
@@ -294,6 +301,7 @@ def start_conversion(
     backend: str = "builtin",
     device: str = "npu",
     path: str = "",
+    model_type: str = "",
 ) -> Operation:
     if target not in CONVERSION_TARGETS:
         raise ValidationError({"target": _("Choose W8A8_DYNAMIC, bfloat16 or float16.")})
@@ -305,6 +313,15 @@ def start_conversion(
     path = _check_target_path(
         artifact.node, path or default_path(artifact.model, CONVERSION_SUFFIXES[target])
     )
+    task_extra = {}
+    if backend == "msmodelslim":
+        model_type = model_type or msmodelslim_model_type(artifact.model.repo_id, artifact.model.name)
+        try:  # refused here, with the field to correct, rather than by the agent
+            msmodelslim_argv(artifact.path, path, "w8a8", device, model_type)
+        except CommandInputError as error:
+            field = "model_type" if "model_type" in str(error) else "device"
+            raise ValidationError({field: str(error)}) from None
+        task_extra["model_type"] = model_type
     return _start_on_artifact(
         artifact,
         OperationKind.CONVERT,
@@ -323,6 +340,7 @@ def start_conversion(
             "target_format": target,
             "backend": backend,
             "device": device,
+            **task_extra,
         },
     )
 

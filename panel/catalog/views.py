@@ -155,7 +155,13 @@ def artifact_convert(request, pk):
     def action(artifact):
         data = _post_form(request, ConvertForm)
         return services.start_conversion(
-            artifact, data["target"], request.user, data["backend"], data["device"] or "npu", data["path"]
+            artifact,
+            data["target"],
+            request.user,
+            data["backend"],
+            data["device"] or "npu",
+            data["path"],
+            model_type=data["model_type"],
         )
 
     return _artifact_action(request, pk, action)

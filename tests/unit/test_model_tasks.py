@@ -9,6 +9,7 @@ from workers.models.commands import (
     CommandInputError,
     atc_argv,
     msmodelslim_argv,
+    msmodelslim_model_type,
     parse_rsync_progress,
     rsync_argv,
     soc_version_for,
@@ -138,9 +139,11 @@ def test_the_soc_version_comes_from_the_npu_smi_chip_name():
 
 
 def test_msmodelslim_and_rsync_argv():
-    assert msmodelslim_argv("/m/q", "/m/q-w8a8", "w8a8", "cpu") == [
+    assert msmodelslim_argv("/m/q", "/m/q-w8a8", "w8a8", "cpu", "Qwen2.5-7B-Instruct") == [
         "msmodelslim",
         "quant",
+        "--model_type",
+        "Qwen2.5-7B-Instruct",
         "--model_path",
         "/m/q",
         "--save_path",
@@ -150,6 +153,10 @@ def test_msmodelslim_and_rsync_argv():
         "--quant_type",
         "w8a8",
     ]
+    with pytest.raises(CommandInputError, match="model_type"):
+        msmodelslim_argv("/m/q", "/m/q-w8a8", "w8a8", "npu", "--config=/tmp/x")
+    assert msmodelslim_model_type("Qwen/Qwen2.5-7B-Instruct", "qwen2.5-7b") == "Qwen2.5-7B-Instruct"
+    assert msmodelslim_model_type("", "tiny") == "tiny"
     argv = rsync_argv("/data/models/q", "ascend", "10.0.0.2", "/data/models/q", 2222)
     assert argv[:4] == ["rsync", "-a", "--partial", "--info=progress2"]
     assert argv[-3:] == ["ssh -p 2222 -o BatchMode=yes", "/data/models/q/", "ascend@10.0.0.2:/data/models/q/"]

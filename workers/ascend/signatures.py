@@ -160,4 +160,42 @@ SIGNATURES: tuple[Signature, ...] = (
         ),
         patterns=(token("507010"), r"(?i)\blost heartbeat\b|\bheartbeat\b.*\blost\b"),
     ),
+    # ATC (the ONNX → .om converter) prints `E10001: Value [x] for parameter [--name] is invalid. Reason: ...`
+    # for a bad option value and E10016 for an --input_shape name the model does not have.
+    Signature(
+        code="atc_input_shape",
+        title=_("--input_shape does not fit the model's inputs"),
+        hint=_(
+            "Every name in --input_shape must be one of the ONNX model's graph inputs, with as many "
+            "dimensions as that input has; an input with a dynamic dimension needs its size there. Names "
+            "are case-sensitive and several inputs are separated by ';'. Netron or "
+            "python -c \"import onnx; print(onnx.load('model.onnx').graph.input)\" lists the inputs."
+        ),
+        patterns=(
+            token("E10016"),
+            r"parameter \[--input_shape\] is invalid",
+            r"maybe you should set input_shape",
+        ),
+    ),
+    Signature(
+        code="atc_soc_version",
+        title=_("ATC cannot build for this SoC version"),
+        hint=_(
+            "soc_version must name the chip that will run the model, as npu-smi info shows it with Ascend in "
+            "front (910B3 → Ascend910B3, 310P3 → Ascend310P3), and the node's CANN toolkit needs the "
+            "operator (kernels) package of that chip. Leave the SoC version empty to use this node's NPUs, "
+            "or convert on a node with the target chip."
+        ),
+        patterns=(r"parameter \[--soc_version\] is invalid",),
+    ),
+    Signature(
+        code="atc_model_unreadable",
+        title=_("ATC could not read the ONNX model"),
+        hint=_(
+            "The file given to --model is missing, unreadable or not a valid ONNX model. Check that it is a "
+            "complete .onnx file (not a partial download or a Git LFS pointer) with any external weight "
+            "files beside it; onnx.checker.check_model tells whether the export is valid."
+        ),
+        patterns=(r"parameter \[--model\] is invalid",),
+    ),
 )

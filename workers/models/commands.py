@@ -19,6 +19,8 @@ INPUT_SHAPE = re.compile(
 SOC_VERSION = re.compile(r"Ascend[0-9A-Za-z]+\Z")
 MSMODELSLIM_QUANT_TYPES = ("w8a8", "w8a16", "w4a16", "w8a8s")
 MSMODELSLIM_DEVICES = ("npu", "cpu")
+# msModelSlim's --model_type names the model adapter and best-practice recipe, e.g. Qwen2.5-7B-Instruct.
+MSMODELSLIM_MODEL_TYPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 SSH_USER = re.compile(r"[a-z_][a-z0-9_-]{0,31}\Z")
 SSH_HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,252}\Z|\[?[0-9A-Fa-f:]+\]?\Z")
 
@@ -66,10 +68,20 @@ def atc_argv(
     return [*argv, "--log=error"]
 
 
+def msmodelslim_model_type(repo_id: str, name: str) -> str:
+    """msModelSlim's --model_type for a model: its repository's name (Qwen/Qwen2.5-7B-Instruct →
+    Qwen2.5-7B-Instruct), which is how msModelSlim names its recipes, else the catalog name."""
+    return (repo_id or "").rstrip("/").rsplit("/", 1)[-1] or name
+
+
 def msmodelslim_argv(
-    model_path: str, save_path: str, quant_type: str = "w8a8", device: str = "npu"
+    model_path: str, save_path: str, quant_type: str = "w8a8", device: str = "npu", model_type: str = ""
 ) -> list[str]:
-    """msModelSlim's one-line quantization (`msmodelslim quant ...`)."""
+    """msModelSlim's one-line quantization (`msmodelslim quant ...`); --model_type is required there."""
+    if not MSMODELSLIM_MODEL_TYPE.match(model_type or ""):
+        raise CommandInputError(
+            f"model_type must be msModelSlim's model name, like Qwen2.5-7B-Instruct, not {model_type!r}"
+        )
     if quant_type not in MSMODELSLIM_QUANT_TYPES:
         raise CommandInputError(f"quant_type must be one of {', '.join(MSMODELSLIM_QUANT_TYPES)}")
     if device not in MSMODELSLIM_DEVICES:
@@ -77,6 +89,8 @@ def msmodelslim_argv(
     return [
         "msmodelslim",
         "quant",
+        "--model_type",
+        model_type,
         "--model_path",
         normalise(model_path),
         "--save_path",

@@ -160,11 +160,12 @@ def convert_body(
     target_format: str,
     backend: str = "builtin",
     device: str = "npu",
+    model_type: str = "",
 ) -> dict:
     source = host_path(config.host_root, source_path)
     destination = checked_model_dir(config.host_root, path, models_root)
     if backend == "msmodelslim":
-        return _msmodelslim(emitter, source, destination, path, device)
+        return _msmodelslim(emitter, source, destination, path, device, model_type)
     if target_format == "w8a8_dynamic":
         return _quantize(emitter, source, destination, path)
     return _convert_dtype(emitter, source, destination, path, target_format)
@@ -256,8 +257,8 @@ def _run_logged(emitter, argv: list[str], timeout: float, on_line=None) -> tuple
     return result.ok, lines
 
 
-def _msmodelslim(emitter, source: Path, destination: Path, path: str, device: str) -> dict:
-    from workers.models.commands import msmodelslim_argv
+def _msmodelslim(emitter, source: Path, destination: Path, path: str, device: str, model_type: str) -> dict:
+    from workers.models.commands import CommandInputError, msmodelslim_argv
 
     if shutil.which("msmodelslim") is None:
         raise ModelTaskError(
@@ -265,14 +266,23 @@ def _msmodelslim(emitter, source: Path, destination: Path, path: str, device: st
             _("Install msModelSlim (pip install from the msit repository) or use the built-in quantizer."),
         )
     staging = staging_dir(destination)
+    try:
+        argv = msmodelslim_argv(str(source), str(staging), "w8a8", device, model_type)
+    except CommandInputError as error:
+        raise ModelTaskError(
+            str(error), _("Give msModelSlim's model type, e.g. Qwen2.5-7B-Instruct.")
+        ) from error
     shutil.rmtree(staging, ignore_errors=True)
     emitter.progress(5, "Quantizing with msModelSlim")
-    ok, lines = _run_logged(
-        emitter, msmodelslim_argv(str(source), str(staging), "w8a8", device), MSMODELSLIM_TIMEOUT_S
-    )
+    ok, lines = _run_logged(emitter, argv, MSMODELSLIM_TIMEOUT_S)
     if not ok:
         shutil.rmtree(staging, ignore_errors=True)
-        raise ModelTaskError("msmodelslim failed; see the log", _diagnosed_hint(lines))
+        hint = _diagnosed_hint(lines) or _(
+            "msModelSlim failed: check that the source is the original BF16/FP16 Hugging Face folder, that "
+            "the model type names one msModelSlim supports, and with --device npu that torch-npu sees the "
+            "NPUs; the log above has msModelSlim's own error."
+        )
+        raise ModelTaskError("msmodelslim failed; see the log", hint)
     emitter.progress(95, "Verifying the quantized model")
     described = describe_folder(staging)
     if not str(described["facts"].get("quantization") or "").upper().startswith("W8A8"):

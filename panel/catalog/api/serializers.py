@@ -83,3 +83,9 @@ class ConvertSerializer(serializers.Serializer):
     backend = serializers.ChoiceField(choices=["builtin", "msmodelslim"], default="builtin")
     device = serializers.ChoiceField(choices=["npu", "cpu"], default="npu")
     path = serializers.CharField(required=False, allow_blank=True, default="")
+    model_type = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="msModelSlim's --model_type, e.g. Qwen2.5-7B-Instruct; empty: the repository's name.",
+    )

@@ -91,6 +91,7 @@ class ModelArtifactViewSet(mixins.DestroyModelMixin, ReadOnlyPanelViewSet):
                 v["backend"],
                 v["device"],
                 v["path"],
+                model_type=v["model_type"],
             )
         )
 
