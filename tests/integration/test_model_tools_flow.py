@@ -42,12 +42,24 @@ def log_lines(operation) -> list[tuple[datetime.datetime, str]]:
     return [(event.time, event.payload["line"]) for event in events]
 
 
-def test_atc_converts_the_onnx_model_with_its_log_streamed(onnx_artifact, bob, celery_worker):
-    from panel.catalog.models import ModelArtifact
-    from panel.catalog.services import start_atc
+def started_from_the_models_page(client, user, url_name, artifact, form):
+    """Post the artifact's form as the Models page does; the operation it started."""
+    from django.urls import reverse
 
+    from panel.operations.models import Operation
+
+    client.force_login(user)
+    response = client.post(reverse(url_name, args=[artifact.pk]), form)
+    assert response.status_code in (200, 302), response.content[:500]
+    return Operation.objects.latest("created")
+
+
+def test_atc_converts_the_onnx_model_with_its_log_streamed(onnx_artifact, bob, celery_worker, client):
+    from panel.catalog.models import ModelArtifact
+
+    form = {"input_shape": "images:1,3,8,8", "input_format": "NCHW", "soc_version": "Ascend910B3", "path": ""}
     operation = wait_for(
-        start_atc(onnx_artifact, bob, input_shape="images:1,3,8,8", soc_version="Ascend910B3")
+        started_from_the_models_page(client, bob, "catalog:artifact-atc", onnx_artifact, form)
     )
     assert operation.status == "succeeded", (operation.error, operation.hint)
     om = ModelArtifact.objects.get(made_from=onnx_artifact)
@@ -106,13 +118,13 @@ def hf_artifact(node, bob, celery_worker):
     return ModelArtifact.objects.get(model=model, node=node)
 
 
-def test_msmodelslim_quantizes_on_a_node_that_has_it(hf_artifact, bob, celery_worker):
+def test_msmodelslim_quantizes_on_a_node_that_has_it(hf_artifact, bob, celery_worker, client):
     from panel.catalog.models import ModelArtifact
-    from panel.catalog.services import start_conversion
 
     install_msmodelslim(celery_worker.sim_root)
+    form = {"target": "w8a8_dynamic", "backend": "msmodelslim", "device": "npu", "model_type": "Qwen2-0.5B"}
     operation = wait_for(
-        start_conversion(hf_artifact, "w8a8_dynamic", bob, backend="msmodelslim", model_type="Qwen2-0.5B")
+        started_from_the_models_page(client, bob, "catalog:artifact-convert", hf_artifact, form)
     )
     assert operation.status == "succeeded", (operation.error, operation.hint)
     quantized = ModelArtifact.objects.get(made_from=hf_artifact)
