@@ -1,11 +1,13 @@
 """A real OpenSSH server on loopback for SSH tests (key-only auth, its own host key and config).
 
-Import the fixture explicitly in a test module: `sshd_server = tests.sshd.sshd_server`.
+Import the fixture explicitly in a test module: `sshd_server = tests.sshd.sshd_server` (one server for the
+session) or `restartable_sshd = tests.sshd.restartable_sshd` (one per test, which it can stop and start).
 Needs Debian's openssh-server (/usr/sbin/sshd) and ssh-keygen; tests are skipped with the reason otherwise.
 """
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import os
 import shutil
@@ -15,6 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import pytest
 
 SSHD = "/usr/sbin/sshd"
@@ -83,8 +86,8 @@ def _wait_until_listening(process: subprocess.Popen, port: int, log_path: Path) 
     raise RuntimeError(f"sshd did not listen on 127.0.0.1:{port} within {START_TIMEOUT_S}s")
 
 
-@pytest.fixture(scope="session")
-def sshd_server(tmp_path_factory):
+def _prepare(workdir: Path) -> SshdServer:
+    """Keys, authorized_keys and a checked config in workdir, for a server on a free loopback port."""
     ssh_keygen = shutil.which("ssh-keygen")
     if not os.path.exists(SSHD) or ssh_keygen is None:
         pytest.skip(f"{SSHD} or ssh-keygen is missing: install Debian's openssh-server to run SSH tests")
@@ -92,8 +95,6 @@ def sshd_server(tmp_path_factory):
         # sshd refuses to start as root without its privilege separation directory, which systemd
         # normally creates when the packaged service starts.
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
-
-    workdir = tmp_path_factory.mktemp("sshd")
     username = getpass.getuser()
     _keygen(ssh_keygen, workdir / "host_key")
     _keygen(ssh_keygen, workdir / "client_key")
@@ -101,24 +102,80 @@ def sshd_server(tmp_path_factory):
     port = _free_port()
     config = _write_config(workdir, port, username)
     subprocess.run([SSHD, "-t", "-f", str(config)], check=True, capture_output=True)
+    return SshdServer(
+        host="127.0.0.1",
+        port=port,
+        username=username,
+        client_key_pem=(workdir / "client_key").read_text(),
+        host_public_key_path=workdir / "host_key.pub",
+        workdir=workdir,
+    )
 
-    log_path = workdir / "sshd.log"
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stdout=log, stderr=log)
-    try:
-        _wait_until_listening(process, port, log_path)
-        yield SshdServer(
-            host="127.0.0.1",
-            port=port,
-            username=username,
-            client_key_pem=(workdir / "client_key").read_text(),
-            host_public_key_path=workdir / "host_key.pub",
-            workdir=workdir,
+
+def _launch(server: SshdServer) -> subprocess.Popen:
+    log_path = server.workdir / "sshd.log"
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(
+            [SSHD, "-D", "-e", "-f", str(server.workdir / "sshd_config")],
+            stdout=log,
+            stderr=log,
         )
+    try:
+        _wait_until_listening(process, server.port, log_path)
+    except RuntimeError:
+        _end(process)
+        raise
+    return process
+
+
+def _end(process: subprocess.Popen) -> None:
+    """Stop the listener and the per-connection sshd processes it forked, which run in sessions of their own
+    and outlive a listener that was merely terminated."""
+    with contextlib.suppress(psutil.NoSuchProcess):
+        for child in psutil.Process(process.pid).children(recursive=True):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                child.kill()
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+@pytest.fixture(scope="session")
+def sshd_server(tmp_path_factory):
+    server = _prepare(tmp_path_factory.mktemp("sshd"))
+    process = _launch(server)
+    try:
+        yield server
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        _end(process)
+
+
+class RestartableSshd:
+    """A loopback sshd a test can take away and bring back (same port, same host key). Stopping it ends
+    the sessions it serves as well, as a host that went down would."""
+
+    def __init__(self, server: SshdServer):
+        self.server = server
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        assert self.process is None, "sshd is running already"
+        self.process = _launch(self.server)
+
+    def stop(self) -> None:
+        if self.process is not None:
+            _end(self.process)
+            self.process = None
+
+
+@pytest.fixture
+def restartable_sshd(tmp_path_factory):
+    sshd = RestartableSshd(_prepare(tmp_path_factory.mktemp("sshd-restartable")))
+    sshd.start()
+    try:
+        yield sshd
+    finally:
+        sshd.stop()

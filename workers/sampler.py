@@ -60,11 +60,15 @@ def run_command(argv: list[str], timeout: float = NPU_SMI_TIMEOUT_S) -> tuple[in
     except FileNotFoundError:
         return None
     except subprocess.TimeoutExpired as error:
-        raise NpuSmiError(
-            _("{program} did not answer within {seconds} s").format(program=argv[0], seconds=timeout),
-            _("The NPU driver may be hung; check `dmesg` for davinci errors and run npu-smi info by hand."),
-        ) from error
+        raise timed_out(argv[0], timeout) from error
     return done.returncode, done.stdout + done.stderr
+
+
+def timed_out(program: str, seconds: float) -> NpuSmiError:
+    return NpuSmiError(
+        _("{program} did not answer within {seconds} s").format(program=program, seconds=seconds),
+        _("The NPU driver may be hung; check `dmesg` for davinci errors and run npu-smi info by hand."),
+    )
 
 
 def read_host() -> HostSample:

@@ -12,6 +12,8 @@ AGENT_PREFLIGHT = "agent.preflight"
 AGENT_INSTALL = "agent.install"
 AGENT_SET_METRICS_INTERVAL = "agent.set_metrics_interval"
 AGENT_INSTALL_AGENT = "agent.install_agent"
+# One metrics sample (and liveness probe) of an SSH node, on the central agent's queue.
+AGENT_SAMPLE_SSH_NODE = "agent.sample_ssh_node"
 
 AGENT_LAUNCH_DEPLOYMENT = "agent.launch_deployment"
 AGENT_STOP_DEPLOYMENT = "agent.stop_deployment"

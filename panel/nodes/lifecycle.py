@@ -5,6 +5,7 @@ from datetime import datetime
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from panel.core.choices import DeploymentState, NodeStatus, NodeTransport, OperationStatus
@@ -113,7 +114,9 @@ def confirm_host_key(node: Node, fingerprint: str, user=None):
     with transaction.atomic():
         node.ssh_host_key_fingerprint = confirmed
         node.status = NodeStatus.ONLINE
-        node.save(update_fields=["ssh_host_key_fingerprint", "status", "updated"])
+        # The host just answered; from now on its SSH probes keep this fresh (panel.nodes.ssh_probes).
+        node.last_heartbeat = timezone.now()
+        node.save(update_fields=["ssh_host_key_fingerprint", "status", "last_heartbeat", "updated"])
         _announce(node)
         return start_inventory(node, user=user)
 

@@ -56,9 +56,16 @@ class Node(TimestampedModel):
         return self.name
 
     @property
+    def is_watched(self) -> bool:
+        """Whether the panel expects heartbeats from this node: from its agent, or its SSH probes."""
+        return self.transport == NodeTransport.AGENT or bool(self.ssh_host_key_fingerprint)
+
+    @property
     def effective_status(self) -> str:
-        """Offline as soon as the agent missed three heartbeats, without waiting for the sweeper."""
-        if self.transport != NodeTransport.AGENT:
+        """Offline as soon as the node missed three heartbeats, without waiting for the sweeper. An SSH
+        node's heartbeats are its metric samples, taken once its host key is confirmed (see
+        panel.nodes.ssh_probes); before that nothing reaches it and its stored status stands."""
+        if not self.is_watched:
             return self.status
         if self.last_heartbeat is None:
             return NodeStatus.UNKNOWN if self.status == NodeStatus.UNKNOWN else NodeStatus.OFFLINE

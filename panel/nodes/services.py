@@ -6,6 +6,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from panel.core.choices import NodeStatus, NodeTransport, NpuHealth
@@ -83,10 +84,12 @@ def _inventory_once(node: Node) -> None:
 
 
 def mark_silent_nodes_offline(now=None) -> list[str]:
-    """Nodes whose agent missed three heartbeats become offline (the sweep behind effective_status)."""
+    """Nodes that missed three heartbeats become offline (the sweep behind effective_status): agents' own
+    heartbeats and metrics, and SSH nodes' samples (panel.nodes.ssh_probes)."""
     now = now or timezone.now()
     changed = []
-    for node in Node.objects.filter(transport=NodeTransport.AGENT, status=NodeStatus.ONLINE):
+    unwatched = Q(transport=NodeTransport.SSH, ssh_host_key_fingerprint="")
+    for node in Node.objects.filter(status=NodeStatus.ONLINE).exclude(unwatched):
         limit = timedelta(seconds=node.heartbeat_interval * SILENT_INTERVALS_BEFORE_OFFLINE)
         if node.last_heartbeat is None or now - node.last_heartbeat > limit:
             with transaction.atomic():

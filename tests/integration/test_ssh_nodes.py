@@ -24,6 +24,7 @@ def worker_with_central_agent(_wired_to_redis, transactional_db, monkeypatch, se
     (ssh-runner), holding the panel's secrets key; the agent side sees a simulated A2 host."""
     from celery.contrib.testing.worker import start_worker
 
+    import panel.monitoring.tasks  # noqa: F401
     import panel.nodes.tasks  # noqa: F401  registers the panel tasks
     import panel.operations.tasks  # noqa: F401
     import workers.tasks  # noqa: F401  registers the agent tasks
@@ -123,3 +124,87 @@ def test_a_host_key_that_changed_before_confirmation_is_not_stored(sshd_server):
         confirm_host_key(node, "SHA256:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA")
     node.refresh_from_db()
     assert node.ssh_host_key_fingerprint == ""
+
+
+restartable_sshd = tests.sshd.restartable_sshd
+
+
+def ssh_node_for(sshd, root, name):
+    """An SSH node on sshd whose commands see the simulated host at root; its host key not yet confirmed."""
+    from panel.nodes.models import Node
+    from panel.nodes.ssh import sealed_credentials
+
+    return Node.objects.create(
+        name=name,
+        transport="ssh",
+        address=sshd.host,
+        ssh_port=sshd.port,
+        ssh_username=sshd.username,
+        ssh_secret=sealed_credentials(client_key=sshd.client_key_pem),
+        ssh_env={"PATH": f"{root / 'bin'}{os.pathsep}{os.environ['PATH']}"},
+        ssh_host_root=str(root),
+        ssh_ascend_root=str(root / "usr" / "local" / "Ascend"),
+    )
+
+
+def probe_round(node):
+    """What beat does every second (dispatch the due SSH probes) and every two (sweep silent nodes), then the
+    node as the panel shows it and its latest metrics."""
+    from panel.monitoring import store
+    from panel.nodes.services import mark_silent_nodes_offline
+    from panel.nodes.ssh_probes import dispatch_ssh_probes
+
+    dispatch_ssh_probes()
+    mark_silent_nodes_offline()
+    node.refresh_from_db()
+    return node.status, node.effective_status, store.read_latest([node.name]).get(node.name)
+
+
+async def poll(node, until, what, timeout=90):
+    for _ in range(int(timeout / 0.5)):
+        status, effective, latest = await sync_to_async(probe_round)(node)
+        if until(status, effective, latest):
+            return latest
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"{node.name}: no {what} within {timeout}s (status {status}, shown {effective})")
+
+
+async def test_an_ssh_node_sends_metrics_goes_offline_with_its_host_and_comes_back(
+    worker_with_central_agent, restartable_sshd, settings, alice
+):
+    from panel.monitoring import services, store
+    from panel.nodes.lifecycle import confirm_host_key
+
+    # Two-second liveness intervals: offline after six silent seconds (the default is 3 x 5 s).
+    settings.PANEL_HEARTBEAT_INTERVAL = 2.0
+    sshd = restartable_sshd.server
+    node = await sync_to_async(ssh_node_for)(sshd, worker_with_central_agent.sim_root, "ssh-watched")
+    await sync_to_async(store.forget_node)(node.name)
+    services.nodes.forget()  # the ingest's node cache learns of the new node now, not in ten seconds
+    shown = await fetch_host_key_fingerprint(sshd.host, sshd.port)
+    await wait_finished(await sync_to_async(confirm_host_key)(node, shown, user=alice))
+    try:
+        latest = await poll(node, lambda s, e, latest: latest and len(latest["npus"]) == 8, "NPU metrics")
+        assert latest["error"] is None
+        assert [npu["npu_id"] for npu in latest["npus"]] == list(range(8))
+        assert all(npu["hbm_total_mb"] and npu["logic_id"] is not None for npu in latest["npus"])
+        assert latest["host"]["memory_total_mb"] > 0
+        assert 0 <= latest["host"]["cpu_pct"] <= 100
+        await poll(node, lambda s, e, _: len(store.read_ring(node.name, 0)) >= 3, "three samples in the ring")
+        ring = await sync_to_async(store.read_ring)(node.name, 0)
+        assert all(len(sample["n"]) == 8 for sample in ring)
+        assert (await sync_to_async(lambda: node.heartbeat_interval)()) == 2.0
+
+        restartable_sshd.stop()
+        await poll(node, lambda s, e, _: s == e == "offline", "offline after sshd stopped")
+
+        restartable_sshd.start()
+        went_offline_at = latest["time"]
+        latest = await poll(
+            node,
+            lambda s, e, latest: s == e == "online" and latest["time"] > went_offline_at,
+            "online with fresh metrics after sshd returned",
+        )
+        assert len(latest["npus"]) == 8
+    finally:
+        await sync_to_async(store.forget_node)(node.name)

@@ -1,5 +1,5 @@
 from workers.celery_app import app
-from workers.task_names import AGENT_SET_METRICS_INTERVAL
+from workers.task_names import AGENT_SAMPLE_SSH_NODE, AGENT_SET_METRICS_INTERVAL
 
 
 @app.task(name=AGENT_SET_METRICS_INTERVAL)
@@ -8,3 +8,12 @@ def set_metrics_interval(seconds: float) -> float:
     from workers.sampler import set_interval
 
     return set_interval(seconds)
+
+
+# Lossy like every metric: a sample lost with a worker is replaced by the next one, never redone late.
+@app.task(name=AGENT_SAMPLE_SSH_NODE, acks_late=False)
+def sample_ssh_node(target: dict) -> bool:
+    """Sample an SSH node over SSH and send its MetricBatch (central agent, queue ssh-runner)."""
+    from workers.ssh_sampler import sample_and_send
+
+    return sample_and_send(target)
