@@ -1,5 +1,7 @@
 from django.apps import AppConfig
-from django.db.models.signals import post_migrate
+from django.conf import settings
+from django.db import transaction
+from django.db.models.signals import post_delete, post_migrate, post_save
 
 
 class AccountsConfig(AppConfig):
@@ -8,6 +10,19 @@ class AccountsConfig(AppConfig):
 
     def ready(self):
         post_migrate.connect(_ensure_role_groups, sender=self)
+        # Signals rather than a service: users are also changed through Django's admin and the shell.
+        for sender in (settings.AUTH_USER_MODEL, "accounts.ApiToken"):
+            post_save.connect(_credentials_changed, sender=sender)
+            post_delete.connect(_credentials_changed, sender=sender)
+
+
+def _credentials_changed(sender, instance, **kwargs):
+    """A user or one of their tokens was saved or deleted (revoked, deactivated, password changed, …): once
+    committed, that user's open websockets re-check their credential; a false alarm costs one query each."""
+    from panel.realtime.broadcast import credentials_changed
+
+    user_id = getattr(instance, "user_id", instance.pk)
+    transaction.on_commit(lambda: credentials_changed(user_id))
 
 
 def _ensure_role_groups(**kwargs):

@@ -17,6 +17,11 @@ ALERTS = "alerts"
 FRAMES = "frames"
 
 
+def user_group(user_id) -> str:
+    """Internal, never joinable by clients (groups.py admits no such name): every socket of one user."""
+    return f"user.{user_id}"
+
+
 def operation_group(operation_id) -> str:
     return f"operation.{operation_id}"
 
@@ -32,13 +37,24 @@ def deployment_group(name: str) -> str:
 def broadcast(group: str, message: dict) -> None:
     """Send `message` (JSON-able, with a "type") to every socket subscribed to `group`. Lossy by design:
     a failure to reach the channel layer is logged, never raised into the caller's transaction."""
+    _send(group, {"type": "panel.message", "group": group, "message": message})
+
+
+def credentials_changed(user_id) -> None:
+    """Tell every socket of a user to re-check its credential now (a token was revoked, the user was
+    deactivated); those whose credential no longer signs in close. Lossy like `broadcast`: the sockets
+    also re-check on their own, every PANEL_WS_RECHECK_S while they forward data."""
+    _send(user_group(user_id), {"type": "panel.credentials"})
+
+
+def _send(group: str, event: dict) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
     try:
-        async_to_sync(layer.group_send)(group, {"type": "panel.message", "group": group, "message": message})
+        async_to_sync(layer.group_send)(group, event)
     except Exception:
-        log.exception("broadcast to %s failed", group)
+        log.exception("sending %s to %s failed", event["type"], group)
 
 
 async def abroadcast(group: str, message: dict) -> None:

@@ -1,10 +1,23 @@
-"""One websocket consumer at /ws/. The client sends the full list of groups it wants; each is checked."""
+"""One websocket consumer at /ws/. The client sends the full list of groups it wants; each is checked.
+
+The credential the socket opened with (session or API token) is checked again before each client message,
+when the user's tokens or account change (`broadcast.credentials_changed`), and before forwarding data once
+it is PANEL_WS_RECHECK_S old; a socket whose credential no longer signs in is closed with CLOSE_SIGNED_OUT.
+"""
+
+import time
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
 
-from panel.realtime.broadcast import FRAMES, carries_frames
+from panel.realtime.auth import credential_still_valid
+from panel.realtime.broadcast import FRAMES, carries_frames, user_group
 from panel.realtime.groups import MAX_GROUPS, may_join
+
+# Not signed in, or no longer: a revoked or expired token, a deactivated user, a session that ended. The
+# client should sign in again rather than reconnect (static/js/live.js reloads the page, which asks to).
+CLOSE_SIGNED_OUT = 4401
 
 # Handlers that never touch the database: channels' dispatch would otherwise close stale DB connections in a
 # worker thread before each one, a thread hop per message per socket on the metrics path.
@@ -15,9 +28,13 @@ class PanelConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self):
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
-            await self.close(code=4401)  # refused before accept: nothing is ever sent to an anonymous socket
+            # Refused before accept: nothing is ever sent to an anonymous socket.
+            await self.close(code=CLOSE_SIGNED_OUT)
             return
         self.groups_joined: set[str] = set()
+        self.credential_checked = time.monotonic()
+        self.signed_out = False
+        await self.channel_layer.group_add(user_group(user.pk), self.channel_name)
         await self.accept()
 
     async def dispatch(self, message):
@@ -29,10 +46,40 @@ class PanelConsumer(AsyncJsonWebsocketConsumer):
             await super().dispatch(message)
 
     async def disconnect(self, code):
-        for group in self._layer_groups(getattr(self, "groups_joined", set())):
+        await self._leave_all_groups()
+
+    async def _leave_all_groups(self):
+        if not hasattr(self, "groups_joined"):  # refused before accept: joined nothing
+            return
+        for group in self._layer_groups(self.groups_joined) | {user_group(self.scope["user"].pk)}:
             await self.channel_layer.group_discard(group, self.channel_name)
+        self.groups_joined = set()
+
+    async def _credential_holds(self, *, max_age: float = 0) -> bool:
+        """Re-check the socket's credential if the last check is older than `max_age` seconds; when it no
+        longer holds, leave every group (nothing more is forwarded) and close."""
+        if self.signed_out:
+            return False
+        if time.monotonic() - self.credential_checked < max_age:
+            return True
+        if not await credential_still_valid(self.scope):
+            self.signed_out = True
+            await self._leave_all_groups()
+            await self.close(code=CLOSE_SIGNED_OUT)
+            return False
+        self.credential_checked = time.monotonic()
+        return True
+
+    async def _recently_checked(self) -> bool:
+        """Before forwarding data: a monotonic-clock comparison, a query every PANEL_WS_RECHECK_S."""
+        return await self._credential_holds(max_age=settings.PANEL_WS_RECHECK_S)
+
+    async def panel_credentials(self, event):
+        await self._credential_holds()
 
     async def receive_json(self, content, **kwargs):
+        if not await self._credential_holds():
+            return
         if not isinstance(content, dict) or content.get("type") != "subscribe":
             await self.send_json({"type": "error", "error": 'Send {"type": "subscribe", "groups": [...]}.'})
             return
@@ -65,10 +112,12 @@ class PanelConsumer(AsyncJsonWebsocketConsumer):
         return joined | {FRAMES} if any(carries_frames(g) for g in joined) else set(joined)
 
     async def panel_message(self, event):
-        if event["group"] in self.groups_joined:
+        if event["group"] in self.groups_joined and await self._recently_checked():
             await self.send_json({"group": event["group"], **event["message"]})
 
     async def panel_frames(self, event):
+        if not await self._recently_checked():
+            return
         for group, text in event["frames"]:
             if group in self.groups_joined:
                 await self.send(text_data=text)

@@ -4,6 +4,7 @@ const listeners = new Map(); // group -> Set(callback)
 const reconnectListeners = new Set();
 let socket = null;
 let backoff = 500;
+const SIGNED_OUT = 4401; // CLOSE_SIGNED_OUT in panel/realtime/consumers.py
 
 function groups() {
   return [...listeners.keys()];
@@ -31,7 +32,12 @@ function connect() {
     const callbacks = listeners.get(message.group);
     if (callbacks) callbacks.forEach((cb) => cb(message));
   });
-  socket.addEventListener("close", () => {
+  socket.addEventListener("close", (event) => {
+    if (event.code === SIGNED_OUT) {
+      // The session ended or the user was deactivated: reloading leads to the sign-in page.
+      location.reload();
+      return;
+    }
     setTimeout(connect, backoff);
     backoff = Math.min(backoff * 2, 10000);
   });
