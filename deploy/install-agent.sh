@@ -120,7 +120,10 @@ if [ -n "$index_url" ]; then pip_args+=(--index-url "$index_url"); fi
 echo "==> Installing the agent"
 "$venv/bin/python" -m pip install "${pip_args[@]}" --upgrade "$package_file" ||
     fail "pip could not install the agent; if this host has no internet, pass --index-url with your internal mirror"
-(cd / && "$venv/bin/python" -c 'import workers.agent') || fail "the agent package was installed but does not import"
+# What the agent imports when it starts, tasks included: a missing dependency fails here, not in a unit that
+# restarts forever.
+(cd / && "$venv/bin/python" -c 'import workers.agent, workers.tasks') ||
+    fail "the agent package was installed but does not import"
 
 echo "==> Installing the systemd unit"
 install -m 0644 "$work/ascend-panel-agent.service" "$unit_dir/ascend-panel-agent.service"

@@ -30,6 +30,7 @@ AGENT_REQUIREMENTS = {
     "cryptography",
     "pyyaml",
     "httpx",
+    "prometheus-client",
     "huggingface-hub",
 }
 REQUIREMENT_NAME = re.compile(r"^[A-Za-z0-9._-]+")

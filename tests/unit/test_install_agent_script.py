@@ -16,12 +16,14 @@ UNIT = REPO / "deploy" / "ascend-panel-agent.service"
 
 
 def tiny_agent_wheel(directory: Path) -> Path:
-    """A dependency-free wheel with a `workers.agent` module, so pip installs it offline."""
+    """A dependency-free wheel with the modules the script imports (`workers.agent`, `workers.tasks`), so pip
+    installs it offline."""
     wheel = directory / "ascend_panel_agent-0.0.1-py3-none-any.whl"
     dist_info = "ascend_panel_agent-0.0.1.dist-info"
     files = {
         "workers/__init__.py": "",
         "workers/agent.py": "AGENT = 'installed'\n",
+        "workers/tasks/__init__.py": "",
         f"{dist_info}/METADATA": "Metadata-Version: 2.1\nName: ascend-panel-agent\nVersion: 0.0.1\n",
         f"{dist_info}/WHEEL": (
             "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
