@@ -18,14 +18,24 @@ def engine_venv():
     return ENGINE_VENV
 
 
-@pytest.fixture
-def tiny_llama(tmp_path_factory):
+def _tiny_model(tmp_path_factory, arch):
+    """(folder, facts) of a model made by the generator's command line, as a user would make it."""
     from workers.models.inspect import inspect_model
     from workers.models.tiny import main as make_tiny
 
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    assert make_tiny([str(folder), "--arch", "llama"]) == 0  # hidden 128, 4 heads: head size 32
+    folder = tmp_path_factory.mktemp(f"tiny-{arch}")
+    assert make_tiny([str(folder), "--arch", arch]) == 0
     return folder, inspect_model(folder)
+
+
+@pytest.fixture
+def tiny_llama(tmp_path_factory):
+    return _tiny_model(tmp_path_factory, "llama")  # hidden 128, 4 heads: head size 32
+
+
+@pytest.fixture
+def tiny_deepseek_v2(tmp_path_factory):
+    return _tiny_model(tmp_path_factory, "deepseek_v2")  # MoE + MLA with a 512 + 64 latent
 
 
 @pytest.fixture

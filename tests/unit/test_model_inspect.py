@@ -52,9 +52,9 @@ def test_it_reports_moe_and_mla_for_deepseek_v2(models):
     assert facts["architecture"] == "DeepseekV2ForCausalLM"
     assert facts["moe"] == {"routed_experts": 4, "shared_experts": 1, "experts_per_token": 2}
     assert facts["mla"] == {
-        "kv_lora_rank": 64,
+        "kv_lora_rank": 512,
         "q_lora_rank": None,
-        "qk_rope_head_dim": 32,
+        "qk_rope_head_dim": 64,
         "qk_nope_head_dim": 32,
         "v_head_dim": 32,
     }

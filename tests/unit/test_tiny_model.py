@@ -144,6 +144,13 @@ def test_it_refuses_a_head_size_vllm_cpu_cannot_run(tmp_path):
         make_tiny_model(tmp_path / "m", hidden=100, heads=4)
 
 
+def test_deepseek_v2_keeps_the_latent_width_vllm_cpu_mla_runs(models, tmp_path):
+    config = json.loads((models["deepseek_v2"] / "config.json").read_text())
+    assert config["kv_lora_rank"] + config["qk_rope_head_dim"] == 576
+    with pytest.raises(ValueError, match="latent width"):
+        make_tiny_model(tmp_path / "m", arch="deepseek_v2", kv_lora_rank=64, qk_rope_head_dim=32)
+
+
 def test_cli_writes_a_model_and_exits_2_on_bad_sizes(tmp_path):
     ok = subprocess.run(
         [

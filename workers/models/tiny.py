@@ -36,6 +36,11 @@ SAFETENSORS_DTYPES = {"bfloat16": "BF16", "float32": "F32"}
 MAX_POSITIONS = 2048
 # vLLM's CPU attention only has kernels for a few head sizes; 32 is the smallest.
 HEAD_DIM = 32
+# MLA caches one latent row of kv_lora_rank + qk_rope_head_dim per token. vLLM's CPU MLA backends
+# (v1/attention/backends/mla/cpu_mla.py and amx_mla.py) only have kernels for DeepSeek's own 512 + 64.
+# Any other width still starts and answers /health; the first request then kills the engine with
+# "Head dimension N is not supported by MLA" (MLACommonMetadata in layers/attention/mla_attention.py).
+MLA_LATENT_WIDTH = 576
 # --target-mb widens the MLP up to this multiple of hidden (real models use 2.7-5x) before adding layers.
 MAX_INTERMEDIATE_FACTOR = 16
 
@@ -59,9 +64,9 @@ class TinySpec:
     experts_per_token: int = 2
     moe_intermediate: int = 64
     first_dense_layers: int = 1
-    kv_lora_rank: int = 64
+    kv_lora_rank: int = 512
     q_lora_rank: int | None = None
-    qk_rope_head_dim: int = 32
+    qk_rope_head_dim: int = 64
     qk_nope_head_dim: int = 32
     v_head_dim: int = 32
 
@@ -74,6 +79,11 @@ class TinySpec:
             raise ValueError(
                 f"hidden ({self.hidden}) must equal heads ({self.heads}) x {HEAD_DIM}: "
                 "vLLM's CPU attention needs a head size of 32/64/80/96/112/128"
+            )
+        if self.arch == "deepseek_v2" and self.kv_lora_rank + self.qk_rope_head_dim != MLA_LATENT_WIDTH:
+            raise ValueError(
+                f"kv_lora_rank ({self.kv_lora_rank}) + qk_rope_head_dim ({self.qk_rope_head_dim}) must be "
+                f"{MLA_LATENT_WIDTH}: vLLM's CPU MLA kernels only take that latent width"
             )
         if self.heads % self.kv_heads:
             raise ValueError(f"kv_heads ({self.kv_heads}) must divide heads ({self.heads})")
