@@ -5,6 +5,12 @@ a real model's), it measures in the same run:
   - copy: read every shard and write it out again in 16 MB chunks — the I/O ceiling;
   - quantize: `quantize_w8a8_dynamic` in a fresh subprocess, reporting its own peak RSS;
 each --repeats times, interleaved, keeping the best speed of each (the machine may be shared).
+Both phases start from the same state: source shards in the page cache, no dirty pages left by the other
+phase (sync), and a burst of just-freed memory to write into. The last matters on VMs whose balloon device
+hands memory freed for more than ~2 s back to the host (free page reporting; ours does): writing into
+such pages takes a host page fault each, ~1.5 s per 512 MB against ~0.1 s. Without the burst, the copy
+ran right after the previous outputs were deleted and got that memory hot, while quantize ran after the
+copy's sync and got it cold.
 Speeds are MB of source weights per second. Target: quantize >= half the copy speed and peak RSS under
 twice the largest shard. The last line printed is JSON:
   {"sizes_mb", "quantize_mb_s", "copy_mb_s", "peak_rss_mb", ...}
@@ -66,6 +72,18 @@ def plain_copy(source: Path, destination: Path) -> float:
     return time.perf_counter() - started
 
 
+def recycle_memory(workdir: Path, nbytes: int) -> None:
+    """Write and delete a scratch file of nbytes, leaving that much memory just freed and still backed by
+    the host for the timed phase that follows (see the module docstring). Deleted before writeback, so
+    it leaves no dirty pages behind."""
+    scratch = workdir / "recycle.scratch"
+    chunk = bytes(CHUNK)
+    with scratch.open("wb") as writer:
+        for _ in range(math.ceil(nbytes / CHUNK)):
+            writer.write(chunk)
+    scratch.unlink()
+
+
 def quantize_in_child(source: Path, destination: Path) -> dict:
     result = subprocess.run(
         [sys.executable, "-c", QUANTIZE_CHILD, str(source), str(destination)],
@@ -84,15 +102,19 @@ def bench_size(size_mb: int, workdir: Path, repeats: int) -> dict:
     files = weight_files(source)
     total_mb = sum(path.stat().st_size for path in files) / MB
     largest_mb = max(path.stat().st_size for path in files) / MB
+    # Enough for either phase's output and buffers.
+    recycle_bytes = int((total_mb + 64) * MB)
     copy_seconds, quantize_seconds, peak_kb, growth_kb, error = [], [], 0, 0, 0.0
     for _ in range(repeats):
         # Interleaved and best-of-N, because other work on a shared machine makes single runs noisy.
-        # Each timed phase starts with no dirty pages left from the one before.
+        # Each timed phase starts with no dirty pages left from the one before and with freshly freed memory.
         for folder in (workdir / f"copy-{size_mb}mb", workdir / f"quant-{size_mb}mb"):
             shutil.rmtree(folder, ignore_errors=True)
         os.sync()
+        recycle_memory(workdir, recycle_bytes)
         copy_seconds.append(plain_copy(source, workdir / f"copy-{size_mb}mb"))
         os.sync()
+        recycle_memory(workdir, recycle_bytes)
         child = quantize_in_child(source, workdir / f"quant-{size_mb}mb")
         quantize_seconds.append(child["seconds"])
         peak_kb = max(peak_kb, child["peak_kb"])

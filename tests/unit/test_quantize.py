@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from workers.models import quantize, w8a8
 from workers.models.model_folder import BadSourceError
 from workers.models.quantize import quantize_w8a8_dynamic
 from workers.models.safetensors_io import (
@@ -237,3 +238,33 @@ def test_a_nan_weight_is_refused():
     bits = float32_to_bf16_bits(np.array([[1.0, np.nan]], dtype=np.float32))
     with pytest.raises(ValueError, match="NaN"):
         quantize_block(bits, "BF16")
+
+
+def test_blocks_of_many_tensors_in_flight_come_out_as_whole_tensors_would(tmp_path, monkeypatch):
+    # Tiny blocks make every weight span many blocks, with blocks of neighbouring tensors in flight at once.
+    source = make_tiny_model(tmp_path / "src", arch="llama", shards=2)
+    monkeypatch.setattr(quantize, "BLOCK_BYTES", 512)
+    report = quantize_w8a8_dynamic(source, tmp_path / "out")
+    before, after = load_all(source), load_all(tmp_path / "out")
+    worst = 0.0
+    for name, (dtype, original) in before.items():
+        if is_quantized_linear(name, original.shape):
+            expected, scale, error = quantize_block(original, dtype)
+            assert np.array_equal(after[name][1], expected)
+            assert np.array_equal(after[name.replace(".weight", ".weight_scale")][1], scale.reshape(-1, 1))
+            assert report["relative_error_by_tensor"][name] == error
+            worst = max(worst, error)
+        else:
+            assert np.array_equal(after[name][1], original)
+    assert report["max_relative_error"] == worst > 0
+
+
+def test_slicing_a_block_for_the_cache_does_not_change_the_result(monkeypatch):
+    values = np.random.default_rng(5).standard_normal((37, 64), dtype=np.float32)
+    bits = float32_to_bf16_bits(values * np.linspace(0.01, 3, 37, dtype=np.float32)[:, None])
+    whole = quantize_block(bits, "BF16")
+    monkeypatch.setattr(w8a8, "SLICE_ELEMENTS", 3 * 64)
+    sliced = quantize_block(bits, "BF16")
+    assert np.array_equal(whole[0], sliced[0])
+    assert np.array_equal(whole[1], sliced[1])
+    assert whole[2] == sliced[2]

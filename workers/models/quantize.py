@@ -3,7 +3,9 @@
 
 Every decoder linear weight becomes int8 `weight` [out, in] + float32 `weight_scale` and `weight_offset`
 [out, 1]; everything else is copied unchanged. Input shards are processed one at a time, block by block,
-and each becomes one output shard written as it goes, so memory stays far below one shard.
+and each becomes one output shard written as it goes, so memory stays far below one shard. Weights are
+quantized straight from the memory-mapped shard (no copy into a read buffer), and the pages of each block
+are unmapped again once it is written.
 
     python -m workers.models.quantize --scheme w8a8_dynamic SRC DST
         stderr: `progress <pct> <tensor>` lines; stdout: the report as JSON; exit 2 on a bad source
@@ -13,15 +15,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import mmap
 import os
 import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -38,7 +41,7 @@ from workers.models.safetensors_io import (
     ShardWriter,
     TensorInfo,
     copy_tensor_bytes,
-    iter_row_blocks,
+    map_tensor,
     shard_names,
     write_index,
 )
@@ -53,10 +56,11 @@ from workers.models.w8a8 import (
 
 OUTPUT_STEM = "quant_model_weights"
 DESCRIPTION_VERSION = "1.0.0"
-# Blocks of about 1 MB stay in CPU cache through the several numpy passes; measured fastest.
+# Work is handed to the pool in blocks of about 1 MB (quantize_block works through each in cache-sized
+# slices); smaller blocks cost more in per-block Python than they gain.
 BLOCK_BYTES = 1024 * 1024
-# numpy releases the GIL in its loops, so threads quantize blocks in parallel while the main thread reads
-# and writes; a short window of blocks in flight keeps memory bounded.
+# numpy releases the GIL in its loops, so threads quantize blocks in parallel while the main thread writes
+# the results out in order; a short window of blocks in flight keeps memory bounded.
 WORKERS = min(4, os.cpu_count() or 1)
 BLOCKS_IN_FLIGHT = 2 * WORKERS
 SCHEMES = ("w8a8_dynamic",)
@@ -82,7 +86,7 @@ def quantize_w8a8_dynamic(
     errors: dict[str, float] = {}
     weight_map: dict[str, str] = {}
     output_bytes = 0
-    buffers = _BlockBuffers()
+    outputs = _OutputBuffers()
     with staged_output(destination) as staging, ThreadPoolExecutor(WORKERS) as pool:
         names = shard_names(OUTPUT_STEM, len(shards))
         for (shard_path, tensors), output_name in zip(shards, names, strict=True):
@@ -91,20 +95,8 @@ def quantize_w8a8_dynamic(
                 shard_path.open("rb") as source_handle,
                 ShardWriter(staging / output_name, planned, {"format": "pt"}) as writer,
             ):
-                for info in tensors:
-                    if is_quantized_linear(info.name, info.shape):
-                        errors[info.name] = _quantize_tensor(
-                            source_handle, info, writer, progress, pool, buffers
-                        )
-                        for name in (info.name, *scale_and_offset_names(info.name)):
-                            description[name] = QUANT_TYPE
-                    else:
-                        writer.begin(info.name)
-                        copy_tensor_bytes(source_handle, info, writer.handle)
-                        writer.mark_written(info.nbytes)
-                        writer.end()
-                        progress.advance(info.nbytes, info.name)
-                        description[info.name] = FLOAT_TYPE
+                errors.update(_rewrite_shard(source_handle, tensors, writer, progress, pool, outputs))
+            description.update(_describe(tensors))
             weight_map.update(dict.fromkeys((tensor.name for tensor in planned), output_name))
             output_bytes += sum(tensor.nbytes for tensor in planned)
         if len(names) > 1:
@@ -130,6 +122,17 @@ def quantize_w8a8_dynamic(
         "max_relative_error": max(errors.values(), default=0.0),
         "relative_error_by_tensor": errors,
     }
+
+
+def _describe(tensors: list[TensorInfo]) -> dict[str, str]:
+    """quant_model_description entries of one shard: every tensor's type, scales and offsets included."""
+    entries = {}
+    for info in tensors:
+        if is_quantized_linear(info.name, info.shape):
+            entries.update(dict.fromkeys((info.name, *scale_and_offset_names(info.name)), QUANT_TYPE))
+        else:
+            entries[info.name] = FLOAT_TYPE
+    return entries
 
 
 def _reject_unquantizable(shards: list[tuple[Path, list[TensorInfo]]]) -> None:
@@ -159,83 +162,167 @@ def _plan_output(tensors: list[TensorInfo]) -> list[PlannedTensor]:
     return planned
 
 
-def _quantize_tensor(
-    handle,
-    info: TensorInfo,
+def _rewrite_shard(
+    handle: BinaryIO,
+    tensors: list[TensorInfo],
     writer: ShardWriter,
     progress: _Progress,
     pool: ThreadPoolExecutor,
-    buffers: _BlockBuffers,
-) -> float:
-    """Stream one weight through the quantizer; returns its max relative dequantization error."""
+    outputs: _OutputBuffers,
+) -> dict[str, float]:
+    """Quantize or copy every tensor of one shard into `writer`, in order; returns the max relative
+    dequantization error of each quantized weight.
+
+    Weights are quantized straight from the memory-mapped shard: no copy into a read buffer, and blocks
+    stay in flight across tensor boundaries, so the workers do not idle at the end of every tensor.
+    """
+    errors: dict[str, float] = {}
+    # Not closed explicitly: numpy views keep the map alive until the last of them is gone.
+    mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+    ordered = _InOrder(pool, BLOCKS_IN_FLIGHT)
+    for info in tensors:
+        if is_quantized_linear(info.name, info.shape):
+            weight = _WeightOutput(info, writer, progress, mapped, errors)
+            ordered.then(weight.begin)
+            for first, block in weight.blocks():
+                out = outputs.take(block.shape)
+                ordered.submit(_quantize_on_worker, (block, info, out), weight.block_done, first)
+            ordered.then(weight.end)
+        else:
+            ordered.then(_copy_tensor, handle, info, writer, progress)
+    ordered.finish()
+    return errors
+
+
+def _copy_tensor(handle: BinaryIO, info: TensorInfo, writer: ShardWriter, progress: _Progress) -> None:
     writer.begin(info.name)
-    scales = np.empty(info.shape[0], dtype=np.float32)
-    worst = 0.0
-    row_bytes = info.nbytes // max(info.shape[0], 1)
-    for first, quantized, block_scales, error in _quantized_blocks(handle, info, pool, buffers):
-        writer.write_part(quantized)
-        scales[first : first + len(quantized)] = block_scales
-        worst = max(worst, error)
-        progress.advance(len(quantized) * row_bytes, info.name)
+    copy_tensor_bytes(handle, info, writer.handle)
+    writer.mark_written(info.nbytes)
     writer.end()
-    scale_name, offset_name = scale_and_offset_names(info.name)
-    writer.write(scale_name, scales.reshape(-1, 1))
-    writer.write(offset_name, np.zeros((info.shape[0], 1), dtype=np.float32))
-    return worst
+    progress.advance(info.nbytes, info.name)
 
 
-class _BlockBuffers:
-    """Input and int8 output buffers reused round-robin by every tensor of a run.
+class _InOrder:
+    """Runs jobs on the pool a few ahead, and hands their results to follow-up calls on this thread in
+    the order they were submitted: the output file is written strictly in order."""
 
-    One more slot than blocks in flight: a slot is refilled only after its block has been written.
+    def __init__(self, pool: ThreadPoolExecutor, window: int) -> None:
+        self._pool = pool
+        self._window = window
+        self._pending: deque[tuple[Future | None, Callable[..., None], tuple]] = deque()
+
+    def submit(self, job: Callable, job_args: tuple, follow_up: Callable[..., None], *args: Any) -> None:
+        """Run job(*job_args) on the pool; later call follow_up(*args, result) here, in order."""
+        self._pending.append((self._pool.submit(job, *job_args), follow_up, args))
+        while len(self._pending) >= self._window:
+            self._run_oldest()
+
+    def then(self, follow_up: Callable[..., None], *args: Any) -> None:
+        """Call follow_up(*args) here once everything submitted before it has been followed up."""
+        self._pending.append((None, follow_up, args))
+
+    def finish(self) -> None:
+        while self._pending:
+            self._run_oldest()
+
+    def _run_oldest(self) -> None:
+        future, follow_up, args = self._pending.popleft()
+        if future is None:
+            follow_up(*args)
+        else:
+            follow_up(*args, future.result())
+
+
+class _WeightOutput:
+    """One weight on its way out: its int8 blocks are written as they come back, in row order, then its
+    scales and zero offsets. Each block's source pages are unmapped once it is written: they stay in the
+    page cache, but out of this process's memory, so resident memory stays at the blocks in flight."""
+
+    def __init__(
+        self,
+        info: TensorInfo,
+        writer: ShardWriter,
+        progress: _Progress,
+        mapped: mmap.mmap,
+        errors: dict[str, float],
+    ) -> None:
+        self.info = info
+        self._writer = writer
+        self._progress = progress
+        self._mapped = mapped
+        self._errors = errors
+        self._rows = info.shape[0]
+        self._row_bytes = info.nbytes // max(self._rows, 1)
+        self._scales = np.empty(self._rows, dtype=np.float32)
+        self._worst = 0.0
+
+    def blocks(self) -> Iterator[tuple[int, np.ndarray]]:
+        """(first row, block) of about BLOCK_BYTES each."""
+        weights = map_tensor(self._mapped, self.info)
+        rows_per_block = max(1, BLOCK_BYTES // max(self._row_bytes, 1))
+        for first in range(0, self._rows, rows_per_block):
+            yield first, weights[first : first + rows_per_block]
+
+    def begin(self) -> None:
+        self._writer.begin(self.info.name)
+
+    def block_done(self, first: int, result: tuple[np.ndarray, np.ndarray, float]) -> None:
+        quantized, scales, error = result
+        self._writer.write_part(quantized)
+        self._scales[first : first + len(quantized)] = scales
+        self._worst = max(self._worst, error)
+        begin = self.info.begin + first * self._row_bytes
+        _unmap_pages(self._mapped, begin, begin + len(quantized) * self._row_bytes)
+        self._progress.advance(len(quantized) * self._row_bytes, self.info.name)
+
+    def end(self) -> None:
+        self._writer.end()
+        scale_name, offset_name = scale_and_offset_names(self.info.name)
+        self._writer.write(scale_name, self._scales.reshape(-1, 1))
+        self._writer.write(offset_name, np.zeros((self._rows, 1), dtype=np.float32))
+        self._errors[self.info.name] = self._worst
+
+
+class _OutputBuffers:
+    """int8 output buffers reused round-robin by every block of a run, each grown when first needed.
+
+    One more slot than blocks in flight: a slot is reused only after its block has been written.
     """
 
     def __init__(self) -> None:
-        slots = BLOCKS_IN_FLIGHT + 1
-        self.inputs = [bytearray(BLOCK_BYTES) for _ in range(slots)]
-        self._outputs = [bytearray(BLOCK_BYTES) for _ in range(slots)]
+        self._slots = [np.empty(0, dtype=np.int8) for _ in range(BLOCKS_IN_FLIGHT + 1)]
+        self._taken = 0
 
-    def output(self, number: int, shape: tuple[int, ...]) -> np.ndarray:
-        slot = number % len(self._outputs)
+    def take(self, shape: tuple[int, ...]) -> np.ndarray:
+        slot = self._taken % len(self._slots)
+        self._taken += 1
         nbytes = shape[0] * shape[1]
-        if len(self._outputs[slot]) < nbytes:
-            self._outputs[slot] = bytearray(nbytes)
-        return np.frombuffer(self._outputs[slot], dtype=np.int8, count=nbytes).reshape(shape)
+        if self._slots[slot].size < nbytes:
+            self._slots[slot] = np.empty(nbytes, dtype=np.int8)
+        return self._slots[slot][:nbytes].reshape(shape)
 
 
-def _quantized_blocks(
-    handle, info: TensorInfo, pool: ThreadPoolExecutor, buffers: _BlockBuffers
-) -> Iterator[tuple[int, np.ndarray, np.ndarray, float]]:
-    """(first row, int8 block, scales, error) in row order, computed a few blocks ahead on the pool."""
-    in_flight: deque = deque()
-
-    def oldest() -> tuple[int, np.ndarray, np.ndarray, float]:
-        first, future = in_flight.popleft()
-        try:
-            quantized, scales, error = future.result()
-        except ValueError as problem:
-            raise BadSourceError(f"{info.name}: {problem}") from problem
-        return first, quantized, scales, error
-
-    blocks = iter_row_blocks(handle, info, BLOCK_BYTES, ring=buffers.inputs)
-    for number, (first, block) in enumerate(blocks):
-        out = buffers.output(number, block.shape)
-        in_flight.append((first, pool.submit(_quantize_on_worker, block, info.dtype, out)))
-        if len(in_flight) >= BLOCKS_IN_FLIGHT:
-            yield oldest()
-    while in_flight:
-        yield oldest()
+def _unmap_pages(mapped: mmap.mmap, begin: int, end: int) -> None:
+    """Drop the whole pages in [begin, end) from this process; the page holding `end` may still be in
+    use by the next block and goes with it."""
+    start = begin - begin % mmap.PAGESIZE
+    stop = end - end % mmap.PAGESIZE
+    if stop > start:
+        mapped.madvise(mmap.MADV_DONTNEED, start, stop - start)
 
 
 _thread_state = threading.local()
 
 
 def _quantize_on_worker(
-    block: np.ndarray, dtype: str, out: np.ndarray
+    block: np.ndarray, info: TensorInfo, out: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, float]:
     if not hasattr(_thread_state, "workspace"):
         _thread_state.workspace = Workspace()
-    return quantize_block(block, dtype, workspace=_thread_state.workspace, out=out)
+    try:
+        return quantize_block(block, info.dtype, workspace=_thread_state.workspace, out=out)
+    except ValueError as problem:
+        raise BadSourceError(f"{info.name}: {problem}") from problem
 
 
 def _quantized_config(config: dict[str, Any]) -> dict[str, Any]:
