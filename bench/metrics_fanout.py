@@ -165,14 +165,15 @@ async def push_client(url: str, token: str, names: list[str], window: Window, st
             except TimeoutError:
                 continue
             arrived = time.time()
-            message = json.loads(raw)
-            if message.get("type") == "subscribed":
-                ready.set()
-            if message.get("type") != "metrics":
-                continue
-            taken = sample_epoch(message["time"])
-            if window.holds(taken):
-                got.setdefault(message["node"], {})[message["seq"]] = (arrived - taken) * 1000
+            data = json.loads(raw)
+            for message in data if isinstance(data, list) else [data]:  # frames come several to a message
+                if message.get("type") == "subscribed":
+                    ready.set()
+                if message.get("type") != "metrics":
+                    continue
+                taken = sample_epoch(message["time"])
+                if window.holds(taken):
+                    got.setdefault(message["node"], {})[message["seq"]] = (arrived - taken) * 1000
 
 
 async def poll_client(base: str, token: str, window: Window, stop, ready, got: dict) -> None:

@@ -1,8 +1,9 @@
 """Use-cases of monitoring: ingest a metrics batch (the 1 Hz path), the fleet summary, the per-node sampling
 interval, acknowledging alerts.
 
-The ingest path makes one Redis round trip per batch and hands its broadcasts to panel.monitoring.fanout; it
-touches the database only when an alert changes, when a node that was not online speaks, every
+The ingest path takes whatever batches the panel worker drained from the metrics inbox at once: one Redis
+round trip and one publish of their frames (panel.realtime.frames) for all of them. It touches the
+database only when an alert changes, when a node that was not online speaks, every
 NODE_CACHE_S to refresh the node cache (one query for all nodes), and every HEARTBEAT_EVERY_S for one
 UPDATE of the last heartbeat of every node heard from meanwhile — not per node, so the SQLite write lock and
 connection set-up stay off the 1 Hz path."""
@@ -17,9 +18,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from panel.core.choices import NodeStatus
-from panel.monitoring import alerts, fanout, store
+from panel.monitoring import alerts, store
 from panel.nodes.models import Node, Npu
-from panel.realtime.broadcast import FLEET, broadcast, node_group
+from panel.realtime.broadcast import FLEET, broadcast, frame, node_group
+from panel.realtime.frames import publish as publish_frames
 from workers.celery_app import app as celery_app
 from workers.contracts import MetricBatch
 from workers.task_names import AGENT_SET_METRICS_INTERVAL, node_queue
@@ -90,44 +92,72 @@ def metrics_message(node: dict, batch: MetricBatch) -> dict:
 
 
 def ingest_metrics(data: dict) -> dict | None:
-    """Store a batch in Redis, broadcast it, keep alerts and the heartbeat in step. Returns the message."""
-    batch = MetricBatch.model_validate(data)
-    if not batch.samples:
-        return None
-    node = nodes.get(batch.node)
-    if node is None:
-        log.warning("metrics from unknown node %r dropped; register the node first", batch.node)
-        return None
-    message = metrics_message(node, batch)
-    received = time.time()
-    name = node["name"]
-    pipe = store.client().pipeline(transaction=False)
-    pipe.set(store.latest_key(name), _latest_json(message, received), ex=store.LATEST_TTL_S)
-    ring = store.ring_key(name)
-    for sample in batch.samples:
-        figures = {"host": sample.host.model_dump(), "npus": [npu.model_dump() for npu in sample.npus]}
-        epoch = sample.time.timestamp()
-        pipe.zadd(ring, {store.compact(figures, epoch): epoch})
-    pipe.zremrangebyscore(ring, "-inf", received - settings.PANEL_METRICS_RING_SECONDS)
-    pipe.expire(ring, settings.PANEL_METRICS_RING_SECONDS + 120)
-    pipe.sadd(store.NODES, name)
-    pipe.sadd(store.HEARTBEATS_DUE, node["id"])
-    pipe.set(store.HEARTBEATS_WRITE, "1", nx=True, ex=HEARTBEAT_EVERY_S)
-    pipe.smembers(store.alerts_key(name))
-    pipe.set(store.FLEET_DUE, "1", nx=True, px=FLEET_EVERY_MS)
-    *_, heartbeats_due, open_alerts, fleet_due = pipe.execute()
+    """Ingest one batch (see `ingest_batches`); raises ValidationError for a malformed one."""
+    messages = ingest_batches([MetricBatch.model_validate(data)])
+    return messages[0] if messages else None
 
-    fanout.send(node_group(name), message)
-    alerts.reconcile_sample(node["id"], name, message, set(open_alerts))
-    if node["status"] != NodeStatus.ONLINE and store.client().set(
-        store.heartbeat_key(name), "1", nx=True, ex=HEARTBEAT_EVERY_S
-    ):
-        touch_heartbeat(node)  # back online now, not at the next batched write
+
+def ingest_batches(batches: list[MetricBatch]) -> list[dict]:
+    """Store batches in Redis, publish them to browsers, keep alerts and heartbeats in step: one Redis round
+    trip and one publish for all of them. Returns the "metrics" messages of the batches taken."""
+    taken = []
+    for batch in batches:
+        node = nodes.get(batch.node) if batch.samples else None
+        if node is None and batch.samples:
+            log.warning("metrics from unknown node %r dropped; register the node first", batch.node)
+        if node is not None:
+            taken.append((node, batch, metrics_message(node, batch)))
+    if not taken:
+        return []
+    received = time.time()
+    pipe = store.client().pipeline(transaction=False)
+    alert_reads = []  # where in the pipeline's answers each batch's open alerts are
+    for node, batch, message in taken:
+        _queue_store(pipe, node["name"], batch, message, received)
+        alert_reads.append(len(pipe))
+        pipe.smembers(store.alerts_key(node["name"]))
+    pipe.sadd(store.NODES, *{node["name"] for node, _, _ in taken})
+    pipe.sadd(store.HEARTBEATS_DUE, *{node["id"] for node, _, _ in taken})
+    pipe.set(store.HEARTBEATS_WRITE, "1", nx=True, ex=HEARTBEAT_EVERY_S)
+    pipe.set(store.FLEET_DUE, "1", nx=True, px=FLEET_EVERY_MS)
+    *answers, _, _, heartbeats_due, fleet_due = pipe.execute()
+
+    frames = []
+    for index, (node, _batch, message) in enumerate(taken):
+        name = node["name"]
+        frames.append((node_group(name), frame(node_group(name), message)))
+        alerts.reconcile_sample(node["id"], name, message, set(answers[alert_reads[index]]))
+        if node["status"] != NodeStatus.ONLINE and store.client().set(
+            store.heartbeat_key(name), "1", nx=True, ex=HEARTBEAT_EVERY_S
+        ):
+            touch_heartbeat(node)  # back online now, not at the next batched write
     if heartbeats_due:
         write_heartbeats()
     if fleet_due:
-        fanout.send(FLEET, fleet_summary())
-    return message
+        frames.append((FLEET, frame(FLEET, fleet_summary())))
+    publish_frames(frames)
+    return [message for _, _, message in taken]
+
+
+RING_TRIM_S = 60  # how often a node's ring buffer drops what is older than PANEL_METRICS_RING_SECONDS
+_ring_trimmed: dict[str, float] = {}  # node name -> when this process last trimmed its ring
+
+
+def _queue_store(pipe, name: str, batch: MetricBatch, message: dict, received: float) -> None:
+    """Queue the latest value and the ring-buffer samples of one batch. The ring is trimmed (and its expiry
+    pushed back) once a minute, not per sample: readers filter by time anyway."""
+    pipe.set(store.latest_key(name), _latest_json(message, received), ex=store.LATEST_TTL_S)
+    ring = store.ring_key(name)
+    members = {}
+    for sample in batch.samples:
+        figures = {"host": sample.host.model_dump(), "npus": [npu.model_dump() for npu in sample.npus]}
+        epoch = sample.time.timestamp()
+        members[store.compact(figures, epoch)] = epoch
+    pipe.zadd(ring, members)
+    if received - _ring_trimmed.get(name, float("-inf")) >= RING_TRIM_S:
+        _ring_trimmed[name] = received
+        pipe.zremrangebyscore(ring, "-inf", received - settings.PANEL_METRICS_RING_SECONDS)
+        pipe.expire(ring, settings.PANEL_METRICS_RING_SECONDS + RING_TRIM_S + 120)
 
 
 def _latest_json(message: dict, received: float) -> str:

@@ -1,5 +1,5 @@
-"""The only code that sends to channel-layer groups. Call it after the data is committed, so whatever a
-browser saw can always be fetched again over REST."""
+"""The only code that sends to channel-layer groups (live metrics frames go through panel.realtime.frames).
+Call it after the data is committed, so whatever a browser saw can always be fetched again over REST."""
 
 import json
 import logging
@@ -12,9 +12,6 @@ log = logging.getLogger(__name__)
 # Group names. The consumer checks every requested name against these shapes and the user's permissions.
 FLEET = "fleet"
 ALERTS = "alerts"
-# Internal, never joinable by clients: every socket that joined the fleet or a node group is in it, to receive
-# batches of ready-made metrics frames (see `abroadcast_frames`).
-FRAMES = "frames"
 
 
 def user_group(user_id) -> str:
@@ -64,19 +61,10 @@ async def abroadcast(group: str, message: dict) -> None:
 
 
 def carries_frames(group: str) -> bool:
-    """Groups whose live metrics travel in frame batches: the fleet and node groups."""
+    """Groups whose live metrics travel as frames (panel.realtime.frames): the fleet and node groups."""
     return group == FLEET or group.startswith("node.")
 
 
 def frame(group: str, message: dict) -> str:
     """The websocket text a subscriber of `group` receives for `message`, serialised once for all of them."""
     return json.dumps({"group": group, **message}, separators=(",", ":"))
-
-
-async def abroadcast_frames(frames: list[list[str]]) -> None:
-    """Send many [group, frame text] pairs as one channel-layer message. Each socket forwards the frames of
-    the groups it joined (permission-checked when it subscribed), so a process receives one message per
-    batch instead of one per group — channels_redis receives serially, several Redis round trips each."""
-    layer = get_channel_layer()
-    if layer is not None:
-        await layer.group_send(FRAMES, {"type": "panel.frames", "frames": frames})

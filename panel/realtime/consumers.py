@@ -12,16 +12,13 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
 from panel.realtime.auth import credential_still_valid
-from panel.realtime.broadcast import FRAMES, carries_frames, user_group
+from panel.realtime.broadcast import carries_frames, user_group
+from panel.realtime.frames import hub, joined_text
 from panel.realtime.groups import MAX_GROUPS, may_join
 
 # Not signed in, or no longer: a revoked or expired token, a deactivated user, a session that ended. The
 # client should sign in again rather than reconnect (static/js/live.js reloads the page, which asks to).
 CLOSE_SIGNED_OUT = 4401
-
-# Handlers that never touch the database: channels' dispatch would otherwise close stale DB connections in a
-# worker thread before each one, a thread hop per message per socket on the metrics path.
-NO_DATABASE = frozenset({"panel.message", "panel.frames"})
 
 
 class PanelConsumer(AsyncJsonWebsocketConsumer):
@@ -38,10 +35,10 @@ class PanelConsumer(AsyncJsonWebsocketConsumer):
         await self.accept()
 
     async def dispatch(self, message):
+        # It never touches the database: channels' dispatch would otherwise close stale DB connections in a
+        # worker thread before it, a thread hop per message per socket.
         if message["type"] == "panel.message":
             await self.panel_message(message)
-        elif message["type"] == "panel.frames":
-            await self.panel_frames(message)
         else:
             await super().dispatch(message)
 
@@ -51,7 +48,8 @@ class PanelConsumer(AsyncJsonWebsocketConsumer):
     async def _leave_all_groups(self):
         if not hasattr(self, "groups_joined"):  # refused before accept: joined nothing
             return
-        for group in self._layer_groups(self.groups_joined) | {user_group(self.scope["user"].pk)}:
+        await hub().leave(self)
+        for group in self.groups_joined | {user_group(self.scope["user"].pk)}:
             await self.channel_layer.group_discard(group, self.channel_name)
         self.groups_joined = set()
 
@@ -95,29 +93,26 @@ class PanelConsumer(AsyncJsonWebsocketConsumer):
             return
         wanted_set = set(wanted)
         allowed = {g for g in wanted_set if await database_sync_to_async(may_join)(self.scope["user"], g)}
-        before, after = self._layer_groups(self.groups_joined), self._layer_groups(allowed)
-        for group in before - after:
+        for group in self.groups_joined - allowed:
             await self.channel_layer.group_discard(group, self.channel_name)
-        for group in after - before:
+        for group in allowed - self.groups_joined:
             await self.channel_layer.group_add(group, self.channel_name)
         self.groups_joined = allowed
+        # Live metrics come through this process's frame hub, not the channel layer; joined before the reply,
+        # so a page that back-fills after "subscribed" misses nothing in between.
+        if any(carries_frames(g) for g in allowed):
+            await hub().join(self)
+        else:
+            await hub().leave(self)
         await self.send_json(
             {"type": "subscribed", "groups": sorted(allowed), "refused": sorted(wanted_set - allowed)}
         )
-
-    @staticmethod
-    def _layer_groups(joined: set[str]) -> set[str]:
-        """Channel-layer groups for the groups a client joined: those, plus FRAMES when any of them gets live
-        metrics in frame batches."""
-        return joined | {FRAMES} if any(carries_frames(g) for g in joined) else set(joined)
 
     async def panel_message(self, event):
         if event["group"] in self.groups_joined and await self._recently_checked():
             await self.send_json({"group": event["group"], **event["message"]})
 
-    async def panel_frames(self, event):
-        if not await self._recently_checked():
-            return
-        for group, text in event["frames"]:
-            if group in self.groups_joined:
-                await self.send(text_data=text)
+    async def forward_frames(self, texts: list[str]) -> None:
+        """Live metrics frames of the groups this socket joined (picked by the frame hub), as one message."""
+        if await self._recently_checked():
+            await self.send(text_data=joined_text(texts))

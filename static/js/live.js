@@ -16,6 +16,15 @@ function subscribe() {
   }
 }
 
+function deliver(message) {
+  if (message.type === "subscribed") {
+    reconnectListeners.forEach((cb) => cb(message));
+    return;
+  }
+  const callbacks = listeners.get(message.group);
+  if (callbacks) callbacks.forEach((cb) => cb(message));
+}
+
 function connect() {
   const scheme = location.protocol === "https:" ? "wss" : "ws";
   socket = new WebSocket(`${scheme}://${location.host}/ws/`);
@@ -24,13 +33,9 @@ function connect() {
     subscribe();
   });
   socket.addEventListener("message", (e) => {
-    const message = JSON.parse(e.data);
-    if (message.type === "subscribed") {
-      reconnectListeners.forEach((cb) => cb(message));
-      return;
-    }
-    const callbacks = listeners.get(message.group);
-    if (callbacks) callbacks.forEach((cb) => cb(message));
+    const data = JSON.parse(e.data);
+    // Live metrics come several to a message (one per node that reported since the last one).
+    (Array.isArray(data) ? data : [data]).forEach(deliver);
   });
   socket.addEventListener("close", (event) => {
     if (event.code === SIGNED_OUT) {

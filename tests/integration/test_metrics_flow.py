@@ -52,9 +52,15 @@ async def connect_as(user, groups):
 
 
 async def receive(communicator, predicate, timeout=15):
+    """The first message matching `predicate`, skipping others. Live metrics frames may come several to a
+    websocket message: those after the match wait on the communicator for the next call."""
+    pending = communicator.__dict__.setdefault("pending_frames", [])
     async with asyncio.timeout(timeout):
         while True:
-            message = await communicator.receive_json_from(timeout=timeout)
+            if not pending:
+                data = await communicator.receive_json_from(timeout=timeout)
+                pending.extend(data if isinstance(data, list) else [data])
+            message = pending.pop(0)
             if predicate(message):
                 return message
 

@@ -75,3 +75,13 @@ def test_the_ingester_stores_fresh_batches_and_drops_stale_and_malformed_ones(no
     assert latest["seq"] == 2
     assert latest["npus"][0]["aicore_pct"] == 2.0
     assert [sample["n"][0][2] for sample in store.read_ring(node.name, 0)] == [2.0]
+
+
+def test_the_ring_buffer_drops_samples_older_than_its_span(node, settings, monkeypatch):
+    from panel.monitoring import services
+
+    settings.PANEL_METRICS_RING_SECONDS = 60
+    monkeypatch.setattr(services, "RING_TRIM_S", 0)  # trim on every batch, not once a minute
+    services.ingest_batches([a_batch(node.name, seq=1, sent_ago_s=300)])
+    services.ingest_batches([a_batch(node.name, seq=2)])
+    assert [sample["n"][0][2] for sample in store.read_ring(node.name, 0)] == [2.0]
