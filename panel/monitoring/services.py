@@ -17,7 +17,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from panel.core.choices import NodeStatus
+from panel.core.choices import NodeStatus, NodeTransport
 from panel.monitoring import alerts, store
 from panel.nodes.models import Node, Npu
 from panel.realtime.broadcast import FLEET, broadcast, frame, node_group
@@ -198,9 +198,7 @@ def touch_heartbeat(node: dict) -> None:
 
 def fleet_summary() -> dict:
     """One line per node: status, NPU count, mean utilisation, HBM and power totals, open alerts."""
-    rows = list(
-        Node.objects.values("id", "name", "status", "transport", "last_heartbeat", "heartbeat_interval")
-    )
+    rows = list(Node.objects.values("id", "name", *STATUS_FIELDS))
     names = [row["name"] for row in rows]
     latest = store.read_latest(names)
     pipe = store.client().pipeline(transaction=False)
@@ -229,13 +227,16 @@ def fleet_summary() -> dict:
     return {"type": "fleet.summary", "nodes": summary}
 
 
+STATUS_FIELDS = ("status", "transport", "last_heartbeat", "heartbeat_interval", "ssh_host_key_fingerprint")
+
+
 def _effective_status(row: dict) -> str:
-    node = Node(**{k: row[k] for k in ("status", "transport", "last_heartbeat", "heartbeat_interval")})
-    return node.effective_status
+    return Node(**{field: row[field] for field in STATUS_FIELDS}).effective_status
 
 
 def set_metrics_interval(node: Node, seconds: float, user=None) -> float:
-    """Save the node's sampling interval and, after commit, tell its agent (task on the node's queue)."""
+    """Save the node's sampling interval and, after commit, tell its agent (task on the node's queue). An
+    SSH node has no agent: its probes read the saved interval (panel.nodes.ssh_probes)."""
     from workers.sampler import MIN_INTERVAL_S
 
     seconds = float(seconds)
@@ -245,10 +246,11 @@ def set_metrics_interval(node: Node, seconds: float, user=None) -> float:
 
     with transaction.atomic():
         NodeSampling.objects.update_or_create(node=node, defaults={"interval_s": seconds})
-        transaction.on_commit(
-            lambda: celery_app.send_task(
-                AGENT_SET_METRICS_INTERVAL, args=[seconds], queue=node_queue(node.name)
+        if node.transport == NodeTransport.AGENT:
+            transaction.on_commit(
+                lambda: celery_app.send_task(
+                    AGENT_SET_METRICS_INTERVAL, args=[seconds], queue=node_queue(node.name)
+                )
             )
-        )
     log.info("metrics interval of %s set to %s s by %s", node.name, seconds, user)
     return seconds
