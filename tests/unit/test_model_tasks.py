@@ -138,6 +138,20 @@ def test_the_soc_version_comes_from_the_npu_smi_chip_name():
         soc_version_for("")
 
 
+@pytest.mark.parametrize("name", ["Ascend910", "910"])
+def test_a_chip_name_that_does_not_tell_the_soc_asks_for_it(name):
+    # An Atlas A3 host's npu-smi says only "Ascend910" (shared sample npu-smi-info_A3-Ascend910_01.txt).
+    with pytest.raises(CommandInputError, match="enter the SoC version"):
+        soc_version_for(name)
+
+
+def test_an_a3_soc_version_given_by_hand_is_taken():
+    argv = atc_argv("/m/a.onnx", "/m/out/model", "Ascend910_9382", "x:1,3", "NCHW")
+    assert "--soc_version=Ascend910_9382" in argv
+    with pytest.raises(CommandInputError, match="soc_version"):
+        atc_argv("/m/a.onnx", "/m/out/model", "Ascend910_93a2", "x:1,3", "NCHW")
+
+
 def test_msmodelslim_and_rsync_argv():
     assert msmodelslim_argv("/m/q", "/m/q-w8a8", "w8a8", "cpu", "Qwen2.5-7B-Instruct") == [
         "msmodelslim",

@@ -16,7 +16,11 @@ ATC_INPUT_FORMATS = ("NCHW", "NHWC", "ND", "NCDHW", "NDHWC")
 INPUT_SHAPE = re.compile(
     r"[A-Za-z0-9_.:/-]+?:(-1|\d+)(,(-1|\d+))*(;[A-Za-z0-9_.:/-]+?:(-1|\d+)(,(-1|\d+))*)*\Z"
 )
-SOC_VERSION = re.compile(r"Ascend[0-9A-Za-z]+\Z")
+# Ascend910B3, Ascend310P3, and the Atlas A3 family's Ascend910_9382 form.
+SOC_VERSION = re.compile(r"Ascend[0-9A-Za-z]+(_[0-9]{4})?\Z")
+# Chip names npu-smi prints that do not tell the SoC apart: an Atlas A3 chip says only Ascend910 (its SoC is
+# e.g. Ascend910_9382), an Atlas 800 9010 may say 910.
+AMBIGUOUS_CHIP_NAMES = frozenset({"910", "Ascend910"})
 MSMODELSLIM_QUANT_TYPES = ("w8a8", "w8a16", "w4a16", "w8a8s")
 MSMODELSLIM_DEVICES = ("npu", "cpu")
 # msModelSlim's --model_type names the model adapter and best-practice recipe, e.g. Qwen2.5-7B-Instruct.
@@ -32,6 +36,11 @@ class CommandInputError(ValueError):
 def soc_version_for(npu_name: str) -> str:
     """ATC's --soc_version from npu-smi's chip name: 910B3 → Ascend910B3, 310P3 → Ascend310P3."""
     name = (npu_name or "").strip()
+    if name in AMBIGUOUS_CHIP_NAMES:
+        raise CommandInputError(
+            f"npu-smi calls this chip {name!r}, which does not tell its SoC version (an Atlas A3 chip is "
+            "e.g. Ascend910_9382, an Atlas 800 9010 chip Ascend910A); enter the SoC version"
+        )
     soc = name if name.startswith("Ascend") else f"Ascend{name}"
     if not name or not SOC_VERSION.match(soc):
         raise CommandInputError(
@@ -45,7 +54,9 @@ def atc_argv(
 ) -> list[str]:
     """`atc` converting ONNX model onnx_path into output_prefix.om for the SoC soc_version."""
     if not SOC_VERSION.match(soc_version):
-        raise CommandInputError(f"soc_version must look like Ascend910B3 or Ascend310P3, not {soc_version!r}")
+        raise CommandInputError(
+            f"soc_version must look like Ascend910B3, Ascend310P3 or Ascend910_9382, not {soc_version!r}"
+        )
     if input_format not in ATC_INPUT_FORMATS:
         raise CommandInputError(f"input_format must be one of {', '.join(ATC_INPUT_FORMATS)}")
     if input_shape and not INPUT_SHAPE.match(input_shape):
