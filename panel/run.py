@@ -96,7 +96,7 @@ class Supervisor:
 
 def panel_worker_argv(pool: str = "threads", concurrency: int = 4) -> list[str]:
     """The panel worker as `make run` and bench/metrics_fanout.py start it. A threads pool: its tasks mostly
-    wait on Redis and the database, and one process keeps one metrics fanout loop and one Redis pool."""
+    wait on Redis and the database, and one process holds one metrics ingester thread and one Redis pool."""
     return [
         PYTHON,
         "-m",
