@@ -130,3 +130,16 @@ def test_a_nul_character_in_a_query_parameter_is_a_400_not_a_database_error(alic
     response = api_client_for(alice).get("/api/v1/metrics/latest/", {"node": "a\x00b"})
     assert response.status_code == 400
     assert "NUL" in response.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    ("query", "field"), [("limit=-9892", "limit"), ("after_seq=-1", "after_seq"), ("limit=x", "limit")]
+)
+def test_a_nonsense_log_page_is_refused_naming_the_parameter(charlie, query, field):
+    from panel.catalog.models import Model
+    from panel.deployments.models import Deployment
+
+    model = Model.objects.create(name="logs-model")
+    deployment = Deployment.objects.create(name="logs-deployment", model=model, spec={"parts": []})
+    response = api_client_for(charlie).get(f"/api/v1/deployments/{deployment.pk}/logs/?{query}")
+    assert_field_error(response, field)

@@ -120,3 +120,16 @@ def test_operation_events_document_their_own_page_and_no_list_filters(openapi):
     assert names == {"id", "after_seq", "limit"}
     schema = operation["responses"]["200"]["content"]["application/json"]["schema"]
     assert schema == {"$ref": "#/components/schemas/OperationEventPage"}
+
+
+def test_a_deployments_computed_fields_have_exact_types(openapi):
+    npus = property_of(openapi, "Deployment", "npus")
+    assert npus["type"] == "array"
+    npu = openapi["components"]["schemas"][npus["items"]["$ref"].rsplit("/", 1)[1]]
+    assert npu["properties"]["logic_id"]["type"] == "integer"
+    assert property_of(openapi, "Deployment", "operation") == {
+        "type": "string", "format": "uuid", "nullable": True, "readOnly": True,
+        "description": property_of(openapi, "Deployment", "operation")["description"],
+    }  # fmt: skip
+    findings = property_of(openapi, "Deployment", "findings")
+    assert findings["allOf"][0]["$ref"] == "#/components/schemas/DeploymentFindings"

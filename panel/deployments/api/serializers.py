@@ -1,6 +1,20 @@
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from panel.deployments.models import Benchmark, Deployment, DeploymentLog
+
+
+class DeploymentNpuSerializer(serializers.Serializer):
+    node = serializers.CharField()
+    logic_id = serializers.IntegerField()
+    npu_id = serializers.IntegerField()
+
+
+class DeploymentFindingsSerializer(serializers.Serializer):
+    findings = serializers.ListField(
+        child=serializers.DictField(), help_text="Known Ascend error signatures found in the log."
+    )
+    log_tail = serializers.ListField(child=serializers.CharField(), help_text="Last log lines of that start.")
 
 
 class DeploymentSerializer(serializers.ModelSerializer):
@@ -22,13 +36,15 @@ class DeploymentSerializer(serializers.ModelSerializer):
         ]  # fmt: skip
         read_only_fields = fields
 
-    def get_npus(self, deployment):
+    @extend_schema_field(DeploymentNpuSerializer(many=True))
+    def get_npus(self, deployment) -> list[dict]:
         return [
             {"node": npu.node.name, "logic_id": npu.logic_id, "npu_id": npu.npu_id}
             for npu in deployment.npus.all()
         ]
 
-    def get_operation(self, deployment):
+    @extend_schema_field(serializers.UUIDField(allow_null=True, help_text="Its latest deploy or stop."))
+    def get_operation(self, deployment) -> str | None:
         from panel.operations.models import Operation
 
         latest = Operation.objects.filter(target=deployment.name, kind__in=["deploy", "stop"]).order_by(
@@ -37,16 +53,51 @@ class DeploymentSerializer(serializers.ModelSerializer):
         first = latest.values_list("id", flat=True).first()
         return str(first) if first else None
 
-    def get_findings(self, deployment):
+    @extend_schema_field(DeploymentFindingsSerializer)
+    def get_findings(self, deployment) -> dict:
         """The toolkit's diagnose findings and the log tail of the last failed start, shown beside it."""
         runtime = deployment.runtime or {}
         return {"findings": runtime.get("findings") or [], "log_tail": runtime.get("log_tail") or []}
+
+
+class CreatedDeploymentSerializer(DeploymentSerializer):
+    warnings = serializers.ListField(
+        child=serializers.DictField(), read_only=True, help_text="The planner's warnings (level, message …)."
+    )
+
+    class Meta(DeploymentSerializer.Meta):
+        fields = [*DeploymentSerializer.Meta.fields, "warnings"]
+        read_only_fields = fields
+
+
+class DeletedDeploymentSerializer(serializers.Serializer):
+    deleted = serializers.BooleanField(help_text="False while its engines are still being stopped.")
+    name = serializers.CharField()
 
 
 class DeploymentLogSerializer(serializers.ModelSerializer):
     class Meta:
         model = DeploymentLog
         fields = ["seq", "time", "node", "line"]
+
+
+class DeploymentLogQuerySerializer(serializers.Serializer):
+    after_seq = serializers.IntegerField(
+        required=False, default=0, min_value=0, help_text="Lines after this number."
+    )
+    limit = serializers.IntegerField(required=False, min_value=1, help_text="At most 5000 lines a page.")
+
+
+class DeploymentLogPageSerializer(serializers.Serializer):
+    deployment = serializers.CharField()
+    last_seq = serializers.IntegerField()
+    results = DeploymentLogSerializer(many=True)
+
+
+class DeploymentMetricsSerializer(serializers.Serializer):
+    deployment = serializers.CharField()
+    metrics = serializers.DictField(help_text="The engine's latest figures, as scraped.")
+    time = serializers.DateTimeField(allow_null=True)
 
 
 class BenchmarkRequestSerializer(serializers.Serializer):
@@ -69,3 +120,7 @@ class BenchmarkSerializer(serializers.ModelSerializer):
             "error", "operation", "created",
         ]  # fmt: skip
         read_only_fields = fields
+
+
+class BenchmarkListSerializer(serializers.Serializer):
+    results = BenchmarkSerializer(many=True)

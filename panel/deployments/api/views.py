@@ -1,23 +1,34 @@
 from django.http import HttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status
 from rest_framework.decorators import action
-from rest_framework.exceptions import APIException, ValidationError
+from rest_framework.exceptions import APIException
 from rest_framework.response import Response
 
 from panel.core.api import PanelViewSet, ReadOnlyPanelViewSet
 from panel.core.idempotency import idempotent
+from panel.core.schema import ErrorSerializer
 from panel.deployments import services
 from panel.deployments.api.serializers import (
+    BenchmarkListSerializer,
     BenchmarkRequestSerializer,
     BenchmarkSerializer,
+    CreatedDeploymentSerializer,
+    DeletedDeploymentSerializer,
+    DeploymentLogPageSerializer,
+    DeploymentLogQuerySerializer,
     DeploymentLogSerializer,
+    DeploymentMetricsSerializer,
     DeploymentSerializer,
 )
 from panel.deployments.filtersets import BenchmarkFilterSet, DeploymentFilterSet
 from panel.deployments.models import Benchmark, Deployment
-from panel.deployments.planning import plan_request
+from panel.deployments.planning import DeploymentRequestSerializer, plan_request
 
 MAX_LOG_LINES_PER_PAGE = 5000
+# What stop / start / restart answer: the deployment as it now is, or why its state refuses the command.
+ACCEPTED_OR_REFUSED = {202: DeploymentSerializer, 409: ErrorSerializer}
 
 
 class Conflict(APIException):
@@ -34,14 +45,19 @@ class DeploymentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, PanelV
     filterset_class = DeploymentFilterSet
     http_method_names = ["get", "post", "delete", "head", "options"]
 
+    @extend_schema(request=DeploymentRequestSerializer, responses={201: CreatedDeploymentSerializer})
     @idempotent
     def create(self, request):
         planned = plan_request(request.data)
         deployment = services.create_deployment(planned, user=request.user)
-        body = DeploymentSerializer(deployment).data
-        body["warnings"] = planned.warnings
-        return Response(body, status=status.HTTP_201_CREATED)
+        deployment.warnings = planned.warnings
+        return Response(CreatedDeploymentSerializer(deployment).data, status=status.HTTP_201_CREATED)
 
+    @extend_schema(
+        request=DeploymentRequestSerializer,
+        responses={200: OpenApiTypes.OBJECT},
+        description="The plan (fits, chip, plan, memory_per_npu, warnings) and per node its argv and env.",
+    )
     @action(detail=False, methods=["post"])
     def plan(self, request):
         """Dry run for the wizard's review: the plan and the exact command and environment per node."""
@@ -55,33 +71,37 @@ class DeploymentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, PanelV
         deployment = Deployment.objects.filter(pk=deployment.pk).first() or deployment
         return Response(DeploymentSerializer(deployment).data, status=status.HTTP_202_ACCEPTED)
 
+    @extend_schema(request=None, responses=ACCEPTED_OR_REFUSED)
     @action(detail=True, methods=["post"])
     def stop(self, request, pk=None):
         return self._command(request, services.stop)
 
+    @extend_schema(request=None, responses=ACCEPTED_OR_REFUSED)
     @action(detail=True, methods=["post"])
     def start(self, request, pk=None):
         return self._command(request, services.start)
 
+    @extend_schema(request=None, responses=ACCEPTED_OR_REFUSED)
     @action(detail=True, methods=["post"])
     def restart(self, request, pk=None):
         return self._command(request, services.restart)
 
+    @extend_schema(responses={202: DeletedDeploymentSerializer})
     def destroy(self, request, pk=None):
         deployment = services.delete(self.get_object(), user=request.user)
         gone = not Deployment.objects.filter(pk=deployment.pk).exists()
         return Response({"deleted": gone, "name": deployment.name}, status=status.HTTP_202_ACCEPTED)
 
+    @extend_schema(
+        parameters=[DeploymentLogQuerySerializer], responses=DeploymentLogPageSerializer, filters=False
+    )
     @action(detail=True, methods=["get"])
     def logs(self, request, pk=None):
         deployment = self.get_object()
-        try:
-            after = int(request.query_params.get("after_seq", 0))
-            limit = min(
-                int(request.query_params.get("limit", MAX_LOG_LINES_PER_PAGE)), MAX_LOG_LINES_PER_PAGE
-            )
-        except ValueError:
-            raise ValidationError({"after_seq": ["after_seq and limit must be whole numbers."]}) from None
+        query = DeploymentLogQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        after = query.validated_data["after_seq"]
+        limit = min(query.validated_data.get("limit", MAX_LOG_LINES_PER_PAGE), MAX_LOG_LINES_PER_PAGE)
         lines = list(deployment.log_lines.filter(seq__gt=after).order_by("seq")[:limit])
         return Response(
             {
@@ -91,6 +111,7 @@ class DeploymentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, PanelV
             }
         )
 
+    @extend_schema(responses={(200, "text/plain"): OpenApiTypes.STR}, filters=False)
     @action(detail=True, methods=["get"], url_path="logs.txt")
     def logs_txt(self, request, pk=None):
         deployment = self.get_object()
@@ -102,6 +123,7 @@ class DeploymentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, PanelV
         response["Content-Disposition"] = f'attachment; filename="{deployment.name}.log"'
         return response
 
+    @extend_schema(responses=DeploymentMetricsSerializer, filters=False)
     @action(detail=True, methods=["get"])
     def metrics(self, request, pk=None):
         deployment = self.get_object()
@@ -109,6 +131,12 @@ class DeploymentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, PanelV
             {"deployment": deployment.name, "metrics": deployment.metrics, "time": deployment.metrics_at}
         )
 
+    @extend_schema(methods=["GET"], responses=BenchmarkListSerializer, filters=False)
+    @extend_schema(
+        methods=["POST"],
+        request=BenchmarkRequestSerializer,
+        responses={202: BenchmarkSerializer, 409: ErrorSerializer},
+    )
     @action(detail=True, methods=["get", "post"])
     def benchmarks(self, request, pk=None):
         deployment = self.get_object()
