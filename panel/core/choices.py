@@ -2,6 +2,7 @@
 
 from django.db import models
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import pgettext_lazy
 
 # Colour classes used by templates: ok (green), warning (amber), alarm (red), offline (grey), running (blue).
 COLOUR_OK = "ok"
@@ -72,7 +73,8 @@ class OperationKind(models.TextChoices):
     DOWNLOAD = "download", _("Model download")
     CONVERT = "convert", _("Model conversion")
     INSPECT_MODEL = "model_inspect", _("Model inspection")
-    COPY_MODEL = "model_copy", _("Model copy")
+    # "Model copy" is also what a copy of a model (an artifact) is called: the context tells the two apart.
+    COPY_MODEL = "model_copy", pgettext_lazy("operation kind", "Model copy")
     DELETE_MODEL = "model_delete", _("Model deletion")
     ATC = "model_atc", _("ATC conversion")
     DEPLOY = "deploy", _("Deploy")

@@ -41,8 +41,20 @@ SUPPORTED_OS = {
 }
 
 
-def item(check_name: str, status: str, detail: str, fix: str = "") -> dict[str, str]:
-    return {"check": check_name, "status": status, "detail": detail, "fix": fix}
+def item(check_name: str, status: str, detail: str, fix: str = "", **params) -> dict[str, Any]:
+    """One checklist line. With `params`, `detail` and `fix` are English templates ({name} placeholders):
+    the entry keeps them and the params as well as the filled text, so the panel can show the line in the
+    viewer's language (the checklist_text filter) while API clients read plain English."""
+    if not params:
+        return {"check": check_name, "status": status, "detail": detail, "fix": fix}
+    return {
+        "check": check_name,
+        "status": status,
+        "detail": detail.format(**params),
+        "fix": fix.format(**params),
+        "templates": {"detail": detail, "fix": fix},
+        "params": params,
+    }
 
 
 def check_arch(facts: dict) -> dict:
@@ -59,8 +71,9 @@ def check_arch(facts: dict) -> dict:
     return item(
         "architecture",
         FAIL,
-        _("{arch} is not supported by Ascend software").format(arch=arch),
+        _("{arch} is not supported by Ascend software"),
         _("Use an aarch64 (Kunpeng) or x86_64 host."),
+        arch=arch,
     )
 
 
@@ -73,11 +86,12 @@ def check_os(facts: dict) -> dict:
     return item(
         "os",
         WARN,
-        _("{name} is not one of the tested systems").format(name=name),
+        _("{name} is not one of the tested systems"),
         _(
             "Prefer openEuler 22.03 LTS SPx, Kylin V10 or Ubuntu 22.04; "
             "check Huawei's OS list for your driver."
         ),
+        name=name,
     )
 
 
@@ -88,12 +102,9 @@ def check_kernel(facts: dict, steps: list[StepSpec]) -> dict:
         return item(
             "kernel",
             FAIL,
-            _("{kernel}: no kernel headers, the driver installer cannot build its module").format(
-                kernel=kernel
-            ),
-            _("Install kernel-devel / linux-headers for {kernel} (the running kernel).").format(
-                kernel=kernel
-            ),
+            _("{kernel}: no kernel headers, the driver installer cannot build its module"),
+            _("Install kernel-devel / linux-headers for {kernel} (the running kernel)."),
+            kernel=kernel,
         )
     return item("kernel", PASS, kernel)
 
@@ -125,13 +136,14 @@ def check_npus(facts: dict, steps: list[StepSpec]) -> dict:
         )
     bad = [f"{n['id']}:{n.get('health')}" for n in npus if str(n.get("health", "")).upper() != "OK"]
     if not bad:
-        return item("npus", PASS, _("{count} NPUs, all OK").format(count=len(npus)))
+        return item("npus", PASS, _("{count} NPUs, all OK"), count=len(npus))
     status = FAIL if any(not b.upper().endswith("WARNING") for b in bad) else WARN
     return item(
         "npus",
         status,
-        _("Unhealthy NPUs: {bad}").format(bad=", ".join(bad)),
+        _("Unhealthy NPUs: {bad}"),
         _("Read `npu-smi info -t health -i <id>` and fix or replace those cards before serving."),
+        bad=", ".join(bad),
     )
 
 
@@ -153,10 +165,17 @@ def check_versions(facts: dict, profile: Profile) -> list[dict]:
                 item(problem.component, WARN, problem.hint, _("Proceed only if you verified it yourself."))
             )
         elif problem.kind == MISMATCH:
-            detail = _("{component} {have}, the profile needs {need}").format(
-                component=problem.component, have=problem.have, need=problem.need
+            results.append(
+                item(
+                    problem.component,
+                    WARN,
+                    _("{component} {have}, the profile needs {need}"),
+                    _("The install plan replaces it."),
+                    component=problem.component,
+                    have=problem.have,
+                    need=problem.need,
+                )
             )
-            results.append(item(problem.component, WARN, detail, _("The install plan replaces it.")))
     judged = {r["check"] for r in results}
     for component in ("chip", "driver", "cann"):
         if component not in judged:
@@ -209,21 +228,23 @@ def check_disk(facts: dict, steps: list[StepSpec], options: InstallOptions) -> l
                 item(
                     "disk",
                     WARN,
-                    _("{location}: free space not measured").format(location=location),
-                    _("Check `df -h {location}`.").format(location=location),
+                    _("{location}: free space not measured"),
+                    _("Check `df -h {location}`."),
+                    location=location,
                 )
             )
             continue
         values = {"location": location, "free": round(free / GIB, 1), "need": need // GIB}
         if free >= need:
-            results.append(item("disk", PASS, detail.format(**values)))
+            results.append(item("disk", PASS, detail, **values))
         else:
             results.append(
                 item(
                     "disk",
                     FAIL,
-                    detail.format(**values),
-                    _("Free space on {location} or choose another install path.").format(location=location),
+                    detail,
+                    _("Free space on {location} or choose another install path."),
+                    **values,
                 )
             )
     return results
@@ -240,10 +261,11 @@ def check_hugepages(facts: dict) -> dict:
         return item(
             "hugepages",
             WARN,
-            _("all {total} huge pages are in use").format(total=total),
+            _("all {total} huge pages are in use"),
             _("Stop what holds them or raise vm.nr_hugepages before serving."),
+            total=total,
         )
-    return item("hugepages", PASS, _("{total} configured, {free} free").format(total=total, free=free or 0))
+    return item("hugepages", PASS, _("{total} configured, {free} free"), total=total, free=free or 0)
 
 
 def found_python(pythons: dict[str, str], wanted: list[str]) -> dict | None:
@@ -251,7 +273,7 @@ def found_python(pythons: dict[str, str], wanted: list[str]) -> dict | None:
     minor = next((minor for minor in wanted if minor in pythons), None)
     if minor is None:
         return None
-    return item("python", PASS, _("python{minor} at {path}").format(minor=minor, path=pythons[minor]))
+    return item("python", PASS, _("python{minor} at {path}"), minor=minor, path=pythons[minor])
 
 
 def check_python(facts: dict, profile: Profile) -> dict:
@@ -263,13 +285,14 @@ def check_python(facts: dict, profile: Profile) -> dict:
     return item(
         "python",
         FAIL,
-        _("No Python {range} (found: {found})").format(
-            range=profile.python_range, found=", ".join(pythons) or _("none")
-        ),
+        _("No Python {range} (found: {found})"),
         _(
             "Install python{minor} "
             "(openEuler: dnf install python{minor}; Ubuntu: apt install python{minor}-venv)."
-        ).format(minor=wanted[0]),
+        ),
+        range=profile.python_range,
+        found=", ".join(pythons) or _("none"),
+        minor=wanted[0],
     )
 
 
@@ -285,10 +308,9 @@ def check_tools(facts: dict, steps: list[StepSpec]) -> list[dict]:
                 item(
                     tool,
                     FAIL if installs_driver else WARN,
-                    _("{tool} not found; the driver installer builds its kernel module with it").format(
-                        tool=tool
-                    ),
-                    _("Install {tool} (dnf/apt install {tool}).").format(tool=tool),
+                    _("{tool} not found; the driver installer builds its kernel module with it"),
+                    _("Install {tool} (dnf/apt install {tool})."),
+                    tool=tool,
                 )
             )
     if tools.get("numactl"):
@@ -318,8 +340,9 @@ def check_sources(facts: dict, steps: list[StepSpec]) -> list[dict]:
             item(
                 "packages",
                 FAIL,
-                _("Missing packages: {names}").format(names=", ".join(missing)),
+                _("Missing packages: {names}"),
                 _("Upload them to the packages folder."),
+                names=", ".join(missing),
             )
         )
     elif any(s.kind == "run_package" for s in steps):

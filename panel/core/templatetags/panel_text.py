@@ -33,3 +33,23 @@ def reason_text(reason) -> str:
 def agent_text(text) -> str:
     """A stage title, error or hint written by an agent: translated where the catalog knows it."""
     return gettext(text) if text else text
+
+
+@register.filter
+def checklist_text(entry, field: str) -> str:
+    """`detail` or `fix` of a preflight checklist line: its English template translated, then filled with its
+    parameters (string parameters such as "none" translated too); lines without a template (a version an
+    agent read, lines stored before templates existed) are translated as they are, where the catalog knows
+    them."""
+    text = _field(entry, field, "") or ""
+    source = (_field(entry, "templates") or {}).get(field)
+    if not source:
+        return agent_text(text)
+    params = {
+        name: agent_text(value) if isinstance(value, str) else value
+        for name, value in (_field(entry, "params") or {}).items()
+    }
+    try:
+        return gettext(source).format(**params)
+    except (KeyError, IndexError, ValueError):
+        return text
