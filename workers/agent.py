@@ -12,6 +12,8 @@ environment variables only:
   ASCEND_PANEL_ASCEND_ROOT Ascend install root (default /usr/local/Ascend)
   ASCEND_PANEL_HEARTBEAT_S heartbeat interval in seconds (default 5)
   ASCEND_PANEL_METRICS_S   NPU/host sampling interval in seconds (default 1; 0 turns sampling off)
+  ASCEND_PANEL_SSH_KEY     private key this node's model copies log in to other nodes with (default: the
+                           agent user's ~/.ssh keys)
 """
 
 import logging
@@ -33,6 +35,7 @@ class AgentConfig:
     heartbeat_s: float = 5.0
     metrics_s: float = 1.0
     join_token: str | None = None
+    ssh_key: str = ""
     # Set for tasks the central agent runs over SSH for a node without an agent (workers.remote.SshTarget).
     ssh_target: dict | None = None
 
@@ -73,6 +76,7 @@ class AgentConfig:
             heartbeat_s=float(os.environ.get("ASCEND_PANEL_HEARTBEAT_S", "5")),
             metrics_s=float(os.environ.get("ASCEND_PANEL_METRICS_S", "1")),
             join_token=os.environ.get("ASCEND_PANEL_JOIN_TOKEN") or None,
+            ssh_key=os.environ.get("ASCEND_PANEL_SSH_KEY", ""),
         )
 
 

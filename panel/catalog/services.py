@@ -400,7 +400,11 @@ def start_atc(
 
 
 def start_copy(artifact: ModelArtifact, target_node, user=None, target_user: str = "root") -> Operation:
-    """rsync the copy from its node to target_node (same path), run by the source node's agent over SSH."""
+    """rsync the copy from its node to target_node (same path), run by the source node's agent over SSH.
+
+    The agent logs in with its own key (ASCEND_PANEL_SSH_KEY or its user's ~/.ssh); the target's host key
+    must be the fingerprint confirmed for target_node when it has one (a node first added over SSH), and
+    otherwise be known to the agent user's known_hosts."""
     _ready_source(artifact, tuple(ArtifactFormat.values))
     _check_agent_node(target_node, "target_node")
     if target_node.pk == artifact.node_id:
@@ -431,6 +435,7 @@ def start_copy(artifact: ModelArtifact, target_node, user=None, target_user: str
             "target_path": path,
             "target_user": target_user,
             "target_port": target_node.ssh_port or 22,
+            "target_host_key": target_node.ssh_host_key_fingerprint,
         },
     )
 

@@ -139,6 +139,36 @@ async def test_the_first_line_arrives_before_the_program_ends(runner):
     assert (await task).stdout == "first\nsecond\n"
 
 
+async def test_each_redraw_of_a_progress_line_arrives_while_the_program_runs(runner):
+    # rsync --info=progress2 and other meters redraw one line, each redraw starting with \r, and print \n
+    # only when done; the redraws must reach the callback (the operation's progress) as they happen.
+    lines = []
+    first_redraw_seen = asyncio.Event()
+
+    def on_line(stream, line):
+        lines.append(line)
+        if line == "10%":
+            first_redraw_seen.set()
+
+    task = asyncio.create_task(
+        runner.run(
+            python("""
+                import sys, time
+                sys.stdout.write("\\r10%\\r50%")
+                sys.stdout.flush()
+                time.sleep(1.5)
+                sys.stdout.write("\\r100%\\n")
+            """),
+            on_line=on_line,
+        )
+    )
+    await asyncio.wait_for(first_redraw_seen.wait(), timeout=5)
+
+    assert not task.done()
+    assert (await task).stdout == "\r10%\r50%\r100%\n"
+    assert lines == ["", "10%", "50%", "100%"]
+
+
 async def test_lines_reach_the_callback_in_order_per_stream(runner):
     lines = []
 

@@ -8,6 +8,7 @@ from workers.events import EventEmitter
 from workers.models.commands import (
     CommandInputError,
     atc_argv,
+    explain_rsync_failure,
     msmodelslim_argv,
     msmodelslim_model_type,
     parse_rsync_progress,
@@ -173,9 +174,51 @@ def test_msmodelslim_and_rsync_argv():
     assert msmodelslim_model_type("", "tiny") == "tiny"
     argv = rsync_argv("/data/models/q", "ascend", "10.0.0.2", "/data/models/q", 2222)
     assert argv[:4] == ["rsync", "-a", "--partial", "--info=progress2"]
-    assert argv[-3:] == ["ssh -p 2222 -o BatchMode=yes", "/data/models/q/", "ascend@10.0.0.2:/data/models/q/"]
+    assert argv[-2:] == ["/data/models/q/", "ascend@10.0.0.2:/data/models/q/"]
+    assert argv[-3].startswith("ssh -p 2222 -o BatchMode=yes -o StrictHostKeyChecking=yes ")
     with pytest.raises(CommandInputError):
         rsync_argv("/data/models/q", "ascend", "-oProxyCommand=x", "/data/models/q")
+
+
+def test_a_pinned_copy_trusts_only_its_known_hosts_file_and_offers_only_its_key():
+    argv = rsync_argv(
+        "/m/q", "root", "10.0.0.2", "/m/q", known_hosts_file="/tmp/c/known_hosts", identity_file="/etc/k"
+    )
+    ssh = argv[argv.index("-e") + 1].split()
+    assert "UserKnownHostsFile=/tmp/c/known_hosts" in ssh
+    assert "GlobalKnownHostsFile=/dev/null" in ssh
+    assert ssh[ssh.index("-i") + 1] == "/etc/k"
+    assert "IdentitiesOnly=yes" in ssh
+    # rsync splits -e at spaces, so a path with one would become two words: refused rather than quoted.
+    with pytest.raises(CommandInputError, match="identity file"):
+        rsync_argv("/m/q", "root", "10.0.0.2", "/m/q", identity_file="/etc/my key")
+    with pytest.raises(CommandInputError, match="identity file"):
+        rsync_argv("/m/q", "root", "10.0.0.2", "/m/q", identity_file="relative/key")
+
+
+@pytest.mark.parametrize(
+    ("said", "hint"),
+    [
+        ("Host key verification failed.", "known_hosts"),
+        ("root@10.0.0.2: Permission denied (publickey).", "authorized_keys"),
+        ('rsync: [receiver] write failed on "/m/q/x": No space left on device (28)', "disk is full"),
+        ("bash: line 1: rsync: command not found", "install it there"),
+        ("ssh: connect to host 10.0.0.2 port 22: Connection refused", "cannot reach the target"),
+        ("ssh: connect to host 10.0.0.2 port 22: Connection timed out", "cannot reach the target"),
+    ],
+)
+def test_a_failed_rsync_is_explained_by_the_line_that_says_why(said, hint):
+    closed = "rsync: connection unexpectedly closed (0 bytes received so far) [sender]"
+    lines = ["$ rsync -a ...", said, closed]
+    reason, explained = explain_rsync_failure(lines)
+    assert reason == said
+    assert hint in explained
+
+
+def test_an_unrecognised_rsync_failure_gives_its_last_line_and_the_general_hint():
+    reason, hint = explain_rsync_failure(["$ rsync", "rsync error: some error (code 23)"])
+    assert reason == "rsync error: some error (code 23)"
+    assert "authorized_keys" in hint
 
 
 def test_rsync_progress2_lines_are_parsed():

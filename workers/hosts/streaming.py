@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 import time
 from collections.abc import Awaitable, Callable
@@ -16,6 +17,9 @@ MAX_LINE_BYTES = 1024 * 1024
 # After SIGKILL, how long to wait for the output pipes to close before giving up on them (a process that
 # left the group may still hold them).
 DRAIN_AFTER_KILL_S = 2.0
+# A bare \r ends a line too: progress meters (rsync --info=progress2, pip, curl) redraw one line with \r and
+# print \n only when done, so splitting on \n alone would hold every update back until the very end.
+LINE_END = re.compile(rb"\r\n|\n|\r")
 
 
 class LineCollector:
@@ -32,24 +36,28 @@ class LineCollector:
         return "".join(self._parts)
 
     def feed(self, data: bytes) -> None:
-        pieces = (self._pending + data).split(b"\n")
-        self._pending = pieces.pop()
-        for piece in pieces:
-            self._emit(piece, newline=True)
+        buffer = self._pending + data
+        start = 0
+        for end in LINE_END.finditer(buffer):
+            if end.group() == b"\r" and end.end() == len(buffer):
+                break  # maybe the first half of a \r\n; the next read tells
+            self._emit(buffer[start : end.start()], end.group())
+            start = end.end()
+        self._pending = buffer[start:]
         if len(self._pending) > MAX_LINE_BYTES:
-            self._emit(self._pending, newline=False)
+            self._emit(self._pending, b"")
             self._pending = b""
 
     def finish(self) -> None:
         if self._pending:
-            self._emit(self._pending, newline=False)
+            self._emit(self._pending, b"")
             self._pending = b""
 
-    def _emit(self, raw: bytes, *, newline: bool) -> None:
+    def _emit(self, raw: bytes, ending: bytes) -> None:
         line = raw.decode("utf-8", errors="replace")
-        self._parts.append(line + "\n" if newline else line)
+        self._parts.append(line + ending.decode())
         if self.on_line is not None:
-            self.on_line(self.stream, line.removesuffix("\r"))
+            self.on_line(self.stream, line.removesuffix("\r"))  # a \r held back when the stream ended
 
     async def pump(self, read: Callable[[int], Awaitable[bytes]]) -> None:
         """Read until end of stream; what arrived stays collected even if this is cancelled."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+from workers.i18n import gettext_noop as _
 from workers.models.node_paths import normalise
 
 ATC_FRAMEWORK_ONNX = "5"
@@ -27,6 +28,10 @@ MSMODELSLIM_DEVICES = ("npu", "cpu")
 MSMODELSLIM_MODEL_TYPE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 SSH_USER = re.compile(r"[a-z_][a-z0-9_-]{0,31}\Z")
 SSH_HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,252}\Z|\[?[0-9A-Fa-f:]+\]?\Z")
+SSH_OPTION_PATH = re.compile(r"/[^\s'\"\\]*\Z")
+# The name a pinned known_hosts file lists the target's key under (ssh's HostKeyAlias), so the entry does
+# not depend on how the address and port are spelled.
+PINNED_HOST_ALIAS = "copy-target"
 
 
 class CommandInputError(ValueError):
@@ -113,10 +118,21 @@ def msmodelslim_argv(
     ]
 
 
-def rsync_argv(source_path: str, user: str, host: str, target_path: str, ssh_port: int = 22) -> list[str]:
+def rsync_argv(
+    source_path: str,
+    user: str,
+    host: str,
+    target_path: str,
+    ssh_port: int = 22,
+    *,
+    known_hosts_file: str = "",
+    identity_file: str = "",
+) -> list[str]:
     """rsync pushing folder source_path to host:target_path over SSH, keeping partial files on a drop.
 
-    BatchMode makes a missing key fail at once instead of waiting for a password nobody will type."""
+    known_hosts_file, when given, is the only file the target's host key is looked up in (see
+    workers.models.host_keys); identity_file is the one key offered. Without them ssh uses the agent user's
+    ~/.ssh, still refusing an unknown host key."""
     if user and not SSH_USER.match(user):
         raise CommandInputError(f"{user!r} is not a valid SSH user name")
     if not SSH_HOST.match(host or ""):
@@ -134,11 +150,29 @@ def rsync_argv(source_path: str, user: str, host: str, target_path: str, ssh_por
         # 3.2.4 (openEuler 22.03 has 3.2.3) hands it to that shell, where `;` or `$(...)` in a name would run.
         "--protect-args",
         "-e",
-        f"ssh -p {int(ssh_port)} -o BatchMode=yes",
+        " ".join(ssh_command(int(ssh_port), known_hosts_file, identity_file)),
         # The trailing slash copies the folder's contents into target_path rather than a folder inside it.
         normalise(source_path).rstrip("/") + "/",
         f"{remote}:{normalise(target_path)}/",
     ]
+
+
+def ssh_command(port: int, known_hosts_file: str = "", identity_file: str = "") -> list[str]:
+    """The ssh rsync runs. BatchMode makes a missing key or an unknown host key fail at once instead of
+    waiting for an answer nobody will type; the keepalives end a dead link within a minute, so a retry can
+    resume from the partial files rather than the copy hanging for its whole timeout."""
+    for name, value in (("known_hosts file", known_hosts_file), ("identity file", identity_file)):
+        # rsync splits -e at white space and reads quotes; a path needing either is refused, not quoted.
+        if value and not SSH_OPTION_PATH.match(value):
+            raise CommandInputError(f"{name} {value!r} must be an absolute path without spaces or quotes")
+    argv = ["ssh", "-p", str(port), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes"]
+    argv += ["-o", "ConnectTimeout=30", "-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=4"]
+    if known_hosts_file:
+        argv += ["-o", f"UserKnownHostsFile={known_hosts_file}", "-o", "GlobalKnownHostsFile=/dev/null"]
+        argv += ["-o", f"HostKeyAlias={PINNED_HOST_ALIAS}"]
+    if identity_file:
+        argv += ["-i", identity_file, "-o", "IdentitiesOnly=yes"]
+    return argv
 
 
 RSYNC_PROGRESS = re.compile(r"^\s*([\d,]+)\s+(\d+)%\s+(\S+/s)\s+(\S+)")
@@ -150,3 +184,57 @@ def parse_rsync_progress(line: str) -> tuple[int, int, str, str] | None:
     if not match:
         return None
     return int(match.group(1).replace(",", "")), int(match.group(2)), match.group(3), match.group(4)
+
+
+# (what rsync or ssh says, the hint) — the first that matches a failed copy's output explains it.
+RSYNC_FAILURES = (
+    (
+        "Host key verification failed",
+        _(
+            "This node does not know the target's SSH host key and trusts none it has not been told of. Add "
+            "the target's key to ~/.ssh/known_hosts of the agent's user on this node, after comparing it "
+            "with ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub on the target."
+        ),
+    ),
+    (
+        "Permission denied (publickey",
+        _(
+            "The target refused this node's key. Put this node's public key (of ASCEND_PANEL_SSH_KEY, or the "
+            "agent user's ~/.ssh key) into ~/.ssh/authorized_keys of the target user."
+        ),
+    ),
+    (
+        "No space left on device",
+        _("The target's disk is full: free space under the models root on the target, then retry."),
+    ),
+    (
+        "command not found",
+        _("rsync is missing on the target: install it there (dnf install rsync), then retry."),
+    ),
+)
+UNREACHABLE = (
+    "Connection refused",
+    "Connection timed out",
+    "No route to host",
+    "Could not resolve",
+    "timed out",
+)
+
+
+def explain_rsync_failure(lines: list[str]) -> tuple[str, str]:
+    """The line of a failed rsync's output that says why, and what to do about it."""
+    said = [line.strip() for line in lines if line.strip() and not line.startswith("$ ")]
+    for marker, hint in RSYNC_FAILURES:
+        for line in said:
+            if marker in line:
+                return line, hint
+    for line in said:
+        if any(marker in line for marker in UNREACHABLE):
+            return line, _(
+                "This node cannot reach the target over SSH: check the target node's address and SSH port, "
+                "that sshd runs there, and that a firewall lets this node through."
+            )
+    return (said[-1] if said else "no output"), _(
+        "The source node must reach the target over SSH without a password (a key in "
+        "~/.ssh/authorized_keys of the target user), and rsync must be installed on both."
+    )

@@ -7,6 +7,7 @@ inside `models_root`, which the panel sends with every such task and the agent c
 from __future__ import annotations
 
 import shutil
+import tempfile
 from pathlib import Path
 
 from workers.celery_app import app
@@ -248,9 +249,9 @@ def _run_logged(emitter, argv: list[str], timeout: float, on_line=None) -> tuple
 
     def log_line(stream: str, line: str) -> None:
         lines.append(line)
+        if on_line is not None and on_line(line):
+            return  # on_line made something better of it than a log line (e.g. a progress event)
         emitter.log(line, stream=stream)
-        if on_line:
-            on_line(line)
 
     emitter.log("$ " + " ".join(argv))
     result = LocalRunner().run_sync(argv, timeout=timeout, on_line=log_line)
@@ -367,32 +368,70 @@ def copy_body(
     target_path: str,
     target_user: str = "",
     target_port: int = 22,
+    target_host_key: str = "",
 ) -> dict:
-    from workers.models.commands import parse_rsync_progress, rsync_argv
+    """rsync path to the target node over SSH as this agent's user (config.ssh_key or ~/.ssh keys).
+
+    target_host_key is the fingerprint the panel confirmed for the target; without one, the agent user's
+    known_hosts must already know the target."""
+    from workers.models.commands import (
+        CommandInputError,
+        explain_rsync_failure,
+        parse_rsync_progress,
+        rsync_argv,
+    )
+    from workers.models.host_keys import HostKeyError, pinned_known_hosts
 
     source = host_path(config.host_root, path)
     if not source.is_dir():
         raise ModelTaskError(f"{path} is not a folder on {config.node_name}")
-    argv = rsync_argv(str(source), target_user, target_host, target_path, target_port)
+    shown = {"percent": -1}
 
-    def on_line(line: str) -> None:
+    def on_progress(line: str) -> bool:
+        if not line.strip():
+            return True  # what precedes the \r that starts rsync's first progress redraw
         parsed = parse_rsync_progress(line)
-        if parsed:
-            done, percent, rate, eta = parsed
+        if parsed is None:
+            return False
+        done, percent, rate, eta = parsed
+        if percent != shown["percent"]:  # rsync redraws about once a second; the log needs each percent once
+            shown["percent"] = percent
             emitter.progress(
                 percent, f"Copying to {target_host}: {percent}% at {rate}, {eta} left", bytes_done=done
             )
+        return True
 
-    emitter.progress(0, f"Copying {path} to {target_host}:{target_path}")
-    ok, lines = _run_logged(emitter, argv, COPY_TIMEOUT_S, on_line)
+    with tempfile.TemporaryDirectory(prefix="ascend-panel-copy-") as scratch:
+        known_hosts = ""
+        if target_host_key:
+            emitter.progress(0, f"Checking the SSH host key of {target_host}")
+            try:
+                known_hosts = str(
+                    pinned_known_hosts(target_host, target_port, target_host_key, Path(scratch))
+                )
+            except (HostKeyError, ValueError) as error:
+                raise ModelTaskError(str(error), getattr(error, "hint", "")) from error
+            emitter.log(f"{target_host}:{target_port} presents the confirmed host key {target_host_key}")
+        try:
+            argv = rsync_argv(
+                str(source),
+                target_user,
+                target_host,
+                target_path,
+                target_port,
+                known_hosts_file=known_hosts,
+                identity_file=config.ssh_key,
+            )
+        except CommandInputError as error:
+            raise ModelTaskError(
+                str(error), _("Check ASCEND_PANEL_SSH_KEY in the agent's settings.")
+            ) from error
+        emitter.progress(0, f"Copying {path} to {target_host}:{target_path}")
+        ok, lines = _run_logged(emitter, argv, COPY_TIMEOUT_S, on_progress)
     if not ok:
-        raise ModelTaskError(
-            "rsync failed; see the log",
-            _(
-                "The source node must reach the target over SSH without a password (a key in "
-                "~/.ssh/authorized_keys of the target user), and rsync must be installed on both."
-            ),
-        )
+        reason, hint = explain_rsync_failure(lines)
+        login = f"{target_user}@{target_host}" if target_user else target_host
+        raise ModelTaskError(f"rsync to {login}:{target_port} failed: {reason}", hint)
     emitter.progress(100, "Copied")
     return {"path": target_path, "size_bytes": folder_size(source)}
 
