@@ -49,6 +49,8 @@ class Deployment(TimestampedModel):
         max_length=16, choices=DeploymentState.choices, default=DeploymentState.PENDING
     )
     reason = models.TextField(_("reason"), blank=True)
+    # The reason as translatable parts (panel/deployments/reasons.py); `reason` stays the English text.
+    reason_parts = models.JSONField(default=list, blank=True)
     endpoint = models.CharField(max_length=255, blank=True)
     runtime = models.JSONField(default=dict, blank=True, help_text="pid, port, log file per node")
     restart_count = models.PositiveIntegerField(default=0)
@@ -73,11 +75,18 @@ class Deployment(TimestampedModel):
     def state_colour(self) -> str:
         return DeploymentState.colour(self.observed_state)
 
-    def move_to(self, state: str, reason: str = "") -> None:
+    def move_to(self, state: str, reason: str | list[dict] = "") -> None:
+        """`reason`: English text, or parts (panel/deployments/reasons.py) that pages can translate."""
         if state != self.observed_state and state not in ALLOWED_OBSERVED_TRANSITIONS[self.observed_state]:
             raise InvalidTransition(f"deployment {self.name}: {self.observed_state} → {state} is not allowed")
         self.observed_state = state
-        self.reason = reason
+        self.set_reason(reason)
+
+    def set_reason(self, reason: str | list[dict]) -> None:
+        from panel.deployments.reasons import as_parts, english
+
+        self.reason_parts = as_parts(reason)
+        self.reason = english(self.reason_parts)
 
 
 class DeploymentLog(models.Model):

@@ -20,10 +20,10 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
-from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from panel.core.choices import DeploymentState, DesiredState, OperationKind, OperationStatus
-from panel.deployments import services
+from panel.deployments import reasons, services
 from panel.deployments.models import Deployment
 from panel.operations.models import Operation
 from panel.realtime.broadcast import broadcast, deployment_group
@@ -64,18 +64,20 @@ class Verdict:
     state: str
     probe_failures: int
     restart: bool  # start the engine again (after backoff_s(failed_restarts))
-    reason: str = ""
+    reason: str | list[dict] = ""  # text or parts (panel/deployments/reasons.py)
 
 
 def after_probe(state: str, probe_failures: int, alive: bool, healthy: bool, policy: Policy) -> Verdict:
     """What one probe of a running (or unhealthy) engine means."""
     if not alive:
-        return Verdict(DeploymentState.UNHEALTHY, probe_failures + 1, True, _("The engine process exited."))
+        return Verdict(
+            DeploymentState.UNHEALTHY, probe_failures + 1, True, gettext_noop("The engine process exited.")
+        )
     if healthy:
         return Verdict(DeploymentState.RUNNING, 0, False)
     failures = probe_failures + 1
     if failures >= policy.unhealthy_after:
-        reason = _("/health failed {n} times in a row.").format(n=failures)
+        reason = [reasons.part(gettext_noop("/health failed {n} times in a row."), n=failures)]
         return Verdict(DeploymentState.UNHEALTHY, failures, True, reason)
     return Verdict(state, failures, False)
 
@@ -98,11 +100,11 @@ def _set_node_runtime(deployment: Deployment, node: str, values: dict) -> None:
     deployment.runtime = {**deployment.runtime, "nodes": nodes}
 
 
-def schedule_restart(deployment: Deployment, policy: Policy, reason: str, now: datetime) -> None:
+def schedule_restart(deployment: Deployment, policy: Policy, reason: str | list[dict], now: datetime) -> None:
     state, failed = after_failed_launch(deployment.failed_restarts, policy)
     deployment.failed_restarts = failed
     if state == DeploymentState.FAILED:
-        reason = _("{reason} Gave up after {n} failed restarts.").format(reason=reason, n=failed - 1)
+        reason = reasons.gave_up(reason, failed - 1)
         deployment.next_restart_at = None
     else:
         deployment.next_restart_at = now + timedelta(seconds=backoff_s(failed - 1, policy))
@@ -132,7 +134,7 @@ def apply_launch_result(deployment: Deployment, operation: Operation) -> None:
             "findings": failure.get("findings") or [],
             "log_tail": failure.get("log_tail") or [],
         }
-        reason = operation.error + (f" — {operation.hint}" if operation.hint else "")
+        reason = reasons.launch_failed(operation.error, operation.hint)
         schedule_restart(deployment, Policy.from_settings(), reason, timezone.now())
         # The other nodes of a multi-node deployment cannot serve without this one.
         stopping = services.active_operations(deployment).filter(kind=OperationKind.STOP).exists()
@@ -154,7 +156,7 @@ def apply_stop_result(deployment: Deployment, operation: Operation) -> None:
         services.move(deployment, DeploymentState.STOPPED, "")
     elif deployment.observed_state == DeploymentState.STOPPING:
         # A restart: stopped on purpose, now start again.
-        services.move(deployment, DeploymentState.STOPPED, deployment.reason)
+        services.move(deployment, DeploymentState.STOPPED, reasons.current(deployment))
         deployment.save()
         services.launch(deployment)
         return
@@ -208,7 +210,7 @@ def _apply_probe(deployment, node, result, policy, now, when) -> None:
             services.move(deployment, DeploymentState.UNHEALTHY, verdict.reason)
         if deployment.next_restart_at <= now:
             services.launch(deployment)
-            deployment.reason = verdict.reason
+            deployment.set_reason(verdict.reason)
     else:
         services.move(deployment, verdict.state, verdict.reason if verdict.state != "running" else "")
 

@@ -38,8 +38,10 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from panel.core.choices import DeploymentState, DesiredState, OperationKind, OperationStatus
+from panel.deployments import reasons
 from panel.deployments.models import Benchmark, Deployment, DeploymentLog
 from panel.deployments.planning import DeploymentPlan
 from panel.operations.models import Operation
@@ -77,8 +79,9 @@ def announce(deployment: Deployment) -> None:
     transaction.on_commit(lambda: broadcast(deployment_group(deployment.name), message))
 
 
-def move(deployment: Deployment, state: str, reason: str = "") -> None:
-    if deployment.observed_state != state or deployment.reason != reason:
+def move(deployment: Deployment, state: str, reason: str | list[dict] = "") -> None:
+    """`reason`: English text or translatable parts (panel/deployments/reasons.py)."""
+    if deployment.observed_state != state or deployment.reason != reasons.english(reasons.as_parts(reason)):
         deployment.move_to(state, reason)
         announce(deployment)
 
@@ -179,7 +182,9 @@ def _start_on_node(
     )
 
 
-def send_stop(deployment: Deployment, user=None, reason: str = "", change_state: bool = True) -> None:
+def send_stop(
+    deployment: Deployment, user=None, reason: str | list[dict] = "", change_state: bool = True
+) -> None:
     if change_state and deployment.observed_state not in (DeploymentState.STOPPED, DeploymentState.STOPPING):
         move(deployment, DeploymentState.STOPPING, reason)
     deployment.save()
@@ -250,7 +255,12 @@ def restart(deployment: Deployment, user=None) -> Deployment:
             launch(deployment, user)  # nothing runs: a restart is a start
             return deployment
         deployment.save()
-        send_stop(deployment, user, _("Restart asked by {user}").format(user=user or _("the panel")))
+        asked = (
+            reasons.part(gettext_noop("Restart asked by {user}"), user=user.get_username())
+            if user
+            else reasons.part(gettext_noop("Restart asked by the panel"))
+        )
+        send_stop(deployment, user, [asked])
     return deployment
 
 

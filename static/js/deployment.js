@@ -33,8 +33,9 @@ function showStatus(message) {
   badge.className = `status status-${colours[status] || "offline"}`;
   badge.textContent = config.stateLabels[status] || status;
   if (message.reason !== undefined) {
-    field("reason").textContent = message.reason || "";
-    field("reason").hidden = !message.reason;
+    // The socket carries the English reason; the API gives it in this page's language.
+    if (!message.reason) showReason("");
+    else get(config.detailUrl).then((detail) => showReason((detail && detail.reason_display) || message.reason));
   }
   if (message.restart_count !== undefined) field("restarts").textContent = message.restart_count;
   if (message.desired_state !== undefined) {
@@ -49,6 +50,11 @@ function showStatus(message) {
   document.querySelectorAll("[data-testid=run-benchmark]").forEach((b) => (b.disabled = status !== "running"));
   if (status === "deleted") setTimeout(() => location.assign(".."), 1500);
   if (["starting", "failed", "unhealthy"].includes(status)) refreshDetail();
+}
+
+function showReason(text) {
+  field("reason").textContent = text;
+  field("reason").hidden = !text;
 }
 
 async function refreshDetail() {

@@ -1,8 +1,10 @@
 """Texts agents send in English (preflight checklists, stages, errors, hints, deployment reasons) show in
-简体中文 for a viewer who chose it, numbers and names filled in after translation; the API keeps English."""
+简体中文 for a viewer who chose it, numbers and names filled in after translation; the API keeps English
+(a deployment's `reason_display` aside, which the page uses for live updates)."""
 
 import pytest
 from django.test import Client
+from django.utils import translation
 
 from panel.catalog.models import Model
 from panel.core.choices import DeploymentState, OperationKind
@@ -13,6 +15,13 @@ from tests.conftest import api_client_for
 from workers.steps.preflight import PASS, WARN, item
 
 pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _language_reset():
+    """A request in zh-hans leaves it active in this thread; later tests expect the default again."""
+    yield
+    translation.deactivate()
 
 
 def client_in(language: str, user) -> Client:
@@ -53,7 +62,7 @@ def test_the_same_checklist_stays_english_for_an_english_viewer(charlie, node_wi
     assert "Check `df -h /o`." in page
 
 
-def test_an_agent_written_deployment_reason_is_translated_on_pages_not_in_the_api(charlie):
+def test_an_agent_written_deployment_reason_is_translated_on_pages_and_in_reason_display(charlie):
     model = Model.objects.create(name="zh-model")
     Deployment.objects.create(
         name="zh-deployment",
@@ -66,6 +75,8 @@ def test_an_agent_written_deployment_reason_is_translated_on_pages_not_in_the_ap
     assert "未安装 NPU 驱动" in client.get("/deployments/").content.decode()
     api = api_client_for(charlie).get("/api/v1/deployments/", HTTP_ACCEPT_LANGUAGE="zh-hans").json()
     assert api["results"][0]["reason"] == "No NPU driver installed"
+    # What the deployment page shows when a live status update changes the reason.
+    assert api["results"][0]["reason_display"] == "未安装 NPU 驱动"
 
 
 def test_the_operation_kind_model_copy_and_a_model_copy_are_told_apart(charlie):
@@ -76,3 +87,43 @@ def test_the_operation_kind_model_copy_and_a_model_copy_are_told_apart(charlie):
     with translation.override("zh-hans"):
         assert OperationKind.COPY_MODEL.label == "复制模型"
         assert str(ModelStepForm.base_fields["artifact"].label) == "模型副本"
+
+
+def test_a_reason_the_panel_composed_is_translated_part_by_part_with_its_numbers(charlie):
+    from panel.deployments import reasons
+
+    model = Model.objects.create(name="zh-model")
+    deployment = Deployment(name="zh-gave-up", model=model, observed_state=DeploymentState.FAILED)
+    health = reasons.part("/health failed {n} times in a row.", n=3)
+    deployment.set_reason(reasons.gave_up([health], 5))
+    deployment.save()
+    assert deployment.reason == "/health failed 3 times in a row. Gave up after 5 failed restarts."
+    page = client_in("zh-hans", charlie).get("/deployments/zh-gave-up/").content.decode()
+    assert "/health 连续失败 3 次。 重启失败 5 次后已放弃。" in page
+
+
+def test_a_reason_written_without_parts_is_not_shown_from_stale_ones(charlie):
+    from panel.deployments import reasons
+
+    model = Model.objects.create(name="zh-model")
+    deployment = Deployment(name="zh-stale", model=model, observed_state=DeploymentState.FAILED)
+    deployment.set_reason([reasons.part("Restart asked by the panel")])
+    deployment.reason = "Node gone-node was removed."  # as the admin or an older writer sets it
+    deployment.save()
+    page = client_in("zh-hans", charlie).get("/deployments/zh-stale/").content.decode()
+    assert "Node gone-node was removed." in page
+    assert "面板请求重启" not in page
+
+
+def test_a_failed_launch_shows_the_agents_error_and_hint_translated(charlie):
+    from panel.deployments import reasons
+
+    model = Model.objects.create(name="zh-model")
+    deployment = Deployment(name="zh-launch", model=model, observed_state=DeploymentState.UNHEALTHY)
+    deployment.set_reason(
+        reasons.launch_failed("No NPU driver installed", "Upload the driver and firmware packages.")
+    )
+    deployment.save()
+    assert deployment.reason == "No NPU driver installed — Upload the driver and firmware packages."
+    page = client_in("zh-hans", charlie).get("/deployments/").content.decode()
+    assert "未安装 NPU 驱动 — 请上传驱动和固件软件包。" in page

@@ -38,18 +38,29 @@ def agent_text(text) -> str:
 @register.filter
 def checklist_text(entry, field: str) -> str:
     """`detail` or `fix` of a preflight checklist line: its English template translated, then filled with its
-    parameters (string parameters such as "none" translated too); lines without a template (a version an
-    agent read, lines stored before templates existed) are translated as they are, where the catalog knows
-    them."""
+    parameters; lines without a template (a version an agent read, lines stored before templates existed)
+    are translated as they are, where the catalog knows them."""
     text = _field(entry, field, "") or ""
     source = (_field(entry, "templates") or {}).get(field)
     if not source:
         return agent_text(text)
-    params = {
-        name: agent_text(value) if isinstance(value, str) else value
-        for name, value in (_field(entry, "params") or {}).items()
-    }
+    return filled(source, _field(entry, "params") or {}, fallback=text)
+
+
+@register.filter
+def deployment_reason(deployment) -> str:
+    """A deployment's reason in the viewer's language: each of its parts (panel/deployments/reasons.py)
+    translated where the catalog knows it, then filled with its values."""
+    from panel.deployments.reasons import current
+
+    return " ".join(filled(p["text"], p["params"], fallback=p["text"]) for p in current(deployment))
+
+
+def filled(template: str, params: dict, fallback: str) -> str:
+    """`template` translated, then filled with `params` (values as they are: names, paths, numbers)."""
+    if not template:
+        return fallback
     try:
-        return gettext(source).format(**params)
+        return gettext(template).format(**params) if params else gettext(template)
     except (KeyError, IndexError, ValueError):
-        return text
+        return fallback

@@ -20,6 +20,7 @@ class DeploymentFindingsSerializer(serializers.Serializer):
 class DeploymentSerializer(serializers.ModelSerializer):
     status = serializers.CharField(source="observed_state", read_only=True)
     status_display = serializers.CharField(source="get_observed_state_display", read_only=True)
+    reason_display = serializers.SerializerMethodField(help_text="`reason` in the request's language.")
     model_name = serializers.CharField(source="model.name", read_only=True)
     nodes = serializers.SlugRelatedField(slug_field="name", many=True, read_only=True)
     npus = serializers.SerializerMethodField()
@@ -30,11 +31,16 @@ class DeploymentSerializer(serializers.ModelSerializer):
         model = Deployment
         fields = [
             "id", "name", "model", "model_name", "artifact", "nodes", "npus", "status", "status_display",
-            "desired_state", "reason", "endpoint", "runtime", "runtime_kind", "restart_count",
-            "failed_restarts", "next_restart_at", "spec", "plan", "metrics", "metrics_at", "operation",
-            "findings", "created", "updated",
+            "desired_state", "reason", "reason_display", "endpoint", "runtime", "runtime_kind",
+            "restart_count", "failed_restarts", "next_restart_at", "spec", "plan", "metrics", "metrics_at",
+            "operation", "findings", "created", "updated",
         ]  # fmt: skip
         read_only_fields = fields
+
+    def get_reason_display(self, deployment) -> str:
+        from panel.core.templatetags.panel_text import deployment_reason
+
+        return deployment_reason(deployment)
 
     @extend_schema_field(DeploymentNpuSerializer(many=True))
     def get_npus(self, deployment) -> list[dict]:

@@ -1,0 +1,40 @@
+"""A deployment's reason, kept in parts so pages can show it in the viewer's language.
+
+Each part is an English template (a msgid, `{name}` placeholders) and its parameters; the parts joined by
+spaces spell `Deployment.reason`, the English text the API, the websocket and the logs carry. Writers that
+set only `reason` (the admin, older rows) are fine: parts that no longer spell it are ignored."""
+
+from typing import Any
+
+from django.utils.translation import gettext_noop
+
+
+def part(template: str, **params: Any) -> dict:
+    return {"text": template, "params": params}
+
+
+def as_parts(reason: str | list[dict]) -> list[dict]:
+    """A reason given as text (one untranslatable-or-catalogued part) or as parts."""
+    if isinstance(reason, list):
+        return reason
+    return [part(reason)] if reason else []
+
+
+def english(parts: list[dict]) -> str:
+    return " ".join(p["text"].format(**p["params"]) if p["params"] else p["text"] for p in parts)
+
+
+def current(deployment) -> list[dict]:
+    """The deployment's reason as parts: its stored parts while they still spell `reason`, else `reason`
+    as one part (someone set only the text)."""
+    parts = deployment.reason_parts or []
+    return parts if parts and english(parts) == deployment.reason else as_parts(deployment.reason)
+
+
+def gave_up(reason: str | list[dict], failed_restarts: int) -> list[dict]:
+    return [*as_parts(reason), part(gettext_noop("Gave up after {n} failed restarts."), n=failed_restarts)]
+
+
+def launch_failed(error: str, hint: str) -> list[dict]:
+    """An agent's error and hint, each its own part (translated where the catalog knows it)."""
+    return [part(error), *([part("—"), part(hint)] if hint else [])]
