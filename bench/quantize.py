@@ -7,10 +7,13 @@ a real model's), it measures in the same run:
 each --repeats times, interleaved, keeping the best speed of each (the machine may be shared).
 Both phases start from the same state: source shards in the page cache, no dirty pages left by the other
 phase (sync), and a burst of just-freed memory to write into. The last matters on VMs whose balloon device
-hands memory freed for more than ~2 s back to the host (free page reporting; ours does): writing into
-such pages takes a host page fault each, ~1.5 s per 512 MB against ~0.1 s. Without the burst, the copy
-ran right after the previous outputs were deleted and got that memory hot, while quantize ran after the
-copy's sync and got it cold.
+hands memory that stays free for ~2 s back to the host (free page reporting; this one does): writing
+into such pages costs a host page fault each — 512 MB took up to 1.5 s instead of 0.1 s, and the 1 GB
+copy ran at 260-780 MB/s instead of ~2,200 when it did not follow a deletion. Before the burst, the copy
+always ran right after the previous outputs were deleted, while quantize ran after the copy's sync.
+The child runs with OPENBLAS_NUM_THREADS=1: the quantizer makes no BLAS call, but a fresh numpy import
+leaves OpenBLAS's worker thread spinning for ~0.1 s — inside the timed run, taking one of two cores. An
+agent that quantizes imported numpy long before, so that spin is the bench's, not the quantizer's.
 Speeds are MB of source weights per second. Target: quantize >= half the copy speed and peak RSS under
 twice the largest shard. The last line printed is JSON:
   {"sizes_mb", "quantize_mb_s", "copy_mb_s", "peak_rss_mb", ...}
@@ -91,6 +94,7 @@ def quantize_in_child(source: Path, destination: Path) -> dict:
         text=True,
         check=True,
         cwd=REPO_ROOT,
+        env={**os.environ, "OPENBLAS_NUM_THREADS": "1"},
     )
     return json.loads(result.stdout.strip().splitlines()[-1])
 
