@@ -436,6 +436,7 @@ def start_copy(artifact: ModelArtifact, target_node, user=None, target_user: str
             "target_user": target_user,
             "target_port": target_node.ssh_port or 22,
             "target_host_key": target_node.ssh_host_key_fingerprint,
+            "target_name": target_node.name,
         },
     )
 

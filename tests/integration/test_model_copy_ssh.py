@@ -2,14 +2,17 @@
 host) rsyncs a tiny model over SSH to the target, a loopback sshd logged in to as root with a key the sshd
 fixture generated (the agent's ASCEND_PANEL_SSH_KEY), the target's host key pinned to the fingerprint the
 panel confirmed for it. The files arrive byte for byte and the panel records the target's copy; a wrong host
-key, an unknown host key and a closed port each fail with the reason and what to do.
+key, an unknown host key and a closed port each fail with the reason and what to do, and a target without
+room (a 1 MiB tmpfs mounted where the copy goes, when this test runs as root) is refused before rsync starts.
 
 What is not real here: both "nodes" are this machine (the source's files under the sim host's root, the
 target's at the same path on the real file system), and the target node has no agent of its own — none is
 needed for the copy, which only the source's agent runs, but nothing checks the target's copy from there."""
 
 import hashlib
+import os
 import socket
+import subprocess
 import time
 from pathlib import Path
 
@@ -110,6 +113,11 @@ def test_a_model_is_copied_over_ssh_byte_for_byte_and_recorded_on_the_target(
     logged = [e.payload.get("line", "") for e in copy.events.filter(kind="log")]
     assert f"127.0.0.1:{sshd_server.port} presents the confirmed host key {shown}" in logged
     assert not any("%" in line and "/s" in line for line in logged)  # progress went to progress events
+    # The target was asked for room first; its models root is not there yet: df answered for the folder above.
+    assert any(
+        line.startswith("copy-b: ") and f"GiB free at {Path(original.path).parent.parent}" in line
+        for line in logged
+    ), logged
     copied = ModelArtifact.objects.get(node=target, path=original.path)
     assert copied.model == model
     assert copied.ready
@@ -152,8 +160,45 @@ def test_a_copy_that_cannot_log_in_says_why_and_what_to_do(source, sshd_server, 
     copy = wait_for(start_copy(source, target, bob, target_user=sshd_server.username))
 
     assert copy.status == "failed"
-    assert copy.error.startswith(f"rsync to {sshd_server.username}@127.0.0.1:{target.ssh_port} failed: ")
+    # The free-disk question is the first thing that logs in, so ssh's own answer stops the copy there.
+    assert copy.error.startswith(f"ssh to {sshd_server.username}@127.0.0.1:{target.ssh_port} failed: ")
+    assert copy.error.endswith("; nothing was copied")
     assert said in copy.error
     assert hint in copy.hint
     assert not Path(source.path).exists()
+    assert not target.artifacts.exists()
+
+
+@pytest.fixture
+def full_models_root(source):
+    """A 1 MiB tmpfs where the target's models root is (this machine's file system): the 2 MB model and the
+    margin cannot fit. Mounting needs root (CAP_SYS_ADMIN); elsewhere the test is skipped."""
+    root = Path(source.path).parent
+    root.mkdir(parents=True)
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(root)], capture_output=True, text=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    yield root
+    subprocess.run(["umount", str(root)], check=True)
+
+
+def test_a_target_without_room_is_refused_before_a_byte_is_copied(source, full_models_root, sshd_server, bob):
+    from panel.catalog.services import start_copy
+    from panel.nodes.ssh import host_key_fingerprint
+
+    shown = host_key_fingerprint(sshd_server.host, sshd_server.port)
+    target = target_node(sshd_server, "copy-full", fingerprint=shown)
+
+    copy = wait_for(start_copy(source, target, bob, target_user=sshd_server.username))
+
+    assert copy.status == "failed"
+    assert copy.error.startswith(f"not enough disk space on copy-full at {full_models_root}: the copy needs ")
+    assert f"0.00 GiB are free on {full_models_root}; nothing was copied" in copy.error
+    assert "Free disk space on the target node" in copy.hint
+    assert list(full_models_root.iterdir()) == []
+    assert not any(e.payload["stage"].startswith("Copying") for e in copy.events.filter(kind="progress"))
     assert not target.artifacts.exists()

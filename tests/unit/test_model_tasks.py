@@ -1,5 +1,8 @@
-"""Model task bodies on a host tree (real files, real quantizer), the path guard, and the argv builders."""
+"""Model task bodies on a host tree (real files, real quantizer), the path guard, the argv builders, and the
+copy's free-disk check on the target (df's real output here; over a real sshd in test_model_copy_ssh)."""
 
+import shutil
+import subprocess
 from types import SimpleNamespace
 
 import pytest
@@ -8,14 +11,18 @@ from workers.events import EventEmitter
 from workers.models.commands import (
     CommandInputError,
     atc_argv,
+    destination_and_parents,
     explain_rsync_failure,
     msmodelslim_argv,
     msmodelslim_model_type,
     parse_rsync_progress,
+    remote_df_argv,
     rsync_argv,
     soc_version_for,
 )
+from workers.models.download import DISK_MARGIN_BYTES
 from workers.models.node_paths import UnsafePathError, checked_model_dir, is_inside
+from workers.models.target_disk import FreeSpace, TargetDiskError, check_fits, parse_df
 from workers.models.tiny import make_tiny_model
 from workers.tasks.models import ModelTaskError, convert_body, delete_body, inspect_body
 
@@ -229,3 +236,63 @@ def test_rsync_progress2_lines_are_parsed():
         "0:01:02",
     )
     assert parse_rsync_progress("sending incremental file list") is None
+
+
+def remote_df(tmp_path, target_path: str) -> tuple[list[str], subprocess.CompletedProcess]:
+    """remote_df_argv's command run the way sshd runs it: its words joined by spaces, given to sh -c."""
+    argv = remote_df_argv("root", "10.0.0.2", target_path, 2222, known_hosts_file="/tmp/c/kh")
+    words = argv[argv.index("root@10.0.0.2") + 1 :]
+    ran = subprocess.run(["sh", "-c", " ".join(words)], capture_output=True, text=True, cwd=tmp_path)
+    return argv, ran
+
+
+def test_the_free_disk_question_goes_over_the_pinned_ssh_and_finds_the_nearest_existing_folder(tmp_path):
+    argv, ran = remote_df(tmp_path, f"{tmp_path}/models/q")
+    rsync = rsync_argv("/m/q", "root", "10.0.0.2", "/m/q", 2222, known_hosts_file="/tmp/c/kh")
+    assert " ".join(argv[: argv.index("root@10.0.0.2")]) == rsync[rsync.index("-e") + 1]
+    asked = destination_and_parents(f"{tmp_path}/models/q")
+    assert asked[:3] == [f"{tmp_path}/models/q", f"{tmp_path}/models", str(tmp_path)]
+    assert asked[-1] == "/"
+    space = parse_df(ran.stdout, asked)
+    assert space.path == str(tmp_path)  # models/q and models do not exist: df has no row for them
+    # Free space moves while the machine works; a megabyte apart still tells a right parse from a wrong one.
+    assert abs(space.free_bytes - shutil.disk_usage(tmp_path).free) < 1024**2
+    assert str(tmp_path).startswith(space.mount_point)
+
+
+def test_a_target_path_the_shell_would_act_on_reaches_df_as_one_name(tmp_path):
+    hostile = f"{tmp_path}/m; touch {tmp_path}/pwned $(touch {tmp_path}/pwned2)"
+    _argv, ran = remote_df(tmp_path, hostile)
+    assert not (tmp_path / "pwned").exists()
+    assert not (tmp_path / "pwned2").exists()
+    asked = destination_and_parents(hostile)
+    missing = asked.index(str(tmp_path))  # folders named after pieces of the command, none of them there
+    assert ran.stderr.count("No such file or directory") == missing > 0
+    assert parse_df(ran.stdout, asked).path == str(tmp_path)
+
+
+def test_df_rows_with_spaces_in_names_are_read_and_a_rowless_answer_is_none():
+    output = (
+        "Filesystem     1024-blocks     Used Available Capacity Mounted on\n"
+        "//nas/models share 1000000 400000 600000 40% /mnt/model store\n"
+        "/dev/vda 264212084 30982528 75408384 30% /\n"
+        "/dev/vda 264212084 30982528 75408384 30% /\n"
+    )
+    space = parse_df(output, ["/mnt/model store/q", "/mnt/model store", "/mnt", "/"])
+    assert space == FreeSpace(
+        path="/mnt/model store", free_bytes=600000 * 1024, mount_point="/mnt/model store"
+    )
+    assert parse_df("Filesystem 1024-blocks Used Available Capacity Mounted on\n", ["/m", "/"]) is None
+    assert parse_df("", ["/"]) is None
+
+
+def test_a_copy_fits_only_with_the_margin_left_free():
+    space = FreeSpace(path="/data/models", free_bytes=20 * 1024**3, mount_point="/data")
+    check_fits(space.free_bytes - DISK_MARGIN_BYTES, space, "node-b")
+    with pytest.raises(TargetDiskError) as refused:
+        check_fits(space.free_bytes - DISK_MARGIN_BYTES + 1, space, "node-b")
+    message = str(refused.value)
+    assert message.startswith("not enough disk space on node-b at /data/models: the copy needs 19.00 GiB")
+    assert "20.00 GiB are free on /data" in message
+    assert "nothing was copied" in message
+    assert "Free disk space on the target node" in refused.value.hint

@@ -1,4 +1,5 @@
-"""argv builders for the external model tools: ATC (ONNX → .om), msModelSlim (quantization) and rsync.
+"""argv builders for the external model tools: ATC (ONNX → .om), msModelSlim (quantization), rsync and the
+df that asks a copy target for free disk first.
 
 Each checks its inputs and refuses anything that could be read as an option or is not what the tool takes,
 so nothing a user typed changes the command's meaning. Nothing here runs a command.
@@ -6,7 +7,9 @@ so nothing a user typed changes the command's meaning. Nothing here runs a comma
 
 from __future__ import annotations
 
+import posixpath
 import re
+import shlex
 
 from workers.i18n import gettext_noop as _
 from workers.models.node_paths import normalise
@@ -133,13 +136,7 @@ def rsync_argv(
     known_hosts_file, when given, is the only file the target's host key is looked up in (see
     workers.models.host_keys); identity_file is the one key offered. Without them ssh uses the agent user's
     ~/.ssh, still refusing an unknown host key."""
-    if user and not SSH_USER.match(user):
-        raise CommandInputError(f"{user!r} is not a valid SSH user name")
-    if not SSH_HOST.match(host or ""):
-        raise CommandInputError(f"{host!r} is not a host name or IP address; set the target node's address")
-    if not 0 < int(ssh_port) < 65536:
-        raise CommandInputError(f"ssh port {ssh_port} is out of range")
-    remote = f"{user}@{host}" if user else host
+    remote = ssh_login(user, host, ssh_port)
     return [
         "rsync",
         "-a",
@@ -155,6 +152,45 @@ def rsync_argv(
         normalise(source_path).rstrip("/") + "/",
         f"{remote}:{normalise(target_path)}/",
     ]
+
+
+def ssh_login(user: str, host: str, ssh_port: int) -> str:
+    """user@host (or host) after checking that neither can be read as an option, and the port's range."""
+    if user and not SSH_USER.match(user):
+        raise CommandInputError(f"{user!r} is not a valid SSH user name")
+    if not SSH_HOST.match(host or ""):
+        raise CommandInputError(f"{host!r} is not a host name or IP address; set the target node's address")
+    if not 0 < int(ssh_port) < 65536:
+        raise CommandInputError(f"ssh port {ssh_port} is out of range")
+    return f"{user}@{host}" if user else host
+
+
+def destination_and_parents(target_path: str) -> list[str]:
+    """target_path, then each folder above it up to /: /m/q → [/m/q, /m, /]."""
+    paths = [normalise(target_path)]
+    while paths[-1] != "/":
+        paths.append(posixpath.dirname(paths[-1]))
+    return paths
+
+
+def remote_df_argv(
+    user: str,
+    host: str,
+    target_path: str,
+    ssh_port: int = 22,
+    *,
+    known_hosts_file: str = "",
+    identity_file: str = "",
+) -> list[str]:
+    """ssh running `df -Pk -- PATH...` on the target for target_path and each folder above it, over the same
+    ssh options rsync_argv uses; df answers for those that exist, so its first row is the nearest one.
+
+    ssh joins the words after the host with spaces and the target's login shell splits them again, so each
+    path goes as one shell-quoted word: a name holding `;`, `$(...)` or a space stays a name."""
+    remote = ssh_login(user, host, ssh_port)
+    paths = [shlex.quote(path) for path in destination_and_parents(target_path)]
+    ssh = ssh_command(int(ssh_port), known_hosts_file, identity_file)
+    return [*ssh, remote, "df", "-Pk", "--", *paths]
 
 
 def ssh_command(port: int, known_hosts_file: str = "", identity_file: str = "") -> list[str]:

@@ -369,8 +369,10 @@ def copy_body(
     target_user: str = "",
     target_port: int = 22,
     target_host_key: str = "",
+    target_name: str = "",
 ) -> dict:
-    """rsync path to the target node over SSH as this agent's user (config.ssh_key or ~/.ssh keys).
+    """rsync path to the target node over SSH as this agent's user (config.ssh_key or ~/.ssh keys), once
+    the target has said it has room for it.
 
     target_host_key is the fingerprint the panel confirmed for the target; without one, the agent user's
     known_hosts must already know the target."""
@@ -381,10 +383,12 @@ def copy_body(
         rsync_argv,
     )
     from workers.models.host_keys import HostKeyError, pinned_known_hosts
+    from workers.models.target_disk import TargetDiskError, ensure_room
 
     source = host_path(config.host_root, path)
     if not source.is_dir():
         raise ModelTaskError(f"{path} is not a folder on {config.node_name}")
+    size = folder_size(source)
     shown = {"percent": -1}
 
     def on_progress(line: str) -> bool:
@@ -426,6 +430,20 @@ def copy_body(
             raise ModelTaskError(
                 str(error), _("Check ASCEND_PANEL_SSH_KEY in the agent's settings.")
             ) from error
+        try:
+            ensure_room(
+                emitter,
+                size,
+                target_path,
+                target_name or target_host,
+                user=target_user,
+                host=target_host,
+                port=target_port,
+                known_hosts_file=known_hosts,
+                identity_file=config.ssh_key,
+            )
+        except TargetDiskError as error:
+            raise ModelTaskError(str(error), error.hint) from error
         emitter.progress(0, f"Copying {path} to {target_host}:{target_path}")
         ok, lines = _run_logged(emitter, argv, COPY_TIMEOUT_S, on_progress)
     if not ok:
@@ -433,7 +451,7 @@ def copy_body(
         login = f"{target_user}@{target_host}" if target_user else target_host
         raise ModelTaskError(f"rsync to {login}:{target_port} failed: {reason}", hint)
     emitter.progress(100, "Copied")
-    return {"path": target_path, "size_bytes": folder_size(source)}
+    return {"path": target_path, "size_bytes": size}
 
 
 def delete_body(emitter, config, *, path: str, models_root: str) -> dict:
