@@ -214,3 +214,56 @@ def test_a_failed_start_shows_the_toolkits_findings_and_backs_off(
     assert failed["next_restart_at"]
     # Stop it, so the back-off's second attempt does not start an engine after this test has ended.
     assert client.post(f"/api/v1/deployments/{pk}/stop/").status_code == 202
+
+
+@run_reconcile_loop
+def test_an_engine_that_dies_at_its_first_request_ends_failed_and_never_running(
+    celery_worker, node_with_npus, tiny_model, bob, monkeypatch, settings
+):
+    """/health answers, /v1/models lists the model, and the first completion kills the engine (a model the
+    engine loads but cannot run): the start is not ready, the restart fails the same way, the deployment
+    ends failed with the engine's MLA error and its hint."""
+    import subprocess
+    import sys
+
+    from panel.catalog.models import Model
+
+    monkeypatch.setenv("SIM_ENGINE_START_DELAY", "0.3")
+    settings.PANEL_DEPLOY_MAX_RESTARTS = 1
+    settings.PANEL_DEPLOY_BACKOFF_BASE_S = 0.5
+    fault = [sys.executable, "-m", "workers.sim", "fault", "--root", str(celery_worker.sim_root)]
+    subprocess.run([*fault, "--engine-dies-on-first-request"], check=True, capture_output=True)
+    folder, facts = tiny_model
+    model = Model.objects.create(name="tiny-llama", facts=facts)
+    client = api_client_for(bob)
+    body = {
+        "name": "dies-at-first",
+        "model": model.pk,
+        "path": str(folder),
+        "nodes": [{"node": TEST_NODE, "npus": [1]}],
+    }
+    created = client.post("/api/v1/deployments/", body, format="json")
+    assert created.status_code == 201, created.json()
+    pk = created.json()["id"]
+
+    seen = []
+
+    def failed():
+        current = deployment_json(client, pk)
+        seen.append(current["status"])
+        return current["status"] == "failed" and current
+
+    final = wait_for(failed, 60, "the deployment to fail")
+    assert "running" not in seen
+    assert final["failed_restarts"] == 2
+    assert final["reason"].startswith("the engine answered /health, then exited at its first request — ")
+    assert "kv_lora_rank + qk_rope_head_dim" in final["reason"]
+    assert final["reason"].endswith("Gave up after 1 failed restarts.")
+    findings = final["findings"]
+    assert [finding["code"] for finding in findings["findings"]] == ["mla_head_dim"]
+    assert "Head dimension 320 is not supported by MLA." in findings["findings"][0]["line"]
+    assert any("EngineDeadError" in line for line in findings["log_tail"])
+    assert live_holders(celery_worker.sim_root) == []
+    from workers.engine import runtime
+
+    assert runtime.load_record(str(celery_worker.sim_root), "dies-at-first") is None

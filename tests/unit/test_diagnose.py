@@ -61,6 +61,7 @@ def test_a_healthy_graph_mode_log_with_custom_op_notices_has_no_findings():
         ("graph_capture.log", "graph_capture", 3, "Create capture stream failed"),
         ("graph_capture_mla.log", "graph_capture", 3, "enabling both MLA and Graph mode"),
         ("device_lost.log", "device_lost", 2, "error code:507010"),
+        ("mla_head_dim.log", "mla_head_dim", 6, "Head dimension 320 is not supported by MLA."),
         ("atc_input_shape.log", "atc_input_shape", 4, "Opname [input] specified in [--input_shape]"),
         ("atc_soc_version.log", "atc_soc_version", 4, "Value [Ascend910B3] for parameter [--soc_version]"),
         ("atc_model_unreadable.log", "atc_model_unreadable", 4, "for parameter [--model] is invalid"),

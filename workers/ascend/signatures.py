@@ -160,6 +160,20 @@ SIGNATURES: tuple[Signature, ...] = (
         ),
         patterns=(token("507010"), r"(?i)\blost heartbeat\b|\bheartbeat\b.*\blost\b"),
     ),
+    # An MLA model (DeepSeek-style latent attention) whose latent row, kv_lora_rank + qk_rope_head_dim, the
+    # engine's MLA backend has no kernel for: it loads, answers /health and dies at its first request.
+    Signature(
+        code="mla_head_dim",
+        title=_("No MLA attention kernel for this model's head size"),
+        hint=_(
+            "The model uses MLA (DeepSeek-style latent attention) with a head size this engine's attention "
+            "kernels do not have: kv_lora_rank + qk_rope_head_dim in its config.json must be one the backend "
+            "supports, and vLLM's CPU backends only know 576 (512 + 64, DeepSeek's own sizes). Such a model "
+            "loads and answers /health, then fails at its first request. Serve it on NPUs with vllm-ascend, "
+            "or use a model whose MLA sizes match."
+        ),
+        patterns=(r"Head dimension \d+ is not supported by MLA",),
+    ),
     # ATC (the ONNX → .om converter) prints `E10001: Value [x] for parameter [--name] is invalid. Reason: ...`
     # for a bad option value and E10016 for an --input_shape name the model does not have.
     Signature(

@@ -3,7 +3,8 @@
 python -m workers.sim create --profile atlas-800i-a2 --root DIR [--node-name NAME] [--reset]
     [--with-msmodelslim] [--sample-onnx]
 python -m workers.sim fault --root DIR --npu N [--chip C] --health OK|Warning|Alarm
-python -m workers.sim fault --root DIR --driver-unloaded | --device-held | --clear
+python -m workers.sim fault --root DIR --driver-unloaded | --device-held | --engine-dies-on-first-request
+    | --clear
 """
 
 import argparse
@@ -30,9 +31,13 @@ def inject_fault(root: Path, args: argparse.Namespace) -> str:
     if args.device_held:
         sim_state.set_device_held(root)
         return "device marked as held by another container: npu-smi now fails with -8020"
+    if args.engine_dies_on_first_request:
+        sim_state.set_engine_dies_on_first_request(root)
+        return "engines now answer /health, then die at their first completion request"
     if args.npu is None or args.health is None:
         raise sim_state.SimStateError(
-            "give --npu N --health OK|Warning|Alarm, or one of --driver-unloaded, --device-held, --clear"
+            "give --npu N --health OK|Warning|Alarm, or one of --driver-unloaded, --device-held, "
+            "--engine-dies-on-first-request, --clear"
         )
     chips = [chip.chip_id for chip in profile.chips_of(args.npu)]
     if not chips:
@@ -69,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     fault_parser.add_argument("--health", choices=sim_state.HEALTH_VALUES)
     fault_parser.add_argument("--driver-unloaded", action="store_true")
     fault_parser.add_argument("--device-held", action="store_true")
+    fault_parser.add_argument("--engine-dies-on-first-request", action="store_true")
     fault_parser.add_argument("--clear", action="store_true")
     return parser
 

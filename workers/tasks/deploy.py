@@ -13,7 +13,7 @@ import time
 
 from workers.ascend.diagnose import diagnose_lines
 from workers.celery_app import app
-from workers.engine import runtime
+from workers.engine import readiness, runtime
 from workers.engine.command import build_launch
 from workers.engine.launch_spec import launch_spec_from_payload
 from workers.engine.logstages import STAGE_TITLES, StartupProgress
@@ -37,6 +37,11 @@ DEFAULT_START_TIMEOUT_S = 1200.0
 DEFAULT_HEALTH_INTERVAL_S = 0.5
 FOLLOWER_SETTLE_S = 3.0  # a headless follower has no /health: alive this long after start counts
 MAX_LOG_LINES_PER_PROBE = 500
+FIRST_REQUEST_HINT = _(
+    "The engine loaded the model but could not run it. The first error in the engine log above names what "
+    "failed: often a kernel this engine build lacks for the model's shapes (attention head size, data type) "
+    "or an operator this NPU does not support."
+)
 
 
 class LaunchFailed(Exception):
@@ -45,12 +50,29 @@ class LaunchFailed(Exception):
         self.hint = hint
 
 
-def _failure_findings(emitter, log_path: str, start_offset: int) -> str:
+def _failure_findings(emitter, log_path: str, start_offset: int, fallback_hint: str = "") -> str:
     """Emit the toolkit's findings for this start's log lines as a result event; the first finding's hint."""
     tail = runtime.read_log(log_path, start_offset, max_bytes=4 * 1024 * 1024)[0][-400:]
     findings = diagnose_lines(tail)
     emitter.emit("result", findings=findings, log_tail=tail[-40:])
-    return findings[0]["hint"] if findings else _("Read the engine log above for the first error.")
+    if findings:
+        return findings[0]["hint"]
+    return fallback_hint or _("Read the engine log above for the first error.")
+
+
+async def _answers_first_request(emitter, runner, record, served_name: str) -> readiness.FirstRequest:
+    emitter.log(f"first request: one token of {served_name} (/health alone does not show the model runs)")
+    check = await readiness.check_first_request(runner, record.pid, record.base_url, served_name)
+    emitter.log("first request: answered" if check.ok else f"first request failed: {check.detail}")
+    return check
+
+
+async def _still_serves(emitter, runner, record, served_name: str) -> bool:
+    """An engine found running is adopted only while it answers /health and a real request."""
+    return (
+        await runtime.is_healthy(record)
+        and (await _answers_first_request(emitter, runner, record, served_name)).ok
+    )
 
 
 async def _launch(emitter, config, payload: dict) -> dict:
@@ -68,7 +90,9 @@ async def _launch(emitter, config, payload: dict) -> dict:
     if existing is not None and not await runner.is_alive(existing.pid):
         await runtime.end_orphaned_group(runner, existing.pid)  # its workers may outlive a kill -9
     elif existing is not None:
-        if existing.argv == launch.argv and (follower or await runtime.is_healthy(existing)):
+        if existing.argv == launch.argv and (
+            follower or await _still_serves(emitter, runner, existing, spec.served_model_name)
+        ):
             emitter.log(f"engine {name} already runs as pid {existing.pid}; adopting it")
             emitter.progress(100, STAGE_TITLES["ready"], stage_key="ready")
             return {"runtime": {**existing.to_dict(), "adopted": True}}
@@ -127,6 +151,19 @@ async def _launch(emitter, config, payload: dict) -> dict:
                 _("the engine did not answer /health within {seconds:.0f} s").format(seconds=timeout), hint
             )
         await asyncio.sleep(interval)
+    if not follower:
+        check = await _answers_first_request(emitter, runner, record, spec.served_model_name)
+        if not check.ok:
+            # Stopped before its log is read, so the lines it wrote while dying are in the tail.
+            await runtime.stop_engine(runner, record, payload.get("stop_grace_s", 10.0))
+            lines, offset = runtime.read_log(log_path, offset)
+            for line in lines:
+                emitter.log(line)
+            hint = _failure_findings(emitter, log_path, start_offset, FIRST_REQUEST_HINT)
+            runtime.forget_record(config.host_root, name)
+            if check.exited:
+                raise LaunchFailed(_("the engine answered /health, then exited at its first request"), hint)
+            raise LaunchFailed(_("the engine answered /health but failed its first request"), hint)
     lines, offset = runtime.read_log(log_path, offset)
     for line in lines:
         emitter.log(line)
