@@ -82,6 +82,7 @@ def _wired_to_redis(redis_url, test_prefix, django_db_setup):
     app.conf.broker_url = redis_url
     app.conf.broker_transport_options = {"global_keyprefix": f"{test_prefix}:"}
     os.environ["REDIS_URL"] = redis_url
+    settings.REDIS_URL = redis_url  # the live-metrics store and frames (read once at settings import)
     return redis_url
 
 

@@ -4,7 +4,7 @@ drains it. This is the separate, lossy, fast path DESIGN.md gives metrics.
 Why not a Celery task per batch: at 1 Hz per node, Celery's per-message work in the panel worker (message
 protocol, delivery, ack, prefetch bookkeeping) cost about 3 ms of CPU per batch, eight times the ingest
 itself. Here an agent makes one round trip per batch (RPUSH + LTRIM), and the panel takes whatever queued
-up with one blocking pop plus, a moment later, one LPOP of up to DRAIN_MAX, and ingests them together.
+up with one LPOP of up to DRAIN_MAX a few times a second, blocking on BLPOP only while nothing comes.
 
 Lossy on purpose: the list keeps at most MAX_BACKLOG batches (the oldest go first), so a panel outage
 cannot fill Redis, and the panel skips batches older than MAX_AGE_S — after an outage it wants the current
@@ -12,7 +12,6 @@ figures, not a backlog of old ones.
 """
 
 import json
-import time
 from datetime import datetime
 
 from workers.broker import broker_key, broker_redis
@@ -36,17 +35,15 @@ def push(batch: MetricBatch) -> None:
     pipe.execute()
 
 
-def take(wait_s: float, linger_s: float = 0.0) -> list[bytes]:
-    """Batches queued so far, oldest first: waits up to wait_s for the first, then linger_s for company,
-    then takes what else is there (at most DRAIN_MAX in all). [] when none came."""
-    client = broker_redis()
-    first = client.blpop([inbox_key()], timeout=wait_s)
-    if first is None:
-        return []
-    if linger_s:
-        time.sleep(linger_s)
-    more = client.lpop(inbox_key(), DRAIN_MAX - 1) or []
-    return [first[1], *more]
+def wait_for_batch(wait_s: float) -> bytes | None:
+    """The oldest batch, waiting up to wait_s for one to come (an idle panel blocks here)."""
+    found = broker_redis().blpop([inbox_key()], timeout=wait_s)
+    return None if found is None else found[1]
+
+
+def take_queued(limit: int = DRAIN_MAX) -> list[bytes]:
+    """Up to `limit` queued batches, oldest first, without waiting."""
+    return broker_redis().lpop(inbox_key(), limit) or []
 
 
 def is_stale(data: dict, now: datetime) -> bool:

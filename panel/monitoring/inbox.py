@@ -47,18 +47,32 @@ class MetricsIngester:
             self._thread.join(timeout)
 
     def _run(self) -> None:
+        flowing = False
         while not self._stop.is_set():
             try:
-                raws = metrics_inbox.take(WAIT_S, LINGER_S)
+                raws = self._next_drain(flowing)
             except Exception:  # Redis restarting or unreachable: the agents' batches wait in the inbox
                 log.exception("metrics inbox unreachable; retrying in %s s", RETRY_S)
                 self._stop.wait(RETRY_S)
                 continue
+            flowing = bool(raws)
             if raws:
                 if time.monotonic() >= self._connections_checked + CONNECTION_CHECK_S:
                     close_old_connections()
                     self._connections_checked = time.monotonic()
                 self.ingest_all(raws)
+
+    def _next_drain(self, flowing: bool) -> list[bytes]:
+        """What gathered in the inbox over the last LINGER_S: one LPOP while batches keep coming; while none
+        do, a blocking pop for the first, then the linger for its company."""
+        if not flowing:
+            first = metrics_inbox.wait_for_batch(WAIT_S)
+            if first is None:
+                return []
+            self._stop.wait(LINGER_S)
+            return [first, *metrics_inbox.take_queued(metrics_inbox.DRAIN_MAX - 1)]
+        self._stop.wait(LINGER_S)
+        return metrics_inbox.take_queued()
 
     def ingest_all(self, raws: list[bytes]) -> None:
         from panel.monitoring.services import ingest_batches

@@ -2,8 +2,8 @@
 interval, acknowledging alerts.
 
 The ingest path takes whatever batches the panel worker drained from the metrics inbox at once: one Redis
-round trip and one publish of their frames (panel.realtime.frames) for all of them. It touches the
-database only when an alert changes, when a node that was not online speaks, every
+round trip for all of them, which also publishes their frames to browsers (panel.realtime.frames). It
+touches the database only when an alert changes, when a node that was not online speaks, every
 NODE_CACHE_S to refresh the node cache (one query for all nodes), and every HEARTBEAT_EVERY_S for one
 UPDATE of the last heartbeat of every node heard from meanwhile — not per node, so the SQLite write lock and
 connection set-up stay off the 1 Hz path."""
@@ -20,8 +20,8 @@ from django.utils import timezone
 from panel.core.choices import NodeStatus, NodeTransport
 from panel.monitoring import alerts, store
 from panel.nodes.models import Node, Npu
+from panel.realtime import frames
 from panel.realtime.broadcast import FLEET, broadcast, frame, node_group
-from panel.realtime.frames import publish as publish_frames
 from workers.celery_app import app as celery_app
 from workers.contracts import MetricBatch
 from workers.task_names import AGENT_SET_METRICS_INTERVAL, node_queue
@@ -99,7 +99,7 @@ def ingest_metrics(data: dict) -> dict | None:
 
 def ingest_batches(batches: list[MetricBatch]) -> list[dict]:
     """Store batches in Redis, publish them to browsers, keep alerts and heartbeats in step: one Redis round
-    trip and one publish for all of them. Returns the "metrics" messages of the batches taken."""
+    trip for all of them. Returns the "metrics" messages of the batches taken."""
     taken = []
     for batch in batches:
         node = nodes.get(batch.node) if batch.samples else None
@@ -120,12 +120,15 @@ def ingest_batches(batches: list[MetricBatch]) -> list[dict]:
     pipe.sadd(store.HEARTBEATS_DUE, *{node["id"] for node, _, _ in taken})
     pipe.set(store.HEARTBEATS_WRITE, "1", nx=True, ex=HEARTBEAT_EVERY_S)
     pipe.set(store.FLEET_DUE, "1", nx=True, px=FLEET_EVERY_MS)
-    *answers, _, _, heartbeats_due, fleet_due = pipe.execute()
+    # Last, so a browser that gets a frame can already read the same figures over REST.
+    node_frames = [
+        (node_group(node["name"]), frame(node_group(node["name"]), message)) for node, _, message in taken
+    ]
+    pipe.publish(frames.channel(), frames.encode(node_frames))
+    *answers, _, _, heartbeats_due, fleet_due, _receivers = pipe.execute()
 
-    frames = []
     for index, (node, _batch, message) in enumerate(taken):
         name = node["name"]
-        frames.append((node_group(name), frame(node_group(name), message)))
         alerts.reconcile_sample(node["id"], name, message, set(answers[alert_reads[index]]))
         if node["status"] != NodeStatus.ONLINE and store.client().set(
             store.heartbeat_key(name), "1", nx=True, ex=HEARTBEAT_EVERY_S
@@ -134,8 +137,7 @@ def ingest_batches(batches: list[MetricBatch]) -> list[dict]:
     if heartbeats_due:
         write_heartbeats()
     if fleet_due:
-        frames.append((FLEET, frame(FLEET, fleet_summary())))
-    publish_frames(frames)
+        frames.publish([(FLEET, frame(FLEET, fleet_summary()))])
     return [message for _, _, message in taken]
 
 

@@ -28,12 +28,11 @@ _publishers: dict[str, redis.Redis] = {}
 _publishers_lock = threading.Lock()
 
 
-def _target() -> tuple[str, str]:
-    """(Redis URL, pub/sub channel) of the channel layer, whose prefix keeps test sessions apart."""
-    config = settings.CHANNEL_LAYERS["default"]["CONFIG"]
-    host = config["hosts"][0]
-    url = host["address"] if isinstance(host, dict) else host
-    return url, f"{config.get('prefix', 'asgi')}:metrics-frames"
+def channel() -> str:
+    """The pub/sub channel on REDIS_URL, named with the channel layer's prefix (which keeps test sessions
+    apart)."""
+    prefix = settings.CHANNEL_LAYERS["default"]["CONFIG"].get("prefix", "asgi")
+    return f"{prefix}:metrics-frames"
 
 
 def encode(frames: list[tuple[str, str]]) -> str:
@@ -50,16 +49,17 @@ def decode(payload: str) -> list[tuple[str, str]]:
 
 
 def publish(frames: list[tuple[str, str]]) -> None:
-    """Send [(group, frame text)] to every web process (one Redis round trip). Failures are logged only."""
+    """Send [(group, frame text)] to every web process (one Redis round trip). Failures are logged only.
+    The ingest path instead adds its PUBLISH of `encode(frames)` on `channel()` to its own pipeline."""
     if not frames:
         return
-    url, channel = _target()
+    url = settings.REDIS_URL
     client = _publishers.get(url)
     if client is None:
         with _publishers_lock:
             client = _publishers.setdefault(url, redis.Redis.from_url(url))
     try:
-        client.publish(channel, encode(frames))
+        client.publish(channel(), encode(frames))
     except redis.RedisError:
         log.exception("publishing %d metrics frames failed", len(frames))
 
@@ -105,12 +105,11 @@ class FrameHub:
                     log.debug("metrics frames to a closing socket dropped", exc_info=True)
 
     async def _listen(self, ready: asyncio.Event) -> None:
-        url, channel = _target()
         while True:
-            client = redis.asyncio.Redis.from_url(url, decode_responses=True)
+            client = redis.asyncio.Redis.from_url(settings.REDIS_URL, decode_responses=True)
             try:
                 async with client.pubsub(ignore_subscribe_messages=True) as pubsub:
-                    await pubsub.subscribe(channel)
+                    await pubsub.subscribe(channel())
                     ready.set()
                     async for message in pubsub.listen():
                         await self.deliver(message["data"])

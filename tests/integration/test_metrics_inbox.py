@@ -40,11 +40,13 @@ def node(inbox):
 
 
 def test_batches_come_out_oldest_first_and_the_wait_ends_empty(inbox):
-    for seq in (1, 2, 3):
+    for seq in (1, 2, 3, 4):
         metrics_inbox.push(a_batch("n", seq))
-    taken = metrics_inbox.take(wait_s=1)
-    assert [metrics_inbox.decode(raw)["seq"] for raw in taken] == [1, 2, 3]
-    assert metrics_inbox.take(wait_s=0.1) == []
+    first = metrics_inbox.wait_for_batch(wait_s=1)
+    taken = [first, *metrics_inbox.take_queued()]
+    assert [metrics_inbox.decode(raw)["seq"] for raw in taken] == [1, 2, 3, 4]
+    assert metrics_inbox.take_queued() == []
+    assert metrics_inbox.wait_for_batch(wait_s=0.1) is None
 
 
 def test_the_backlog_keeps_only_the_newest(inbox, monkeypatch):
@@ -52,7 +54,7 @@ def test_the_backlog_keeps_only_the_newest(inbox, monkeypatch):
     for seq in range(1, 9):
         metrics_inbox.push(a_batch("n", seq))
     assert broker_redis().llen(metrics_inbox.inbox_key()) == 5
-    assert [metrics_inbox.decode(raw)["seq"] for raw in metrics_inbox.take(wait_s=1)] == [4, 5, 6, 7, 8]
+    assert [metrics_inbox.decode(raw)["seq"] for raw in metrics_inbox.take_queued()] == [4, 5, 6, 7, 8]
 
 
 def test_the_ingester_stores_fresh_batches_and_drops_stale_and_malformed_ones(node):
