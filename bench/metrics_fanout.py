@@ -13,8 +13,9 @@ cheap) and, one phase after the other:
 Latency is sample time on the agent → frame (or response) received, for samples taken inside the measured
 window. Lost frames: for every node, the sequence numbers any push client saw in the window are what was
 sent; each client's missing ones count (a client whose socket dies loses the rest). Panel CPU is user +
-system seconds of the web and worker processes during each phase; the bench's own CPU (clients, publisher)
-and redis-server's are reported on stderr, apart. The last line is JSON.
+system seconds of the web and worker processes during each phase, ingest included; "ingest_cpu_s" is the
+same over a phase with no clients, what both ways pay before delivering anything. The bench's own CPU
+(clients, publisher) and redis-server's are reported on stderr, apart. The last line is JSON.
 """
 
 import argparse
@@ -287,6 +288,8 @@ async def main_async(args) -> dict:
         "lost_frames": lost_frames(push),
         "panel_cpu_s": round(push_cpu["panel"], 2),
         "polling_panel_cpu_s": round(polling_cpu["panel"], 2),
+        # What both ways pay before any client: storing and alerting on the agents' batches.
+        "ingest_cpu_s": round(ingest_only["panel"], 2),
     }
 
 
