@@ -3,7 +3,8 @@
 For generated models of about 50 MB, 200 MB and 1 GB (BF16, ~100 MB shards, 1024 wide so rows look like
 a real model's), it measures in the same run:
   - copy: read every shard and write it out again in 16 MB chunks — the I/O ceiling;
-  - quantize: `quantize_w8a8_dynamic` in a fresh subprocess, reporting its own peak RSS;
+  - quantize: `quantize_w8a8_dynamic` in a fresh subprocess, reporting its peak RSS together with its
+    worker processes' (see QUANTIZE_CHILD);
 each --repeats times, interleaved, keeping the best speed of each (the machine may be shared).
 Both phases start from the same state: source shards in the page cache, no dirty pages left by the other
 phase (sync), and a burst of just-freed memory to write into. The last matters on VMs whose balloon device
@@ -46,8 +47,13 @@ CHUNK = 16 * MB
 # Runs in a fresh interpreter so its peak RSS belongs to the quantization alone.
 # Peak RSS is read from VmHWM: unlike ru_maxrss, it starts afresh at exec and does not inherit the
 # high-water mark of the (large) parent that generated the model.
+# The quantizer forks worker processes, so peak RSS is the sum of the quantizing process's own peak and
+# its workers': Linux reports only the largest peak among reaped children (ru_maxrss of RUSAGE_CHILDREN,
+# which includes the pages a child inherited at fork), so each worker is counted at that largest peak.
+# Pages shared with the parent (the interpreter, numpy) are counted once per process, so the sum
+# overstates the real total.
 QUANTIZE_CHILD = """
-import json, re, sys, time
+import json, re, resource, sys, time
 from workers.models.quantize import quantize_w8a8_dynamic
 def high_water_kb():
     with open("/proc/self/status") as status:
@@ -56,9 +62,11 @@ baseline_kb = high_water_kb()
 started = time.perf_counter()
 report = quantize_w8a8_dynamic(sys.argv[1], sys.argv[2])
 seconds = time.perf_counter() - started
-peak_kb = high_water_kb()
-print(json.dumps({"seconds": seconds, "peak_kb": peak_kb, "baseline_kb": baseline_kb,
-                  "max_relative_error": report["max_relative_error"]}))
+own_kb = high_water_kb()
+worker_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+peak_kb = own_kb + (report["processes"] - 1) * worker_kb
+print(json.dumps({"seconds": seconds, "peak_kb": peak_kb, "baseline_kb": baseline_kb, "own_peak_kb": own_kb,
+                  "worker_peak_kb": worker_kb, "max_relative_error": report["max_relative_error"]}))
 """
 
 
@@ -108,7 +116,7 @@ def bench_size(size_mb: int, workdir: Path, repeats: int) -> dict:
     largest_mb = max(path.stat().st_size for path in files) / MB
     # Enough for either phase's output and buffers.
     recycle_bytes = int((total_mb + 64) * MB)
-    copy_seconds, quantize_seconds, peak_kb, growth_kb, error = [], [], 0, 0, 0.0
+    copy_seconds, quantize_seconds, peak_kb, growth_kb, worker_kb, error = [], [], 0, 0, 0, 0.0
     for _ in range(repeats):
         # Interleaved and best-of-N, because other work on a shared machine makes single runs noisy.
         # Each timed phase starts with no dirty pages left from the one before and with freshly freed memory.
@@ -122,6 +130,7 @@ def bench_size(size_mb: int, workdir: Path, repeats: int) -> dict:
         child = quantize_in_child(source, workdir / f"quant-{size_mb}mb")
         quantize_seconds.append(child["seconds"])
         peak_kb = max(peak_kb, child["peak_kb"])
+        worker_kb = max(worker_kb, child["worker_peak_kb"])
         growth_kb = max(growth_kb, child["peak_kb"] - child["baseline_kb"])
         error = child["max_relative_error"]
     row = {
@@ -134,6 +143,7 @@ def bench_size(size_mb: int, workdir: Path, repeats: int) -> dict:
         "quantize_mb_s_runs": [round(total_mb / seconds, 1) for seconds in quantize_seconds],
         "peak_rss_mb": round(peak_kb / 1024, 1),
         "rss_growth_mb": round(growth_kb / 1024, 1),
+        "worker_peak_rss_mb": round(worker_kb / 1024, 1),
         "max_relative_error": error,
     }
     row["half_copy_speed_met"] = row["quantize_mb_s"] >= row["copy_mb_s"] / 2

@@ -2,10 +2,14 @@
 `--quantization ascend`, on CPU and without torch.
 
 Every decoder linear weight becomes int8 `weight` [out, in] + float32 `weight_scale` and `weight_offset`
-[out, 1]; everything else is copied unchanged. Input shards are processed one at a time, block by block,
-and each becomes one output shard written as it goes, so memory stays far below one shard. Weights are
-quantized straight from the memory-mapped shard (no copy into a read buffer), and the pages of each block
-are unmapped again once it is written.
+[out, 1]; everything else is copied unchanged, one output shard per input shard. The layout of every
+output shard is known before any weight is read, so each file gets its header and full size first, and
+then every piece lands at its own offset: float tensors are copied by the kernel (copy_file_range), and
+weights are quantized in row blocks of about 4 MB straight from the memory-mapped source by forked
+worker processes, each writing its int8 rows and scales with pwrite. Processes rather than threads: numpy
+calls on cache-sized slices last ~10 µs, and two threads spent their time handing the GIL over, so two
+threads quantized hardly faster than one. Memory stays at a few blocks per process: each block's source
+pages are unmapped once it is written.
 
     python -m workers.models.quantize --scheme w8a8_dynamic SRC DST
         stderr: `progress <pct> <tensor>` lines; stdout: the report as JSON; exit 2 on a bad source
@@ -14,17 +18,18 @@ are unmapped again once it is written.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import mmap
+import multiprocessing
 import os
 import sys
-import threading
 import time
-from collections import deque
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 
@@ -38,11 +43,12 @@ from workers.models.model_folder import (
 )
 from workers.models.safetensors_io import (
     PlannedTensor,
-    ShardWriter,
     TensorInfo,
-    copy_tensor_bytes,
+    copy_tensor_to,
+    encode_header,
     map_tensor,
     shard_names,
+    write_array_at,
     write_index,
 )
 from workers.models.w8a8 import (
@@ -56,24 +62,32 @@ from workers.models.w8a8 import (
 
 OUTPUT_STEM = "quant_model_weights"
 DESCRIPTION_VERSION = "1.0.0"
-# Work is handed to the pool in blocks of about 4 MB (quantize_block works through each in cache-sized
-# slices): each handover costs thread wake-ups and GIL traffic, and 1 MB blocks ran ~25% slower on two
-# cores; much larger blocks leave too few in flight per tensor.
+# Weights are handed out in row blocks of about 4 MB (quantize_block works through each in cache-sized
+# slices): large enough that claiming a block costs nothing next to quantizing it, small enough that two
+# workers finish within a block of each other.
 BLOCK_BYTES = 4 * 1024 * 1024
-# numpy releases the GIL in its loops, so threads quantize blocks in parallel while the main thread writes
-# the results out in order; a short window of blocks in flight keeps memory bounded.
-WORKERS = min(4, os.cpu_count() or 1)
-BLOCKS_IN_FLIGHT = 2 * WORKERS
+# One process per core quantizes: this one (which also copies the float tensors, in the kernel, and
+# counts what the others report) and PROCESSES - 1 forked workers.
+PROCESSES = os.cpu_count() or 1
+# Below this many bytes of weights (two blocks) this process quantizes alone. Forking a worker costs ~3 ms
+# here, about what one core quantizes in that time: on two cores a 5 MB model broke even (14 vs 15 ms),
+# a 10 MB one took 14% less time and a 50 MB one 31% less.
+PARALLEL_MIN_BYTES = 2 * BLOCK_BYTES
 SCHEMES = ("w8a8_dynamic",)
 
 ProgressCallback = Callable[[float, str], None]
 
 
 def quantize_w8a8_dynamic(
-    source: str | Path, destination: str | Path, on_progress: ProgressCallback | None = None
+    source: str | Path,
+    destination: str | Path,
+    on_progress: ProgressCallback | None = None,
+    processes: int | None = None,
 ) -> dict[str, Any]:
     """Write the W8A8_DYNAMIC version of model `source` to `destination`; return the report.
 
+    `processes` processes quantize the weights, this one included (default: one per core, or just this
+    one for small models). The output is the same byte for byte however many there are.
     Raises BadSourceError when the source is not a quantizable model or the destination is taken.
     """
     started = time.perf_counter()
@@ -84,24 +98,19 @@ def quantize_w8a8_dynamic(
     total_bytes = sum(info.nbytes for _, tensors in shards for info in tensors) or 1
     progress = _Progress(total_bytes, on_progress)
     description: dict[str, str] = {"model_quant_type": QUANT_TYPE, "version": DESCRIPTION_VERSION}
-    errors: dict[str, float] = {}
     weight_map: dict[str, str] = {}
-    output_bytes = 0
-    outputs = _OutputBuffers()
-    with staged_output(destination) as staging, ThreadPoolExecutor(WORKERS) as pool:
+    with staged_output(destination) as staging:
         names = shard_names(OUTPUT_STEM, len(shards))
+        plan = _Plan()
         for (shard_path, tensors), output_name in zip(shards, names, strict=True):
             planned = _plan_output(tensors)
-            with (
-                shard_path.open("rb") as source_handle,
-                ShardWriter(staging / output_name, planned, {"format": "pt"}) as writer,
-            ):
-                errors.update(_rewrite_shard(source_handle, tensors, writer, progress, pool, outputs))
+            plan.add_shard(shard_path, tensors, staging / output_name, planned)
             description.update(_describe(tensors))
             weight_map.update(dict.fromkeys((tensor.name for tensor in planned), output_name))
-            output_bytes += sum(tensor.nbytes for tensor in planned)
+        processes = _process_count(plan, processes)
+        errors = _write_tensors(plan, progress, processes)
         if len(names) > 1:
-            write_index(staging / f"{OUTPUT_STEM}.safetensors.index.json", weight_map, output_bytes)
+            write_index(staging / f"{OUTPUT_STEM}.safetensors.index.json", weight_map, plan.output_bytes)
         if config.get("tie_word_embeddings") and "lm_head.weight" not in description:
             # vllm-ascend asks the description about every linear layer, the tied head included.
             description["lm_head.weight"] = FLOAT_TYPE
@@ -116,9 +125,10 @@ def quantize_w8a8_dynamic(
         "tensors_quantized": len(errors),
         "tensors_kept": sum(len(tensors) for _, tensors in shards) - len(errors),
         "input_bytes": total_bytes,
-        "output_bytes": output_bytes,
+        "output_bytes": plan.output_bytes,
         "output_shards": names,
         "copied_files": copied,
+        "processes": processes,
         "seconds": round(time.perf_counter() - started, 3),
         "max_relative_error": max(errors.values(), default=0.0),
         "relative_error_by_tensor": errors,
@@ -163,167 +173,242 @@ def _plan_output(tensors: list[TensorInfo]) -> list[PlannedTensor]:
     return planned
 
 
-def _rewrite_shard(
-    handle: BinaryIO,
-    tensors: list[TensorInfo],
-    writer: ShardWriter,
-    progress: _Progress,
-    pool: ThreadPoolExecutor,
-    outputs: _OutputBuffers,
-) -> dict[str, float]:
-    """Quantize or copy every tensor of one shard into `writer`, in order; returns the max relative
-    dequantization error of each quantized weight.
+@dataclass(frozen=True)
+class _Piece:
+    """A source tensor and where it goes: its data at `output_at` in `output`, and for a weight its
+    float32 scales at `scales_at` (its offsets are zeros, which a pre-sized file already holds)."""
 
-    Weights are quantized straight from the memory-mapped shard: no copy into a read buffer, and blocks
-    stay in flight across tensor boundaries, so the workers do not idle at the end of every tensor.
-    """
-    errors: dict[str, float] = {}
-    # Not closed explicitly: numpy views keep the map alive until the last of them is gone.
-    mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-    ordered = _InOrder(pool, BLOCKS_IN_FLIGHT)
-    for info in tensors:
-        if is_quantized_linear(info.name, info.shape):
-            weight = _WeightOutput(info, writer, progress, mapped, errors)
-            ordered.then(weight.begin)
-            for first, block in weight.blocks():
-                out = outputs.take(block.shape)
-                ordered.submit(_quantize_on_worker, (block, info, out), weight.block_done, first)
-            ordered.then(weight.end)
-        else:
-            ordered.then(_copy_tensor, handle, info, writer, progress)
-    ordered.finish()
-    return errors
+    info: TensorInfo
+    source: Path
+    output: Path
+    output_at: int
+    scales_at: int = 0
 
 
-def _copy_tensor(handle: BinaryIO, info: TensorInfo, writer: ShardWriter, progress: _Progress) -> None:
-    writer.begin(info.name)
-    copy_tensor_bytes(handle, info, writer.handle)
-    writer.mark_written(info.nbytes)
-    writer.end()
-    progress.advance(info.nbytes, info.name)
+@dataclass(frozen=True)
+class _Block:
+    weight: int  # index into _Plan.weights
+    first: int
+    rows: int
 
 
-class _InOrder:
-    """Runs jobs on the pool a few ahead, and hands their results to follow-up calls on this thread in
-    the order they were submitted: the output file is written strictly in order."""
-
-    def __init__(self, pool: ThreadPoolExecutor, window: int) -> None:
-        self._pool = pool
-        self._window = window
-        self._pending: deque[tuple[Future | None, Callable[..., None], tuple]] = deque()
-
-    def submit(self, job: Callable, job_args: tuple, follow_up: Callable[..., None], *args: Any) -> None:
-        """Run job(*job_args) on the pool; later call follow_up(*args, result) here, in order."""
-        self._pending.append((self._pool.submit(job, *job_args), follow_up, args))
-        while len(self._pending) >= self._window:
-            self._run_oldest()
-
-    def then(self, follow_up: Callable[..., None], *args: Any) -> None:
-        """Call follow_up(*args) here once everything submitted before it has been followed up."""
-        self._pending.append((None, follow_up, args))
-
-    def finish(self) -> None:
-        while self._pending:
-            self._run_oldest()
-
-    def _run_oldest(self) -> None:
-        future, follow_up, args = self._pending.popleft()
-        if future is None:
-            follow_up(*args)
-        else:
-            follow_up(*args, future.result())
-
-
-class _WeightOutput:
-    """One weight on its way out: its int8 blocks are written as they come back, in row order, then its
-    scales and zero offsets. Each block's source pages are unmapped once it is written: they stay in the
-    page cache, but out of this process's memory, so resident memory stays at the blocks in flight."""
-
-    def __init__(
-        self,
-        info: TensorInfo,
-        writer: ShardWriter,
-        progress: _Progress,
-        mapped: mmap.mmap,
-        errors: dict[str, float],
-    ) -> None:
-        self.info = info
-        self._writer = writer
-        self._progress = progress
-        self._mapped = mapped
-        self._errors = errors
-        self._rows = info.shape[0]
-        self._row_bytes = info.nbytes // max(self._rows, 1)
-        self._scales = np.empty(self._rows, dtype=np.float32)
-        self._worst = 0.0
-
-    def blocks(self) -> Iterator[tuple[int, np.ndarray]]:
-        """(first row, block) of about BLOCK_BYTES each."""
-        weights = map_tensor(self._mapped, self.info)
-        rows_per_block = max(1, BLOCK_BYTES // max(self._row_bytes, 1))
-        for first in range(0, self._rows, rows_per_block):
-            yield first, weights[first : first + rows_per_block]
-
-    def begin(self) -> None:
-        self._writer.begin(self.info.name)
-
-    def block_done(self, first: int, result: tuple[np.ndarray, np.ndarray, float]) -> None:
-        quantized, scales, error = result
-        self._writer.write_part(quantized)
-        self._scales[first : first + len(quantized)] = scales
-        self._worst = max(self._worst, error)
-        begin = self.info.begin + first * self._row_bytes
-        _unmap_pages(self._mapped, begin, begin + len(quantized) * self._row_bytes)
-        self._progress.advance(len(quantized) * self._row_bytes, self.info.name)
-
-    def end(self) -> None:
-        self._writer.end()
-        scale_name, offset_name = scale_and_offset_names(self.info.name)
-        self._writer.write(scale_name, self._scales.reshape(-1, 1))
-        self._writer.write(offset_name, np.zeros((self._rows, 1), dtype=np.float32))
-        self._errors[self.info.name] = self._worst
-
-
-class _OutputBuffers:
-    """int8 output buffers reused round-robin by every block of a run, each grown when first needed.
-
-    One more slot than blocks in flight: a slot is reused only after its block has been written.
-    """
+class _Plan:
+    """Every output shard laid out before any weight is read: each file already holds its header and has
+    its final size, and every tensor knows its offset, so pieces can be written in any order by anyone."""
 
     def __init__(self) -> None:
-        self._slots = [np.empty(0, dtype=np.int8) for _ in range(BLOCKS_IN_FLIGHT + 1)]
-        self._taken = 0
+        self.weights: list[_Piece] = []
+        self.floats: list[_Piece] = []
+        self.blocks: list[_Block] = []
+        self.output_bytes = 0
 
-    def take(self, shape: tuple[int, ...]) -> np.ndarray:
-        slot = self._taken % len(self._slots)
-        self._taken += 1
-        nbytes = shape[0] * shape[1]
-        if self._slots[slot].size < nbytes:
-            self._slots[slot] = np.empty(nbytes, dtype=np.int8)
-        return self._slots[slot][:nbytes].reshape(shape)
+    def add_shard(self, source: Path, tensors: list[TensorInfo], output: Path, planned: list[PlannedTensor]):
+        header, offsets = encode_header(planned, {"format": "pt"})
+        with output.open("wb") as handle:
+            handle.write(header)
+            handle.truncate(len(header) + sum(tensor.nbytes for tensor in planned))
+        self.output_bytes += sum(tensor.nbytes for tensor in planned)
+        for info in tensors:
+            if is_quantized_linear(info.name, info.shape):
+                scale_name = scale_and_offset_names(info.name)[0]
+                self._add_weight(_Piece(info, source, output, offsets[info.name], offsets[scale_name]))
+            else:
+                self.floats.append(_Piece(info, source, output, offsets[info.name]))
+
+    def _add_weight(self, weight: _Piece) -> None:
+        rows = weight.info.shape[0]
+        rows_per_block = max(1, BLOCK_BYTES // max(weight.info.nbytes // max(rows, 1), 1))
+        for first in range(0, rows, rows_per_block):
+            self.blocks.append(_Block(len(self.weights), first, min(rows_per_block, rows - first)))
+        self.weights.append(weight)
+
+    @property
+    def weight_bytes(self) -> int:
+        return sum(weight.info.nbytes for weight in self.weights)
+
+
+def _process_count(plan: _Plan, requested: int | None) -> int:
+    if requested is not None:
+        return max(1, requested)
+    # A daemonic process (some task pools) may not have children of its own.
+    if plan.weight_bytes < PARALLEL_MIN_BYTES or multiprocessing.current_process().daemon:
+        return 1
+    return max(1, min(PROCESSES, len(plan.blocks)))
+
+
+def _write_tensors(plan: _Plan, progress: _Progress, processes: int) -> dict[str, float]:
+    """Fill the planned shards; returns the max relative dequantization error of each weight."""
+    tally = _Tally(plan, progress)
+    if processes <= 1:
+        for piece in plan.floats:
+            _copy_piece(piece, progress)
+        _quantize_blocks(plan, itertools.count().__next__, tally.block_done)
+        return tally.errors
+    workers = _Workers(plan, processes - 1)
+    try:
+        for piece in plan.floats:
+            _copy_piece(piece, progress)
+            workers.collect(tally, timeout=0)
+
+        def report(index: int, error: float) -> None:
+            tally.block_done(index, error)
+            workers.collect(tally, timeout=0)
+
+        _quantize_blocks(plan, workers.claim, report)
+        while workers.collect(tally, timeout=None):
+            pass
+    finally:
+        workers.stop()
+    if tally.blocks_left:
+        raise RuntimeError(f"quantizer workers exited with {tally.blocks_left} blocks not done")
+    return tally.errors
+
+
+class _Tally:
+    """Blocks done, as they are reported: each weight's worst error, and progress."""
+
+    def __init__(self, plan: _Plan, progress: _Progress) -> None:
+        self._plan = plan
+        self._progress = progress
+        self.errors = {weight.info.name: 0.0 for weight in plan.weights}
+        self.blocks_left = len(plan.blocks)
+
+    def block_done(self, index: int, error: float) -> None:
+        block = self._plan.blocks[index]
+        info = self._plan.weights[block.weight].info
+        self.errors[info.name] = max(self.errors[info.name], error)
+        self.blocks_left -= 1
+        self._progress.advance(block.rows * (info.nbytes // info.shape[0]), info.name)
+
+
+class _Workers:
+    """Forked processes that claim blocks from a counter shared with this process until none are left,
+    each reporting every block done (or the problem that stopped it) through its own pipe."""
+
+    def __init__(self, plan: _Plan, count: int) -> None:
+        context = multiprocessing.get_context("fork")
+        self._counter = context.Value("q", 0)
+        self._processes = []
+        self._open: list[Connection] = []
+        for _ in range(count):
+            receiver, sender = context.Pipe(duplex=False)
+            process = context.Process(target=_worker_main, args=(plan, self.claim, sender), daemon=True)
+            process.start()
+            sender.close()
+            self._processes.append(process)
+            self._open.append(receiver)
+
+    def claim(self) -> int:
+        """The index of the next block nobody has taken yet."""
+        with self._counter.get_lock():
+            index = self._counter.value
+            self._counter.value += 1
+        return index
+
+    def collect(self, tally: _Tally, timeout: float | None) -> bool:
+        """Take in what the workers have reported, waiting up to `timeout`; False once all have exited."""
+        if not self._open:  # wait() on nothing would never return
+            return False
+        for connection in wait(self._open, timeout):
+            try:
+                kind, *details = connection.recv()
+            except EOFError:
+                self._open.remove(connection)
+                continue
+            if kind == "done":
+                tally.block_done(*details)
+            elif kind == "bad":
+                raise BadSourceError(details[0])
+            else:
+                raise RuntimeError(f"a quantizer worker failed: {details[0]}")
+        return bool(self._open)
+
+    def stop(self) -> None:
+        for process in self._processes:
+            if process.is_alive():
+                process.terminate()
+            process.join()
+
+
+def _worker_main(plan: _Plan, claim: Callable[[], int], sender: Connection) -> None:
+    try:
+        _quantize_blocks(plan, claim, lambda index, error: sender.send(("done", index, error)))
+    except BadSourceError as problem:
+        sender.send(("bad", str(problem)))
+    except Exception as problem:  # reported to the main process, which raises it there
+        sender.send(("failed", f"{type(problem).__name__}: {problem}"))
+    finally:
+        sender.close()
+
+
+def _quantize_blocks(plan: _Plan, claim: Callable[[], int], report: Callable[[int, float], None]) -> None:
+    """Quantize the blocks `claim` hands out until it runs past the last, writing each in place."""
+    workspace = Workspace()
+    buffer = np.empty(0, dtype=np.int8)
+    files = _OpenFiles()
+    while (index := claim()) < len(plan.blocks):
+        block = plan.blocks[index]
+        weight = plan.weights[block.weight]
+        info = weight.info
+        mapped = files.source(weight.source)
+        rows = map_tensor(mapped, info)[block.first : block.first + block.rows]
+        if buffer.size < rows.size:
+            buffer = np.empty(rows.size, dtype=np.int8)
+        try:
+            out = buffer[: rows.size].reshape(rows.shape)
+            quantized, scales, error = quantize_block(rows, info.dtype, workspace=workspace, out=out)
+        except ValueError as problem:
+            raise BadSourceError(f"{info.name}: {problem}") from problem
+        output = files.output(weight.output)
+        row_bytes = info.nbytes // info.shape[0]
+        write_array_at(output, quantized, weight.output_at + block.first * info.shape[1])
+        write_array_at(output, scales, weight.scales_at + block.first * scales.itemsize)
+        begin = info.begin + block.first * row_bytes
+        _unmap_pages(mapped, begin, begin + block.rows * row_bytes)
+        report(index, error)
+    files.close()
+
+
+class _OpenFiles:
+    """The source map and output descriptor of the shard being worked on; blocks come in file order, so
+    one of each is open at a time."""
+
+    def __init__(self) -> None:
+        self._source: tuple[Path, mmap.mmap] | None = None
+        self._output: tuple[Path, int] | None = None
+
+    def source(self, path: Path) -> mmap.mmap:
+        if self._source is None or self._source[0] != path:
+            with path.open("rb") as handle:
+                # Not closed explicitly: numpy views keep the map alive until the last of them is gone.
+                self._source = (path, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ))
+        return self._source[1]
+
+    def output(self, path: Path) -> int:
+        if self._output is None or self._output[0] != path:
+            self.close()
+            self._output = (path, os.open(path, os.O_WRONLY))
+        return self._output[1]
+
+    def close(self) -> None:
+        if self._output is not None:
+            os.close(self._output[1])
+            self._output = None
 
 
 def _unmap_pages(mapped: mmap.mmap, begin: int, end: int) -> None:
-    """Drop the whole pages in [begin, end) from this process; the page holding `end` may still be in
-    use by the next block and goes with it."""
+    """Drop the pages of [begin, end) from this process's map: they stay in the page cache, but out of
+    this process's memory. Each process has its own map, so a page shared with a neighbouring block
+    that another process is reading is simply faulted in again there."""
     start = begin - begin % mmap.PAGESIZE
-    stop = end - end % mmap.PAGESIZE
+    stop = min(len(mapped), end + -end % mmap.PAGESIZE)
     if stop > start:
         mapped.madvise(mmap.MADV_DONTNEED, start, stop - start)
 
 
-_thread_state = threading.local()
-
-
-def _quantize_on_worker(
-    block: np.ndarray, info: TensorInfo, out: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, float]:
-    if not hasattr(_thread_state, "workspace"):
-        _thread_state.workspace = Workspace()
-    try:
-        return quantize_block(block, info.dtype, workspace=_thread_state.workspace, out=out)
-    except ValueError as problem:
-        raise BadSourceError(f"{info.name}: {problem}") from problem
+def _copy_piece(piece: _Piece, progress: _Progress) -> None:
+    copy_tensor_to(piece.source, piece.info, piece.output, piece.output_at)
+    progress.advance(piece.info.nbytes, piece.info.name)
 
 
 def _quantized_config(config: dict[str, Any]) -> dict[str, Any]:

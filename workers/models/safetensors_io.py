@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import mmap
+import os
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -165,6 +166,42 @@ def copy_tensor_bytes(source: BinaryIO, info: TensorInfo, destination: BinaryIO)
         remaining -= len(chunk)
 
 
+def copy_tensor_to(source: Path, info: TensorInfo, destination: Path, offset: int) -> None:
+    """Copy one tensor unchanged to `offset` in an existing file, inside the kernel where it can
+    (copy_file_range: no trip through this process's memory), else in chunks through a buffer."""
+    with source.open("rb") as reader, destination.open("r+b") as writer:
+        copied = 0
+        try:
+            while copied < info.nbytes:
+                count = os.copy_file_range(
+                    reader.fileno(),
+                    writer.fileno(),
+                    min(info.nbytes - copied, COPY_CHUNK_BYTES),
+                    info.begin + copied,
+                    offset + copied,
+                )
+                if not count:
+                    raise SafetensorsFormatError(f"tensor {info.name} is truncated")
+                copied += count
+        except OSError:  # no copy_file_range between these two files (kernel or file system)
+            reader.seek(info.begin + copied)
+            writer.seek(offset + copied)
+            while copied < info.nbytes:
+                chunk = reader.read(min(info.nbytes - copied, COPY_CHUNK_BYTES))
+                if not chunk:
+                    raise SafetensorsFormatError(f"tensor {info.name} is truncated") from None
+                writer.write(chunk)
+                copied += len(chunk)
+
+
+def write_array_at(descriptor: int, array: np.ndarray, offset: int) -> None:
+    """Write an array's bytes at `offset` of an open file, whoever else is writing elsewhere in it."""
+    view = memoryview(np.ascontiguousarray(array)).cast("B")
+    while view:
+        written = os.pwrite(descriptor, view, offset)
+        view, offset = view[written:], offset + written
+
+
 def bf16_bits_to_float32(bits: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """BF16 is the top half of a float32: widen the bit pattern and shift it into place."""
     widened = np.empty(bits.shape, dtype=np.uint32) if out is None else out.view(np.uint32)
@@ -208,6 +245,35 @@ class PlannedTensor:
         return count
 
 
+def encode_header(
+    planned: Iterable[PlannedTensor], metadata: dict[str, str] | None
+) -> tuple[bytes, dict[str, int]]:
+    """The bytes a safetensors file starts with (length, JSON header, padding) for tensors stored in
+    the given order, and the absolute file offset at which each tensor's data begins."""
+    planned = list(planned)
+    header: dict[str, object] = {}
+    if metadata:
+        header["__metadata__"] = metadata
+    offset = 0
+    relative = {}
+    for tensor in planned:
+        header[tensor.name] = {
+            "dtype": tensor.dtype,
+            "shape": list(tensor.shape),
+            "data_offsets": [offset, offset + tensor.nbytes],
+        }
+        relative[tensor.name] = offset
+        offset += tensor.nbytes
+    encoded = json.dumps(header, separators=(",", ":")).encode()
+    # Pad with spaces so the data starts 8-byte aligned, as the reference writer does.
+    encoded += b" " * (-len(encoded) % 8)
+    data_start = 8 + len(encoded)
+    return (
+        struct.pack("<Q", len(encoded)) + encoded,
+        {name: data_start + at for name, at in relative.items()},
+    )
+
+
 class ShardWriter:
     """Writes a safetensors file whose tensors are all declared up front and then streamed in order.
 
@@ -220,23 +286,8 @@ class ShardWriter:
         self._planned = list(planned)
         self._next = 0
         self._written_in_current = 0
-        header: dict[str, object] = {}
-        if metadata:
-            header["__metadata__"] = metadata
-        offset = 0
-        for tensor in self._planned:
-            header[tensor.name] = {
-                "dtype": tensor.dtype,
-                "shape": list(tensor.shape),
-                "data_offsets": [offset, offset + tensor.nbytes],
-            }
-            offset += tensor.nbytes
-        encoded = json.dumps(header, separators=(",", ":")).encode()
-        # Pad with spaces so the data starts 8-byte aligned, as the reference writer does.
-        encoded += b" " * (-len(encoded) % 8)
         self._handle = self.path.open("wb")
-        self._handle.write(struct.pack("<Q", len(encoded)))
-        self._handle.write(encoded)
+        self._handle.write(encode_header(self._planned, metadata)[0])
 
     @property
     def handle(self) -> BinaryIO:
