@@ -11,9 +11,6 @@ cannot fill Redis, and the panel skips batches older than MAX_AGE_S — after an
 figures, not a backlog of old ones.
 """
 
-import json
-from datetime import datetime
-
 from workers.broker import broker_key, broker_redis
 from workers.contracts import MetricBatch
 
@@ -44,26 +41,3 @@ def wait_for_batch(wait_s: float) -> bytes | None:
 def take_queued(limit: int = DRAIN_MAX) -> list[bytes]:
     """Up to `limit` queued batches, oldest first, without waiting."""
     return broker_redis().lpop(inbox_key(), limit) or []
-
-
-def is_stale(data: dict, now: datetime) -> bool:
-    """True for a batch sent more than MAX_AGE_S before `now` (aware datetime)."""
-    sent = data.get("sent_at")
-    if not sent:
-        return False
-    try:
-        sent_at = datetime.fromisoformat(sent)
-    except (TypeError, ValueError):
-        return False
-    if sent_at.tzinfo is None:
-        return False
-    return (now - sent_at).total_seconds() > MAX_AGE_S
-
-
-def decode(raw: bytes) -> dict | None:
-    """The batch as a dict, or None for something that is not JSON (logged by the caller)."""
-    try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None

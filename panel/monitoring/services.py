@@ -8,11 +8,11 @@ NODE_CACHE_S to refresh the node cache (one query for all nodes), and every HEAR
 UPDATE of the last heartbeat of every node heard from meanwhile — not per node, so the SQLite write lock and
 connection set-up stay off the 1 Hz path."""
 
-import json
 import logging
 import threading
 import time
 
+import orjson
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
@@ -76,18 +76,18 @@ nodes = NodeCache()
 
 def metrics_message(node: dict, batch: MetricBatch) -> dict:
     """The "metrics" message of the newest sample of a batch, as browsers and /metrics read it."""
-    sample = batch.samples[-1]
+    sample = batch.samples[-1].model_dump()  # one serializer call for the host and every chip
     holders = node["deployments"]
+    for npu in sample["npus"]:
+        npu["deployment"] = holders.get((npu["npu_id"], npu["chip_id"]))
     return {
         "type": "metrics",
         "node": node["name"],
         "seq": batch.seq,
-        "time": sample.time.isoformat(),
-        "host": sample.host.model_dump(),
-        "npus": [
-            {**npu.model_dump(), "deployment": holders.get((npu.npu_id, npu.chip_id))} for npu in sample.npus
-        ],
-        "error": sample.error,
+        "time": sample["time"].isoformat(),
+        "host": sample["host"],
+        "npus": sample["npus"],
+        "error": sample["error"],
     }
 
 
@@ -141,6 +141,7 @@ def ingest_batches(batches: list[MetricBatch]) -> list[dict]:
     return [message for _, _, message in taken]
 
 
+RING_FIELDS = {"host", "npus"}
 RING_TRIM_S = 60  # how often a node's ring buffer drops what is older than PANEL_METRICS_RING_SECONDS
 _ring_trimmed: dict[str, float] = {}  # node name -> when this process last trimmed its ring
 
@@ -151,10 +152,12 @@ def _queue_store(pipe, name: str, batch: MetricBatch, message: dict, received: f
     pipe.set(store.latest_key(name), _latest_json(message, received), ex=store.LATEST_TTL_S)
     ring = store.ring_key(name)
     members = {}
-    for sample in batch.samples:
-        figures = {"host": sample.host.model_dump(), "npus": [npu.model_dump() for npu in sample.npus]}
+    for sample in batch.samples[:-1]:
         epoch = sample.time.timestamp()
-        members[store.compact(figures, epoch)] = epoch
+        members[store.compact(sample.model_dump(include=RING_FIELDS), epoch)] = epoch
+    # The newest sample's figures are the message's (its chips carry a "deployment" the ring leaves out).
+    epoch = batch.samples[-1].time.timestamp()
+    members[store.compact(message, epoch)] = epoch
     pipe.zadd(ring, members)
     if received - _ring_trimmed.get(name, float("-inf")) >= RING_TRIM_S:
         _ring_trimmed[name] = received
@@ -162,8 +165,8 @@ def _queue_store(pipe, name: str, batch: MetricBatch, message: dict, received: f
         pipe.expire(ring, settings.PANEL_METRICS_RING_SECONDS + RING_TRIM_S + 120)
 
 
-def _latest_json(message: dict, received: float) -> str:
-    return json.dumps({**message, "received": received}, separators=(",", ":"))
+def _latest_json(message: dict, received: float) -> bytes:
+    return orjson.dumps({**message, "received": received})
 
 
 def write_heartbeats() -> None:

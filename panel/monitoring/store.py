@@ -13,9 +13,9 @@ Keys (all under `mon:`):
   fleet-due       exists while a fleet summary was sent less than a second ago
 """
 
-import json
 import threading
 
+import orjson
 import redis
 from django.conf import settings
 
@@ -61,11 +61,11 @@ def downsampled_key(node: str) -> str:
     return f"{PREFIX}ds:{node}"
 
 
-def compact(message: dict, epoch: float) -> str:
+def compact(message: dict, epoch: float) -> bytes:
     """A ring-buffer member: t, host [cpu, mem used, mem total, load1], npus [[npu, chip, util, hbm used,
     power, temp, memory used], ...]. Short on purpose: 3,600 of them per node sit in memory."""
     host = message.get("host") or {}
-    return json.dumps(
+    return orjson.dumps(
         {
             "t": round(epoch, 3),
             "h": [
@@ -86,21 +86,20 @@ def compact(message: dict, epoch: float) -> str:
                 ]
                 for n in message.get("npus") or []
             ],
-        },
-        separators=(",", ":"),
+        }
     )
 
 
 def read_ring(node: str, since_epoch: float, until_epoch: float | str = "+inf") -> list[dict]:
     members = client().zrangebyscore(ring_key(node), since_epoch, until_epoch)
-    return [json.loads(member) for member in members]
+    return [orjson.loads(member) for member in members]
 
 
 def read_latest(nodes: list[str]) -> dict[str, dict]:
     if not nodes:
         return {}
     values = client().mget([latest_key(n) for n in nodes])
-    return {node: json.loads(value) for node, value in zip(nodes, values, strict=True) if value}
+    return {node: orjson.loads(value) for node, value in zip(nodes, values, strict=True) if value}
 
 
 def known_nodes() -> list[str]:

@@ -1,9 +1,9 @@
 """The only code that sends to channel-layer groups (live metrics frames go through panel.realtime.frames).
 Call it after the data is committed, so whatever a browser saw can always be fetched again over REST."""
 
-import json
 import logging
 
+import orjson
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
@@ -67,4 +67,4 @@ def carries_frames(group: str) -> bool:
 
 def frame(group: str, message: dict) -> str:
     """The websocket text a subscriber of `group` receives for `message`, serialised once for all of them."""
-    return json.dumps({"group": group, **message}, separators=(",", ":"))
+    return orjson.dumps({"group": group, **message}).decode()
