@@ -9,7 +9,7 @@ import time
 from datetime import datetime
 
 from celery import bootsteps
-from django.db import close_old_connections
+from django.db import close_old_connections, connections
 from pydantic import ValidationError
 
 from workers import metrics_inbox
@@ -48,6 +48,12 @@ class MetricsIngester:
             self._thread.join(timeout)
 
     def _run(self) -> None:
+        try:
+            self._drain_until_stopped()
+        finally:
+            connections.close_all()  # this thread's own; left open, they outlive the thread
+
+    def _drain_until_stopped(self) -> None:
         flowing = False
         while not self._stop.is_set():
             try:
