@@ -4,7 +4,7 @@ only the sockets that joined their group, in order, several to a websocket messa
 import json
 
 import pytest
-from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 
 from panel.asgi import application
@@ -21,7 +21,7 @@ pytestmark = [
 async def connect_as(user, groups):
     from panel.accounts.models import ApiToken
 
-    _token, raw = await sync_to_async(ApiToken.issue)(user, f"ws {'+'.join(groups)}")
+    _token, raw = await database_sync_to_async(ApiToken.issue)(user, f"ws {'+'.join(groups)}")
     communicator = WebsocketCommunicator(
         application,
         "/ws/",
@@ -50,7 +50,7 @@ async def test_a_socket_gets_the_frames_of_the_groups_it_joined_and_no_others(al
     from panel.nodes.models import Node
 
     for name in ("fan-a", "fan-b"):
-        await sync_to_async(Node.objects.create)(name=name, transport="agent")
+        await database_sync_to_async(Node.objects.create)(name=name, transport="agent")
     node_a = await connect_as(alice, ["node.fan-a"])
     fleet = await connect_as(alice, ["fleet"])
     alerts_only = await connect_as(alice, ["alerts"])
@@ -59,7 +59,7 @@ async def test_a_socket_gets_the_frames_of_the_groups_it_joined_and_no_others(al
     for seq in (1, 2, 3):
         drain += [metrics("fan-b", seq), metrics("fan-a", seq)]
     drain.append(("fleet", frame("fleet", {"type": "fleet.summary", "nodes": []})))
-    await sync_to_async(publish)(drain)
+    await database_sync_to_async(publish)(drain)
 
     got = await frames_from(node_a)
     assert [(f["group"], f["seq"]) for f in got] == [("node.fan-a", seq) for seq in (1, 2, 3)]
@@ -74,14 +74,14 @@ async def test_a_socket_gets_the_frames_of_the_groups_it_joined_and_no_others(al
 async def test_a_socket_that_leaves_its_node_groups_stops_getting_frames(alice):
     from panel.nodes.models import Node
 
-    await sync_to_async(Node.objects.create)(name="fan-c", transport="agent")
+    await database_sync_to_async(Node.objects.create)(name="fan-c", transport="agent")
     communicator = await connect_as(alice, ["node.fan-c"])
-    await sync_to_async(publish)([metrics("fan-c", 1)])
+    await database_sync_to_async(publish)([metrics("fan-c", 1)])
     assert [f["seq"] for f in await frames_from(communicator)] == [1]
 
     await communicator.send_json_to({"type": "subscribe", "groups": ["alerts"]})
     assert (await communicator.receive_json_from(timeout=10))["groups"] == ["alerts"]
-    await sync_to_async(publish)([metrics("fan-c", 2)])
+    await database_sync_to_async(publish)([metrics("fan-c", 2)])
     assert await communicator.receive_nothing(timeout=0.5)
     await communicator.disconnect()
 
@@ -96,10 +96,12 @@ async def test_frames_stop_and_the_socket_closes_once_its_token_expired(alice, s
     from panel.realtime.consumers import CLOSE_SIGNED_OUT
 
     settings.PANEL_WS_RECHECK_S = 0  # every forwarded message is due a check
-    await sync_to_async(Node.objects.create)(name="fan-d", transport="agent")
+    await database_sync_to_async(Node.objects.create)(name="fan-d", transport="agent")
     communicator = await connect_as(alice, ["node.fan-d"])
-    await sync_to_async(ApiToken.objects.filter(user=alice).update)(expires=timezone.now() - timedelta(1))
-    await sync_to_async(publish)([metrics("fan-d", 1)])
+    await database_sync_to_async(ApiToken.objects.filter(user=alice).update)(
+        expires=timezone.now() - timedelta(1)
+    )
+    await database_sync_to_async(publish)([metrics("fan-d", 1)])
     assert await communicator.receive_output(timeout=10) == {
         "type": "websocket.close",
         "code": CLOSE_SIGNED_OUT,

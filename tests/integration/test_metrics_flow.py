@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -37,7 +37,7 @@ def node(celery_worker, settings, _wired_to_redis):
 async def connect_as(user, groups):
     from panel.accounts.models import ApiToken
 
-    _token, raw = await sync_to_async(ApiToken.issue)(user, "ws")
+    _token, raw = await database_sync_to_async(ApiToken.issue)(user, "ws")
     communicator = WebsocketCommunicator(
         application,
         "/ws/",
@@ -85,7 +85,7 @@ async def test_a_sample_reaches_the_socket_the_ring_buffer_and_the_minute_table(
     from panel.monitoring.models import HostMetricMinute, NpuMetricMinute
 
     communicator = await connect_as(alice, [f"node.{TEST_NODE}", "fleet"])
-    sample = await sync_to_async(sample_and_send)()
+    sample = await database_sync_to_async(sample_and_send)()
     message = await receive(communicator, lambda m: m["type"] == "metrics")
     assert message["group"] == f"node.{TEST_NODE}"
     assert message["error"] is None
@@ -99,19 +99,19 @@ async def test_a_sample_reaches_the_socket_the_ring_buffer_and_the_minute_table(
     assert line["hbm_total_mb"] == 8 * 65536
     await communicator.disconnect()
 
-    ring = await sync_to_async(store.read_ring)(TEST_NODE, 0)
+    ring = await database_sync_to_async(store.read_ring)(TEST_NODE, 0)
     assert len(ring) == 1
     assert ring[0]["n"][0][:2] == [0, 0]
     epoch = sample.time.timestamp()
-    written = await sync_to_async(downsample_node)(node.pk, TEST_NODE, epoch + 120)
+    written = await database_sync_to_async(downsample_node)(node.pk, TEST_NODE, epoch + 120)
     assert written == 9  # one host row and eight NPU rows for the one minute
-    rows = await sync_to_async(list)(NpuMetricMinute.objects.filter(node=node).order_by("npu_id"))
+    rows = await database_sync_to_async(list)(NpuMetricMinute.objects.filter(node=node).order_by("npu_id"))
     assert [r.npu_id for r in rows] == list(range(8))
     assert rows[0].hbm_used_mean == sample.npus[0].hbm_used_mb
     assert rows[0].samples == 1
-    assert await sync_to_async(HostMetricMinute.objects.filter(node=node).count)() == 1
+    assert await database_sync_to_async(HostMetricMinute.objects.filter(node=node).count)() == 1
     # Running it again writes nothing twice.
-    assert await sync_to_async(downsample_node)(node.pk, TEST_NODE, epoch + 120) == 0
+    assert await database_sync_to_async(downsample_node)(node.pk, TEST_NODE, epoch + 120) == 0
 
 
 def test_history_comes_from_the_ring_for_short_ranges_and_the_minute_table_for_long_ones(node, alice):
@@ -192,27 +192,27 @@ async def test_an_injected_fault_raises_an_alert_and_clearing_it_resolves_it(nod
     from panel.monitoring.models import Alert
 
     communicator = await connect_as(alice, ["alerts"])
-    await sync_to_async(sim_fault)(celery_worker.sim_root, "--npu", "3", "--health", "Alarm")
-    await sync_to_async(sample_and_send)()
+    await database_sync_to_async(sim_fault)(celery_worker.sim_root, "--npu", "3", "--health", "Alarm")
+    await database_sync_to_async(sample_and_send)()
     raised = await receive(communicator, lambda m: m["type"] == "alert" and m["event"] == "raised")
     assert raised["alert"]["kind"] == "npu_health"
     assert raised["alert"]["npu_id"] == 3
     assert raised["alert"]["severity"] == "critical"
     assert raised["open_unacknowledged"] == 1
-    alert = await sync_to_async(Alert.objects.get)(node=node)
+    alert = await database_sync_to_async(Alert.objects.get)(node=node)
     assert alert.resolved_at is None
 
     # The same condition in the next sample changes nothing.
-    await sync_to_async(sample_and_send)()
-    await sync_to_async(sim_fault)(celery_worker.sim_root, "--npu", "3", "--health", "OK")
-    await sync_to_async(sample_and_send)()
+    await database_sync_to_async(sample_and_send)()
+    await database_sync_to_async(sim_fault)(celery_worker.sim_root, "--npu", "3", "--health", "OK")
+    await database_sync_to_async(sample_and_send)()
     resolved = await receive(communicator, lambda m: m["type"] == "alert" and m["event"] == "resolved")
     assert resolved["alert"]["id"] == alert.pk
     assert resolved["open_unacknowledged"] == 0
     await communicator.disconnect()
-    await sync_to_async(alert.refresh_from_db)()
+    await database_sync_to_async(alert.refresh_from_db)()
     assert alert.resolved_at is not None
-    assert await sync_to_async(Alert.objects.filter(node=node).count)() == 1
+    assert await database_sync_to_async(Alert.objects.filter(node=node).count)() == 1
 
 
 def test_a_driver_failure_is_shown_on_the_node_and_raised_as_an_alert(node, celery_worker):

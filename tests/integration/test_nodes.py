@@ -5,7 +5,7 @@ import asyncio
 from datetime import timedelta
 
 import pytest
-from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
 from django.db import connection
 from django.utils import timezone
 
@@ -162,13 +162,13 @@ async def test_a_silent_agent_is_offline_after_three_intervals_and_online_when_i
     from workers.events import send_to_panel
     from workers.task_names import HEARTBEAT
 
-    await sync_to_async(Node.objects.create)(name=TEST_NODE, transport="agent")
+    await database_sync_to_async(Node.objects.create)(name=TEST_NODE, transport="agent")
 
     async def send_beat_and_wait_online():
         beat = Heartbeat(node=TEST_NODE, time=utcnow(), agent_version="t", interval_s=0.3)
-        await sync_to_async(send_to_panel)(HEARTBEAT, beat.model_dump(mode="json"))
+        await database_sync_to_async(send_to_panel)(HEARTBEAT, beat.model_dump(mode="json"))
         for _ in range(100):
-            node = await sync_to_async(Node.objects.get)(name=TEST_NODE)
+            node = await database_sync_to_async(Node.objects.get)(name=TEST_NODE)
             if node.status == "online" and node.last_heartbeat > timezone.now() - timedelta(seconds=0.9):
                 return node
             await asyncio.sleep(0.05)
@@ -177,9 +177,9 @@ async def test_a_silent_agent_is_offline_after_three_intervals_and_online_when_i
     node = await send_beat_and_wait_online()
     assert node.effective_status == "online"
     await asyncio.sleep(1.0)  # more than three 0.3 s intervals
-    node = await sync_to_async(Node.objects.get)(name=TEST_NODE)
+    node = await database_sync_to_async(Node.objects.get)(name=TEST_NODE)
     assert node.effective_status == "offline"  # at once, before any sweep ran
-    assert await sync_to_async(mark_silent_nodes_offline)() == [TEST_NODE]
+    assert await database_sync_to_async(mark_silent_nodes_offline)() == [TEST_NODE]
     node = await send_beat_and_wait_online()
     assert node.status == "online"
     assert node.effective_status == "online"

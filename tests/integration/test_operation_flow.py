@@ -4,7 +4,7 @@ events → panel ingest → channel layer → websocket; and the REST events end
 import asyncio
 
 import pytest
-from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 
 from panel.asgi import application
@@ -23,7 +23,7 @@ def make_node():
 async def connect_as(user):
     from panel.accounts.models import ApiToken
 
-    _token, raw = await sync_to_async(ApiToken.issue)(user, "ws")
+    _token, raw = await database_sync_to_async(ApiToken.issue)(user, "ws")
     communicator = WebsocketCommunicator(
         application,
         "/ws/",
@@ -51,10 +51,10 @@ async def receive_until_final(communicator, timeout=60):
 async def test_inventory_events_reach_the_socket_in_order_and_match_rest(celery_worker, alice):
     from panel.nodes.operations import start_inventory
 
-    node = await sync_to_async(make_node)()
+    node = await database_sync_to_async(make_node)()
     communicator = await connect_as(alice)
     # Subscribe first (to the node; the operation does not exist yet), then start, then join the operation.
-    operation = await sync_to_async(start_inventory)(node, user=alice)
+    operation = await database_sync_to_async(start_inventory)(node, user=alice)
     await communicator.send_json_to({"type": "subscribe", "groups": [f"operation.{operation.id}", "fleet"]})
     reply = await communicator.receive_json_from(timeout=10)
     assert reply == {
@@ -66,7 +66,7 @@ async def test_inventory_events_reach_the_socket_in_order_and_match_rest(celery_
     live_events, statuses = await receive_until_final(communicator)
     await communicator.disconnect()
 
-    response = await sync_to_async(api_client_for(alice).get)(
+    response = await database_sync_to_async(api_client_for(alice).get)(
         f"/api/v1/operations/{operation.id}/events/?after_seq=0"
     )
     stored = response.json()
@@ -81,8 +81,8 @@ async def test_inventory_events_reach_the_socket_in_order_and_match_rest(celery_
     assert max(live_seqs) == stored["final_seq"]
     assert statuses[-1]["status"] == "succeeded"
 
-    await sync_to_async(node.refresh_from_db)()
-    npus = await sync_to_async(list)(node.npus.order_by("npu_id"))
+    await database_sync_to_async(node.refresh_from_db)()
+    npus = await database_sync_to_async(list)(node.npus.order_by("npu_id"))
     assert len(npus) == 8  # the simulated Atlas 800I A2
     assert [n.logic_id for n in npus] == list(range(8))
     assert all(n.hbm_total_mb == 65536 for n in npus)
@@ -97,11 +97,11 @@ async def test_a_heartbeat_through_celery_marks_the_node_online(celery_worker):
     from workers.events import send_to_panel
     from workers.task_names import HEARTBEAT
 
-    await sync_to_async(make_node)()
+    await database_sync_to_async(make_node)()
     beat = Heartbeat(node=TEST_NODE, time=utcnow(), agent_version="test", interval_s=1.0)
-    await sync_to_async(send_to_panel)(HEARTBEAT, beat.model_dump(mode="json"))
+    await database_sync_to_async(send_to_panel)(HEARTBEAT, beat.model_dump(mode="json"))
     for _ in range(100):
-        node = await sync_to_async(Node.objects.get)(name=TEST_NODE)
+        node = await database_sync_to_async(Node.objects.get)(name=TEST_NODE)
         if node.status == "online":
             break
         await asyncio.sleep(0.1)
@@ -117,14 +117,16 @@ async def test_a_new_agents_first_heartbeat_starts_its_inventory(celery_worker, 
     from workers.task_names import HEARTBEAT
 
     settings.PANEL_INVENTORY_ON_FIRST_HEARTBEAT = True
-    node = await sync_to_async(make_node)()
+    node = await database_sync_to_async(make_node)()
     beat = Heartbeat(node=TEST_NODE, time=utcnow(), agent_version="test", interval_s=1.0)
-    await sync_to_async(send_to_panel)(HEARTBEAT, beat.model_dump(mode="json"))
+    await database_sync_to_async(send_to_panel)(HEARTBEAT, beat.model_dump(mode="json"))
     for _ in range(300):
-        operation = await sync_to_async(Operation.objects.filter(node=node, kind="inventory").first)()
+        operation = await database_sync_to_async(
+            Operation.objects.filter(node=node, kind="inventory").first
+        )()
         if operation is not None and operation.final_seq and operation.last_seq >= operation.final_seq:
             break
         await asyncio.sleep(0.1)
     assert operation is not None
     assert operation.status == "succeeded"
-    assert await sync_to_async(lambda: Node.objects.get(pk=node.pk).npus.count())() == 8
+    assert await database_sync_to_async(lambda: Node.objects.get(pk=node.pk).npus.count())() == 8

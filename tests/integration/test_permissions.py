@@ -1,7 +1,7 @@
 """A viewer cannot change anything through pages, API or websocket; anonymous users get nothing."""
 
 import pytest
-from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.test import Client
 
@@ -76,8 +76,8 @@ async def test_an_anonymous_socket_is_refused_before_accept():
 async def test_a_socket_cannot_join_groups_of_objects_that_do_not_exist(charlie):
     from panel.accounts.models import ApiToken
 
-    await sync_to_async(Node.objects.create)(name="visible")
-    _token, raw = await sync_to_async(ApiToken.issue)(charlie, "ws")
+    await database_sync_to_async(Node.objects.create)(name="visible")
+    _token, raw = await database_sync_to_async(ApiToken.issue)(charlie, "ws")
     communicator = WebsocketCommunicator(
         application,
         "/ws/",

@@ -4,7 +4,7 @@ user or ending its session closes it with CLOSE_SIGNED_OUT, and nothing more is 
 from datetime import timedelta
 
 import pytest
-from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.test import Client
 from django.utils import timezone
@@ -30,13 +30,13 @@ async def open_socket(*headers) -> WebsocketCommunicator:
 
 
 async def token_socket(user, name="ws"):
-    token, raw = await sync_to_async(ApiToken.issue)(user, name)
+    token, raw = await database_sync_to_async(ApiToken.issue)(user, name)
     return token, await open_socket((b"authorization", f"Bearer {raw}".encode()))
 
 
 async def session_socket(user):
     client = Client()
-    await sync_to_async(client.force_login)(user)
+    await database_sync_to_async(client.force_login)(user)
     socket = await open_socket((b"cookie", f"sessionid={client.cookies['sessionid'].value}".encode()))
     return client, socket
 
@@ -57,7 +57,7 @@ async def assert_still_served(communicator):
 
 async def test_revoking_the_token_through_the_api_closes_its_socket_at_once(charlie):
     token, socket = await token_socket(charlie)
-    response = await sync_to_async(api_client_for(charlie).delete)(f"/api/v1/tokens/{token.pk}/")
+    response = await database_sync_to_async(api_client_for(charlie).delete)(f"/api/v1/tokens/{token.pk}/")
     assert response.status_code == 204
     await assert_closed_signed_out(socket)
 
@@ -65,16 +65,16 @@ async def test_revoking_the_token_through_the_api_closes_its_socket_at_once(char
 async def test_revoking_the_token_on_the_settings_page_closes_its_socket(charlie):
     token, socket = await token_socket(charlie)
     client = Client()
-    await sync_to_async(client.force_login)(charlie)
-    response = await sync_to_async(client.post)(f"/accounts/tokens/{token.pk}/revoke/")
+    await database_sync_to_async(client.force_login)(charlie)
+    response = await database_sync_to_async(client.post)(f"/accounts/tokens/{token.pk}/revoke/")
     assert response.status_code == 302
     await assert_closed_signed_out(socket)
 
 
 async def test_revoking_another_token_of_the_same_user_leaves_the_socket_open(charlie):
     _token, socket = await token_socket(charlie)
-    other, _raw = await sync_to_async(ApiToken.issue)(charlie, "other")
-    await sync_to_async(api_client_for(charlie).delete)(f"/api/v1/tokens/{other.pk}/")
+    other, _raw = await database_sync_to_async(ApiToken.issue)(charlie, "other")
+    await database_sync_to_async(api_client_for(charlie).delete)(f"/api/v1/tokens/{other.pk}/")
     await assert_still_served(socket)
 
 
@@ -83,7 +83,7 @@ async def test_deactivating_the_user_closes_their_session_and_token_sockets(char
     _token, by_token = await token_socket(charlie)
     _bob_client, bobs = await session_socket(bob)
     charlie.is_active = False
-    await sync_to_async(charlie.save)()
+    await database_sync_to_async(charlie.save)()
     await assert_closed_signed_out(by_session)
     await assert_closed_signed_out(by_token)
     await assert_still_served(bobs)
@@ -91,7 +91,7 @@ async def test_deactivating_the_user_closes_their_session_and_token_sockets(char
 
 async def test_a_socket_whose_session_ended_is_closed_at_its_next_message(charlie):
     client, socket = await session_socket(charlie)
-    await sync_to_async(client.logout)()  # deletes the session; nothing tells the socket
+    await database_sync_to_async(client.logout)()  # deletes the session; nothing tells the socket
     await socket.send_json_to({"type": "subscribe", "groups": [FLEET]})
     await assert_closed_signed_out(socket)
 
@@ -100,7 +100,9 @@ async def test_an_expired_token_gets_no_more_data_once_the_recheck_is_due(charli
     settings.PANEL_WS_RECHECK_S = 0  # every forwarded message is due a check
     token, socket = await token_socket(charlie)
     # A queryset update sends no signal: only the consumer's own re-check can notice.
-    await sync_to_async(ApiToken.objects.filter(pk=token.pk).update)(expires=timezone.now() - timedelta(1))
+    await database_sync_to_async(ApiToken.objects.filter(pk=token.pk).update)(
+        expires=timezone.now() - timedelta(1)
+    )
     await abroadcast(FLEET, {"type": "ping"})
     await assert_closed_signed_out(socket)
 
@@ -108,7 +110,9 @@ async def test_an_expired_token_gets_no_more_data_once_the_recheck_is_due(charli
 async def test_a_socket_within_its_recheck_interval_is_served_without_a_check(charlie, settings):
     settings.PANEL_WS_RECHECK_S = 3600
     token, socket = await token_socket(charlie)
-    await sync_to_async(ApiToken.objects.filter(pk=token.pk).update)(expires=timezone.now() - timedelta(1))
+    await database_sync_to_async(ApiToken.objects.filter(pk=token.pk).update)(
+        expires=timezone.now() - timedelta(1)
+    )
     # Until the interval passes (or a notice or a client message comes) data still flows: the check is
     # periodic, not per frame, so the metrics path stays cheap.
     await assert_still_served(socket)

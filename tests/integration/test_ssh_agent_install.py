@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
 
 import tests.integration.test_ssh_nodes as ssh_nodes
 import tests.sshd
@@ -46,7 +46,7 @@ def env_file(path: Path) -> dict[str, str]:
 
 async def poll_node(node, until, what, log: Path, timeout=120):
     for _ in range(int(timeout / 0.5)):
-        await sync_to_async(node.refresh_from_db)()
+        await database_sync_to_async(node.refresh_from_db)()
         if until(node):
             return node
         await asyncio.sleep(0.5)
@@ -86,16 +86,16 @@ async def test_the_agent_installed_over_ssh_registers_and_takes_over_the_node(
     host = tmp_path / "host"  # the node's / for everything the install writes
     sim_root = worker_with_central_agent.sim_root
     python_dir = Path(sys._base_executable).parent  # a Python 3.11 the script finds as python3.11
-    node = await sync_to_async(ssh_nodes.ssh_node_for)(sshd_server, sim_root, NODE)
+    node = await database_sync_to_async(ssh_nodes.ssh_node_for)(sshd_server, sim_root, NODE)
     node.ssh_host_key_fingerprint = await fetch_host_key_fingerprint(sshd_server.host, sshd_server.port)
     node.ssh_env = {
         "PATH": f"{python_dir}{os.pathsep}/usr/local/bin{os.pathsep}/usr/bin{os.pathsep}/bin",
         "DESTDIR": str(host),
         "SYSTEMD_OFFLINE": "1",
     }
-    await sync_to_async(node.save)()
+    await database_sync_to_async(node.save)()
 
-    operation = await sync_to_async(start_install_agent)(
+    operation = await database_sync_to_async(start_install_agent)(
         node, panel_url=live_server.url, broker_url=redis_url, user=alice
     )
     await ssh_nodes.wait_finished(operation, timeout=INSTALL_TIMEOUT_S)
@@ -109,7 +109,7 @@ async def test_the_agent_installed_over_ssh_registers_and_takes_over_the_node(
     assert stat.S_IMODE(settings_file.stat().st_mode) == 0o600
     unit = (host / "etc/systemd/system/ascend-panel-agent.service").read_text()
     assert unit == (REPO / "deploy/ascend-panel-agent.service").read_text()
-    logged = await sync_to_async(list)(operation.events.values_list("payload", flat=True))
+    logged = await database_sync_to_async(list)(operation.events.values_list("payload", flat=True))
     lines = [event.get("line", "") for event in logged]
     assert any("Installing the agent" in line for line in lines)
     assert not any(agent_env["ASCEND_PANEL_JOIN_TOKEN"] in str(event) for event in logged)
@@ -140,7 +140,7 @@ async def test_the_agent_installed_over_ssh_registers_and_takes_over_the_node(
         "ASCEND_PANEL_HEARTBEAT_S": "1",
         **agent_env,
     }
-    await sync_to_async(store.forget_node)(NODE)
+    await database_sync_to_async(store.forget_node)(NODE)
     agent_log = tmp_path / "agent.log"
     with open(agent_log, "wb") as log:
         started_agents.append(
@@ -159,10 +159,10 @@ async def test_the_agent_installed_over_ssh_registers_and_takes_over_the_node(
     assert node.effective_status == "online"
     services.nodes.forget()  # the ingest's node cache learns of the node's new life now
     for _ in range(240):
-        latest = (await sync_to_async(store.read_latest)([NODE])).get(NODE)
+        latest = (await database_sync_to_async(store.read_latest)([NODE])).get(NODE)
         if latest and len(latest["npus"]) == 8:
             break
         await asyncio.sleep(0.5)
     else:
         raise AssertionError("no metrics from the installed agent")
-    await sync_to_async(store.forget_node)(NODE)
+    await database_sync_to_async(store.forget_node)(NODE)

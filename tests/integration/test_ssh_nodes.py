@@ -5,7 +5,7 @@ import asyncio
 import os
 
 import pytest
-from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
 
 import tests.sshd
 from tests.integration.conftest import TEST_NODE
@@ -52,7 +52,7 @@ def worker_with_central_agent(_wired_to_redis, transactional_db, monkeypatch, se
 async def wait_finished(operation, timeout=120):
     # Polled from the event loop (as the operation-flow test does) so the worker's threads get the database.
     for _ in range(int(timeout / 0.2)):
-        await sync_to_async(operation.refresh_from_db)()
+        await database_sync_to_async(operation.refresh_from_db)()
         if operation.is_terminal:
             assert operation.status == "succeeded", (operation.error, operation.hint)
             return operation
@@ -73,27 +73,29 @@ async def test_inventory_over_ssh_gives_the_same_rows_as_the_local_runner(
     from panel.nodes.ssh import sealed_credentials
 
     root = worker_with_central_agent.sim_root
-    local = await sync_to_async(Node.objects.create)(name=TEST_NODE, transport="agent")
-    await wait_finished(await sync_to_async(start_inventory)(local, user=alice))
+    local = await database_sync_to_async(Node.objects.create)(name=TEST_NODE, transport="agent")
+    await wait_finished(await database_sync_to_async(start_inventory)(local, user=alice))
 
-    remote = await sync_to_async(Node.objects.create)(
+    remote = await database_sync_to_async(Node.objects.create)(
         name="ssh-sim",
         transport="ssh",
         address=sshd_server.host,
         ssh_port=sshd_server.port,
         ssh_username=sshd_server.username,
-        ssh_secret=await sync_to_async(sealed_credentials)(client_key=sshd_server.client_key_pem),
+        ssh_secret=await database_sync_to_async(sealed_credentials)(client_key=sshd_server.client_key_pem),
         # The sim's tools must come first on the remote PATH; its files live under its root.
         ssh_env={"PATH": f"{root / 'bin'}{os.pathsep}{os.environ['PATH']}"},
         ssh_host_root=str(root),
         ssh_ascend_root=str(root / "usr" / "local" / "Ascend"),
     )
     shown = await fetch_host_key_fingerprint(sshd_server.host, sshd_server.port)  # what the admin compares
-    operation = await sync_to_async(confirm_host_key)(remote, shown, user=alice)  # pin, then inventory
+    operation = await database_sync_to_async(confirm_host_key)(
+        remote, shown, user=alice
+    )  # pin, then inventory
     await wait_finished(operation)
 
-    local = await sync_to_async(Node.objects.prefetch_related("npus").get)(pk=local.pk)
-    remote = await sync_to_async(Node.objects.prefetch_related("npus").get)(pk=remote.pk)
+    local = await database_sync_to_async(Node.objects.prefetch_related("npus").get)(pk=local.pk)
+    remote = await database_sync_to_async(Node.objects.prefetch_related("npus").get)(pk=remote.pk)
     assert remote.ssh_host_key_fingerprint == shown
     assert rows(remote) == rows(local)
     assert len(rows(remote)) == 8
@@ -162,7 +164,7 @@ def probe_round(node):
 
 async def poll(node, until, what, timeout=90):
     for _ in range(int(timeout / 0.5)):
-        status, effective, latest = await sync_to_async(probe_round)(node)
+        status, effective, latest = await database_sync_to_async(probe_round)(node)
         if until(status, effective, latest):
             return latest
         await asyncio.sleep(0.5)
@@ -178,11 +180,11 @@ async def test_an_ssh_node_sends_metrics_goes_offline_with_its_host_and_comes_ba
     # Two-second liveness intervals: offline after six silent seconds (the default is 3 x 5 s).
     settings.PANEL_HEARTBEAT_INTERVAL = 2.0
     sshd = restartable_sshd.server
-    node = await sync_to_async(ssh_node_for)(sshd, worker_with_central_agent.sim_root, "ssh-watched")
-    await sync_to_async(store.forget_node)(node.name)
+    node = await database_sync_to_async(ssh_node_for)(sshd, worker_with_central_agent.sim_root, "ssh-watched")
+    await database_sync_to_async(store.forget_node)(node.name)
     services.nodes.forget()  # the ingest's node cache learns of the new node now, not in ten seconds
     shown = await fetch_host_key_fingerprint(sshd.host, sshd.port)
-    await wait_finished(await sync_to_async(confirm_host_key)(node, shown, user=alice))
+    await wait_finished(await database_sync_to_async(confirm_host_key)(node, shown, user=alice))
     try:
         latest = await poll(node, lambda s, e, latest: latest and len(latest["npus"]) == 8, "NPU metrics")
         assert latest["error"] is None
@@ -191,9 +193,9 @@ async def test_an_ssh_node_sends_metrics_goes_offline_with_its_host_and_comes_ba
         assert latest["host"]["memory_total_mb"] > 0
         assert 0 <= latest["host"]["cpu_pct"] <= 100
         await poll(node, lambda s, e, _: len(store.read_ring(node.name, 0)) >= 3, "three samples in the ring")
-        ring = await sync_to_async(store.read_ring)(node.name, 0)
+        ring = await database_sync_to_async(store.read_ring)(node.name, 0)
         assert all(len(sample["n"]) == 8 for sample in ring)
-        assert (await sync_to_async(lambda: node.heartbeat_interval)()) == 2.0
+        assert (await database_sync_to_async(lambda: node.heartbeat_interval)()) == 2.0
 
         restartable_sshd.stop()
         await poll(node, lambda s, e, _: s == e == "offline", "offline after sshd stopped")
@@ -207,4 +209,4 @@ async def test_an_ssh_node_sends_metrics_goes_offline_with_its_host_and_comes_ba
         )
         assert len(latest["npus"]) == 8
     finally:
-        await sync_to_async(store.forget_node)(node.name)
+        await database_sync_to_async(store.forget_node)(node.name)
