@@ -10,7 +10,10 @@ import time
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
+from django.http import HttpRequest
+from django.utils import translation
 
+from panel.operations.texts import translated_message
 from panel.realtime.auth import credential_still_valid
 from panel.realtime.broadcast import carries_frames, user_group
 from panel.realtime.frames import hub, joined_text
@@ -19,6 +22,17 @@ from panel.realtime.groups import MAX_GROUPS, may_join
 # Not signed in, or no longer: a revoked or expired token, a deactivated user, a session that ended. The
 # client should sign in again rather than reconnect (static/js/live.js reloads the page, which asks to).
 CLOSE_SIGNED_OUT = 4401
+
+
+def socket_language(scope) -> str:
+    """The language the socket's page is in, chosen as LocaleMiddleware chooses it for a request: the
+    language cookie, then Accept-Language, then LANGUAGE_CODE."""
+    request = HttpRequest()
+    request.COOKIES = scope.get("cookies") or {}
+    accept = dict(scope.get("headers") or []).get(b"accept-language")
+    if accept:
+        request.META["HTTP_ACCEPT_LANGUAGE"] = accept.decode("latin-1")
+    return translation.get_language_from_request(request)
 
 
 class PanelConsumer(AsyncJsonWebsocketConsumer):
@@ -31,6 +45,7 @@ class PanelConsumer(AsyncJsonWebsocketConsumer):
         self.groups_joined: set[str] = set()
         self.credential_checked = time.monotonic()
         self.signed_out = False
+        self.language = socket_language(self.scope)
         await self.channel_layer.group_add(user_group(user.pk), self.channel_name)
         await self.accept()
 
@@ -110,7 +125,9 @@ class PanelConsumer(AsyncJsonWebsocketConsumer):
 
     async def panel_message(self, event):
         if event["group"] in self.groups_joined and await self._recently_checked():
-            await self.send_json({"group": event["group"], **event["message"]})
+            with translation.override(self.language):
+                message = translated_message(event["message"])
+            await self.send_json({"group": event["group"], **message})
 
     async def forward_frames(self, texts: list[str]) -> None:
         """Live metrics frames of the groups this socket joined (picked by the frame hub), as one message."""

@@ -1,6 +1,7 @@
 from rest_framework import serializers
 
 from panel.operations.models import Operation, OperationEvent
+from panel.operations.texts import translated
 
 
 class OperationSerializer(serializers.ModelSerializer):
@@ -30,11 +31,19 @@ class OperationSerializer(serializers.ModelSerializer):
         ]
         read_only_fields = fields
 
+    def to_representation(self, instance):
+        # stage, error and hint in the request's language (Accept-Language, the language cookie).
+        return translated(super().to_representation(instance))
+
 
 class OperationEventSerializer(serializers.ModelSerializer):
     class Meta:
         model = OperationEvent
         fields = ["seq", "time", "kind", "payload"]
+
+    def to_representation(self, instance):
+        data = super().to_representation(instance)
+        return {**data, "payload": translated(data["payload"] or {})}
 
 
 class OperationEventPageSerializer(serializers.Serializer):
