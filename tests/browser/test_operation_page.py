@@ -39,3 +39,20 @@ def test_operation_page_switches_to_chinese(panel_page):
         pytest.skip(f"{COMPILED_CATALOG} is not compiled yet; only the language switch was checked")
     expect(page.locator(".sidebar")).to_contain_text("节点")
     expect(page.locator(".card h2").filter(has_text="日志")).to_be_visible()
+
+
+def test_a_chinese_operation_page_shows_live_stages_in_chinese(panel_page):
+    if not COMPILED_CATALOG.exists():
+        pytest.skip(f"{COMPILED_CATALOG} is not compiled yet")
+    page = panel_page("bob")
+    page.goto("/nodes/sim-a2/")
+    page.select_option(".lang-switch select", "zh-hans")
+    page.wait_for_load_state()
+    page.get_by_test_id("run-inventory").click()
+    page.wait_for_url(re.compile(r"/operations/[0-9a-f-]{36}/$"))
+    page.evaluate("window.__loadedOnce = true")
+
+    # The last stage arrives over the websocket after the page was rendered, in the page's language.
+    expect(page.locator("[data-field=progress]")).to_have_text("100", timeout=30_000)
+    expect(page.locator("[data-field=stage]")).to_have_text("盘点完成")
+    assert page.evaluate("window.__loadedOnce") is True, "the page reloaded instead of updating live"
