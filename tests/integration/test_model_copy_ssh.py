@@ -11,6 +11,7 @@ needed for the copy, which only the source's agent runs, but nothing checks the 
 
 import hashlib
 import os
+import shutil
 import socket
 import subprocess
 import time
@@ -20,6 +21,7 @@ import pytest
 
 import tests.sshd
 from tests.integration.conftest import TEST_NODE
+from workers.models.download import DISK_MARGIN_BYTES
 from workers.models.host_keys import sha256_fingerprint
 from workers.models.tiny import make_tiny_model
 
@@ -169,19 +171,35 @@ def test_a_copy_that_cannot_log_in_says_why_and_what_to_do(source, sshd_server, 
     assert not target.artifacts.exists()
 
 
-@pytest.fixture
-def full_models_root(source):
-    """A 1 MiB tmpfs where the target's models root is (this machine's file system): the 2 MB model and the
-    margin cannot fit. Mounting needs root (CAP_SYS_ADMIN); elsewhere the test is skipped."""
-    root = Path(source.path).parent
+def mount_tmpfs(root: Path, size: str) -> None:
+    """A tmpfs of `size` at root (made first). Mounting needs root (CAP_SYS_ADMIN); elsewhere the test is
+    skipped."""
     root.mkdir(parents=True)
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
     mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(root)], capture_output=True, text=True
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(root)], capture_output=True, text=True
     )
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+
+
+@pytest.fixture
+def full_models_root(source):
+    """A 1 MiB tmpfs where the target's models root is (this machine's file system): the 2 MB model and the
+    margin cannot fit."""
+    root = Path(source.path).parent
+    mount_tmpfs(root, "1m")
+    yield root
+    subprocess.run(["umount", str(root)], check=True)
+
+
+@pytest.fixture
+def tight_models_root(source):
+    """A tmpfs with room for the 1 GiB margin and the 2 MB model and 1 MiB more, not for a second copy of
+    the model beside the first."""
+    root = Path(source.path).parent
+    mount_tmpfs(root, f"{1024 + 3}m")
     yield root
     subprocess.run(["umount", str(root)], check=True)
 
@@ -202,3 +220,27 @@ def test_a_target_without_room_is_refused_before_a_byte_is_copied(source, full_m
     assert list(full_models_root.iterdir()) == []
     assert not any(e.payload["stage"].startswith("Copying") for e in copy.events.filter(kind="progress"))
     assert not target.artifacts.exists()
+
+
+def test_a_retry_after_a_cut_off_copy_needs_room_only_for_what_is_missing(
+    source, tight_models_root, sshd_server, celery_worker, bob
+):
+    from panel.catalog.services import start_copy
+    from panel.nodes.ssh import host_key_fingerprint
+
+    # What a copy cut off near its end left on the target: every file but the config, times kept (rsync -a).
+    sent_from = celery_worker.sim_root / source.path.lstrip("/")
+    shutil.copytree(sent_from, source.path, ignore=shutil.ignore_patterns("config.json"))
+    assert shutil.disk_usage(tight_models_root).free < DISK_MARGIN_BYTES + sum(
+        size for size, _ in files_of(sent_from).values()
+    )  # so a check that ignores what is there would refuse the retry
+    target = target_node(
+        sshd_server, "copy-tight", fingerprint=host_key_fingerprint(sshd_server.host, sshd_server.port)
+    )
+
+    copy = wait_for(start_copy(source, target, bob, target_user=sshd_server.username))
+
+    assert copy.status == "succeeded", (copy.error, copy.hint)
+    assert files_of(Path(source.path)) == files_of(sent_from)
+    logged = [e.payload.get("line", "") for e in copy.events.filter(kind="log")]
+    assert any(line.startswith("copy-tight: ") and "already there)" in line for line in logged), logged

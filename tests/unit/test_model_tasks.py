@@ -22,7 +22,7 @@ from workers.models.commands import (
 )
 from workers.models.download import DISK_MARGIN_BYTES
 from workers.models.node_paths import UnsafePathError, checked_model_dir, is_inside
-from workers.models.target_disk import FreeSpace, TargetDiskError, check_fits, parse_df
+from workers.models.target_disk import FreeSpace, TargetDiskError, check_fits, parse_df, parse_du_total
 from workers.models.tiny import make_tiny_model
 from workers.tasks.models import ModelTaskError, convert_body, delete_body, inspect_body
 
@@ -260,6 +260,24 @@ def test_the_free_disk_question_goes_over_the_pinned_ssh_and_finds_the_nearest_e
     assert str(tmp_path).startswith(space.mount_point)
 
 
+def test_what_an_interrupted_copy_left_at_the_destination_is_counted(tmp_path):
+    destination = tmp_path / "models" / "q"
+    destination.mkdir(parents=True)
+    (destination / "model-00001-of-00002.safetensors").write_bytes(b"w" * 300_000)
+    _argv, ran = remote_df(tmp_path, str(destination))
+    asked = destination_and_parents(str(destination))
+    assert parse_df(ran.stdout, asked).path == str(destination)
+    present = parse_du_total(ran.stdout, str(destination))
+    assert 300_000 <= present < 300_000 + 64 * 1024  # du counts allocated blocks
+    assert ran.returncode == 0  # df's status, which du's does not replace
+
+
+def test_a_destination_that_is_not_there_yet_holds_nothing(tmp_path):
+    _argv, ran = remote_df(tmp_path, f"{tmp_path}/models/q")
+    assert parse_du_total(ran.stdout, f"{tmp_path}/models/q") == 0
+    assert "du:" not in ran.stderr
+
+
 def test_a_target_path_the_shell_would_act_on_reaches_df_as_one_name(tmp_path):
     hostile = f"{tmp_path}/m; touch {tmp_path}/pwned $(touch {tmp_path}/pwned2)"
     _argv, ran = remote_df(tmp_path, hostile)
@@ -296,3 +314,13 @@ def test_a_copy_fits_only_with_the_margin_left_free():
     assert "20.00 GiB are free on /data" in message
     assert "nothing was copied" in message
     assert "Free disk space on the target node" in refused.value.hint
+
+
+def test_a_retry_needs_room_only_for_what_the_cut_off_copy_did_not_leave():
+    space = FreeSpace(
+        path="/data/models/q", free_bytes=5 * 1024**3, mount_point="/data", present_bytes=30 * 1024**3
+    )
+    check_fits(34 * 1024**3, space, "node-b")  # 4 GiB still to write, plus the margin, in 5 GiB free
+    with pytest.raises(TargetDiskError) as refused:
+        check_fits(35 * 1024**3, space, "node-b")
+    assert "the copy needs 35.00 GiB, 30.00 GiB of it already there (+1 GiB margin)" in str(refused.value)

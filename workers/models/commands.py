@@ -183,14 +183,17 @@ def remote_df_argv(
     identity_file: str = "",
 ) -> list[str]:
     """ssh running `df -Pk -- PATH...` on the target for target_path and each folder above it, over the same
-    ssh options rsync_argv uses; df answers for those that exist, so its first row is the nearest one.
+    ssh options rsync_argv uses; df answers for those that exist, so its first row is the nearest one. Then
+    `du -sk -- target_path`: what an earlier, interrupted copy already left there, which rsync keeps.
 
     ssh joins the words after the host with spaces and the target's login shell splits them again, so each
     path goes as one shell-quoted word: a name holding `;`, `$(...)` or a space stays a name."""
     remote = ssh_login(user, host, ssh_port)
     paths = [shlex.quote(path) for path in destination_and_parents(target_path)]
     ssh = ssh_command(int(ssh_port), known_hosts_file, identity_file)
-    return [*ssh, remote, "df", "-Pk", "--", *paths]
+    # du's complaint about a destination that is not there yet is nobody's business; df's status is kept.
+    already_there = ["du", "-sk", "--", paths[0], "2>/dev/null"]
+    return [*ssh, remote, "df", "-Pk", "--", *paths, ";", "status=$?;", *already_there, "; exit $status"]
 
 
 def ssh_command(port: int, known_hosts_file: str = "", identity_file: str = "") -> list[str]:

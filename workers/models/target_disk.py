@@ -10,7 +10,7 @@ full disk was only explained after rsync had filled it.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from workers.i18n import gettext_noop as _
 from workers.models.commands import destination_and_parents, explain_rsync_failure, remote_df_argv
@@ -42,6 +42,8 @@ class FreeSpace:
     path: str  # the destination's nearest existing folder on the target
     free_bytes: int
     mount_point: str
+    # Already in the destination, from an earlier copy that was cut off: rsync keeps and reuses it.
+    present_bytes: int = 0
 
 
 def parse_df(output: str, asked: list[str]) -> FreeSpace | None:
@@ -61,14 +63,33 @@ def parse_df(output: str, asked: list[str]) -> FreeSpace | None:
     )
 
 
+def parse_du_total(output: str, path: str) -> int:
+    """Bytes `du -sk -- path` counted, from its "<KiB>\t<path>" line; 0 when it printed none (no such
+    folder yet)."""
+    for line in output.splitlines():
+        size, tab, where = line.partition("\t")
+        if tab and where == path and size.isdigit():
+            return int(size) * 1024
+    return 0
+
+
+def still_needed(needed_bytes: int, space: FreeSpace) -> int:
+    """What the copy has yet to write: a retry skips what an earlier attempt left in place. An estimate — a
+    file of the same name but other content is sent again — that rsync's own "No space left" backs up."""
+    return max(0, needed_bytes - space.present_bytes)
+
+
 def check_fits(needed_bytes: int, space: FreeSpace, node: str) -> None:
-    """TargetDiskError unless needed_bytes and the margin downloads keep free too fit in space."""
-    if needed_bytes + DISK_MARGIN_BYTES <= space.free_bytes:
+    """TargetDiskError unless what the copy still has to write, and the margin downloads keep free too, fit
+    in space."""
+    missing = still_needed(needed_bytes, space)
+    if missing + DISK_MARGIN_BYTES <= space.free_bytes:
         return
+    there = f", {space.present_bytes / GIB:.2f} GiB of it already there" if space.present_bytes else ""
     raise TargetDiskError(
-        f"not enough disk space on {node} at {space.path}: the copy needs {needed_bytes / GIB:.2f} GiB "
-        f"(+{DISK_MARGIN_BYTES / GIB:.0f} GiB margin), {space.free_bytes / GIB:.2f} GiB are free "
-        f"on {space.mount_point}; nothing was copied",
+        f"not enough disk space on {node} at {space.path}: "
+        f"the copy needs {needed_bytes / GIB:.2f} GiB{there} (+{DISK_MARGIN_BYTES / GIB:.0f} GiB margin), "
+        f"{space.free_bytes / GIB:.2f} GiB are free on {space.mount_point}; nothing was copied",
         _(
             "Free disk space on the target node where the copy goes (its models root), or copy to a node "
             "with more room; then retry."
@@ -95,9 +116,10 @@ def free_space_at(
         user, host, target_path, port, known_hosts_file=known_hosts_file, identity_file=identity_file
     )
     result = LocalRunner().run_sync(argv, timeout=DF_TIMEOUT_S)
-    space = parse_df(result.stdout, destination_and_parents(target_path))
+    asked = destination_and_parents(target_path)
+    space = parse_df(result.stdout, asked)
     if space is not None:
-        return space
+        return replace(space, present_bytes=parse_du_total(result.stdout, asked[0]))
     said = [line for line in result.stderr.splitlines() if line.strip()]
     if result.exit_status == SSH_FAILED:
         reason, hint = explain_rsync_failure(said)
@@ -120,7 +142,8 @@ def ensure_room(emitter, needed_bytes: int, target_path: str, node: str, **ssh) 
         emitter.log(f"cannot read the free disk on {node} ({error}); copying without that check")
         return
     check_fits(needed_bytes, space, node)
+    there = f" ({space.present_bytes / GIB:.2f} GiB already there)" if space.present_bytes else ""
     emitter.log(
         f"{node}: {space.free_bytes / GIB:.2f} GiB free at {space.path} ({space.mount_point}), "
-        f"the copy needs {needed_bytes / GIB:.2f} GiB"
+        f"the copy needs {needed_bytes / GIB:.2f} GiB{there}"
     )
