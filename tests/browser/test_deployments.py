@@ -94,6 +94,8 @@ def test_the_wizard_deploys_a_tiny_model_that_logs_answers_and_stops(staged_mode
 
     # Step 3: defaults from the planner; changing a field re-plans without a reload (htmx).
     expect(page.locator("#id_tensor_parallel_size")).to_have_value("1")
+    # The fields exist while the page still parses; htmx (a deferred script) listens only once it has run.
+    page.wait_for_load_state()
     page.fill("#id_max_model_len", "1024")
     page.locator("#id_max_model_len").press("Tab")  # leaving the field fires "change": htmx re-plans
     expect(page.get_by_test_id("command").first).to_contain_text("--max-model-len 1024", timeout=30_000)
