@@ -1,9 +1,29 @@
 """Integration tier: a real Celery worker (threads pool, in this process) consuming the panel queue and the
 test node's agent queue, with a real Redis broker and channel layer."""
 
+from datetime import UTC, datetime
+
 import pytest
 
 TEST_NODE = "it-node"
+
+
+def event_batch(operation, *events, final_seq=None) -> dict:
+    """An agent's event batch for `operation`: events given as (seq, kind, payload)."""
+    return {
+        "operation_id": str(operation.id),
+        "node": operation.node.name,
+        "final_seq": final_seq,
+        "events": [
+            {
+                "seq": seq,
+                "time": datetime(2026, 1, 1, 0, 0, seq % 60, tzinfo=UTC).isoformat(),
+                "kind": kind,
+                "payload": payload,
+            }
+            for seq, kind, payload in events
+        ],
+    }
 
 
 @pytest.fixture

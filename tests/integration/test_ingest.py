@@ -1,31 +1,13 @@
 """Agent event batches: duplicates ignored, order by seq, terminal states final."""
 
-from datetime import UTC, datetime
-
 import pytest
 
 from panel.nodes.models import Node
 from panel.operations.models import Operation
 from panel.operations.services import ingest_events
+from tests.integration.conftest import event_batch
 
 pytestmark = pytest.mark.django_db
-
-
-def batch(operation, *events, final_seq=None):
-    return {
-        "operation_id": str(operation.id),
-        "node": operation.node.name,
-        "final_seq": final_seq,
-        "events": [
-            {
-                "seq": seq,
-                "time": datetime(2026, 1, 1, 0, 0, seq % 60, tzinfo=UTC).isoformat(),
-                "kind": kind,
-                "payload": payload,
-            }
-            for seq, kind, payload in events
-        ],
-    }
 
 
 @pytest.fixture
@@ -35,17 +17,17 @@ def operation():
 
 
 def test_it_ignores_replayed_batches(operation):
-    first = batch(operation, (1, "state", {"state": "running"}), (2, "log", {"line": "a"}))
+    first = event_batch(operation, (1, "state", {"state": "running"}), (2, "log", {"line": "a"}))
     assert len(ingest_events(first)) == 2
     assert ingest_events(first) == []
     assert list(operation.events.values_list("seq", flat=True)) == [1, 2]
 
 
 def test_it_stores_out_of_order_batches_and_applies_only_newer_state(operation):
-    late = batch(
+    late = event_batch(
         operation, (1, "state", {"state": "running"}), (2, "progress", {"percent": 10, "stage": "early"})
     )
-    final = batch(
+    final = event_batch(
         operation,
         (3, "progress", {"percent": 90, "stage": "late"}),
         (4, "state", {"state": "succeeded", "result": {"ok": True}}),
@@ -62,14 +44,16 @@ def test_it_stores_out_of_order_batches_and_applies_only_newer_state(operation):
 
 
 def test_a_terminal_state_is_final(operation):
-    ingest_events(batch(operation, (1, "state", {"state": "failed", "error": "boom", "hint": "fix it"})))
-    ingest_events(batch(operation, (2, "state", {"state": "succeeded"})))
+    ingest_events(
+        event_batch(operation, (1, "state", {"state": "failed", "error": "boom", "hint": "fix it"}))
+    )
+    ingest_events(event_batch(operation, (2, "state", {"state": "succeeded"})))
     operation.refresh_from_db()
     assert (operation.status, operation.error, operation.hint) == ("failed", "boom", "fix it")
 
 
 def test_it_drops_events_of_an_unknown_operation(operation):
-    stray = batch(operation, (1, "log", {"line": "x"}))
+    stray = event_batch(operation, (1, "log", {"line": "x"}))
     stray["operation_id"] = "00000000-0000-0000-0000-000000000000"
     assert ingest_events(stray) == []
 

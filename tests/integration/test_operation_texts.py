@@ -2,8 +2,6 @@
 after a reload: over the websocket (the page's language cookie or Accept-Language) and over the REST API the
 page back-fills from. Texts the catalog does not know stay as the agent wrote them."""
 
-from datetime import UTC, datetime
-
 import pytest
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
@@ -14,6 +12,7 @@ from panel.nodes.models import Node
 from panel.operations.models import Operation
 from panel.operations.services import ingest_events
 from tests.conftest import api_client_for
+from tests.integration.conftest import event_batch
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -31,31 +30,14 @@ def make_operation():
     return Operation.objects.create(kind="inventory", node=node, target=node.name)
 
 
-def events(operation, *items, final_seq=None):
-    return {
-        "operation_id": str(operation.id),
-        "node": operation.node.name,
-        "final_seq": final_seq,
-        "events": [
-            {
-                "seq": seq,
-                "time": datetime(2026, 1, 1, tzinfo=UTC).isoformat(),
-                "kind": kind,
-                "payload": payload,
-            }
-            for seq, kind, payload in items
-        ],
-    }
-
-
 def progress_then_failure(operation):
     ingest_events(
-        events(
+        event_batch(
             operation, (1, "state", {"state": "running"}), (2, "progress", {"percent": 40, "stage": STAGE})
         )
     )
     ingest_events(
-        events(
+        event_batch(
             operation, (3, "state", {"state": "failed", "error": UNKNOWN_ERROR, "hint": HINT}), final_seq=3
         )
     )
