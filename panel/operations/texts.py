@@ -5,7 +5,7 @@ English. Pages translate them at render time (the agent_text filter); the API an
 helpers, so a page that updates live shows the same words it shows after a reload.
 """
 
-from django.utils.translation import gettext
+from django.utils.translation import gettext, override
 
 AGENT_TEXT_FIELDS = ("stage", "error", "hint")
 
@@ -19,13 +19,14 @@ def translated(data: dict) -> dict:
     return {**data, **{name: gettext(data[name]) for name in found}}
 
 
-def translated_message(message: dict) -> dict:
-    """A websocket message of an operation with its agent texts translated: "operation.status" itself,
-    "operation.events" in each event's payload. Other messages are returned as they are."""
+def translated_message(message: dict, language: str) -> dict:
+    """A websocket message of an operation with its agent texts in `language`: "operation.status" itself,
+    "operation.events" in each event's payload. Other messages are returned as they are, untouched."""
     kind = message.get("type")
-    if kind == "operation.status":
-        return translated(message)
-    if kind == "operation.events":
+    if kind not in ("operation.status", "operation.events"):
+        return message
+    with override(language):
+        if kind == "operation.status":
+            return translated(message)
         events = [{**event, "payload": translated(event.get("payload") or {})} for event in message["events"]]
         return {**message, "events": events}
-    return message

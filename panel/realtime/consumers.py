@@ -125,8 +125,7 @@ class PanelConsumer(AsyncJsonWebsocketConsumer):
 
     async def panel_message(self, event):
         if event["group"] in self.groups_joined and await self._recently_checked():
-            with translation.override(self.language):
-                message = translated_message(event["message"])
+            message = translated_message(event["message"], self.language)
             await self.send_json({"group": event["group"], **message})
 
     async def forward_frames(self, texts: list[str]) -> None:
