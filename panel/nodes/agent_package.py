@@ -29,6 +29,7 @@ AGENT_REQUIREMENTS = {
     "safetensors",
     "numpy",
     "cryptography",
+    "orjson",
     "pyyaml",
     "httpx",
     "prometheus-client",
