@@ -183,6 +183,7 @@ def main() -> None:
             )
             agents.append((node, root))
         supervisor.run_once([PYTHON, "manage.py", "ensure_demo_nodes", *[n for n, _ in DEMO_NODES]])
+        supervisor.run_once(sim_credentials([n for n, _ in DEMO_NODES], data_dir / "sim"))
         supervisor.run_once([PYTHON, "manage.py", "seed_sim_packages"])  # sim .run files and wheels
         supervisor.start(
             "web", [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "panel.asgi:application"]
@@ -204,7 +205,9 @@ def main() -> None:
             ],
         )
         # The central agent runs the tasks of SSH nodes; it opens their sealed secrets with the panel's key.
-        supervisor.start("central agent", [PYTHON, "-m", "workers.agent", "--central"])
+        supervisor.start(
+            "central agent", [PYTHON, "-m", "workers.agent", "--central"], env=central_agent_env(data_dir)
+        )
         for node, root in agents:
             supervisor.start(
                 f"agent {node}", [PYTHON, "-m", "workers.agent"], env=sim_agent_env(env, node, root)
@@ -235,6 +238,15 @@ def demo_secrets_key(data_dir: Path) -> str:
     return path.read_text().strip()
 
 
+def sim_credentials(node_names, sim_dir: Path) -> list[str]:
+    """The command that writes the sim agents' credentials beside their trees, as the join would on a host."""
+    return [PYTHON, "manage.py", "agent_credential", "--dir", str(sim_dir), *node_names]
+
+
+def central_agent_env(data_dir: Path) -> dict:
+    return {"ASCEND_PANEL_STATE_DIR": str(data_dir / "central-agent")}
+
+
 def sim_agent_env(env: dict, node: str, root: Path) -> dict:
     """An agent on a simulated Ascend host: its tools come first on PATH, its files from its tree."""
     return {
@@ -242,6 +254,8 @@ def sim_agent_env(env: dict, node: str, root: Path) -> dict:
         "ASCEND_PANEL_HOST_ROOT": str(root),
         "ASCEND_PANEL_ASCEND_ROOT": str(root / "usr" / "local" / "Ascend"),
         "ASCEND_PANEL_SIM_ROOT": str(root),
+        # Written by `manage.py agent_credential --dir <sim folder>` (see sim_credentials).
+        "ASCEND_PANEL_AGENT_KEY_FILE": str(root.parent / f"{node}.key"),
         "PATH": f"{root / 'bin'}{os.pathsep}{env.get('PATH', '')}",
     }
 

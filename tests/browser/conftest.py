@@ -36,7 +36,14 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 import pytest
 
-from panel.run import Supervisor, _die_with_parent, free_port, sim_agent_env, wait_for_port
+from panel.run import (
+    Supervisor,
+    _die_with_parent,
+    free_port,
+    sim_agent_env,
+    sim_credentials,
+    wait_for_port,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -181,6 +188,7 @@ def _prepare(supervisor: _LoggingSupervisor, data_dir: Path) -> None:
             [PYTHON, "-m", "workers.sim", "create", "--profile", profile, "--root", root, "--node-name", name]
         )
     supervisor.run_once([PYTHON, "manage.py", "ensure_demo_nodes", *[name for name, _ in SIM_NODES]])
+    supervisor.run_once(sim_credentials([name for name, _ in SIM_NODES], data_dir / "sim"))
 
 
 def _start_servers(supervisor: _LoggingSupervisor, data_dir: Path, port: int) -> None:
