@@ -133,8 +133,12 @@ def start_embedded_redis(supervisor: Supervisor, data_dir: Path, *, quiet: bool 
             "127.0.0.1",
             "--save",
             "",
+            # What the broker holds (queued operations, the metrics inbox) survives a Redis restart, as
+            # under docker-compose: an append-only file fsynced every second.
             "--appendonly",
-            "no",
+            "yes",
+            "--appendfsync",
+            "everysec",
             "--dir",
             str(data_dir),
         ],

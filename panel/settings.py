@@ -7,6 +7,7 @@ PANEL_MODE tells how the process was started: "run" (make run, a local demo), "t
 import os
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import environ
 
@@ -119,6 +120,18 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
+# Agents run as root and take their work from the broker: production refuses one anybody can talk to.
+WEAK_REDIS_PASSWORDS = {"", "change-me", "changeme", "redis", "password", "foobared", "admin", "123456"}
+if not DEVELOPMENT_MODE:
+    for _name in ("REDIS_URL", "CELERY_BROKER_URL"):
+        _url = env.str(_name, default=REDIS_URL)
+        _password = urlsplit(_url).password or ""
+        if _url.startswith(("redis://", "rediss://")) and _password in WEAK_REDIS_PASSWORDS:
+            raise SystemExit(
+                f"{_name} has no Redis password, or a well-known one. Agents run as root and take their work "
+                "from this broker: set a long random password (requirepass in redis.conf, REDIS_PASSWORD "
+                "with docker-compose) and put it in the URL, e.g. redis://:PASSWORD@redis:6379/0."
+            )
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
