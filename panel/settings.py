@@ -192,6 +192,8 @@ CACHES = {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": "panel-cache",
+        # A Redis that is down answers within seconds, so a request can say so instead of hanging.
+        "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 5},
     }
 }
 if PANEL_MODE == "test":

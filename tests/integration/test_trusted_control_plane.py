@@ -338,3 +338,43 @@ def test_an_agent_refuses_to_start_without_its_credential(tmp_path):
     )
     assert done.returncode != 0
     assert "holds no credential" in done.stderr
+
+
+def test_with_redis_down_an_idempotent_post_says_so_does_nothing_and_a_retry_then_works(alice, settings):
+    from rest_framework.test import APIRequestFactory, force_authenticate
+
+    from panel.core.idempotency import idempotent
+
+    calls = []
+
+    class View:
+        @idempotent
+        def post(self, request):
+            from rest_framework.response import Response
+
+            calls.append(1)
+            return Response({"created": len(calls)}, status=201)
+
+    def post():
+        request = APIRequestFactory().post("/x/", HTTP_IDEMPOTENCY_KEY="deploy-42")
+        force_authenticate(request, alice)
+        request.user = alice
+        return View().post(request)
+
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": "redis://127.0.0.1:1/0",  # nothing listens there
+            "OPTIONS": {"socket_connect_timeout": 1},
+        }
+    }
+    try:
+        down = post()
+        assert down.status_code == 503
+        assert "Retry with the same Idempotency-Key" in down.data["detail"]
+        assert calls == []
+    finally:
+        settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    assert post().status_code == 201
+    replay = post()
+    assert (replay.status_code, replay["Idempotent-Replay"], calls) == (201, "true", [1])
