@@ -21,6 +21,9 @@ DEMO_NODES = (("sim-a2", "atlas-800i-a2"), ("sim-duo", "atlas-300i-duo"))
 # only, so the Models page shows both the msModelSlim backend and what happens where it is missing.
 DEMO_SIM_FLAGS = {"sim-a2": ["--sample-onnx", "--with-msmodelslim"], "sim-duo": ["--sample-onnx"]}
 PR_SET_PDEATHSIG = 1
+# A child that exits more often than this within the window is crash-looping: `make run` stops then.
+RESTART_LIMIT = 5
+RESTART_WINDOW_S = 60
 
 
 def _die_with_parent():
@@ -50,6 +53,8 @@ class Supervisor:
     def __init__(self, env: dict):
         self.env = env
         self.children: list[tuple[str, subprocess.Popen]] = []
+        self.specs: dict[str, tuple[list[str], dict | None, bool]] = {}
+        self.restarts: dict[str, list[float]] = {}
 
     def start(
         self, name: str, argv: list[str], env: dict | None = None, *, quiet: bool = False
@@ -63,7 +68,21 @@ class Supervisor:
             stdout=subprocess.DEVNULL if quiet else None,
         )
         self.children.append((name, process))
+        self.specs[name] = (argv, env, quiet)
         return process
+
+    def restart(self, name: str) -> bool:
+        """Start a child that exited on its own again, as systemd's Restart= does on a host; False (and
+        nothing started) when it already exited RESTART_LIMIT times within RESTART_WINDOW_S."""
+        now = time.monotonic()
+        recent = [t for t in self.restarts.get(name, []) if now - t < RESTART_WINDOW_S]
+        if len(recent) >= RESTART_LIMIT:
+            return False
+        self.restarts[name] = [*recent, now]
+        self.children = [(n, p) for n, p in self.children if n != name]
+        argv, env, quiet = self.specs[name]
+        self.start(name, argv, env, quiet=quiet)
+        return True
 
     def run_once(self, argv: list[str]) -> None:
         subprocess.run(argv, cwd=BASE_DIR, env=self.env, check=True)
@@ -221,10 +240,15 @@ def main() -> None:
             f"\nAscend Panel is running at http://127.0.0.1:{port}/  (user admin; Ctrl-C stops everything)\n",
             flush=True,
         )
-        while (exited := supervisor.watch()) is None:
-            time.sleep(0.5)
-        print(f"{exited} exited; stopping the rest.", file=sys.stderr)
-        raise SystemExit(1)
+        while True:
+            exited = supervisor.watch()
+            if exited is None:
+                time.sleep(0.5)
+                continue
+            if not supervisor.restart(exited):
+                print(f"{exited} keeps exiting; stopping the rest.", file=sys.stderr)
+                raise SystemExit(1)
+            print(f"{exited} exited; started it again.", file=sys.stderr, flush=True)
     except KeyboardInterrupt:
         print("\nStopping…", flush=True)
     finally:
