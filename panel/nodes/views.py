@@ -210,11 +210,14 @@ def agent_unit(request):
 @require_POST
 def agent_join(request):
     """Trade a join token for the node's credential and the broker address (once). JSON in and out."""
+    usage = 'send JSON {"node": NAME, "token": JOIN_TOKEN}'
     try:
         body = json.loads(request.body or b"{}")
-        node_name, token = str(body["node"]), str(body["token"])
-    except (ValueError, KeyError, TypeError):
-        return JsonResponse({"detail": 'send JSON {"node": NAME, "token": TOKEN}'}, status=400)
+    except ValueError:
+        body = None
+    if not isinstance(body, dict) or not body.get("node") or not body.get("token"):
+        return JsonResponse({"detail": f"a join token is required: {usage}"}, status=403)
+    node_name, token = str(body["node"]), str(body["token"])
     try:
         node, key = exchange_join_token(node_name, token)
     except JoinRefused as refusal:

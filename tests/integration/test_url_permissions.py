@@ -33,8 +33,9 @@ PUBLIC = {
     "nodes:agent-package": "fetched by the install script; the agent's code, no secret",
     "prometheus-metrics": "PANEL_METRICS_TOKEN or PANEL_METRICS_ALLOW guard it (tests run from 127.0.0.1)",
 }
-# Refused without a per-operation download token instead of a session (agents fetch store files).
-TOKEN_GUARDED = {"provisioning:download"}
+# Refused without a per-operation download token instead of a session (agents fetch store files), or
+# without a join token (an install script trading it for its node's credential).
+TOKEN_GUARDED = {"provisioning:download", "nodes:agent-join"}
 # Where a viewer may write: their own API tokens, their language, signing out.
 VIEWER_WRITES = {
     "accounts:login",
