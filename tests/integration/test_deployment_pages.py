@@ -353,7 +353,7 @@ def plan_body(artifact, **extra_flags):
 
 
 @pytest.mark.parametrize(
-    "flag, value",
+    ("flag", "value"),
     [
         ("--trust-remote-code", True),
         ("--chat-template", "/tmp/evil.jinja"),
