@@ -86,7 +86,8 @@ def test_an_admins_replacement_is_not_installed_until_its_sha256_is_confirmed(st
     assert response.json()["pending_sha256"] == sha(EVIL)
     assert offered_sha() == sha(GOOD)  # installs still get the confirmed file
     page = client_for(alice).get("/provisioning/packages/").content.decode()
-    assert sha(EVIL) in page and "Pending replacement" in page
+    assert sha(EVIL) in page
+    assert "Pending replacement" in page
 
     # Nor can an agent fetch the pending bytes, even with the download token of a running install.
     token = download_token_of_a_running_install()
