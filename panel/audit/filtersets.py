@@ -12,7 +12,7 @@ class AuditEntryFilterSet(django_filters.FilterSet):
     actor = django_filters.CharFilter(field_name="actor_name", label=_("Who"))
     action = django_filters.ChoiceFilter(choices=AuditAction.choices, label=_("Action"))
     target = django_filters.CharFilter(lookup_expr="icontains", label=_("Target"))
-    ip = django_filters.CharFilter(label=_("From"))
+    ip = django_filters.CharFilter(label=_("Address"))
     since = django_filters.DateTimeFilter(
         field_name="time",
         lookup_expr="gte",

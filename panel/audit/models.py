@@ -24,7 +24,7 @@ class AuditEntry(models.Model):
     actor_name = models.CharField(_("who"), max_length=150, blank=True, db_index=True)
     action = models.CharField(_("action"), max_length=48, choices=AuditAction.choices, db_index=True)
     target = models.CharField(_("target"), max_length=255, blank=True)
-    ip = models.GenericIPAddressField(_("from"), null=True, blank=True)
+    ip = models.GenericIPAddressField(_("address"), null=True, blank=True)
     details = models.JSONField(_("details"), default=dict, blank=True)
 
     objects = AuditQuerySet.as_manager()

@@ -22,7 +22,7 @@ class Migration(migrations.Migration):
                 ('actor_name', models.CharField(blank=True, db_index=True, max_length=150, verbose_name='who')),
                 ('action', models.CharField(choices=[('signin.succeeded', 'Signed in'), ('signin.failed', 'Sign-in failed'), ('signin.locked_out', 'Sign-in locked out'), ('token.created', 'API token created'), ('token.revoked', 'API token revoked'), ('user.role_changed', 'Role changed'), ('node.added', 'Node added'), ('node.removed', 'Node removed'), ('deployment.created', 'Deployment created'), ('deployment.deleted', 'Deployment deleted'), ('install.started', 'Install started'), ('install.resumed', 'Install resumed'), ('package.added', 'Package added'), ('package.replacement_pending', 'Package replacement uploaded'), ('package.replacement_confirmed', 'Package replacement confirmed'), ('package.replacement_discarded', 'Package replacement discarded'), ('package.deleted', 'Package deleted'), ('operation.force_failed', 'Operation force-failed')], db_index=True, max_length=48, verbose_name='action')),
                 ('target', models.CharField(blank=True, max_length=255, verbose_name='target')),
-                ('ip', models.GenericIPAddressField(blank=True, null=True, verbose_name='from')),
+                ('ip', models.GenericIPAddressField(blank=True, null=True, verbose_name='address')),
                 ('details', models.JSONField(blank=True, default=dict, verbose_name='details')),
                 ('actor', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
             ],
