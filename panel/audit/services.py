@@ -6,6 +6,7 @@ with no request (Celery, the shell) is recorded without an address.
 """
 
 import ipaddress
+import json
 import logging
 from contextvars import ContextVar
 from datetime import timedelta
@@ -44,8 +45,6 @@ def _actor(actor, request):
 
 def _plain(details: dict) -> dict:
     """JSON-safe details: dates, UUIDs and lazy strings as text."""
-    import json
-
     return json.loads(json.dumps(details, cls=DjangoJSONEncoder, default=str))
 
 
