@@ -6,6 +6,7 @@ PANEL_MODE tells how the process was started: "run" (make run, a local demo), "t
 
 import os
 import sys
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -59,6 +60,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "django_htmx",
     "channels",
+    "axes",
     "panel.core",
     "panel.accounts",
     "panel.nodes",
@@ -68,6 +70,7 @@ INSTALLED_APPS = [
     "panel.realtime",
     "panel.provisioning",
     "panel.monitoring",
+    "panel.audit",
 ]
 
 MIDDLEWARE = [
@@ -79,9 +82,12 @@ MIDDLEWARE = [
     "panel.core.middleware.RejectNulInQueryMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "panel.audit.middleware.AuditRequestMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, as django-axes asks: it turns a locked-out sign-in into the lockout page (or JSON for the API).
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "panel.urls"
@@ -134,9 +140,28 @@ if not DEVELOPMENT_MODE:
             )
 
 AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
+# django-axes checks every password sign-in first (the sign-in page, Django's admin, HTTP Basic on the API).
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+# A user name tried from one address is locked after N failures for the cool-off; other addresses (the real
+# user elsewhere) can still sign in, so a guesser cannot lock an admin out of the whole panel.
+AXES_FAILURE_LIMIT = env.int("PANEL_SIGNIN_FAILURE_LIMIT", default=5)
+AXES_COOLOFF_TIME = timedelta(minutes=env.float("PANEL_SIGNIN_COOLOFF_MINUTES", default=15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_DISABLE_ACCESS_LOG = True  # sign-ins go to the panel's audit log (panel/audit)
+AXES_LOCKOUT_CALLABLE = "panel.accounts.lockout.lockout_response"
+AXES_CLIENT_IP_CALLABLE = "panel.core.client_ip.client_ip"
+# How many reverse proxies in front of the panel append to X-Forwarded-For; 0 trusts REMOTE_ADDR only.
+PANEL_TRUSTED_PROXIES = env.int("PANEL_TRUSTED_PROXIES", default=0)
+
 LOGIN_URL = "accounts:login"
 LOGIN_REDIRECT_URL = "core:dashboard"
 LOGOUT_REDIRECT_URL = "accounts:login"
@@ -163,11 +188,23 @@ WHITENOISE_USE_FINDERS = DEVELOPMENT_MODE
 SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=not DEVELOPMENT_MODE)
 CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=SESSION_COOKIE_SECURE)
 
+# HTTP Basic (a password on every API request) is off in production: scripts use API tokens. `make run` and
+# the tests keep it for curl and the browser tier's API client.
+PANEL_API_BASIC_AUTH = env.bool("PANEL_API_BASIC_AUTH", default=DEVELOPMENT_MODE)
+# DRF throttle rates ("120/min", "10/s"); empty means no limit. The test suite's many API calls run unlimited
+# unless a test sets a rate.
+_UNLIMITED = PANEL_MODE == "test"
+PANEL_API_THROTTLE_ANON = env.str("PANEL_API_THROTTLE_ANON", default="" if _UNLIMITED else "60/min")
+PANEL_API_THROTTLE_USER = env.str("PANEL_API_THROTTLE_USER", default="" if _UNLIMITED else "1200/min")
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "panel.accounts.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
-        "rest_framework.authentication.BasicAuthentication",
+        "panel.accounts.authentication.OptionalBasicAuthentication",  # only with PANEL_API_BASIC_AUTH
+    ],
+    "DEFAULT_THROTTLE_CLASSES": [
+        "panel.core.throttling.AnonThrottle",
+        "panel.core.throttling.UserThrottle",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["panel.accounts.permissions.RolePermission"],
     "DEFAULT_PAGINATION_CLASS": "panel.core.pagination.StandardPagination",
@@ -245,6 +282,8 @@ PANEL_METRICS_RING_SECONDS = env.int("PANEL_METRICS_RING_SECONDS", default=3600)
 PANEL_ALERT_TEMP_C = env.float("PANEL_ALERT_TEMP_C", default=85.0)
 PANEL_ALERT_HBM_PCT = env.float("PANEL_ALERT_HBM_PCT", default=95.0)
 PANEL_ALERT_WEBHOOK_URL = env.str("PANEL_ALERT_WEBHOOK_URL", default="")
+# Audit log entries (sign-ins, tokens, roles, nodes, deployments, installs, packages) older than this go.
+PANEL_AUDIT_RETENTION_DAYS = env.int("PANEL_AUDIT_RETENTION_DAYS", default=90)
 
 LOGGING = {
     "version": 1,

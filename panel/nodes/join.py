@@ -55,6 +55,11 @@ def exchange_join_token(node_name: str, token: str) -> tuple[Node, bytes]:
         if not created:
             node.credential_id = new_credential_id()
             node.save(update_fields=["credential_id", "updated"])
+        from panel.audit import actions as audit
+        from panel.audit.services import record
+
+        credential = "issued" if created else "rotated"
+        record(None, audit.NODE_ADDED, node.name, transport="agent", joined=True, credential=credential)
     return node, agent_key(node)
 
 

@@ -10,6 +10,8 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from panel.audit import actions as audit
+from panel.audit.services import record
 from panel.core.choices import OperationKind, OperationStatus
 from panel.operations.models import Operation
 from panel.operations.services import create_operation
@@ -196,7 +198,14 @@ def start_install(
         # The panel's address is kept so a resume after a reboot (no request to take it from) can use it.
         stack.install_request, stack.plan, stack.failed_step = {**request, "panel_url": panel_url}, [], ""
         stack.save()
+        _audit_install(audit.INSTALL_STARTED, user, node, operation, profile_key)
     return operation
+
+
+def _audit_install(action: str, user, node, operation: Operation, profile_key: str, **details) -> None:
+    """Which packages (by sha256) the install was offered: what ran as root on the node, on the record."""
+    offered = dict(PackageFile.objects.values_list("name", "sha256"))  # as package_offer handed them
+    record(user, action, node.name, operation=operation.pk, profile=profile_key, packages=offered, **details)
 
 
 def resume_install(node, *, user=None, panel_url: str, from_step: str | None = None):
@@ -218,6 +227,7 @@ def resume_install(node, *, user=None, panel_url: str, from_step: str | None = N
         )
         stack.status, stack.install_operation = StackStatus.INSTALLING, operation
         stack.save(update_fields=["status", "install_operation", "updated"])
+        _audit_install(audit.INSTALL_RESUMED, user, node, operation, stack.profile, step=step)
     return operation
 
 

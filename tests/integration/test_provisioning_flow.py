@@ -46,10 +46,14 @@ def wait_finished(operation, timeout=180):
     raise AssertionError(f"operation {operation.kind} still {operation.status} at {operation.stage!r}")
 
 
-def upload(name, text):
-    from panel.provisioning.store import add_package
+def upload(name, text, admin):
+    """An admin replaces a stored package: the upload waits, then the admin confirms its checksum."""
+    from panel.provisioning.store import add_package, confirm_replacement
 
-    return add_package(SimpleUploadedFile(name, text.encode()))
+    package = add_package(SimpleUploadedFile(name, text.encode()), user=admin)
+    if package.pending_sha256:
+        package = confirm_replacement(package, package.pending_sha256, user=admin)
+    return package
 
 
 def step_states(operation):
@@ -86,7 +90,7 @@ def test_install_fails_on_a_broken_package_and_resumes_from_that_step(
     from workers.sim.installers import make_sim_package
 
     good = make_sim_package("toolkit", "8.3.RC2", celery_worker.sim_root / "good")
-    upload(good.name, BROKEN_TOOLKIT)
+    upload(good.name, BROKEN_TOOLKIT, alice)
 
     failed = wait_finished(start_install(node, PROFILE, user=alice, panel_url=live_server.url))
     assert failed.status == "failed"
@@ -96,7 +100,7 @@ def test_install_fails_on_a_broken_package_and_resumes_from_that_step(
     assert (stack.status, stack.failed_step) == (StackStatus.FAILED, "cann_toolkit")
     assert step_states(failed)["fetch_packages"] == "done"  # downloaded over HTTP, sha256 checked
 
-    upload(good.name, good.read_text())  # the fixed package replaces the broken one
+    upload(good.name, good.read_text(), alice)  # the fixed package replaces the broken one
     resumed = wait_finished(resume_install(node, user=alice, panel_url=live_server.url))
     assert resumed.status == "succeeded", (resumed.error, resumed.hint)
     assert resumed.progress == 100.0

@@ -323,6 +323,11 @@ def test_an_admin_force_fails_a_stuck_operation_and_others_may_not(two_nodes, al
     assert response.status_code == 200, response.content
     assert response.json()["status"] == "failed"
     assert response.json()["error"] == "Force-failed by alice: host reinstalled"
+    from panel.audit.models import AuditEntry
+
+    entry = AuditEntry.objects.get(action="operation.force_failed")
+    assert (entry.actor, entry.target) == (alice, str(operation.id))
+    assert entry.details["reason"] == "host reinstalled"
     again = api_client_for(alice).post(f"/api/v1/operations/{operation.id}/force-fail/")
     assert again.status_code == 409
 

@@ -11,6 +11,7 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, resolve, reverse
 from django.utils import timezone
 
+from panel.audit.models import AuditEntry
 from panel.catalog.models import Model, ModelArtifact
 from panel.core.choices import DeploymentState
 from panel.deployments.models import Benchmark, Deployment
@@ -101,6 +102,7 @@ def rows(world):
             size=1,
         ),
         "apitoken": world["charlie"].api_tokens.model.issue(world["charlie"], "perm")[0],
+        "auditentry": AuditEntry.objects.create(action="node.added", target="perm-node"),
     }
 
 
