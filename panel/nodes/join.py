@@ -63,6 +63,19 @@ def agent_broker_url(panel_host: str) -> str:
     return settings.CELERY_BROKER_URL
 
 
+def is_loopback_url(url: str) -> bool:
+    """True when a broker URL names this machine only: an agent on another host cannot reach it."""
+    host = urlsplit(url).hostname or ""
+    return host in LOOPBACK_NAMES or host.startswith("127.")
+
+
+def agent_broker(panel_host: str) -> dict:
+    """What the Add node page shows about the broker address agents get: the URL, whether it came from
+    PANEL_AGENT_BROKER_URL, and whether it is loopback (then only an agent on the panel's machine works)."""
+    url = agent_broker_url(panel_host)
+    return {"url": url, "configured": bool(settings.PANEL_AGENT_BROKER_URL), "loopback": is_loopback_url(url)}
+
+
 def join_command(panel_url: str, node_name: str, token: str | None, broker_url: str) -> str:
     """The one line an admin runs on a new host to install the agent and register it."""
     panel_url = panel_url.rstrip("/")
