@@ -36,7 +36,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 import pytest
 
-from panel.run import Supervisor, _die_with_parent, free_port, sim_agent_env, wait_for_port
+from panel.run import DEMO_MODEL_PATH, Supervisor, _die_with_parent, free_port, sim_agent_env, wait_for_port
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -172,15 +172,19 @@ class LivePanel:
 
 
 def _prepare(supervisor: _LoggingSupervisor, data_dir: Path) -> None:
-    """A fresh database with the test users, the simulated hosts and their nodes."""
+    """A fresh database with the test users, the simulated hosts and their nodes, each host with the tiny
+    chat model `make run` gives it (registered as tiny-chat; inspected once the agents run)."""
     supervisor.run_once([PYTHON, "manage.py", "migrate", "--no-input", "-v", "0"])
     supervisor.run_once([PYTHON, "manage.py", "shell", "-c", CREATE_USERS])
     for name, profile in SIM_NODES:
         root = str(data_dir / "sim" / name)
         supervisor.run_once(
             [PYTHON, "-m", "workers.sim", "create", "--profile", profile, "--root", root, "--node-name", name]
+            + ["--tiny-chat-model"]
         )
-    supervisor.run_once([PYTHON, "manage.py", "ensure_demo_nodes", *[name for name, _ in SIM_NODES]])
+    nodes = [name for name, _ in SIM_NODES]
+    supervisor.run_once([PYTHON, "manage.py", "ensure_demo_nodes", *nodes])
+    supervisor.run_once([PYTHON, "manage.py", "ensure_demo_models", "--path", DEMO_MODEL_PATH, *nodes])
 
 
 def _start_servers(supervisor: _LoggingSupervisor, data_dir: Path, port: int) -> None:
