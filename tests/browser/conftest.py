@@ -36,7 +36,16 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 import pytest
 
-from panel.run import DEMO_MODEL_PATH, Supervisor, _die_with_parent, free_port, sim_agent_env, wait_for_port
+from panel.run import (
+    DEMO_MODEL_PATH,
+    Supervisor,
+    _die_with_parent,
+    free_port,
+    sim_agent_env,
+    stop_sim_engines,
+    wait_for_port,
+)
+from tests.deployment_helpers import free_port_pair
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -220,6 +229,8 @@ def live_panel(redis_url, tmp_path_factory):
         ASCEND_PANEL_HEARTBEAT_S="1",
         PANEL_HEARTBEAT_INTERVAL="1",
         LOG_LEVEL="WARNING",
+        # Engines away from 18000, where a `make run` or another session's engine may be listening.
+        PANEL_DEPLOY_BASE_PORT=str(free_port_pair()),
     )
     for inherited in ("DATABASE_URL", "CELERY_BROKER_URL", "PYTEST_CURRENT_TEST"):
         env.pop(inherited, None)
@@ -235,6 +246,8 @@ def live_panel(redis_url, tmp_path_factory):
         yield panel
     finally:
         supervisor.stop()
+        # As `make run` does: the engines the agents started run detached and would outlive the session.
+        stop_sim_engines([data_dir / "sim" / name for name, _ in SIM_NODES])
 
 
 @pytest.fixture(scope="session")
