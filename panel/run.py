@@ -260,7 +260,7 @@ def summary(
     if password:
         sign_in = f"admin / {password}   (generated now and shown once: change it after signing in)"
     elif env.get("PANEL_ADMIN_PASSWORD"):
-        sign_in = "admin / the password in PANEL_ADMIN_PASSWORD"
+        sign_in = "admin / the password PANEL_ADMIN_PASSWORD held at the first start"
     else:
         sign_in = "admin / the password printed at the first start (data in PANEL_DATA_DIR)"
     redis = "embedded redis-server, " if embedded_redis else ""

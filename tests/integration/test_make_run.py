@@ -1,6 +1,6 @@
 """`make run` (python -m panel.run) as a new admin meets it: one summary block after the start-up banners, a
 generated chat model on every sim host that deploys offline, and Ctrl-C leaving no engine behind while the
-deployment keeps its desired state (its record stays, so the next start restarts it)."""
+deployment keeps its desired state: the next start runs it again."""
 
 import contextlib
 import os
@@ -112,6 +112,17 @@ def test_make_run_serves_its_generated_model_and_ctrl_c_stops_the_engine_too(tmp
         assert not listening(served_on), "the engine outlived make run"
         records = list((tmp_path / "sim/sim-a2/var/lib/ascend-panel/deployments").glob("*.json"))
         assert [r.stem for r in records] == ["first"]  # kept: the next start restarts what should run
+
+        run = RunCommand(tmp_path, port, engine_port)  # the next `make run`
+        wait_for(run.summary, 240, "the summary block of the second start", every=1)
+        api = httpx.Client(base_url=f"http://127.0.0.1:{port}", auth=("admin", PASSWORD), timeout=20)
+        assert [m["name"] for m in api.get("/api/v1/models/").json()["results"]].count("tiny-chat") == 1
+        wait_for(lambda: listening(served_on), 90, "the deployment's engine started again", every=1)
+        wait_for(lambda: api.get(f"/api/v1/deployments/{pk}/").json()["status"] == "running", 60, "running")
+        api.close()
+        run.process.send_signal(signal.SIGINT)
+        assert run.process.wait(90) == 0
+        assert not listening(served_on)
     finally:
         run.kill()
         for node in ("sim-a2", "sim-duo"):
