@@ -172,7 +172,6 @@ def main() -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)  # also when started with SIGINT ignored (a background job)
     agents: list[tuple[str, Path]] = []
     try:
         embedded_redis = not env.get("REDIS_URL")
