@@ -5,6 +5,7 @@ PANEL_MODE tells how the process was started: "run" (make run, a local demo), "t
 """
 
 import os
+import re
 import sys
 from datetime import timedelta
 from pathlib import Path
@@ -265,8 +266,16 @@ PANEL_WS_RECHECK_S = env.float("PANEL_WS_RECHECK_S", default=30)
 PANEL_SECRETS_KEY = _read_secret("PANEL_SECRETS_KEY", default="")
 PANEL_METRICS_ALLOW = env.list("PANEL_METRICS_ALLOW", default=["127.0.0.1", "::1"])
 PANEL_METRICS_TOKEN = _read_secret("PANEL_METRICS_TOKEN", default="")
-# The broker address agents on other hosts use (the join command); REDIS_URL when it is not loopback.
+# The broker address agents on other hosts use (the join command, shown on Add node). When empty, the
+# broker URL with a loopback host replaced by the panel's host name (a warning says it may not be reachable).
 PANEL_AGENT_BROKER_URL = env.str("PANEL_AGENT_BROKER_URL", default="")
+if PANEL_AGENT_BROKER_URL and not re.fullmatch(
+    r"rediss?://([^/@]*@)?[^/:@]+(:\d+)?(/\d*)?", PANEL_AGENT_BROKER_URL
+):
+    raise SystemExit(
+        f"PANEL_AGENT_BROKER_URL={PANEL_AGENT_BROKER_URL!r} is not a Redis URL. Give the broker address "
+        "agents reach from their hosts, e.g. redis://panel.example.com:6379/0 (or rediss:// for TLS)."
+    )
 # The panel's address as agents reach it (package downloads); the request's address when empty.
 PANEL_URL = env.str("PANEL_URL", default="")
 # Internal pip index (and extra indexes, comma-separated) that nodes install Python stacks from.

@@ -15,7 +15,7 @@ from django.utils.translation import gettext as _
 from rest_framework import exceptions, serializers
 
 from panel.accounts.roles import ADMIN, has_role
-from panel.catalog.models import Model, ModelArtifact
+from panel.catalog.models import SERVABLE_FORMATS, Model, ModelArtifact
 from panel.core.choices import DesiredState
 from panel.deployments.models import Deployment
 from panel.nodes.models import Node, Npu
@@ -292,6 +292,9 @@ def _model_path(data: dict[str, Any], parts: list[NodePart]) -> str:
             _fail({"artifact": [_("This artifact is a copy of another model.")]})
         if artifact.node_id not in {part.node.pk for part in parts}:
             _fail({"artifact": [_("This artifact lives on another node.")]})
+        if artifact.format not in SERVABLE_FORMATS:
+            refusal = _("vLLM cannot serve a {format} copy; choose a HuggingFace safetensors or W8A8 copy.")
+            _fail({"artifact": [refusal.format(format=artifact.get_format_display())]})
         return artifact.path
     if data.get("path"):
         return data["path"]

@@ -18,8 +18,8 @@ from django.views.decorators.http import require_POST
 from rest_framework import serializers
 
 from panel.accounts.roles import OPERATOR
-from panel.catalog.models import ModelArtifact
-from panel.core.choices import DesiredState
+from panel.catalog.models import SERVABLE_FORMATS, ModelArtifact
+from panel.core.choices import ArtifactFormat, DesiredState
 from panel.core.views import role_required
 from panel.deployments import services
 from panel.deployments.forms import (
@@ -178,7 +178,7 @@ def _visible_nodes(user):
 def _artifacts(user):
     nodes = _visible_nodes(user)
     return (
-        ModelArtifact.objects.filter(ready=True, node__in=nodes)
+        ModelArtifact.objects.filter(ready=True, node__in=nodes, format__in=SERVABLE_FORMATS)
         .select_related("model", "node")
         .order_by("model__name", "node__name")
     )
@@ -264,8 +264,13 @@ def _model_step(request, state):
         )
     from panel.catalog.models import Model
 
+    # Models with only ONNX / .om copies are not for vLLM: they are not "to download first" either.
     unstaged = (
-        Model.objects.visible_to(request.user).exclude(pk__in=artifacts.values("model")).order_by("name")
+        Model.objects.visible_to(request.user)
+        .exclude(pk__in=artifacts.values("model"))
+        .exclude(artifacts__format__in=set(ArtifactFormat.values) - set(SERVABLE_FORMATS))
+        .distinct()
+        .order_by("name")
     )
     return _render(request, "model", {"form": form, "artifacts": artifacts, "unstaged": unstaged})
 

@@ -34,6 +34,20 @@ def stack_of(node) -> NodeStack:
     return NodeStack.objects.get_or_create(node=node)[0]
 
 
+def checked_profile(stack: NodeStack) -> str:
+    """The profile key of the node's last preflight when it is newer than its last install, else ""."""
+    preflight, install = stack.preflight_operation, stack.install_operation
+    if preflight is None or (install is not None and install.created > preflight.created):
+        return ""
+    return (preflight.params or {}).get("profile", "")
+
+
+def installed_profile(stack: NodeStack) -> str:
+    """The profile key the node's last install was asked for, or ""."""
+    install = stack.install_operation
+    return (install.params or {}).get("profile", "") if install is not None else ""
+
+
 def installed_stack(node) -> dict:
     """What the deploy launch step needs of the node's installed stack, or {} when none is installed:
     {"profile", "venv", "python", "set_env": [scripts to source], "cann", "vllm", "vllm_ascend",

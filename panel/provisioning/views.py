@@ -52,8 +52,10 @@ def profiles(request):
 def node_provisioning(request, name):
     node = _node(request, name)
     stack = services.stack_of(node)
-    default = stack.profile or (CPU if not node.npus.exists() else profile_rows()[0]["key"])
-    form = ProfileForm(initial={"profile": default})
+    checked = services.checked_profile(stack)
+    default = checked or services.installed_profile(stack)
+    default = default or (CPU if not node.npus.exists() else profile_rows()[0]["key"])
+    form = ProfileForm(initial={"profile": default, "checked_profile": checked})
     install = stack.install_operation
     return render(
         request,
@@ -73,11 +75,12 @@ def node_provisioning(request, name):
     )
 
 
-def _start(request, name, start):
+def _start(request, name, start, *, installing: bool = False):
     node = _node(request, name)
-    form = ProfileForm(request.POST)
+    form = ProfileForm(request.POST, installing=installing)
     if not form.is_valid():
-        messages.error(request, _("Choose a profile and a package source."))
+        errors = [str(e) for field in ("profile", "pip_source") for e in form.errors.get(field, [])]
+        messages.error(request, " ".join(errors) or _("Choose a profile and a package source."))
         return redirect("provisioning:node", name=node.name)
     try:
         operation = start(node, form.cleaned_data)
@@ -123,6 +126,7 @@ def run_install(request, name):
             pip_source=data["pip_source"],
             allow_reboot=data["allow_reboot"],
         ),
+        installing=True,
     )
 
 
