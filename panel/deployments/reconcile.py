@@ -23,7 +23,7 @@ from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext_noop
 
 from panel.core.choices import DeploymentState, DesiredState, OperationKind, OperationStatus
-from panel.deployments import reasons, services
+from panel.deployments import metrics_history, reasons, services
 from panel.deployments.models import Deployment
 from panel.operations.models import Operation
 from panel.realtime.broadcast import broadcast, deployment_group
@@ -224,6 +224,7 @@ def _ran_for_s(deployment: Deployment, now: datetime) -> float:
 def _store_metrics(deployment: Deployment, node: str, metrics: dict, when: datetime) -> None:
     deployment.metrics = {**metrics, "node": node}
     deployment.metrics_at = when
+    metrics_history.record(deployment.name, metrics, when)
     message = {
         "type": "engine.metrics",
         "name": deployment.name,

@@ -41,7 +41,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
 from panel.core.choices import DeploymentState, DesiredState, OperationKind, OperationStatus
-from panel.deployments import reasons
+from panel.deployments import metrics_history, reasons
 from panel.deployments.models import Benchmark, Deployment, DeploymentLog
 from panel.deployments.planning import DeploymentPlan
 from panel.operations.models import Operation
@@ -281,6 +281,7 @@ def release_and_remove(deployment: Deployment) -> None:
     deployment.npus.clear()
     name = deployment.name
     deployment.delete()
+    transaction.on_commit(lambda: metrics_history.forget(name))
     gone = {"type": "deployment.status", "name": name, "status": "deleted", "desired_state": "deleted"}
     transaction.on_commit(lambda: broadcast(deployment_group(name), gone))
 
