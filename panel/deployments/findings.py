@@ -7,6 +7,7 @@ backends, so a deployment on NPUs gets the signature's NPU hint instead."""
 from workers.ascend.signatures import SIGNATURES
 
 NPU_HINTS = {signature.code: signature.npu_hint for signature in SIGNATURES if signature.npu_hint}
+NPU_HINT_FOR = {signature.hint: signature.npu_hint for signature in SIGNATURES if signature.npu_hint}
 
 
 def on_npus(deployment) -> bool:
@@ -22,3 +23,10 @@ def findings_of(deployment) -> list[dict]:
         {**finding, "hint": NPU_HINTS[finding["code"]]} if finding.get("code") in NPU_HINTS else finding
         for finding in findings
     ]
+
+
+def fitting_hint(hint: str, deployment) -> str:
+    """A launch's hint (the agent repeats its first finding's) as it fits where this deployment runs."""
+    if hint in NPU_HINT_FOR and on_npus(deployment):
+        return NPU_HINT_FOR[hint]
+    return hint

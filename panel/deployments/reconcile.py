@@ -24,6 +24,7 @@ from django.utils.translation import gettext_noop
 
 from panel.core.choices import DeploymentState, DesiredState, OperationKind, OperationStatus
 from panel.deployments import metrics_history, reasons, services
+from panel.deployments.findings import fitting_hint
 from panel.deployments.models import Deployment
 from panel.operations.models import Operation
 from panel.realtime.broadcast import broadcast, deployment_group
@@ -134,7 +135,7 @@ def apply_launch_result(deployment: Deployment, operation: Operation) -> None:
             "findings": failure.get("findings") or [],
             "log_tail": failure.get("log_tail") or [],
         }
-        reason = reasons.launch_failed(operation.error, operation.hint)
+        reason = reasons.launch_failed(operation.error, fitting_hint(operation.hint, deployment))
         schedule_restart(deployment, Policy.from_settings(), reason, timezone.now())
         # The other nodes of a multi-node deployment cannot serve without this one.
         stopping = services.active_operations(deployment).filter(kind=OperationKind.STOP).exists()
