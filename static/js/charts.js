@@ -37,13 +37,25 @@ export function timeTicks(u, ticks, _axisIndex, _space, step) {
   return ticks.map((t) => formatDateTime(t * 1000, shape));
 }
 
-/** A y range whose top is a tick at or above the data: the axis never tops out below the line. */
+const stepFor = (span, steps, ticks) => steps.find((s) => span / s <= ticks) ?? steps[steps.length - 1];
+
+/**
+ * A y range whose top is a tick at or above the data (the axis never tops out below the line), and the
+ * matching uPlot `splits`: ticks every step from the bottom to that top, the step the range was rounded to.
+ */
 export function niceRange(low, high, steps, { min = null, max = null, ticks = 4 } = {}) {
   const bottom = min ?? Math.min(0, low ?? 0);
-  const top = Number.isFinite(high) && high > bottom ? high : bottom + steps[0];
-  const step = steps.find((s) => (top - bottom) / s <= ticks) ?? steps[steps.length - 1];
-  const ceiling = bottom + Math.ceil((top - bottom) / step) * step;
-  return [bottom, max !== null ? Math.max(max, ceiling) : ceiling];
+  const top = Math.max(Number.isFinite(high) && high > bottom ? high : bottom + steps[0], max ?? -Infinity);
+  const step = stepFor(top - bottom, steps, ticks);
+  return [bottom, bottom + Math.ceil((top - bottom) / step) * step];
+}
+
+export function niceSplits(steps, ticks = 4) {
+  return (_u, _axis, min, max) => {
+    const step = stepFor(max - min, steps, ticks);
+    const count = Math.round((max - min) / step);
+    return Array.from({ length: count + 1 }, (_, i) => min + i * step);
+  };
 }
 
 export function themeColour(name) {

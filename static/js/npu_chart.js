@@ -7,7 +7,7 @@
 //   chart.pushLive("sim-a2", epochSeconds, frame.npus);      // every metrics frame of every node
 //
 // uPlot (static/vendor/uplot) is loaded as a classic script before the page's modules: window.uPlot.
-import { niceRange, TIME_STEPS, timeTicks } from "./charts.js";
+import { niceRange, niceSplits, TIME_STEPS, timeTicks } from "./charts.js";
 import { MISSING, formatBytes, formatPercent, formatPower, formatTemperature } from "./format.js";
 
 const LIVE_WINDOW_S = 300;
@@ -18,7 +18,7 @@ const RANGES = {
   "24h": { since: "24h", step: 120 },
   "7d": { since: "7d", step: 900 },
 };
-const DECIMAL_STEPS = [1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 5000];
+const DECIMAL_STEPS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000];
 // HBM in MB (npu-smi's MiB): ticks on whole binary sizes, so they read 16 GB, 32 GB … rather than 19 GB.
 const MB_STEPS = [128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144];
 const METRICS = [
@@ -231,7 +231,12 @@ export class NpuChart {
           ],
           axes: [
             { ...axis, space: 70, incrs: TIME_STEPS, values: timeTicks },
-            { ...axis, size: 64, incrs: metric.steps, values: (_u, splits) => splits.map((v) => metric.format(v)) },
+            {
+              ...axis,
+              size: 64,
+              splits: niceSplits(metric.steps),
+              values: (_u, splits) => splits.map((v) => metric.format(v)),
+            },
           ],
         },
         [this.data[0], this.data[index + 1]],
