@@ -32,6 +32,10 @@ def compact(value, *, units=None, start: float = COMPACT_FROM, digits: int | Non
     return number_format(round(count), 0, force_grouping=True)
 
 
+GROUP_FROM = 10_000  # below, a count in running text is left as it is (a TP size, 1024, 2048)
+
+
 def is_big(value) -> bool:
-    """A whole number that compact() shortens (booleans are not counts)."""
-    return isinstance(value, int) and not isinstance(value, bool) and abs(value) >= COMPACT_FROM
+    """A whole number that reads better through compact(): grouped from 10,000, shortened from 100,000
+    (booleans are not counts)."""
+    return isinstance(value, int) and not isinstance(value, bool) and abs(value) >= GROUP_FROM

@@ -58,20 +58,21 @@ def deploy(live_panel, model: dict, name: str, npu: int) -> dict:
             raise TimeoutError(f"{error}: {seen['status']}, {seen['reason']!r}") from None
 
 
-def stop(live_panel, deployment: dict) -> None:
-    """Stop it and wait: a sim engine is a real process that would outlive the panel."""
+def delete(live_panel, deployment: dict) -> None:
+    """Delete it and wait: a sim engine is a real process that would outlive the panel, and the NPUs go back
+    to the planner (the wizard test expects NPU 0 suggested)."""
     url = f"/api/v1/deployments/{deployment['id']}/"
     with live_panel.api("bob") as client:
-        client.post(f"{url}stop/")
-        stopped = lambda: client.get(url).json()["status"] == "stopped"  # noqa: E731
-        wait_until(stopped, 30, f"{deployment['name']} did not stop")
+        client.delete(url)
+        gone = lambda: client.get(url).status_code == 404  # noqa: E731
+        wait_until(gone, 60, f"{deployment['name']} was not deleted")
 
 
 @pytest.fixture(scope="module")
 def running(live_panel, staged_model):
     deployment = deploy(live_panel, staged_model, *RUNNING)
     yield deployment
-    stop(live_panel, deployment)
+    delete(live_panel, deployment)
 
 
 def test_a_failed_start_keeps_its_findings_with_the_npu_hint(live_panel, staged_model, panel_page):
@@ -104,7 +105,7 @@ def test_a_failed_start_keeps_its_findings_with_the_npu_hint(live_panel, staged_
         expect(page.locator("[data-field=reason]")).not_to_contain_text(CPU_ONLY_HINT)
     finally:
         live_panel.sim("fault", "--root", root, "--clear")
-        stop(live_panel, deployment)
+        delete(live_panel, deployment)
 
 
 def test_the_deployment_page_back_fills_its_charts_and_hides_the_probe_lines(live_panel, running, panel_page):

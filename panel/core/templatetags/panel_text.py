@@ -26,7 +26,8 @@ def reason_text(reason) -> str:
         return message
     params = _field(reason, "params") or {}
     text = gettext(source)
-    # Big counts ("%(tokens)d tokens") read as "113.0 M tokens": their %d becomes %s of the compact form.
+    # Big counts ("%(tokens)d tokens") read as "113.0 M tokens", "55,192 sequences": their %d becomes %s of
+    # the compact form.
     big = {name: compact(value) for name, value in params.items() if is_big(value)}
     for name in big:
         text = text.replace(f"%({name})d", f"%({name})s")
