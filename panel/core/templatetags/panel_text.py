@@ -7,6 +7,7 @@ filled in after translation."""
 from django import template
 from django.utils.translation import gettext
 
+from panel.core.numbers import compact, is_big
 from workers.engine.plan_reasons import TEMPLATES
 
 register = template.Library()
@@ -23,8 +24,15 @@ def reason_text(reason) -> str:
     source = TEMPLATES.get(_field(reason, "code", ""))
     if source is None:
         return message
+    params = _field(reason, "params") or {}
+    text = gettext(source)
+    # Big counts ("%(tokens)d tokens") read as "113.0 M tokens", "55,192 sequences": their %d becomes %s of
+    # the compact form.
+    big = {name: compact(value) for name, value in params.items() if is_big(value)}
+    for name in big:
+        text = text.replace(f"%({name})d", f"%({name})s")
     try:
-        return gettext(source) % (_field(reason, "params") or {})
+        return text % {**params, **big}
     except (KeyError, TypeError, ValueError):
         return message
 
