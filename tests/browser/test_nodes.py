@@ -18,8 +18,10 @@ def test_an_admin_adds_an_agent_node_and_sees_the_join_command(live_panel, panel
     page.locator("input[name=name]").fill("npu-new-01")
     page.get_by_test_id("add-node-submit").click()
     command = page.get_by_test_id("join-command")
-    expect(command).to_contain_text(f"curl -fsSL {live_panel.url}/nodes/agent/install.sh | sudo bash -s --")
-    expect(command).to_contain_text(re.compile(r"--node npu-new-01 --token apj_\S+ --broker redis://"))
+    script = "/tmp/ascend-panel-install.sh"
+    expect(command).to_contain_text(f"curl -fsSL {live_panel.url}/nodes/agent/install.sh -o {script}")
+    expect(command).to_contain_text(re.compile(r"sha256sum -c --quiet - && printf '%s\\n' apj_\S+ \| sudo bash "))
+    expect(command).to_contain_text(re.compile(r"--node npu-new-01 --package-sha256 [0-9a-f]{64}$"))
     page.goto(f"{live_panel.url}/nodes/")
     expect(page.get_by_test_id("waiting-agents")).to_contain_text("npu-new-01")
 
