@@ -184,6 +184,23 @@ def cordon(request, name):
     return redirect("nodes:detail", name=node.name)
 
 
+@role_required(OPERATOR)
+@require_POST
+def drain(request, name):
+    node = _node(request, name)
+    stopped = lifecycle.drain(node, user=request.user)
+    if stopped:
+        names = ", ".join(d.name for d in stopped)
+        messages.info(
+            request,
+            _("%(node)s is cordoned and these deployments are stopping: %(names)s.")
+            % {"node": node.name, "names": names},
+        )
+    else:
+        messages.info(request, _("%(node)s is cordoned; no deployment runs on it.") % {"node": node.name})
+    return redirect("nodes:detail", name=node.name)
+
+
 @role_required(ADMIN)
 @require_POST
 def remove(request, name):
