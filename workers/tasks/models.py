@@ -6,6 +6,7 @@ inside `models_root`, which the panel sends with every such task and the agent c
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import tempfile
 from pathlib import Path
@@ -78,7 +79,9 @@ def describe_folder(path: Path) -> dict:
         if not onnx and sorted(path.glob("*.om")):
             return {"format": "om", "facts": {"om_files": [p.name for p in path.glob("*.om")]}}
     if onnx:
-        return {"format": "onnx", "facts": {"onnx_files": [p.name for p in onnx]}}
+        from workers.models.onnx_file import onnx_facts
+
+        return {"format": "onnx", "facts": {"onnx_files": [p.name for p in onnx], **onnx_facts(onnx[0])}}
     try:
         facts = inspect_model(path)
     except NotAModelError as error:
@@ -242,7 +245,11 @@ def _convert_dtype(emitter, source: Path, destination: Path, path: str, dtype: s
     }
 
 
-def _run_logged(emitter, argv: list[str], timeout: float, on_line=None) -> tuple[bool, list[str]]:
+def _run_logged(
+    emitter, argv: list[str], timeout: float, on_line=None, shown: list[str] | None = None
+) -> tuple[bool, list[str]]:
+    """Run argv, logging its lines; the log's first line is the command (`shown` when argv wraps it, e.g.
+    in a bash that sources set_env.sh first), shell-quoted so it can be copied into a terminal."""
     from workers.hosts import LocalRunner
 
     lines: list[str] = []
@@ -253,7 +260,7 @@ def _run_logged(emitter, argv: list[str], timeout: float, on_line=None) -> tuple
             return  # on_line made something better of it than a log line (e.g. a progress event)
         emitter.log(line, stream=stream)
 
-    emitter.log("$ " + " ".join(argv))
+    emitter.log("$ " + shlex.join(shown or argv))
     result = LocalRunner().run_sync(argv, timeout=timeout, on_line=log_line)
     return result.ok, lines
 
@@ -327,20 +334,26 @@ def atc_body(
         raise ModelTaskError(
             f"{onnx_path} is not a file on {config.node_name}", _("Check the ONNX file's path.")
         )
+    if destination.exists():
+        raise ModelTaskError(
+            f"{path} exists on {config.node_name}",
+            _("Choose another output folder, or delete the model there first."),
+        )
     staging = staging_dir(destination)
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
-    argv = atc_argv(str(source), str(staging / "model"), soc_version, input_shape, input_format)
+    atc = atc_argv(str(source), str(staging / "model"), soc_version, input_shape, input_format)
+    argv = atc
     set_env = Path(config.ascend_root) / "ascend-toolkit" / "set_env.sh"
     if set_env.is_file():
-        argv = source_then_exec([str(set_env)], argv)
+        argv = source_then_exec([str(set_env)], atc)
     elif shutil.which("atc") is None:
         raise ModelTaskError(
             "atc is not installed on this node",
             _("Install the CANN toolkit, which provides atc, then retry."),
         )
     emitter.progress(5, f"Converting {Path(onnx_path).name} for {soc_version}")
-    ok, lines = _run_logged(emitter, argv, ATC_TIMEOUT_S)
+    ok, lines = _run_logged(emitter, argv, ATC_TIMEOUT_S, shown=atc)
     om_file = staging / "model.om"
     if not ok or not om_file.is_file():
         shutil.rmtree(staging, ignore_errors=True)
