@@ -116,13 +116,15 @@ def confirm_host_key(request, name):
             request, _("Host key confirmed; inventory of %(node)s started.") % {"node": node.name}
         )
         return redirect("operations:detail", pk=operation.pk)
-    fingerprint, error = "", ""
+    fingerprint, error, details = "", "", []
     try:
         fingerprint = host_key_fingerprint(node.address, node.ssh_port)
     except ValidationError as failure:
-        error = " ".join(failure.messages)
+        error, *details = failure.messages
     return render(
-        request, "nodes/confirm_host_key.html", {"node": node, "fingerprint": fingerprint, "error": error}
+        request,
+        "nodes/confirm_host_key.html",
+        {"node": node, "fingerprint": fingerprint, "error": error, "details": details},
     )
 
 

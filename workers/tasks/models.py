@@ -97,19 +97,21 @@ def inspect_body(emitter, config, path: str = "", hub: dict | None = None) -> di
         from workers.models.hub import HubRepo, hub_facts
 
         repo = HubRepo.of(**hub)
-        emitter.progress(10, f"Reading {repo.repo_id} from {repo.endpoint}")
+        emitter.progress(
+            10, _("Reading {repo} from {endpoint}").format(repo=repo.repo_id, endpoint=repo.endpoint)
+        )
         facts = hub_facts(repo)
         emitter.log(f"{facts['files']} files, {human_bytes(facts['download_bytes'])} to download")
-        emitter.progress(100, "Inspected")
+        emitter.progress(100, _("Inspected"))
         return {"facts": facts, "hub": hub}
     local = host_path(config.host_root, path)
-    emitter.progress(10, f"Inspecting {path}")
+    emitter.progress(10, _("Inspecting {path}").format(path=path))
     if not local.exists():
         raise ModelTaskError(f"{path} does not exist on {config.node_name}", _("Check the path on the node."))
     described = describe_folder(local)
     size = folder_size(local)
     emitter.log(f"{path}: {described['format']}, {human_bytes(size)}")
-    emitter.progress(100, "Inspected")
+    emitter.progress(100, _("Inspected"))
     return {"path": path, "size_bytes": size, **described}
 
 
@@ -129,17 +131,23 @@ def download_body(
 
     destination = checked_model_dir(config.host_root, path, models_root)
     repo = HubRepo.of(source, repo_id, revision, endpoint)
-    emitter.progress(0, f"Listing {repo.repo_id}@{repo.revision} on {repo.endpoint}")
+    emitter.progress(
+        0,
+        _("Listing {repo}@{revision} on {endpoint}").format(
+            repo=repo.repo_id, revision=repo.revision, endpoint=repo.endpoint
+        ),
+    )
     files = list_files(repo)
     total = sum(f.size for f in files)
     emitter.log(f"{len(files)} files, {human_bytes(total)} from {repo.endpoint}")
 
     def on_progress(progress):
-        payload = progress.as_payload()
-        eta = f", {payload['eta_s']} s left" if payload["eta_s"] is not None else ""
-        stage = (
-            f"Downloading {progress.file}: {human_bytes(progress.done_bytes)} of {human_bytes(total)} "
-            f"at {human_bytes(progress.rate_bps)}/s{eta}"
+        payload = progress.as_payload()  # the time left travels as eta_s; pages show it in its own column
+        stage = _("Downloading {file}: {done} of {total} at {rate}/s").format(
+            file=progress.file,
+            done=human_bytes(progress.done_bytes),
+            total=human_bytes(total),
+            rate=human_bytes(progress.rate_bps),
         )
         emitter.progress(progress.percent * 0.97, stage, **payload)
 
@@ -148,9 +156,9 @@ def download_body(
         f"{report['files']} files verified by size, {report['sha256_verified']} by sha256"
         + (" (already present)" if report["already_present"] else "")
     )
-    emitter.progress(98, "Verifying the download")
+    emitter.progress(98, _("Verifying the download"))
     described = describe_folder(destination)
-    emitter.progress(100, "Downloaded")
+    emitter.progress(100, _("Downloaded"))
     return {"path": path, "size_bytes": folder_size(destination), "download": report, **described}
 
 
@@ -179,16 +187,18 @@ def _quantize(emitter, source: Path, destination: Path, path: str) -> dict:
     from workers.models.model_folder import BadSourceError
     from workers.models.quantize import quantize_w8a8_dynamic
 
-    emitter.progress(0, "Quantizing to W8A8_DYNAMIC")
+    emitter.progress(0, _("Quantizing to W8A8_DYNAMIC"))
     try:
         report = quantize_w8a8_dynamic(
             source,
             destination,
-            on_progress=lambda pct, stage: emitter.progress(pct * 0.95, f"Quantizing {stage}"),
+            on_progress=lambda pct, stage: emitter.progress(
+                pct * 0.95, _("Quantizing {what}").format(what=stage)
+            ),
         )
     except BadSourceError as error:
         raise ModelTaskError(str(error), _("Quantize the original BF16/FP16 Hugging Face folder.")) from error
-    emitter.progress(96, "Verifying the quantized model")
+    emitter.progress(96, _("Verifying the quantized model"))
     errors = report.pop("relative_error_by_tensor")
     worst = sorted(errors.items(), key=lambda item: -item[1])[:5]
     for name, error in worst:
@@ -215,7 +225,7 @@ def _quantize(emitter, source: Path, destination: Path, path: str) -> dict:
         raise ModelTaskError(
             "verification failed: " + "; ".join(problems), _("Report this model to the team.")
         )
-    emitter.progress(100, "Quantized and verified")
+    emitter.progress(100, _("Quantized and verified"))
     size = folder_size(destination)
     return {"path": path, "size_bytes": size, "report": report, "verification": verification, **described}
 
@@ -224,17 +234,17 @@ def _convert_dtype(emitter, source: Path, destination: Path, path: str, dtype: s
     from workers.models.convert import convert_dtype
     from workers.models.model_folder import BadSourceError
 
-    emitter.progress(5, f"Converting to {dtype}")
+    emitter.progress(5, _("Converting to {dtype}").format(dtype=dtype))
     try:
         report = convert_dtype(source, destination, dtype)
     except BadSourceError as error:
         raise ModelTaskError(str(error), _("Convert a Hugging Face folder with float32 weights.")) from error
     emitter.log(f"{report['tensors_converted']} tensors converted to {dtype}")
-    emitter.progress(95, "Verifying the converted model")
+    emitter.progress(95, _("Verifying the converted model"))
     described = describe_folder(destination)
     if described["facts"].get("dtype") != dtype:
         raise ModelTaskError(f"verification failed: the output says dtype {described['facts'].get('dtype')}")
-    emitter.progress(100, "Converted and verified")
+    emitter.progress(100, _("Converted and verified"))
     verification = {"passed": True, "dtype": dtype}
     return {
         "path": path,
@@ -281,7 +291,7 @@ def _msmodelslim(emitter, source: Path, destination: Path, path: str, device: st
             str(error), _("Give msModelSlim's model type, e.g. Qwen2.5-7B-Instruct.")
         ) from error
     shutil.rmtree(staging, ignore_errors=True)
-    emitter.progress(5, "Quantizing with msModelSlim")
+    emitter.progress(5, _("Quantizing with msModelSlim"))
     ok, lines = _run_logged(emitter, argv, MSMODELSLIM_TIMEOUT_S)
     if not ok:
         shutil.rmtree(staging, ignore_errors=True)
@@ -291,12 +301,12 @@ def _msmodelslim(emitter, source: Path, destination: Path, path: str, device: st
             "NPUs; the log above has msModelSlim's own error."
         )
         raise ModelTaskError("msmodelslim failed; see the log", hint)
-    emitter.progress(95, "Verifying the quantized model")
+    emitter.progress(95, _("Verifying the quantized model"))
     described = describe_folder(staging)
     if not str(described["facts"].get("quantization") or "").upper().startswith("W8A8"):
         raise ModelTaskError("verification failed: msmodelslim wrote no W8A8 model description")
     staging.rename(destination)
-    emitter.progress(100, "Quantized and verified")
+    emitter.progress(100, _("Quantized and verified"))
     return {
         "path": path,
         "size_bytes": folder_size(destination),
@@ -352,7 +362,7 @@ def atc_body(
             "atc is not installed on this node",
             _("Install the CANN toolkit, which provides atc, then retry."),
         )
-    emitter.progress(5, f"Converting {Path(onnx_path).name} for {soc_version}")
+    emitter.progress(5, _("Converting {file} for {soc}").format(file=Path(onnx_path).name, soc=soc_version))
     ok, lines = _run_logged(emitter, argv, ATC_TIMEOUT_S, shown=atc)
     om_file = staging / "model.om"
     if not ok or not om_file.is_file():
@@ -363,7 +373,7 @@ def atc_body(
         )
         raise ModelTaskError("atc did not produce model.om; see the log", hint)
     staging.rename(destination)
-    emitter.progress(100, "Converted")
+    emitter.progress(100, _("Converted"))
     return {
         "path": path,
         "format": "om",
@@ -413,15 +423,16 @@ def copy_body(
         done, percent, rate, eta = parsed
         if percent != shown["percent"]:  # rsync redraws about once a second; the log needs each percent once
             shown["percent"] = percent
-            emitter.progress(
-                percent, f"Copying to {target_host}: {percent}% at {rate}, {eta} left", bytes_done=done
+            stage = _("Copying to {host}: {percent}% at {rate}, {eta} left").format(
+                host=target_host, percent=percent, rate=rate, eta=eta
             )
+            emitter.progress(percent, stage, bytes_done=done)
         return True
 
     with tempfile.TemporaryDirectory(prefix="ascend-panel-copy-") as scratch:
         known_hosts = ""
         if target_host_key:
-            emitter.progress(0, f"Checking the SSH host key of {target_host}")
+            emitter.progress(0, _("Checking the SSH host key of {host}").format(host=target_host))
             try:
                 known_hosts = str(
                     pinned_known_hosts(target_host, target_port, target_host_key, Path(scratch))
@@ -457,13 +468,15 @@ def copy_body(
             )
         except TargetDiskError as error:
             raise ModelTaskError(str(error), error.hint) from error
-        emitter.progress(0, f"Copying {path} to {target_host}:{target_path}")
+        emitter.progress(
+            0, _("Copying {path} to {target}").format(path=path, target=f"{target_host}:{target_path}")
+        )
         ok, lines = _run_logged(emitter, argv, COPY_TIMEOUT_S, on_progress)
     if not ok:
         reason, hint = explain_rsync_failure(lines)
         login = f"{target_user}@{target_host}" if target_user else target_host
         raise ModelTaskError(f"rsync to {login}:{target_port} failed: {reason}", hint)
-    emitter.progress(100, "Copied")
+    emitter.progress(100, _("Copied"))
     return {"path": target_path, "size_bytes": size}
 
 
@@ -482,7 +495,7 @@ def delete_body(emitter, config, *, path: str, models_root: str) -> dict:
             candidate.unlink()
             removed.append(candidate.name)
     emitter.log(f"removed {', '.join(removed)}" if removed else f"{path} was already gone")
-    emitter.progress(100, "Deleted")
+    emitter.progress(100, _("Deleted"))
     return {"path": path, "removed": removed}
 
 
