@@ -1,6 +1,6 @@
 from django.urls import path
 
-from panel.accounts import views
+from panel.accounts import user_views, views
 
 app_name = "accounts"
 urlpatterns = [
@@ -9,4 +9,8 @@ urlpatterns = [
     path("settings/", views.settings_page, name="settings"),
     path("tokens/", views.create_token, name="create-token"),
     path("tokens/<int:pk>/revoke/", views.revoke_token, name="revoke-token"),
+    path("users/", user_views.user_list, name="users"),
+    path("users/<int:pk>/role/", user_views.change_role, name="user-role"),
+    path("users/<int:pk>/active/", user_views.set_active, name="user-active"),
+    path("users/<int:pk>/password/", user_views.reset_password, name="user-password"),
 ]
