@@ -126,6 +126,30 @@ def download_body(
     revision: str = "",
     endpoint: str = "",
 ) -> dict:
+    from workers.models.download import DownloadError
+    from workers.models.hub import HubError
+
+    try:
+        return _download(emitter, config, source, repo_id, path, models_root, revision, endpoint)
+    except HubError as error:
+        raise ModelTaskError(
+            f"The hub could not list the model: {error}",
+            _(
+                "Check the repository id and revision, and that this node reaches the hub "
+                "(a mirror is set with PANEL_MODELSCOPE_ENDPOINT / PANEL_HF_ENDPOINT)."
+            ),
+        ) from error
+    except DownloadError as error:
+        raise ModelTaskError(
+            f"The download stopped: {error}",
+            _(
+                "Start the download again: files already complete are checked and kept. If it stops the "
+                "same way, check the node's free disk space and its connection to the hub."
+            ),
+        ) from error
+
+
+def _download(emitter, config, source, repo_id, path, models_root, revision, endpoint) -> dict:
     from workers.models.download import download_files
     from workers.models.hub import HubRepo, list_files
 

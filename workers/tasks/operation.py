@@ -16,7 +16,8 @@ class OperationCancelled(Exception):
 def run_operation(operation_id: str, start_seq: int, body, target: dict | None = None) -> None:
     """Run `body(emitter, config)` and always end the operation with a terminal state event.
 
-    An exception with a `hint` attribute (NpuSmiError, a failed step) passes its hint to the panel.
+    An exception with a `hint` attribute (NpuSmiError, a failed step, ModelTaskError) is a foreseen
+    failure: its message and hint go to the panel, no traceback.
     `target` is an SSH node's workers.remote.SshTarget, for tasks the central agent runs over SSH; then
     config.runner() reaches that node."""
     config = AgentConfig.for_target(target) if target else AgentConfig.from_env()
@@ -28,9 +29,15 @@ def run_operation(operation_id: str, start_seq: int, body, target: dict | None =
         emitter.finish("cancelled", error=str(exc), hint=getattr(exc, "hint", "") or "")
         return
     except Exception as exc:
-        log.exception("operation %s failed", operation_id)
-        for line in traceback.format_exc().splitlines()[-8:]:
-            emitter.log(line, stream="stderr")
+        # A failure the task foresaw carries a hint (what to do) and says what happened; only an unforeseen
+        # one puts its traceback into the operation's log, for whoever debugs the agent.
+        foreseen = hasattr(exc, "hint")
+        if foreseen:
+            log.info("operation %s failed: %s", operation_id, exc)
+        else:
+            log.exception("operation %s failed", operation_id)
+            for line in traceback.format_exc().splitlines()[-8:]:
+                emitter.log(line, stream="stderr")
         emitter.finish("failed", error=str(exc) or type(exc).__name__, hint=getattr(exc, "hint", "") or "")
         return
     emitter.finish("succeeded", result=result)
