@@ -3,6 +3,7 @@ from django.core.exceptions import ValidationError
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST, require_safe
 
@@ -200,6 +201,9 @@ def drain(request, name):
         )
     else:
         messages.info(request, _("%(node)s is cordoned; no deployment runs on it.") % {"node": node.name})
+    back = request.POST.get("next", "")
+    if back and url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}):
+        return redirect(back)
     return redirect("nodes:detail", name=node.name)
 
 

@@ -95,6 +95,9 @@ def test_the_install_page_shows_the_refusal(store, serving_node, live_server, bo
     node, _deployment = serving_node
     browser = Client()
     browser.force_login(bob)
+    warning = browser.get(f"/provisioning/nodes/{node.name}/").content.decode()
+    assert 'data-testid="serving-warning"' in warning
+    assert ">qwen-on-npu0</a> (Running)" in warning
     page = browser.post(
         f"/provisioning/nodes/{node.name}/install/",
         {"profile": NEW_DRIVER_PROFILE, "pip_source": "auto"},
