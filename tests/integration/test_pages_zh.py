@@ -114,6 +114,7 @@ def world_with_history(rows, alice):
     node, model = rows["node"], rows["model"]
     model.source = "local"  # the walker's row carries a source no form offers
     model.save()
+    rows["deployment"].nodes.add(node)  # serving there: the provisioning page warns before installs
     install = Operation.objects.create(kind=OperationKind.INSTALL, node=node, target=node.name)
     steps = [{"name": "fetch_packages", "title": "Fetch packages from the panel"}]
     ingest_events(
@@ -184,6 +185,7 @@ def test_every_page_in_chinese_leaves_no_english_ui_text(world_with_history, ali
     pages = zh_pages(world_with_history, alice)
     assert len(pages) >= 20, sorted(pages)
     assert any("/provisioning/nodes/" in url for url in pages)
+    assert 'data-testid="serving-warning"' in pages["/provisioning/nodes/perm-node/"]
     left = {url: found for url, html in pages.items() if (found := english_left(html, msgids, names))}
     report = "\n".join(f"{url}: {sorted(set(found))}" for url, found in sorted(left.items()))
     assert not left, "English left on zh-hans pages:\n" + report
