@@ -1,4 +1,5 @@
-"""Agent tasks for models: inspect, download, convert (dtype, W8A8_DYNAMIC, msModelSlim), ATC, copy, delete.
+"""Agent tasks for models: inspect, download, convert (dtype, W8A8_DYNAMIC), copy, delete; msModelSlim and
+ATC, the external tools, are in workers.tasks.model_tools.
 
 Paths in the kwargs are node paths (see workers.models.node_paths); anything written or deleted must lie
 inside `models_root`, which the panel sends with every such task and the agent checks again here.
@@ -6,7 +7,6 @@ inside `models_root`, which the panel sends with every such task and the agent c
 
 from __future__ import annotations
 
-import shlex
 import shutil
 import tempfile
 from pathlib import Path
@@ -15,7 +15,6 @@ from workers.celery_app import app
 from workers.i18n import gettext_noop as _
 from workers.models.node_paths import checked_model_dir, host_path, staging_dir
 from workers.task_names import (
-    AGENT_ATC_MODEL,
     AGENT_CONVERT_MODEL,
     AGENT_COPY_MODEL,
     AGENT_DELETE_MODEL,
@@ -27,8 +26,6 @@ from workers.tasks.operation import run_operation
 # A round-to-nearest int8 code is off by at most half a step (0.5 / 127 of the row's largest weight);
 # anything above that means the quantizer misbehaved, not that the weights are hard to quantize.
 W8A8_ERROR_BOUND = 0.5 / 127 * 1.001
-ATC_TIMEOUT_S = 3 * 3600
-MSMODELSLIM_TIMEOUT_S = 12 * 3600
 COPY_TIMEOUT_S = 24 * 3600
 
 
@@ -38,7 +35,7 @@ class ModelTaskError(Exception):
         self.hint = hint
 
 
-def _operation(body):
+def operation_task(body):
     """Turn body(emitter, config, **kwargs) into a task that runs in the operation frame."""
 
     def task(operation_id: str, start_seq: int = 0, target: dict | None = None, **kwargs) -> None:
@@ -201,7 +198,9 @@ def convert_body(
     source = host_path(config.host_root, source_path)
     destination = checked_model_dir(config.host_root, path, models_root)
     if backend == "msmodelslim":
-        return _msmodelslim(emitter, source, destination, path, device, model_type)
+        from workers.tasks.model_tools import msmodelslim_convert
+
+        return msmodelslim_convert(emitter, source, destination, path, device, model_type)
     if target_format == "w8a8_dynamic":
         return _quantize(emitter, source, destination, path)
     return _convert_dtype(emitter, source, destination, path, target_format)
@@ -276,133 +275,6 @@ def _convert_dtype(emitter, source: Path, destination: Path, path: str, dtype: s
         "report": report,
         "verification": verification,
         **described,
-    }
-
-
-def _run_logged(
-    emitter, argv: list[str], timeout: float, on_line=None, shown: list[str] | None = None
-) -> tuple[bool, list[str]]:
-    """Run argv, logging its lines; the log's first line is the command (`shown` when argv wraps it, e.g.
-    in a bash that sources set_env.sh first), shell-quoted so it can be copied into a terminal."""
-    from workers.hosts import LocalRunner
-
-    lines: list[str] = []
-
-    def log_line(stream: str, line: str) -> None:
-        lines.append(line)
-        if on_line is not None and on_line(line):
-            return  # on_line made something better of it than a log line (e.g. a progress event)
-        emitter.log(line, stream=stream)
-
-    emitter.log("$ " + shlex.join(shown or argv))
-    result = LocalRunner().run_sync(argv, timeout=timeout, on_line=log_line)
-    return result.ok, lines
-
-
-def _msmodelslim(emitter, source: Path, destination: Path, path: str, device: str, model_type: str) -> dict:
-    from workers.models.commands import CommandInputError, msmodelslim_argv
-
-    if shutil.which("msmodelslim") is None:
-        raise ModelTaskError(
-            "msmodelslim is not installed on this node",
-            _("Install msModelSlim (pip install from the msit repository) or use the built-in quantizer."),
-        )
-    staging = staging_dir(destination)
-    try:
-        argv = msmodelslim_argv(str(source), str(staging), "w8a8", device, model_type)
-    except CommandInputError as error:
-        raise ModelTaskError(
-            str(error), _("Give msModelSlim's model type, e.g. Qwen2.5-7B-Instruct.")
-        ) from error
-    shutil.rmtree(staging, ignore_errors=True)
-    emitter.progress(5, _("Quantizing with msModelSlim"))
-    ok, lines = _run_logged(emitter, argv, MSMODELSLIM_TIMEOUT_S)
-    if not ok:
-        shutil.rmtree(staging, ignore_errors=True)
-        hint = _diagnosed_hint(lines) or _(
-            "msModelSlim failed: check that the source is the original BF16/FP16 Hugging Face folder, that "
-            "the model type names one msModelSlim supports, and with --device npu that torch-npu sees the "
-            "NPUs; the log above has msModelSlim's own error."
-        )
-        raise ModelTaskError("msmodelslim failed; see the log", hint)
-    emitter.progress(95, _("Verifying the quantized model"))
-    described = describe_folder(staging)
-    if not str(described["facts"].get("quantization") or "").upper().startswith("W8A8"):
-        raise ModelTaskError("verification failed: msmodelslim wrote no W8A8 model description")
-    staging.rename(destination)
-    emitter.progress(100, _("Quantized and verified"))
-    return {
-        "path": path,
-        "size_bytes": folder_size(destination),
-        "verification": {"passed": True},
-        **described,
-    }
-
-
-def _diagnosed_hint(lines: list[str]) -> str:
-    from workers.ascend.diagnose import diagnose_lines
-
-    findings = diagnose_lines(lines)
-    if findings:
-        return f"{findings[0]['title']}: {findings[0]['hint']}"
-    return ""
-
-
-def atc_body(
-    emitter,
-    config,
-    *,
-    onnx_path: str,
-    path: str,
-    models_root: str,
-    soc_version: str,
-    input_shape: str = "",
-    input_format: str = "NCHW",
-) -> dict:
-    from workers.engine.command import source_then_exec
-    from workers.models.commands import atc_argv
-
-    source = host_path(config.host_root, onnx_path)
-    destination = checked_model_dir(config.host_root, path, models_root)
-    if not source.is_file():
-        raise ModelTaskError(
-            f"{onnx_path} is not a file on {config.node_name}", _("Check the ONNX file's path.")
-        )
-    if destination.exists():
-        raise ModelTaskError(
-            f"{path} exists on {config.node_name}",
-            _("Choose another output folder, or delete the model there first."),
-        )
-    staging = staging_dir(destination)
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    atc = atc_argv(str(source), str(staging / "model"), soc_version, input_shape, input_format)
-    argv = atc
-    set_env = Path(config.ascend_root) / "ascend-toolkit" / "set_env.sh"
-    if set_env.is_file():
-        argv = source_then_exec([str(set_env)], atc)
-    elif shutil.which("atc") is None:
-        raise ModelTaskError(
-            "atc is not installed on this node",
-            _("Install the CANN toolkit, which provides atc, then retry."),
-        )
-    emitter.progress(5, _("Converting {file} for {soc}").format(file=Path(onnx_path).name, soc=soc_version))
-    ok, lines = _run_logged(emitter, argv, ATC_TIMEOUT_S, shown=atc)
-    om_file = staging / "model.om"
-    if not ok or not om_file.is_file():
-        shutil.rmtree(staging, ignore_errors=True)
-        hint = _diagnosed_hint(lines) or _(
-            "ATC failed: check --input_shape names and sizes against the ONNX inputs and that soc_version "
-            "matches this node's NPUs (npu-smi info)."
-        )
-        raise ModelTaskError("atc did not produce model.om; see the log", hint)
-    staging.rename(destination)
-    emitter.progress(100, _("Converted"))
-    return {
-        "path": path,
-        "format": "om",
-        "size_bytes": folder_size(destination),
-        "facts": {"om_files": ["model.om"], "soc_version": soc_version, "input_shape": input_shape},
     }
 
 
@@ -495,7 +367,9 @@ def copy_body(
         emitter.progress(
             0, _("Copying {path} to {target}").format(path=path, target=f"{target_host}:{target_path}")
         )
-        ok, lines = _run_logged(emitter, argv, COPY_TIMEOUT_S, on_progress)
+        from workers.tasks.model_tools import run_logged
+
+        ok, lines = run_logged(emitter, argv, COPY_TIMEOUT_S, on_progress)
     if not ok:
         reason, hint = explain_rsync_failure(lines)
         login = f"{target_user}@{target_host}" if target_user else target_host
@@ -523,9 +397,8 @@ def delete_body(emitter, config, *, path: str, models_root: str) -> dict:
     return {"path": path, "removed": removed}
 
 
-inspect_model = app.task(name=AGENT_INSPECT_MODEL)(_operation(inspect_body))
-download_model = app.task(name=AGENT_DOWNLOAD_MODEL)(_operation(download_body))
-convert_model = app.task(name=AGENT_CONVERT_MODEL)(_operation(convert_body))
-atc_model = app.task(name=AGENT_ATC_MODEL)(_operation(atc_body))
-copy_model = app.task(name=AGENT_COPY_MODEL)(_operation(copy_body))
-delete_model = app.task(name=AGENT_DELETE_MODEL)(_operation(delete_body))
+inspect_model = app.task(name=AGENT_INSPECT_MODEL)(operation_task(inspect_body))
+download_model = app.task(name=AGENT_DOWNLOAD_MODEL)(operation_task(download_body))
+convert_model = app.task(name=AGENT_CONVERT_MODEL)(operation_task(convert_body))
+copy_model = app.task(name=AGENT_COPY_MODEL)(operation_task(copy_body))
+delete_model = app.task(name=AGENT_DELETE_MODEL)(operation_task(delete_body))
