@@ -35,8 +35,9 @@ PUBLIC = {
 }
 # Refused without a per-operation download token instead of a session (agents fetch store files).
 TOKEN_GUARDED = {"provisioning:download"}
-# Where a viewer may write: their own API tokens, their language, signing out.
+# Where a viewer may write: their own API tokens and password, their language, signing out.
 VIEWER_WRITES = {
+    "accounts:change-password",
     "accounts:login",
     "accounts:logout",
     "set_language",

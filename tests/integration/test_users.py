@@ -103,3 +103,25 @@ def test_the_sidebar_links_the_panels_users_page_not_djangos_admin(alice, bob):
     assert f'href="{reverse("accounts:users")}"' in page
     assert 'href="/admin/"' not in page
     assert reverse("accounts:users") not in signed_in(bob).get(reverse("core:dashboard")).content.decode()
+
+
+def test_a_user_changes_the_temporary_password_on_the_settings_page(charlie):
+    client = signed_in(charlie)
+    page = client.get(reverse("accounts:settings")).content.decode()
+    assert 'data-testid="password-form"' in page
+    wrong = client.post(
+        reverse("accounts:change-password"),
+        {"old_password": "nope", "new_password1": "Ascend-910B-x", "new_password2": "Ascend-910B-x"},
+    )
+    assert wrong.status_code == 200
+    assert "Your old password was entered incorrectly" in wrong.content.decode()
+    client.post(
+        reverse("accounts:change-password"),
+        {
+            "old_password": "charlie-password",
+            "new_password1": "Ascend-910B-x",
+            "new_password2": "Ascend-910B-x",
+        },
+    )
+    assert client.get(reverse("accounts:settings")).status_code == 200  # still signed in
+    assert Client().login(username="charlie", password="Ascend-910B-x")
