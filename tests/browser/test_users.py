@@ -1,6 +1,6 @@
-"""Users and roles in a real browser: an admin adds an operator, who signs in with the one-time password;
-the admin deactivates them and their next page asks them to sign in. The login form's fields are equally
-wide, and the tab has the panel's icon."""
+"""Users and roles in a real browser: an admin adds an operator, who signs in with the one-time password
+and changes it on their settings page; the admin deactivates them and their next page asks them to sign
+in. The login form's fields are equally wide, and the tab has the panel's icon."""
 
 import re
 import uuid
@@ -38,6 +38,13 @@ def test_an_admin_adds_an_operator_who_signs_in_then_is_deactivated(live_panel, 
     try:
         page.wait_for_url(lambda url: "/accounts/login/" not in url)
         expect(page.get_by_role("link", name="Users and roles")).to_have_count(0)  # not an admin
+        page.goto("/accounts/settings/")
+        form = page.get_by_test_id("password-form")
+        form.locator("#id_old_password").fill(password)
+        form.locator("#id_new_password1").fill("Kunpeng-920-own")
+        form.locator("#id_new_password2").fill("Kunpeng-920-own")
+        form.get_by_role("button", name="Change password").click()
+        expect(page.locator(".messages")).to_contain_text("Your password is changed.")
         row.get_by_test_id("toggle-active").click()
         expect(admin.locator(f"[data-user={name}]")).to_contain_text("deactivated")
         page.goto("/nodes/")
