@@ -108,3 +108,11 @@ def test_a_failed_download_says_what_happened_and_what_to_do_without_a_traceback
     page = client.get(reverse("catalog:detail", args=[model.pk])).content.decode()
     assert "The hub could not list the model" in page
     assert "PANEL_MODELSCOPE_ENDPOINT" in page
+
+    from panel.catalog.services import start_hub_inspection
+
+    read = wait_for(start_hub_inspection(model, node, user=bob))
+    assert read.status == "failed"
+    assert read.error.startswith("The hub could not list the model: ")
+    assert read.hint == operation.hint
+    assert not any("Traceback" in e.payload.get("line", "") for e in read.events.filter(kind="log"))

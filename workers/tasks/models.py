@@ -89,15 +89,29 @@ def describe_folder(path: Path) -> dict:
     return {"format": "w8a8_dynamic" if quantized == "W8A8_DYNAMIC" else "hf", "facts": facts}
 
 
+def hub_unreachable(error: Exception) -> ModelTaskError:
+    """A hub that did not list a model (down, unreachable, no such repository): what it said, what to do."""
+    return ModelTaskError(
+        f"The hub could not list the model: {error}",
+        _(
+            "Check the repository id and revision, and that this node reaches the hub "
+            "(a mirror is set with PANEL_MODELSCOPE_ENDPOINT / PANEL_HF_ENDPOINT)."
+        ),
+    )
+
+
 def inspect_body(emitter, config, path: str = "", hub: dict | None = None) -> dict:
     if hub:
-        from workers.models.hub import HubRepo, hub_facts
+        from workers.models.hub import HubError, HubRepo, hub_facts
 
         repo = HubRepo.of(**hub)
         emitter.progress(
             10, _("Reading {repo} from {endpoint}").format(repo=repo.repo_id, endpoint=repo.endpoint)
         )
-        facts = hub_facts(repo)
+        try:
+            facts = hub_facts(repo)
+        except HubError as error:
+            raise hub_unreachable(error) from error
         emitter.log(f"{facts['files']} files, {human_bytes(facts['download_bytes'])} to download")
         emitter.progress(100, _("Inspected"))
         return {"facts": facts, "hub": hub}
@@ -129,13 +143,7 @@ def download_body(
     try:
         return _download(emitter, config, source, repo_id, path, models_root, revision, endpoint)
     except HubError as error:
-        raise ModelTaskError(
-            f"The hub could not list the model: {error}",
-            _(
-                "Check the repository id and revision, and that this node reaches the hub "
-                "(a mirror is set with PANEL_MODELSCOPE_ENDPOINT / PANEL_HF_ENDPOINT)."
-            ),
-        ) from error
+        raise hub_unreachable(error) from error
     except DownloadError as error:
         raise ModelTaskError(
             f"The download stopped: {error}",
