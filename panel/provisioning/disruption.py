@@ -21,8 +21,12 @@ def _from_plan(plan: list[dict], start: str | None = None) -> list[str]:
 def planned_restarts(node, request: dict) -> list[str]:
     """The install's steps that restart the driver or the host, as far as the panel can tell: from the
     node's known driver and firmware versions, and from the last preflight's plan for the same profile."""
-    if request.get("resume_from"):
-        return _from_plan(request.get("plan") or [], request["resume_from"])
+    start = request.get("resume_from")
+    if start:
+        plan = request.get("plan") or []
+        if plan:
+            return _from_plan(plan, start)
+        return [start] if start in RESTARTING_STEPS else []  # no plan kept: the step itself is all we know
     key = request["profile"]
     profile = profile_for(key) if key != CPU else None
     if profile is None:
