@@ -8,6 +8,7 @@ from django import template
 from django.utils.translation import gettext
 
 from panel.core.numbers import compact, is_big
+from panel.operations.texts import agent_text as translated_agent_text
 from workers.engine.plan_reasons import TEMPLATES
 
 register = template.Library()
@@ -40,7 +41,7 @@ def reason_text(reason) -> str:
 @register.filter
 def agent_text(text) -> str:
     """A stage title, error or hint written by an agent: translated where the catalog knows it."""
-    return gettext(text) if text else text
+    return translated_agent_text(text)
 
 
 @register.filter
@@ -72,3 +73,11 @@ def filled(template: str, params: dict, fallback: str) -> str:
         return gettext(template).format(**params) if params else gettext(template)
     except (KeyError, IndexError, ValueError):
         return fallback
+
+
+@register.filter
+def status_label(value: str) -> str:
+    """A run's status (pending, running, succeeded, failed, cancelled) in the viewer's language."""
+    from panel.core.choices import OperationStatus
+
+    return OperationStatus(value).label if value in OperationStatus.values else value
