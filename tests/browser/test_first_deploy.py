@@ -16,8 +16,8 @@ def deleted_afterwards(live_panel):
     """The deployment goes at the end, so its NPU is free for the tests that pick NPUs themselves."""
     yield
     with live_panel.api("alice") as client:
-        found = client.get("/api/v1/deployments/", params={"name": NAME}).json()["results"]
-        for deployment in found:
+        listed = client.get("/api/v1/deployments/").json()["results"]
+        for deployment in (d for d in listed if d["name"] == NAME):
             url = f"/api/v1/deployments/{deployment['id']}/"
             client.delete(url)
             deadline = time.monotonic() + 60
