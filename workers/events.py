@@ -61,8 +61,11 @@ class EventEmitter:
             self._buffer.append(
                 OperationEventMessage(seq=self.seq, time=utcnow(), kind=kind, payload=payload)
             )
+            # A state change leaves at once: the panel must learn that an attempt runs before the agent can
+            # die with it, so a lost attempt is re-sent instead of waiting for the pickup deadline.
             due = (
-                len(self._buffer) >= self.max_batch
+                kind == "state"
+                or len(self._buffer) >= self.max_batch
                 or time.monotonic() - self._last_flush >= self.flush_interval
             )
         if due:

@@ -139,3 +139,14 @@ def test_a_full_spool_drops_new_messages_and_keeps_the_old(state_dir):
     broker.up = True
     spool.drain()
     assert broker.sent == [1]
+
+
+def test_a_state_change_leaves_at_once_so_a_killed_attempt_is_known_to_have_started():
+    from workers.events import EventEmitter
+
+    sent = []
+    emitter = EventEmitter("op", "n", flush_interval=3600, send=lambda _task, batch, **_: sent.append(batch))
+    emitter.log("buffered")
+    assert sent == []
+    emitter.emit("state", state="running")
+    assert [[e["kind"] for e in batch["events"]] for batch in sent] == [["log", "state"]]
