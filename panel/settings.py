@@ -261,6 +261,7 @@ PANEL_INVENTORY_ON_FIRST_HEARTBEAT = env.bool(
 # gone), and how long a sent operation may wait for an agent to pick it up before it fails.
 PANEL_REAP_S = env.float("PANEL_REAP_S", default=5.0)
 PANEL_OPERATION_PICKUP_S = env.int("PANEL_OPERATION_PICKUP_S", default=900)
+PANEL_OPERATION_OFFLINE_GRACE_S = env.int("PANEL_OPERATION_OFFLINE_GRACE_S", default=60)
 PANEL_BROWSER_EVENTS_PER_SECOND = env.int("PANEL_BROWSER_EVENTS_PER_SECOND", default=30)
 PANEL_WS_RECHECK_S = env.float("PANEL_WS_RECHECK_S", default=30)
 PANEL_SECRETS_KEY = _read_secret("PANEL_SECRETS_KEY", default="")

@@ -34,7 +34,10 @@ app.conf.update(
         "interval_step": 0.3,
         "interval_max": 0.5,
     },
-    broker_transport_options={"socket_connect_timeout": 3},
+    # Panel tasks are short and idempotent (ingest, sweeps): what a killed panel worker had taken but not
+    # acknowledged comes back after two minutes, not the Redis transport's default hour. Agent tasks are
+    # acknowledged when they start (workers.tasks.base), so a long install is never redelivered by this.
+    broker_transport_options={"socket_connect_timeout": 3, "visibility_timeout": 120},
     worker_hijack_root_logger=False,
     enable_utc=True,
 )

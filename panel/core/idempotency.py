@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 HEADER = "Idempotency-Key"
 MAX_KEY_LENGTH = 200
 IN_PROGRESS = "in-progress"
+CLAIM_TTL_S = 60
 
 
 def _cache_key(request, key: str) -> str:
@@ -56,7 +57,9 @@ def idempotent(view_method):
         cache_key = _cache_key(request, key)
         ttl = getattr(settings, "PANEL_IDEMPOTENCY_TTL_S", 86400)
         try:
-            claimed = cache.add(cache_key, IN_PROGRESS, ttl)
+            # The claim lasts a minute, not the answer's day: a web process killed mid-request cannot
+            # release it, and its client's retry with the same key must get through once that minute ends.
+            claimed = cache.add(cache_key, IN_PROGRESS, CLAIM_TTL_S)
         except RedisError:
             # Without the shared store a retry could not be recognised: do nothing, say so, let it retry.
             return Response(

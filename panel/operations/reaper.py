@@ -46,6 +46,17 @@ def _grace(node) -> timedelta:
     return timedelta(seconds=3 * (node.heartbeat_interval or settings.PANEL_HEARTBEAT_INTERVAL) + 5)
 
 
+def silent_for_good(node, now) -> bool:
+    """Offline (three missed heartbeats) and still silent PANEL_OPERATION_OFFLINE_GRACE_S later: an agent
+    restarting, or a host rebooting into it, gets that long to come back before its work is failed."""
+    if node.effective_status != NodeStatus.OFFLINE:
+        return False
+    if node.last_heartbeat is None:
+        return True
+    offline_at = node.last_heartbeat + _grace(node) - timedelta(seconds=5)
+    return now - offline_at > timedelta(seconds=settings.PANEL_OPERATION_OFFLINE_GRACE_S)
+
+
 def lost_by_agent(operation: Operation, now) -> bool:
     node = operation.node
     if node.transport != NodeTransport.AGENT or node.last_heartbeat is None:
@@ -70,7 +81,7 @@ def reap() -> dict:
     )
     for operation in open_operations:
         node = operation.node
-        if node.is_watched and node.effective_status == NodeStatus.OFFLINE:
+        if node.is_watched and silent_for_good(node, now):
             error = gettext_noop(
                 "The agent of node %(node)s went offline; the operation cannot finish there."
             )

@@ -383,3 +383,58 @@ def test_with_redis_down_an_idempotent_post_says_so_does_nothing_and_a_retry_the
     assert post().status_code == 201
     replay = post()
     assert (replay.status_code, replay["Idempotent-Replay"], calls) == (201, "true", [1])
+
+
+@pytest.mark.usefixtures("_wired_to_redis")
+def test_an_agent_that_is_back_within_the_grace_keeps_its_running_operation(db, settings):
+    from panel.nodes.models import Node
+    from panel.operations import reaper
+
+    node = Node.objects.create(name="restarting", last_heartbeat=timezone.now() - timedelta(seconds=30))
+    assert node.effective_status == "offline"  # three 5 s heartbeats missed
+    operation = operation_on(node)
+    operation.status, operation.sent_at = "running", timezone.now()
+    operation.save()
+    reaper._last_run.update(at=time.monotonic(), settled_at=0.0)
+    assert reaper.reap()["failed"] == []  # 30 s of silence: within PANEL_OPERATION_OFFLINE_GRACE_S
+
+
+def test_a_broker_that_is_down_does_not_cancel_an_install(monkeypatch):
+    import redis
+
+    from workers import cancellation
+
+    class Down:
+        def exists(self, key):
+            raise redis.ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+    monkeypatch.setattr(cancellation, "broker_redis", lambda: Down())
+    assert cancellation.cancel_requested(str(uuid.uuid4())) is False
+
+
+def test_a_claim_left_by_a_killed_request_expires_so_the_retry_gets_through(alice):
+    import time_machine
+    from django.core.cache import cache
+    from rest_framework.response import Response
+    from rest_framework.test import APIRequestFactory, force_authenticate
+
+    from panel.core import idempotency
+
+    class View:
+        @idempotency.idempotent
+        def post(self, request):
+            return Response({"created": True}, status=201)
+
+    def retry():
+        request = APIRequestFactory().post("/api/v1/deployments/", HTTP_IDEMPOTENCY_KEY="pipeline-run-7")
+        force_authenticate(request, alice)
+        request.user = alice
+        return View().post(request)
+
+    with time_machine.travel(timezone.now(), tick=False) as clock:
+        probe = type("Request", (), {"user": alice, "path": "/api/v1/deployments/"})()
+        key = idempotency._cache_key(probe, "pipeline-run-7")
+        cache.add(key, idempotency.IN_PROGRESS, idempotency.CLAIM_TTL_S)  # what the killed request left
+        assert retry().status_code == 409
+        clock.shift(idempotency.CLAIM_TTL_S + 1)
+        assert retry().status_code == 201
