@@ -1,4 +1,4 @@
-"""Fault bench: real processes SIGKILLed mid-install, mid-deploy, while serving and mid-delete, on a real panel.
+"""Fault bench: real processes SIGKILLed mid-install, mid-deploy, while serving, mid-delete, on a real panel.
 
     .venv/bin/python bench/faults.py [--only NAME ...]
 

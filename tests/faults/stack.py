@@ -52,7 +52,8 @@ from panel.nodes.models import Node
 from workers.models.inspect import inspect_model
 spec = json.loads(os.environ["FAULTS_SPEC"])
 User = get_user_model()
-user = User.objects.filter(username="faults").first() or User.objects.create_superuser("faults", password=None)
+user = User.objects.filter(username="faults").first()
+user = user or User.objects.create_superuser("faults", password=None)
 model, _ = Model.objects.get_or_create(name="tiny-faults", defaults={"facts": inspect_model(spec["model"])})
 for name in spec["nodes"]:
     Node.objects.get_or_create(name=name, defaults={"transport": "agent", "address": "127.0.0.1"})
@@ -109,6 +110,7 @@ class FaultStack:
             PANEL_MODELS_ROOT=str(self.dir / "models"),
             PANEL_DEPLOY_BASE_PORT=str(free_port_pair()),
         )
+        self.env.pop("CELERY_BROKER_URL", None)  # this stack's own redis-server is the broker
         self.supervisor = Supervisor(self.env)
         self.programs: dict[str, Program] = {}
         self.nodes = list(nodes)
