@@ -51,6 +51,7 @@ SCENARIOS = [
     Scenario("redis-while-serving", "redis", "serving", "Redis killed under a running engine"),
     Scenario("engine-killed", "engine", "serving", "the engine itself killed: restarted by reconcile"),
     Scenario("agent-mid-delete", "agent", "delete", "agent killed while the delete's stop runs"),
+    Scenario("agent-mid-copy", "agent", "copy", "source agent killed while rsync copies a model"),
 ]
 BY_NAME = {s.name: s for s in SCENARIOS}
 
@@ -221,12 +222,26 @@ def during_create(stack: FaultStack, scenario: Scenario, node: str, outcome: Out
     delete_and_release(stack, node, outcome, watch, [d["id"] for d in same_name])
 
 
+def during_copy(stack: FaultStack, scenario: Scenario, node: str, outcome: Outcome) -> None:
+    from tests.faults.copy_scenario import copy_target, start_copy
+
+    with copy_target(stack) as server:
+        stack.stop_program(agent(node))  # the agent logs in to the target with the sshd's client key
+        stack.start_agent(node, {"ASCEND_PANEL_SSH_KEY": str(server.workdir / "client_key")})
+        operation_id = start_copy(stack, node, server)
+        wait_running(stack, operation_id, outcome, progress_above=1)
+        killed_at = kill_and_restart(stack, scenario, node)
+        settle(stack, node, outcome, killed_at)
+        outcome.details["copy"] = operation(stack, operation_id)["status"]
+
+
 PHASES = {
     "install": during_install,
     "deploy": during_deploy,
     "serving": while_serving,
     "delete": during_delete,
     "create": during_create,
+    "copy": during_copy,
 }
 
 
