@@ -18,6 +18,8 @@ from workers.celery_app import app  # noqa: E402
 app.conf.broker_url = settings.CELERY_BROKER_URL
 app.conf.beat_schedule = {
     "mark-silent-nodes-offline": {"task": "panel.mark_silent_nodes_offline", "schedule": 2.0},
+    # Sends what the broker did not take, ends operations whose agent is gone, re-sends lost attempts.
+    "reap-operations": {"task": "panel.reap_operations", "schedule": settings.PANEL_REAP_S},
     # Metrics and liveness of SSH nodes: due ones get a sample task on the central agent's queue.
     "dispatch-ssh-probes": {"task": "panel.dispatch_ssh_probes", "schedule": 1.0},
     "monitoring-downsample": {"task": "panel.monitoring.downsample", "schedule": 60.0},

@@ -204,6 +204,10 @@ PANEL_HEARTBEAT_INTERVAL = env.float("PANEL_HEARTBEAT_INTERVAL", default=5.0)
 PANEL_INVENTORY_ON_FIRST_HEARTBEAT = env.bool(
     "PANEL_INVENTORY_ON_FIRST_HEARTBEAT", default=PANEL_MODE != "test"
 )
+# Operations: how often the reaper sweeps (re-sends what Redis did not take, ends operations whose agent is
+# gone), and how long a sent operation may wait for an agent to pick it up before it fails.
+PANEL_REAP_S = env.float("PANEL_REAP_S", default=5.0)
+PANEL_OPERATION_PICKUP_S = env.int("PANEL_OPERATION_PICKUP_S", default=900)
 PANEL_BROWSER_EVENTS_PER_SECOND = env.int("PANEL_BROWSER_EVENTS_PER_SECOND", default=30)
 PANEL_WS_RECHECK_S = env.float("PANEL_WS_RECHECK_S", default=30)
 PANEL_SECRETS_KEY = _read_secret("PANEL_SECRETS_KEY", default="")

@@ -1,6 +1,7 @@
 """The small world every test shares: alice (admin), bob (operator), charlie (viewer); a real Redis; a real
 Celery worker for integration tests (never eager mode); simulated Ascend hosts."""
 
+import concurrent.futures
 import os
 import socket
 import subprocess
@@ -84,6 +85,44 @@ def _wired_to_redis(redis_url, test_prefix, django_db_setup):
     os.environ["REDIS_URL"] = redis_url
     settings.REDIS_URL = redis_url  # the live-metrics store and frames (read once at settings import)
     return redis_url
+
+
+@pytest.fixture(scope="session", autouse=True)
+def agent_state_dir(tmp_path_factory):
+    """Agent leases and the event spool of in-process agents live in the session's temp dir."""
+    path = tmp_path_factory.mktemp("agent-state")
+    os.environ.setdefault("ASCEND_PANEL_STATE_DIR", str(path))
+    return path
+
+
+@pytest.fixture(autouse=True)
+def agent_keys():
+    """In-process agents hold the credentials the panel issued to the nodes the test made (and the central
+    key): what an agent on a real host reads from its agent.env. The panel still verifies everything."""
+    from workers.identity import CENTRAL, use_keys
+
+    def lookup(signer):
+        from django.db import connection
+
+        from panel.nodes.models import Node
+        from panel.nodes.trust import agent_key, panel_central_key
+
+        try:
+            if signer == CENTRAL:
+                return panel_central_key()
+            node = Node.objects.filter(name=signer).first()
+            return agent_key(node) if node else None
+        finally:
+            connection.close()
+
+    def provider(signer):
+        # In a thread of its own: agent code signs from event loops too, where Django forbids queries.
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            return pool.submit(lookup, signer).result()
+
+    use_keys(provider=provider)
+    yield
+    use_keys()
 
 
 @pytest.fixture

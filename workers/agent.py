@@ -7,7 +7,12 @@ Started on each Ascend host as `python -m workers.agent` (systemd unit in deploy
 environment variables only:
   ASCEND_PANEL_NODE_NAME   the node's name in the panel (queue node.<name>)
   REDIS_URL / CELERY_BROKER_URL   the broker
-  ASCEND_PANEL_JOIN_TOKEN  single-use token that registers a new node on its first heartbeat
+  ASCEND_PANEL_AGENT_KEY   this node's credential (the join command writes it; or ..._AGENT_KEY_FILE):
+                           it signs what the agent sends and verifies the panel's tasks (workers.identity)
+  ASCEND_PANEL_STATE_DIR   the agent's own state: operation leases, the event spool (default
+                           /var/lib/ascend-panel under the host root)
+  ASCEND_PANEL_MODELS_ROOT the only folder model tasks write to or delete from (default /data/models): the
+                           agent's own policy, whatever a message says
   ASCEND_PANEL_HOST_ROOT   where /etc, /proc and /sys are read from (default /; a sim host sets its tree)
   ASCEND_PANEL_ASCEND_ROOT Ascend install root (default /usr/local/Ascend)
   ASCEND_PANEL_HEARTBEAT_S heartbeat interval in seconds (default 5)
@@ -34,8 +39,8 @@ class AgentConfig:
     ascend_root: str = "/usr/local/Ascend"
     heartbeat_s: float = 5.0
     metrics_s: float = 1.0
-    join_token: str | None = None
     ssh_key: str = ""
+    models_root: str = "/data/models"
     # Set for tasks the central agent runs over SSH for a node without an agent (workers.remote.SshTarget).
     ssh_target: dict | None = None
 
@@ -75,7 +80,7 @@ class AgentConfig:
             ascend_root=os.environ.get("ASCEND_PANEL_ASCEND_ROOT", "/usr/local/Ascend"),
             heartbeat_s=float(os.environ.get("ASCEND_PANEL_HEARTBEAT_S", "5")),
             metrics_s=float(os.environ.get("ASCEND_PANEL_METRICS_S", "1")),
-            join_token=os.environ.get("ASCEND_PANEL_JOIN_TOKEN") or None,
+            models_root=os.environ.get("ASCEND_PANEL_MODELS_ROOT", "/data/models"),
             ssh_key=os.environ.get("ASCEND_PANEL_SSH_KEY", ""),
         )
 
@@ -83,6 +88,7 @@ class AgentConfig:
 def heartbeat_loop(config: AgentConfig, stop: threading.Event) -> None:
     from workers.contracts import Heartbeat, utcnow
     from workers.events import send_to_panel
+    from workers.leases import finished_operations, running_operations
     from workers.task_names import HEARTBEAT
 
     while not stop.is_set():
@@ -90,8 +96,9 @@ def heartbeat_loop(config: AgentConfig, stop: threading.Event) -> None:
             node=config.node_name,
             time=utcnow(),
             agent_version=__version__,
-            join_token=config.join_token,
             interval_s=config.heartbeat_s,
+            running=running_operations(),
+            done=finished_operations(),
         )
         try:
             send_to_panel(HEARTBEAT, beat.model_dump(mode="json"))
@@ -101,6 +108,10 @@ def heartbeat_loop(config: AgentConfig, stop: threading.Event) -> None:
 
 
 def start_background_threads(config: AgentConfig) -> threading.Event:
+    from workers.events import publish
+    from workers.spool import spool_for
+
+    spool_for(publish)  # sends what an earlier run of the agent left in its spool
     stop = threading.Event()
     threading.Thread(target=heartbeat_loop, args=(config, stop), name="heartbeat", daemon=True).start()
     if config.metrics_s > 0:
@@ -118,6 +129,7 @@ def main_central(argv: list[str]) -> None:
     from workers.task_names import SSH_RUNNER_QUEUE
 
     fernet_for(key_material_from_env())  # refuse to start without the key that opens node secrets
+    os.environ["ASCEND_PANEL_CENTRAL"] = "1"  # signs and verifies with the central key (workers.identity)
     app.worker_main(
         [
             "worker",
@@ -151,6 +163,12 @@ def main(argv: list[str] | None = None) -> None:
         main_central(argv)
         return
     config = AgentConfig.from_env()
+    from workers.identity import Untrusted, signing_key
+
+    try:
+        signing_key(config.node_name)
+    except Untrusted as error:
+        raise SystemExit(str(error)) from None
     threads = {}
 
     @worker_ready.connect(weak=False)

@@ -24,6 +24,17 @@ app.conf.update(
     task_reject_on_worker_lost=True,
     worker_prefetch_multiplier=1,
     broker_connection_retry_on_startup=True,
+    # Agents and workers outlive a broker restart: they reconnect for as long as it takes.
+    broker_connection_max_retries=None,
+    # A send that the broker does not take within about a second raises, so the caller can keep the message
+    # (the agent's spool, the panel's outbox) instead of hanging a request or a task.
+    task_publish_retry_policy={
+        "max_retries": 2,
+        "interval_start": 0.2,
+        "interval_step": 0.3,
+        "interval_max": 0.5,
+    },
+    broker_transport_options={"socket_connect_timeout": 3},
     worker_hijack_root_logger=False,
     enable_utc=True,
 )

@@ -21,11 +21,13 @@ class OperationEventMessage(BaseModel):
 
 
 class EventBatch(BaseModel):
-    """Numbered events of one operation. `final_seq` is set on the batch that ends the operation, so the
-    browser and the panel know whether everything has arrived."""
+    """Numbered events of one attempt of one operation (every delivery of its task is an attempt, and each
+    attempt numbers its events from 1). `final_seq` is set on the batch that ends the attempt, so the panel
+    knows whether everything of it has arrived."""
 
     operation_id: str
     node: str
+    attempt: int = Field(default=1, ge=1)
     events: list[OperationEventMessage]
     final_seq: int | None = None
 
@@ -74,5 +76,8 @@ class Heartbeat(BaseModel):
     node: str
     time: datetime
     agent_version: str
-    join_token: str | None = None
     interval_s: float = 5.0
+    # Operations this agent holds a lease for (running now) and ones it finished lately: the panel's reaper
+    # re-sends a running operation the agent no longer knows (it was killed) and leaves the rest alone.
+    running: list[str] = Field(default_factory=list)
+    done: list[str] = Field(default_factory=list)

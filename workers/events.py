@@ -5,36 +5,55 @@ import time
 
 from workers.celery_app import app
 from workers.contracts import EventBatch, OperationEventMessage, utcnow
+from workers.identity import seal_for_panel
 from workers.task_names import INGEST_EVENTS, PANEL_QUEUE
 
 
-def send_to_panel(task_name: str, payload: dict) -> None:
-    app.send_task(task_name, args=[payload], queue=PANEL_QUEUE)
+def publish(task_name: str, envelope: dict) -> None:
+    app.send_task(task_name, args=[envelope], queue=PANEL_QUEUE)
+
+
+def send_to_panel(task_name: str, payload: dict, *, signer: str | None = None) -> None:
+    """Send a message about node payload["node"] now, signed (workers.identity); raises if the broker
+    does not take it. For what must not be lost, use send_spooled."""
+    publish(task_name, seal_for_panel(task_name, payload["node"], payload, signer))
+
+
+def send_spooled(task_name: str, payload: dict, *, signer: str | None = None) -> None:
+    """Send a message that must reach the panel: what the broker does not take now waits in the agent's
+    on-disk spool and goes out in order once it is back (workers.spool)."""
+    from workers.spool import spool_for
+
+    spool_for(publish).send(task_name, seal_for_panel(task_name, payload["node"], payload, signer))
 
 
 class EventEmitter:
-    """Buffers events and sends them in batches (at most every `flush_interval` seconds, or `max_batch`
-    events). Sequence numbers start after `start_seq` so a resumed operation continues its numbering."""
+    """Buffers events of one attempt and sends them in batches (at most every `flush_interval` seconds, or
+    `max_batch` events) through the spool. Each attempt numbers its events from 1."""
 
     def __init__(
         self,
         operation_id: str,
         node: str,
         *,
-        start_seq: int = 0,
+        attempt: int = 1,
+        signer: str | None = None,
         flush_interval: float = 0.2,
         max_batch: int = 100,
-        send=send_to_panel,
+        send=send_spooled,
     ):
         self.operation_id = operation_id
         self.node = node
-        self.seq = start_seq
+        self.attempt = attempt
+        self.signer = signer
+        self.seq = 0
         self.flush_interval = flush_interval
         self.max_batch = max_batch
         self._send = send
         self._buffer: list[OperationEventMessage] = []
         self._last_flush = time.monotonic()
         self._lock = threading.Lock()
+        self._send_lock = threading.Lock()
 
     def emit(self, kind: str, **payload) -> int:
         with self._lock:
@@ -57,15 +76,21 @@ class EventEmitter:
         return self.emit("progress", percent=round(percent, 1), stage=stage, **extra)
 
     def flush(self, *, final: bool = False) -> None:
-        with self._lock:
-            events, self._buffer = self._buffer, []
-            self._last_flush = time.monotonic()
-            final_seq = self.seq if final else None
-        if events or final:
-            batch = EventBatch(
-                operation_id=self.operation_id, node=self.node, events=events, final_seq=final_seq
-            )
-            self._send(INGEST_EVENTS, batch.model_dump(mode="json"))
+        # One flush at a time, so batches leave in the order their events were numbered.
+        with self._send_lock:
+            with self._lock:
+                events, self._buffer = self._buffer, []
+                self._last_flush = time.monotonic()
+                final_seq = self.seq if final else None
+            if events or final:
+                batch = EventBatch(
+                    operation_id=self.operation_id,
+                    node=self.node,
+                    attempt=self.attempt,
+                    events=events,
+                    final_seq=final_seq,
+                )
+                self._send(INGEST_EVENTS, batch.model_dump(mode="json"), signer=self.signer)
 
     def finish(self, state: str, *, error: str = "", hint: str = "", result: dict | None = None) -> None:
         """The last event: the operation's terminal state. It carries the final sequence number."""

@@ -13,6 +13,7 @@ figures, not a backlog of old ones.
 
 from workers.broker import broker_key, broker_redis
 from workers.contracts import MetricBatch
+from workers.identity import metrics_line
 
 INBOX = "metrics-inbox"
 MAX_BACKLOG = 20_000  # ~2 KB each: 40 MB at most, ten minutes of 32 silent-panel nodes
@@ -24,10 +25,12 @@ def inbox_key() -> str:
     return broker_key(INBOX)
 
 
-def push(batch: MetricBatch) -> None:
-    """Queue one batch for the panel (one Redis round trip)."""
+def push(batch: MetricBatch, signer: str | None = None) -> None:
+    """Queue one batch for the panel (one Redis round trip), signed by the node it is about or, for an SSH
+    node's sample, by the central agent (workers.identity)."""
+    line = metrics_line(signer or batch.node, batch.model_dump_json().encode())
     pipe = broker_redis().pipeline(transaction=False)
-    pipe.rpush(inbox_key(), batch.model_dump_json())
+    pipe.rpush(inbox_key(), line)
     pipe.ltrim(inbox_key(), -MAX_BACKLOG, -1)
     pipe.execute()
 

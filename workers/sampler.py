@@ -49,8 +49,8 @@ def current_interval(default: float) -> float:
         return _interval_override if _interval_override is not None else default
 
 
-def send_metrics(batch: MetricBatch) -> None:
-    metrics_inbox.push(batch)
+def send_metrics(batch: MetricBatch, signer: str | None = None) -> None:
+    metrics_inbox.push(batch, signer)
 
 
 def run_command(argv: list[str], timeout: float = NPU_SMI_TIMEOUT_S) -> tuple[int, str] | None:

@@ -19,6 +19,7 @@ from workers.agent import AgentConfig
 from workers.ascend.npu_smi import NpuSmiError
 from workers.contracts import HostSample, MetricBatch, MetricSample, utcnow
 from workers.hosts.sync_loop import run_coroutine_sync
+from workers.identity import CENTRAL
 from workers.inventory import NOT_INSTALLED
 from workers.sampler import Sampler, send_metrics, timed_out
 
@@ -129,7 +130,12 @@ def probe_for(target: dict) -> SshNodeProbe:
         return probe
 
 
-def sample_and_send(target: dict, send=send_metrics) -> bool:
+def send_as_central(batch: MetricBatch) -> None:
+    """An SSH node's batch is signed by the central agent, which took it."""
+    send_metrics(batch, signer=CENTRAL)
+
+
+def sample_and_send(target: dict, send=send_as_central) -> bool:
     """Take one sample of an SSH node and send it to the panel; False when nothing was sent."""
     probe = probe_for(target)
     if not probe.busy.acquire(blocking=False):

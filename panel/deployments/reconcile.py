@@ -27,8 +27,7 @@ from panel.deployments import reasons, services
 from panel.deployments.models import Deployment
 from panel.operations.models import Operation
 from panel.realtime.broadcast import broadcast, deployment_group
-from workers.celery_app import app as celery_app
-from workers.task_names import AGENT_PROBE_DEPLOYMENTS, node_queue
+from workers.task_names import AGENT_PROBE_DEPLOYMENTS
 
 log = logging.getLogger(__name__)
 
@@ -174,6 +173,11 @@ def ingest_probe(message: dict) -> None:
             deployment = Deployment.objects.select_for_update().filter(name=result.get("name")).first()
             if deployment is None:
                 continue
+            if not deployment.nodes.filter(name=node).exists():
+                from panel.nodes.trust import refuse
+
+                refuse("probe", node, f"deployment {deployment.name} does not run on this node")
+                continue
             _apply_probe(deployment, node, result, policy, now, when)
             deployment.save()
 
@@ -284,11 +288,15 @@ def tick(now: datetime | None = None) -> dict:
 
 
 def request_probe(node: str, deployments: list[dict]) -> None:
+    from panel.core.choices import NodeTransport
+    from panel.nodes.models import Node
+    from panel.nodes.trust import send_agent_task
+
+    target = Node.objects.filter(name=node, transport=NodeTransport.AGENT).first()
+    if target is None:  # removed meanwhile, or an SSH node: no agent there to probe its engines
+        return
     # A probe older than two intervals is stale; dropping it keeps a slow agent's queue short.
     expires = max(2.0, settings.PANEL_DEPLOY_RECONCILE_S * 2)
-    celery_app.send_task(
-        AGENT_PROBE_DEPLOYMENTS,
-        args=[{"deployments": deployments}],
-        queue=node_queue(node),
-        expires=expires,
+    send_agent_task(
+        target, AGENT_PROBE_DEPLOYMENTS, {"request": {"deployments": deployments}}, expires=expires
     )

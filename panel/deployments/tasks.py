@@ -14,7 +14,12 @@ def reconcile_deployments() -> dict:
 
 
 @app.task(name=INGEST_DEPLOYMENT_PROBE, ignore_result=True)
-def ingest_deployment_probe(message: dict) -> None:
+def ingest_deployment_probe(envelope: dict) -> None:
     from panel.deployments.reconcile import ingest_probe
+    from panel.nodes.trust import Refused, open_envelope
 
-    ingest_probe(message)
+    try:
+        node, _signer, message = open_envelope("probe", INGEST_DEPLOYMENT_PROBE, envelope)
+    except Refused:
+        return
+    ingest_probe({**message, "node": node.name})

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from workers import metrics_inbox
 from workers.contracts import MetricBatch, utcnow
+from workers.identity import split_metrics_line
 from workers.task_names import PANEL_QUEUE
 
 log = logging.getLogger(__name__)
@@ -83,17 +84,23 @@ class MetricsIngester:
 
     def ingest_all(self, raws: list[bytes]) -> None:
         from panel.monitoring.services import ingest_batches
+        from panel.nodes.trust import refuse, trusted_metrics
 
         now = utcnow()
-        batches = []
-        for raw in raws:
+        parsed, signed = [], []
+        for line in raws:
             try:  # parsed and validated in one step by pydantic's JSON reader
+                signer, sig, raw = split_metrics_line(line)
                 batch = MetricBatch.model_validate_json(raw)
-            except ValidationError as error:
-                log.warning("malformed metrics batch dropped: %s", error)
+            except (ValueError, ValidationError) as error:
+                refuse("metrics", "?", f"malformed or unsigned metrics batch: {str(error)[:200]}")
                 continue
-            if not is_stale(batch, now):
-                batches.append(batch)
+            parsed.append(batch)
+            signed.append((signer, sig, raw, batch.node))
+        verdicts = trusted_metrics(signed) if signed else []
+        batches = [
+            batch for batch, ok in zip(parsed, verdicts, strict=True) if ok and not is_stale(batch, now)
+        ]
         if not batches:
             return
         try:

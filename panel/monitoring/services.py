@@ -20,11 +20,11 @@ from django.utils import timezone
 from panel.core.choices import NodeStatus, NodeTransport
 from panel.monitoring import alerts, store
 from panel.nodes.models import Node, Npu
+from panel.nodes.trust import send_agent_task
 from panel.realtime import frames
 from panel.realtime.broadcast import FLEET, broadcast, frame, node_group
-from workers.celery_app import app as celery_app
 from workers.contracts import MetricBatch
-from workers.task_names import AGENT_SET_METRICS_INTERVAL, node_queue
+from workers.task_names import AGENT_SET_METRICS_INTERVAL
 
 log = logging.getLogger(__name__)
 
@@ -253,9 +253,7 @@ def set_metrics_interval(node: Node, seconds: float, user=None) -> float:
         NodeSampling.objects.update_or_create(node=node, defaults={"interval_s": seconds})
         if node.transport == NodeTransport.AGENT:
             transaction.on_commit(
-                lambda: celery_app.send_task(
-                    AGENT_SET_METRICS_INTERVAL, args=[seconds], queue=node_queue(node.name)
-                )
+                lambda: send_agent_task(node, AGENT_SET_METRICS_INTERVAL, {"seconds": seconds})
             )
     log.info("metrics interval of %s set to %s s by %s", node.name, seconds, user)
     return seconds

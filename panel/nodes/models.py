@@ -1,3 +1,4 @@
+import secrets
 from datetime import timedelta
 
 from django.conf import settings
@@ -9,6 +10,10 @@ from panel.core.choices import NodeStatus, NodeTransport, NpuHealth
 from panel.core.models import TimestampedModel
 
 SILENT_INTERVALS_BEFORE_OFFLINE = 3
+
+
+def new_credential_id() -> str:
+    return secrets.token_hex(16)
 
 
 class Node(TimestampedModel):
@@ -35,6 +40,12 @@ class Node(TimestampedModel):
     last_heartbeat = models.DateTimeField(_("last heartbeat"), null=True, blank=True)
     heartbeat_interval = models.FloatField(default=5.0)
     agent_version = models.CharField(max_length=32, blank=True)
+    # The node's credential is derived from the panel's secrets key and this id (panel.nodes.trust): a new
+    # id rotates it (re-join), deleting the node revokes it. Not secret on its own.
+    credential_id = models.CharField(max_length=32, default=new_credential_id, editable=False)
+    # What the agent's newest heartbeat said it runs and finished lately (operation ids), for the reaper.
+    agent_running = models.JSONField(default=list, blank=True)
+    agent_done = models.JSONField(default=list, blank=True)
     # SSH transport
     ssh_port = models.PositiveIntegerField(default=22)
     ssh_username = models.CharField(max_length=64, blank=True)

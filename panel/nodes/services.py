@@ -31,24 +31,22 @@ def _announce(node: Node) -> None:
     transaction.on_commit(lambda: (broadcast(node_group(node.name), message), broadcast(FLEET, message)))
 
 
-def record_heartbeat(data: dict) -> Node | None:
+def record_heartbeat(data: dict, *, signer: str | None = None) -> Node | None:
+    """Apply a heartbeat whose envelope panel.nodes.trust verified (signer: the node itself, or the central
+    agent for an SSH node's probe)."""
     beat = Heartbeat.model_validate(data)
     with transaction.atomic():
         node = Node.objects.select_for_update().filter(name=beat.node).first()
         if node is None:
-            from panel.nodes.join import register_with_token
-
-            node = register_with_token(beat)
-            if node is None:
-                log.warning("heartbeat from unknown node %r without a valid join token ignored", beat.node)
-                return None
-        if node.transport == NodeTransport.SSH and beat.join_token:
-            from panel.nodes.join import claim_join_token
-
-            # The agent installed over SSH has registered: from now on the node runs its own tasks.
-            if claim_join_token(beat):
-                node.transport = NodeTransport.AGENT
-                node.save(update_fields=["transport", "updated"])
+            log.warning("heartbeat from unknown node %r ignored", beat.node)
+            return None
+        if node.transport == NodeTransport.SSH and signer == node.name:
+            # The agent installed over SSH speaks with the node's own credential: it runs its own tasks now.
+            node.transport = NodeTransport.AGENT
+            node.save(update_fields=["transport", "updated"])
+        if signer == node.name:
+            node.agent_running, node.agent_done = beat.running, beat.done
+            node.save(update_fields=["agent_running", "agent_done"])
         was = node.status
         node.last_heartbeat = timezone.now()
         node.heartbeat_interval = beat.interval_s

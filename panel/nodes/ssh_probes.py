@@ -15,9 +15,8 @@ from panel.core.choices import NodeTransport
 from panel.monitoring import store
 from panel.monitoring.models import NodeSampling
 from panel.nodes.models import Node
-from panel.nodes.ssh import ssh_target
-from workers.celery_app import app as celery_app
-from workers.task_names import AGENT_SAMPLE_SSH_NODE, SSH_RUNNER_QUEUE
+from panel.nodes.trust import send_agent_task
+from workers.task_names import AGENT_SAMPLE_SSH_NODE
 
 DEFAULT_METRICS_INTERVAL_S = NodeSampling._meta.get_field("interval_s").default
 BEAT_S = 1.0  # panel/celery.py runs dispatch_ssh_probes this often: the fastest an SSH node is sampled
@@ -58,11 +57,6 @@ def dispatch_ssh_probes() -> list[str]:
     for node, due in zip(nodes, pipe.execute(), strict=True):
         if due:
             # A sample not taken within its interval is stale: the next one replaces it.
-            celery_app.send_task(
-                AGENT_SAMPLE_SSH_NODE,
-                args=[ssh_target(node)],
-                queue=SSH_RUNNER_QUEUE,
-                expires=max(intervals[node.name], BEAT_S),
-            )
+            send_agent_task(node, AGENT_SAMPLE_SSH_NODE, {}, expires=max(intervals[node.name], BEAT_S))
             sent.append(node.name)
     return sent

@@ -3,10 +3,15 @@ from workers.task_names import HEARTBEAT
 
 
 @app.task(name=HEARTBEAT)
-def heartbeat(beat: dict) -> None:
+def heartbeat(envelope: dict) -> None:
     from panel.nodes.services import record_heartbeat
+    from panel.nodes.trust import Refused, open_envelope
 
-    record_heartbeat(beat)
+    try:
+        _node, signer, beat = open_envelope("heartbeat", HEARTBEAT, envelope)
+    except Refused:
+        return
+    record_heartbeat(beat, signer=signer)
 
 
 @app.task(name="panel.mark_silent_nodes_offline")

@@ -46,10 +46,23 @@ class Operation(TimestampedModel):
     result = models.JSONField(default=dict, blank=True)
     last_seq = models.PositiveIntegerField(default=0)
     final_seq = models.PositiveIntegerField(null=True, blank=True)
+    # The newest delivery of the task an agent started (each delivery is an attempt, numbered by the agent).
+    attempt = models.PositiveIntegerField(default=0)
+    # The dispatch outbox: what must be sent, saved with the row in one transaction and re-sent until the
+    # broker has taken it (panel.operations.dispatch).
+    task_name = models.CharField(max_length=64, blank=True)
+    task_kwargs = models.JSONField(default=dict, blank=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+    dispatches = models.PositiveIntegerField(default=0)
+    send_error = models.CharField(max_length=255, blank=True)
 
     class Meta:
         ordering = ["-created"]
-        indexes = [models.Index(fields=["status"]), models.Index(fields=["kind", "-created"])]
+        indexes = [
+            models.Index(fields=["status"]),
+            models.Index(fields=["kind", "-created"]),
+            models.Index(fields=["sent_at", "status"], name="operation_outbox"),
+        ]
 
     def __str__(self):
         return f"{self.get_kind_display()} {self.target or ''} ({self.status})"
@@ -72,15 +85,26 @@ class Operation(TimestampedModel):
 
 
 class OperationEvent(models.Model):
+    """One event of an operation. `seq` is the panel's position in the operation's log, contiguous across
+    attempts (what pages and the API page by); (`attempt`, `agent_seq`) is the agent's own numbering, which
+    restarts at 1 on every delivery and is what duplicates are recognised by."""
+
     operation = models.ForeignKey(Operation, on_delete=models.CASCADE, related_name="events")
     seq = models.PositiveIntegerField()
+    attempt = models.PositiveIntegerField(default=1)
+    agent_seq = models.PositiveIntegerField(default=0)
     time = models.DateTimeField()
     kind = models.CharField(max_length=16)
     payload = models.JSONField(default=dict)
 
     class Meta:
         ordering = ["operation", "seq"]
-        constraints = [models.UniqueConstraint(fields=["operation", "seq"], name="event_unique_seq")]
+        constraints = [
+            models.UniqueConstraint(fields=["operation", "seq"], name="event_unique_seq"),
+            models.UniqueConstraint(
+                fields=["operation", "attempt", "agent_seq"], name="event_unique_agent_seq"
+            ),
+        ]
 
     def __str__(self):
         return f"{self.operation_id} #{self.seq} {self.kind}"
@@ -89,6 +113,7 @@ class OperationEvent(models.Model):
         return {
             "operation": str(self.operation_id),
             "seq": self.seq,
+            "attempt": self.attempt,
             "time": self.time.isoformat(),
             "kind": self.kind,
             "payload": self.payload,

@@ -3,12 +3,12 @@
 import logging
 
 from django.db import transaction
+from django.db.models import Count, Max
 from django.utils import timezone
 
 from panel.core.choices import OperationStatus
 from panel.operations.models import Operation, OperationEvent
 from panel.realtime.broadcast import broadcast, node_group, operation_group
-from workers.celery_app import app as celery_app
 from workers.contracts import EventBatch
 
 log = logging.getLogger(__name__)
@@ -17,28 +17,24 @@ log = logging.getLogger(__name__)
 MAX_EVENTS_PER_BROADCAST = 300
 
 
-def enqueue_agent_task(operation: Operation, task_name: str, **kwargs) -> None:
-    # SSH nodes have no agent: the central agent runs their tasks, told in the kwargs how to reach them.
-    from panel.nodes.ssh import task_route
-
-    queue, route_kwargs = task_route(operation.node)
-    celery_app.send_task(
-        task_name,
-        kwargs={"operation_id": str(operation.id), **route_kwargs, **kwargs},
-        task_id=str(operation.id),
-        queue=queue,
-    )
-
-
 def create_operation(
     *, kind: str, node, task_name: str, user=None, target: str = "", params=None, task_kwargs=None
 ) -> Operation:
-    """Save the operation, then (after commit) send its task to the node's queue with task_id = its id."""
+    """Save the operation with the task it must send (the outbox), then send it after commit with
+    task_id = its id; what the broker does not take then, the sweep re-sends (panel.operations.dispatch)."""
+    from panel.operations.dispatch import dispatch
+
     with transaction.atomic():
         operation = Operation.objects.create(
-            kind=kind, node=node, target=target or node.name, params=params or {}, created_by=user
+            kind=kind,
+            node=node,
+            target=target or node.name,
+            params=params or {},
+            created_by=user,
+            task_name=task_name,
+            task_kwargs=task_kwargs or {},
         )
-        transaction.on_commit(lambda: enqueue_agent_task(operation, task_name, **(task_kwargs or {})))
+        transaction.on_commit(lambda: dispatch(operation.pk))
     return operation
 
 
@@ -76,39 +72,60 @@ def _apply(operation: Operation, event: OperationEvent) -> None:
                     operation.progress = 100.0
 
 
-def ingest_events(batch_data: dict) -> list[OperationEvent]:
-    """Store a batch of agent events. Replayed and out-of-order batches are safe: duplicates are ignored,
-    and only events newer than what the operation has applied change its status."""
+def ingest_events(batch_data: dict, *, sender: str | None = None) -> list[OperationEvent]:
+    """Store a batch of agent events. Replayed and out-of-order batches are safe: an event is known by its
+    (attempt, agent_seq) and stored once; each new one takes the next position (`seq`) in the operation's
+    log, so every attempt's lines stay in the log in order. Older attempts' events are kept but never move
+    the status: the newest attempt's do. `sender` is the node whose credential signed the batch; a batch
+    about another node's operation is refused (panel.nodes.trust)."""
+    from panel.nodes.trust import refuse
+
     batch = EventBatch.model_validate(batch_data)
     with transaction.atomic():
-        operation = Operation.objects.select_for_update().filter(pk=batch.operation_id).first()
+        operation = (
+            Operation.objects.select_for_update().select_related("node").filter(pk=batch.operation_id).first()
+        )
         if operation is None:
             log.warning("events for unknown operation %s dropped", batch.operation_id)
             return []
-        operation.tracker_was_open = not operation.is_terminal
-        seqs = [e.seq for e in batch.events]
+        if sender is not None and (operation.node is None or operation.node.name != sender):
+            refuse("event_batch", sender, f"operation {operation.id} belongs to another node")
+            return []
+        was_open = not operation.is_terminal
+        if batch.attempt > operation.attempt:
+            operation.attempt = batch.attempt
+        current = batch.attempt == operation.attempt
+        this_attempt = OperationEvent.objects.filter(operation=operation, attempt=batch.attempt)
         known = set(
-            OperationEvent.objects.filter(operation=operation, seq__in=seqs).values_list("seq", flat=True)
+            this_attempt.filter(agent_seq__in=[e.seq for e in batch.events]).values_list("agent_seq", flat=True)
         )
-        fresh = {}
-        for message in batch.events:
-            if message.seq not in known and message.seq not in fresh:
-                fresh[message.seq] = OperationEvent(
-                    operation=operation,
-                    seq=message.seq,
-                    time=message.time,
-                    kind=message.kind,
-                    payload=message.payload,
-                )
-        new_events = [fresh[seq] for seq in sorted(fresh)]
-        OperationEvent.objects.bulk_create(new_events, ignore_conflicts=True)
-        for event in new_events:
-            if event.seq > operation.last_seq:
+        # A late batch of this attempt is stored but does not undo what newer events of it already set.
+        applied = this_attempt.aggregate(newest=Max("agent_seq"))["newest"] or 0
+        new_events = []
+        for message in sorted(batch.events, key=lambda e: e.seq):
+            if message.seq in known:
+                continue
+            known.add(message.seq)
+            operation.last_seq += 1
+            event = OperationEvent(
+                operation=operation,
+                seq=operation.last_seq,
+                attempt=batch.attempt,
+                agent_seq=message.seq,
+                time=message.time,
+                kind=message.kind,
+                payload=message.payload,
+            )
+            new_events.append(event)
+            if current and message.seq > applied:
                 _apply(operation, event)
-        operation.last_seq = max([operation.last_seq, *fresh.keys()])
-        if batch.final_seq is not None:
-            operation.final_seq = batch.final_seq
-        became_terminal = operation.is_terminal and operation.tracker_was_open
+        OperationEvent.objects.bulk_create(new_events)
+        if current and operation.is_terminal and operation.final_seq is None:
+            # Complete once every event of the ending attempt is stored: its numbers run 1..its last.
+            numbers = this_attempt.aggregate(count=Count("pk"), newest=Max("agent_seq"))
+            if numbers["count"] == numbers["newest"]:
+                operation.final_seq = operation.last_seq
+        became_terminal = operation.is_terminal and was_open
         operation.save()
         if became_terminal:
             on_terminal(operation)
@@ -137,16 +154,20 @@ def _broadcast_events(operation: Operation, events: list[OperationEvent]) -> Non
         broadcast(node_group(operation.node.name), summary)
 
 
-def mark_lost(operation: Operation, error: str, hint: str = "") -> None:
-    """End an operation the agent can no longer finish (node removed, task lost)."""
+def mark_lost(operation: Operation, error: str, hint: str = "") -> bool:
+    """End an operation the agent can no longer finish (node removed or offline, task never picked up, an
+    admin's force-fail): failed with the reason, and whatever waited on it (a deployment's stop or delete,
+    an install) reacts as to any failure. False when it had ended already."""
     with transaction.atomic():
-        operation = Operation.objects.select_for_update().get(pk=operation.pk)
+        operation = Operation.objects.select_for_update().select_related("node").get(pk=operation.pk)
         if operation.is_terminal:
-            return
+            return False
         operation.move_to(OperationStatus.FAILED)
         operation.error, operation.hint, operation.finished = error, hint, timezone.now()
         operation.save()
-        transaction.on_commit(lambda: broadcast(operation_group(operation.id), operation_summary(operation)))
+        on_terminal(operation)
+        transaction.on_commit(lambda: _broadcast_events(operation, []))
+    return True
 
 
 MODEL_OPERATION_KINDS = ("model_inspect", "download", "convert", "model_atc", "model_copy", "model_delete")

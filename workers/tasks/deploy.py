@@ -12,7 +12,6 @@ import threading
 import time
 
 from workers.ascend.diagnose import diagnose_lines
-from workers.celery_app import app
 from workers.engine import readiness, runtime
 from workers.engine.command import build_launch
 from workers.engine.launch_spec import launch_spec_from_payload
@@ -29,6 +28,7 @@ from workers.task_names import (
     AGENT_STOP_DEPLOYMENT,
     INGEST_DEPLOYMENT_PROBE,
 )
+from workers.tasks.base import agent_task
 from workers.tasks.operation import run_operation
 
 log = logging.getLogger(__name__)
@@ -184,7 +184,7 @@ def _log_size(path: str) -> int:
         return 0
 
 
-@app.task(name=AGENT_LAUNCH_DEPLOYMENT)
+@agent_task(AGENT_LAUNCH_DEPLOYMENT)
 def launch_deployment(operation_id: str, payload: dict, start_seq: int = 0) -> None:
     run_operation(
         operation_id, start_seq, lambda emitter, config: run_coroutine_sync(_launch(emitter, config, payload))
@@ -208,7 +208,7 @@ async def _stop(emitter, config, payload: dict) -> dict:
     return {"outcome": outcome, "pid": record.pid}
 
 
-@app.task(name=AGENT_STOP_DEPLOYMENT)
+@agent_task(AGENT_STOP_DEPLOYMENT)
 def stop_deployment(operation_id: str, payload: dict, start_seq: int = 0) -> None:
     run_operation(
         operation_id, start_seq, lambda emitter, config: run_coroutine_sync(_stop(emitter, config, payload))
@@ -280,7 +280,7 @@ async def _probe(config, deployments: list[dict]) -> list[dict]:
     return list(await asyncio.gather(*(_probe_one(runner, config, item) for item in deployments)))
 
 
-@app.task(name=AGENT_PROBE_DEPLOYMENTS)
+@agent_task(AGENT_PROBE_DEPLOYMENTS)
 def probe_deployments(request: dict) -> None:
     """Probe the engines the panel lists and send what was seen back (pid alive, /health, log, metrics)."""
     from workers.agent import AgentConfig
@@ -300,7 +300,7 @@ def probe_deployments(request: dict) -> None:
     )
 
 
-@app.task(name=AGENT_BENCHMARK_DEPLOYMENT)
+@agent_task(AGENT_BENCHMARK_DEPLOYMENT)
 def benchmark_deployment(operation_id: str, payload: dict, start_seq: int = 0) -> None:
     from workers.engine.benchmark import run_benchmark
 

@@ -25,13 +25,13 @@ from pathlib import PurePosixPath
 from workers.ascend.compat import cpu_profile, profile_for
 from workers.ascend.diagnose import diagnose
 from workers.cancellation import cancel_requested
-from workers.celery_app import app
 from workers.i18n import gettext_noop as _
 from workers.steps.base import RebootRequired, StepContext, StepFailed, StepSpec, run_step
 from workers.steps.install import build_step
 from workers.steps.plan import STACK_RECORD, InstallOptions, PlanError, plan_cpu_install, plan_install
 from workers.steps.preflight import FAIL, item, run_preflight, worst
 from workers.task_names import AGENT_INSTALL, AGENT_PREFLIGHT
+from workers.tasks.base import agent_task
 from workers.tasks.install_host import HostPaths, collect_host_state, installed_versions
 from workers.tasks.install_preflight_cpu import cpu_checklist
 from workers.tasks.install_sources import FetchPackagesStep, needed_files, pip_source, probe_index
@@ -145,7 +145,7 @@ def preflight_body(request: dict):
     return body
 
 
-@app.task(name=AGENT_PREFLIGHT)
+@agent_task(AGENT_PREFLIGHT)
 def preflight(operation_id: str, start_seq: int = 0, request: dict | None = None) -> None:
     run_operation(operation_id, start_seq, preflight_body(request or {}))
 
@@ -296,6 +296,6 @@ def install_body(operation_id: str, request: dict):
     return body
 
 
-@app.task(name=AGENT_INSTALL)
+@agent_task(AGENT_INSTALL)
 def install(operation_id: str, start_seq: int = 0, request: dict | None = None) -> None:
     run_operation(operation_id, start_seq, install_body(operation_id, request or {}))

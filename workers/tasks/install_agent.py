@@ -1,11 +1,11 @@
 from functools import partial
 
-from workers.celery_app import app
 from workers.task_names import AGENT_INSTALL_AGENT
+from workers.tasks.base import agent_task
 from workers.tasks.operation import run_operation
 
 
-@app.task(name=AGENT_INSTALL_AGENT)
+@agent_task(AGENT_INSTALL_AGENT)
 def install_agent(
     operation_id: str, start_seq: int = 0, target: dict | None = None, script: str = "", script_args=()
 ) -> None:

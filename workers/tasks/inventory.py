@@ -1,9 +1,9 @@
-from workers.celery_app import app
 from workers.task_names import AGENT_INVENTORY
+from workers.tasks.base import agent_task
 from workers.tasks.operation import run_operation
 
 
-@app.task(name=AGENT_INVENTORY)
+@agent_task(AGENT_INVENTORY)
 def inventory(operation_id: str, start_seq: int = 0, target: dict | None = None) -> None:
     from workers.inventory import run_inventory
 

@@ -1,16 +1,17 @@
 """Agent tasks for models: inspect, download, convert (dtype, W8A8_DYNAMIC, msModelSlim), ATC, copy, delete.
 
 Paths in the kwargs are node paths (see workers.models.node_paths); anything written or deleted must lie
-inside `models_root`, which the panel sends with every such task and the agent checks again here.
+inside the agent's own models root (ASCEND_PANEL_MODELS_ROOT on the host); the `models_root` a message
+carries is ignored, so a message cannot widen what the agent may delete.
 """
 
 from __future__ import annotations
 
+import inspect
 import shutil
 import tempfile
 from pathlib import Path
 
-from workers.celery_app import app
 from workers.i18n import gettext_noop as _
 from workers.models.node_paths import checked_model_dir, host_path, staging_dir
 from workers.task_names import (
@@ -21,6 +22,7 @@ from workers.task_names import (
     AGENT_DOWNLOAD_MODEL,
     AGENT_INSPECT_MODEL,
 )
+from workers.tasks.base import agent_task
 from workers.tasks.operation import run_operation
 
 # A round-to-nearest int8 code is off by at most half a step (0.5 / 127 of the row's largest weight);
@@ -40,12 +42,19 @@ class ModelTaskError(Exception):
 def _operation(body):
     """Turn body(emitter, config, **kwargs) into a task that runs in the operation frame."""
 
+    takes_root = "models_root" in inspect.signature(body).parameters
+
     def task(operation_id: str, start_seq: int = 0, target: dict | None = None, **kwargs) -> None:
+        # The models root is this host's policy (ASCEND_PANEL_MODELS_ROOT), never what a message says.
+        kwargs.pop("models_root", None)
+
         def run(emitter, config):
             if target is not None:  # routed to the central agent for an SSH node
                 raise ModelTaskError(
                     "model operations need an agent on the node", _("Install the agent on this node first.")
                 )
+            if takes_root:
+                kwargs["models_root"] = config.models_root
             return body(emitter, config, **kwargs)
 
         run_operation(operation_id, start_seq, run)
@@ -473,9 +482,9 @@ def delete_body(emitter, config, *, path: str, models_root: str) -> dict:
     return {"path": path, "removed": removed}
 
 
-inspect_model = app.task(name=AGENT_INSPECT_MODEL)(_operation(inspect_body))
-download_model = app.task(name=AGENT_DOWNLOAD_MODEL)(_operation(download_body))
-convert_model = app.task(name=AGENT_CONVERT_MODEL)(_operation(convert_body))
-atc_model = app.task(name=AGENT_ATC_MODEL)(_operation(atc_body))
-copy_model = app.task(name=AGENT_COPY_MODEL)(_operation(copy_body))
-delete_model = app.task(name=AGENT_DELETE_MODEL)(_operation(delete_body))
+inspect_model = agent_task(AGENT_INSPECT_MODEL)(_operation(inspect_body))
+download_model = agent_task(AGENT_DOWNLOAD_MODEL)(_operation(download_body))
+convert_model = agent_task(AGENT_CONVERT_MODEL)(_operation(convert_body))
+atc_model = agent_task(AGENT_ATC_MODEL)(_operation(atc_body))
+copy_model = agent_task(AGENT_COPY_MODEL)(_operation(copy_body))
+delete_model = agent_task(AGENT_DELETE_MODEL)(_operation(delete_body))

@@ -1,10 +1,12 @@
-"""The frame every agent task runs in: an event emitter and a guaranteed terminal state."""
+"""The frame every agent task runs in: a lease on the host, an event emitter, a sure terminal state."""
 
 import logging
 import traceback
 
 from workers.agent import AgentConfig
 from workers.events import EventEmitter
+from workers.identity import CENTRAL
+from workers.leases import LeaseUnavailable, OperationLease
 
 log = logging.getLogger(__name__)
 
@@ -14,23 +16,46 @@ class OperationCancelled(Exception):
 
 
 def run_operation(operation_id: str, start_seq: int, body, target: dict | None = None) -> None:
-    """Run `body(emitter, config)` and always end the operation with a terminal state event.
+    """Run `body(emitter, config)` as a new attempt of the operation and always end it with a terminal state
+    event. A delivery that finds the operation running in another attempt, or already ended, runs nothing.
 
     An exception with a `hint` attribute (NpuSmiError, a failed step) passes its hint to the panel.
     `target` is an SSH node's workers.remote.SshTarget, for tasks the central agent runs over SSH; then
-    config.runner() reaches that node."""
+    config.runner() reaches that node. `start_seq` is accepted for messages sent by older panels: every
+    attempt numbers its events from 1 now."""
     config = AgentConfig.for_target(target) if target else AgentConfig.from_env()
-    emitter = EventEmitter(operation_id, config.node_name, start_seq=start_seq)
-    emitter.emit("state", state="running")
+    lease = OperationLease(operation_id)
+    try:
+        attempt = lease.acquire()
+    except LeaseUnavailable as why:
+        log.info("delivery of operation %s not run: %s", operation_id, why)
+        return
+    try:
+        emitter = EventEmitter(
+            operation_id, config.node_name, attempt=attempt, signer=CENTRAL if target else None
+        )
+        emitter.emit("state", state="running")
+        if attempt > 1:
+            emitter.log(
+                f"attempt {attempt}: the task was delivered again after an earlier attempt ended early"
+            )
+        state = _run_body(emitter, config, body, operation_id)
+        lease.finish(state)
+    finally:
+        lease.release()
+
+
+def _run_body(emitter: EventEmitter, config: AgentConfig, body, operation_id: str) -> str:
     try:
         result = body(emitter, config) or {}
     except OperationCancelled as exc:
         emitter.finish("cancelled", error=str(exc), hint=getattr(exc, "hint", "") or "")
-        return
+        return "cancelled"
     except Exception as exc:
         log.exception("operation %s failed", operation_id)
         for line in traceback.format_exc().splitlines()[-8:]:
             emitter.log(line, stream="stderr")
         emitter.finish("failed", error=str(exc) or type(exc).__name__, hint=getattr(exc, "hint", "") or "")
-        return
+        return "failed"
     emitter.finish("succeeded", result=result)
+    return "succeeded"

@@ -1,0 +1,143 @@
+"""The panel's side of agent identity (workers.identity): each node's key, checking what agents send, and
+signing what the panel sends them.
+
+A message is accepted only when its signature verifies with the key of the node it speaks for (or, for an
+SSH node, the central agent's key), and then only for that node's rows: ingest functions compare the node
+an event batch or probe result touches with the sender. Everything refused is logged and counted
+(`panel_rejected_messages_total` on /metrics).
+"""
+
+import logging
+
+from workers.celery_app import app as celery_app
+from workers.identity import (
+    AUTH_KWARG,
+    CENTRAL,
+    Untrusted,
+    canonical,
+    central_key,
+    derive,
+    task_auth,
+    verify,
+)
+
+log = logging.getLogger(__name__)
+
+REJECTED_KEY = "panel:rejected-messages"
+
+
+class Refused(Exception):
+    """A message the panel does not accept from its sender (already logged and counted)."""
+
+
+def _material() -> str:
+    from panel.core.secrets import key_material
+
+    return key_material()
+
+
+def agent_key(node) -> bytes:
+    """Node `node`'s credential: what its agent signs with and verifies the panel's tasks by."""
+    return derive(_material(), f"ascend-panel agent {node.name} {node.credential_id}").hex().encode()
+
+
+def panel_central_key() -> bytes:
+    return central_key(_material())
+
+
+def refuse(kind: str, sender: str, reason: str) -> None:
+    """Log and count a refused message; never raises (a broken Redis must not hide the refusal's log)."""
+    log.warning("refused %s from %r: %s", kind, sender, reason)
+    try:
+        from panel.monitoring import store
+
+        store.client().hincrby(REJECTED_KEY, kind, 1)
+    except Exception:  # counting is best effort; the log line above is the record
+        log.exception("could not count a refused message")
+
+
+def rejected_counts() -> dict[str, int]:
+    from panel.monitoring import store
+
+    return {k.decode(): int(v) for k, v in store.client().hgetall(REJECTED_KEY).items()}
+
+
+def _key_of(signer: str, node) -> bytes:
+    from panel.core.choices import NodeTransport
+
+    if signer == CENTRAL:
+        if node.transport != NodeTransport.SSH:
+            raise Untrusted(f"the central agent speaks only for SSH nodes, not agent node {node.name}")
+        return panel_central_key()
+    if signer != node.name:
+        raise Untrusted(f"signed by {signer!r} but speaks for {node.name!r}")
+    return agent_key(node)
+
+
+def open_envelope(kind: str, task_name: str, envelope) -> tuple:
+    """(node, signer, body) of a signed agent message, or raises Refused (logged and counted)."""
+    from panel.nodes.models import Node
+
+    sender = envelope.get("signer", "?") if isinstance(envelope, dict) else "?"
+    try:
+        if not isinstance(envelope, dict) or not isinstance(envelope.get("body"), dict):
+            raise Untrusted("not a signed envelope")
+        name, signer, body = str(envelope.get("node", "")), str(envelope.get("signer", "")), envelope["body"]
+        node = Node.objects.filter(name=name).first()
+        if node is None:
+            raise Untrusted(f"no node named {name!r} (removed, or never added)")
+        key = _key_of(signer, node)
+        if not verify(key, str(envelope.get("sig", "")), task_name.encode(), name.encode(), canonical(body)):
+            raise Untrusted("signature does not verify with the node's credential")
+        if body.get("node", name) != name:
+            raise Untrusted(f"envelope for {name!r} carries a message about {body.get('node')!r}")
+    except Untrusted as error:
+        refuse(kind, sender, str(error))
+        raise Refused(str(error)) from None
+    return node, signer, body
+
+
+def trusted_metrics(lines: list[tuple[str, str, bytes, str]]) -> list[bool]:
+    """For each (signer, signature, batch JSON, node the batch is about) of one inbox drain: whether its
+    signature verifies with that node's credential. One query for the whole drain; refusals are counted."""
+    from panel.nodes.models import Node
+
+    nodes = {n.name: n for n in Node.objects.filter(name__in={line[3] for line in lines})}
+    keys: dict[tuple[str, str], bytes | None] = {}
+    verdicts = []
+    for signer, sig, raw, name in lines:
+        if (signer, name) not in keys:
+            try:
+                node = nodes.get(name)
+                if node is None:
+                    raise Untrusted(f"no node named {name!r}")
+                keys[signer, name] = _key_of(signer, node)
+            except Untrusted as error:
+                refuse("metrics", signer, str(error))
+                keys[signer, name] = None
+        key = keys[signer, name]
+        ok = key is not None and verify(key, sig, b"metrics", raw)
+        if key is not None and not ok:
+            refuse("metrics", signer, f"signature for {name!r} does not verify")
+        verdicts.append(ok)
+    return verdicts
+
+
+def send_agent_task(node, task_name: str, kwargs: dict, *, task_id: str | None = None, **options) -> None:
+    """Send `task_name` to the agent of `node` (or the central agent for an SSH node), signed so that the
+    receiving agent can tell it comes from the panel and is meant for that node."""
+    from panel.nodes.ssh import task_route
+
+    queue, route_kwargs = task_route(node)
+    kwargs = {**kwargs, **route_kwargs}
+    signer = CENTRAL if "target" in route_kwargs else node.name
+    key = panel_central_key() if signer == CENTRAL else agent_key(node)
+    task_id = task_id or _new_task_id()
+    kwargs[AUTH_KWARG] = task_auth(key, signer, task_name, task_id, node.name, kwargs)
+    celery_app.send_task(task_name, kwargs=kwargs, task_id=task_id, queue=queue, **options)
+
+
+def _new_task_id() -> str:
+    import uuid
+
+    return str(uuid.uuid4())
