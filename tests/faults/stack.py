@@ -22,7 +22,16 @@ from pathlib import Path
 
 import httpx
 
-from panel.run import BASE_DIR, PYTHON, Supervisor, free_port, panel_worker_argv, sim_agent_env, wait_for_port
+from panel.run import (
+    BASE_DIR,
+    PYTHON,
+    Supervisor,
+    demo_secrets_key,
+    free_port,
+    panel_worker_argv,
+    sim_agent_env,
+    wait_for_port,
+)
 
 PROFILE = "atlas-800i-a2"
 # Short intervals so that a scenario's recovery is quick; none of them is asserted on.
@@ -35,6 +44,7 @@ STACK_ENV = {
     "ASCEND_PANEL_HEARTBEAT_S": "1",
     "ASCEND_PANEL_METRICS_S": "0",
     "PANEL_DEPLOY_RECONCILE_S": "1",
+    "PANEL_REAP_S": "2",
     "PANEL_DEPLOY_BACKOFF_BASE_S": "1",
     "PANEL_DEPLOY_BACKOFF_CAP_S": "5",
     "PANEL_DEPLOY_STOP_GRACE_S": "2",
@@ -55,9 +65,15 @@ User = get_user_model()
 user = User.objects.filter(username="faults").first()
 user = user or User.objects.create_superuser("faults", password=None)
 model, _ = Model.objects.get_or_create(name="tiny-faults", defaults={"facts": inspect_model(spec["model"])})
+keys = {}
 for name in spec["nodes"]:
-    Node.objects.get_or_create(name=name, defaults={"transport": "agent", "address": "127.0.0.1"})
-print(json.dumps({"token": ApiToken.issue(user, "faults")[1], "model": model.pk}))
+    node, _ = Node.objects.get_or_create(name=name, defaults={"transport": "agent", "address": "127.0.0.1"})
+    try:  # each node's own credential, as the join command writes it to the agent's agent.env
+        from panel.nodes.trust import agent_key
+        keys[name] = agent_key(node).decode()
+    except ImportError:
+        pass
+print(json.dumps({"token": ApiToken.issue(user, "faults")[1], "model": model.pk, "keys": keys}))
 """
 
 
@@ -110,6 +126,7 @@ class FaultStack:
             PANEL_MODELS_ROOT=str(self.dir / "models"),
             PANEL_DEPLOY_BASE_PORT=str(free_port_pair()),
         )
+        self.env["PANEL_SECRETS_KEY"] = demo_secrets_key(self.dir / "data")  # node credentials derive from it
         self.env.pop("CELERY_BROKER_URL", None)  # this stack's own redis-server is the broker
         self.supervisor = Supervisor(self.env)
         self.programs: dict[str, Program] = {}
@@ -196,7 +213,7 @@ class FaultStack:
             text=True,
         )
         answer = json.loads(out.stdout.strip().splitlines()[-1])
-        self.token, self.model_pk = answer["token"], answer["model"]
+        self.token, self.model_pk, self.agent_keys = answer["token"], answer["model"], answer["keys"]
         port = str(self.web_port)
         self.add("web", [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", port, "panel.asgi:application"])
         self.add("panel-worker", panel_worker_argv(concurrency=2))
@@ -215,6 +232,8 @@ class FaultStack:
     def start_agent(self, node: str, extra_env: dict | None = None) -> None:
         """The node's agent, as `make run` starts one on a sim host; waits for its NPUs in the panel."""
         env = {**sim_agent_env(self.env, node, self.sim_roots[node]), **(extra_env or {})}
+        if node in self.agent_keys:
+            env["ASCEND_PANEL_AGENT_KEY"] = self.agent_keys[node]
         self.add(f"agent {node}", [PYTHON, "-m", "workers.agent"], env)
         wait_until(lambda: len(self.node(node).get("npus") or []) > 0, 90, f"{node}'s NPUs (inventory)", 1)
 
