@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,6 +78,29 @@ print(json.dumps({"token": ApiToken.issue(user, "faults")[1], "model": model.pk,
 """
 
 
+def own_database(url: str) -> tuple[str, str | None]:
+    """(DATABASE_URL for this stack, the PostgreSQL database to drop afterwards). A PostgreSQL DATABASE_URL
+    (CI's) names a shared database: the stack gets a fresh one on that server instead."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if not parts.scheme.startswith("postgres"):
+        return url, None
+    import psycopg
+
+    name = f"faults_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(url, autocommit=True) as connection:
+        connection.execute(f'CREATE DATABASE "{name}"')
+    return urlunsplit(parts._replace(path=f"/{name}")), name
+
+
+def drop_database(url: str, name: str) -> None:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as connection:
+        connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 class StackError(AssertionError):
     """The stack itself did not come up or answer: not a scenario's finding."""
 
@@ -126,6 +150,10 @@ class FaultStack:
             PANEL_MODELS_ROOT=str(self.dir / "models"),
             PANEL_DEPLOY_BASE_PORT=str(free_port_pair()),
         )
+        self.shared_database_url = os.environ.get("DATABASE_URL", "")
+        self.own_database = None
+        if self.shared_database_url:
+            self.env["DATABASE_URL"], self.own_database = own_database(self.shared_database_url)
         self.env["PANEL_SECRETS_KEY"] = demo_secrets_key(self.dir / "data")  # node credentials derive from it
         self.env.pop("CELERY_BROKER_URL", None)  # this stack's own redis-server is the broker
         self.supervisor = Supervisor(self.env)
@@ -247,6 +275,8 @@ class FaultStack:
         for root in self.sim_roots.values():
             with contextlib.suppress(Exception):
                 kill_recorded_engines(root)
+        if self.own_database:
+            drop_database(self.shared_database_url, self.own_database)
 
     # -- REST --------------------------------------------------------------------------------------------
     def call(self, method: str, url: str, **kwargs) -> httpx.Response:
