@@ -41,9 +41,8 @@ STACK_ENV = {
     "DEBUG": "0",
     "LOG_LEVEL": "WARNING",
     "PYTHONUNBUFFERED": "1",
-    # Offline after three missed heartbeats (6 s): longer than a killed agent's restart takes here.
-    "PANEL_HEARTBEAT_INTERVAL": "2",
-    "ASCEND_PANEL_HEARTBEAT_S": "2",
+    # Heartbeats keep their production default (5 s, offline after three missed): a killed agent that
+    # systemd restarts at once is back before its node counts as offline, as on a real host.
     "ASCEND_PANEL_METRICS_S": "0",
     "PANEL_DEPLOY_RECONCILE_S": "1",
     "PANEL_REAP_S": "2",
