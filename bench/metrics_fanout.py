@@ -44,10 +44,15 @@ GRACE_S = 3  # after the window, frames of samples taken inside it may still be 
 SETUP = """
 from django.contrib.auth import get_user_model
 from panel.accounts.models import ApiToken
+import json
 from panel.nodes.models import Node
+from panel.nodes.trust import agent_key
 user = get_user_model().objects.create_superuser("bench", password="bench-password-1")
+keys = {{}}
 for i in range({nodes}):
-    Node.objects.create(name=f"bench-{{i:02d}}", transport="agent")
+    node = Node.objects.create(name=f"bench-{{i:02d}}", transport="agent")
+    keys[node.name] = agent_key(node).decode()
+print(json.dumps(keys))
 print(ApiToken.issue(user, "bench")[1])
 """
 
@@ -76,7 +81,7 @@ class Panel:
             capture_output=True,
             text=True,
         )
-        self.token = out.stdout.strip().splitlines()[-1]
+        *_, keys, self.token = out.stdout.strip().splitlines()
         self.web_port = free_port()
         web = self.supervisor.start(
             "web",
@@ -84,8 +89,12 @@ class Panel:
             quiet=True,
         )
         worker = self.supervisor.start("panel-worker", panel_worker_argv(pool, concurrency), quiet=True)
+        # The agents sign their batches with their nodes' credentials, as real agents do.
         publisher = self.supervisor.start(
-            "agents", [PYTHON, __file__, "--publish", "--nodes", str(nodes)], quiet=True
+            "agents",
+            [PYTHON, __file__, "--publish", "--nodes", str(nodes)],
+            env={"BENCH_AGENT_KEYS": keys},
+            quiet=True,
         )
         wait_for_port(self.web_port, timeout=60)
         self.processes = [psutil.Process(web.pid), psutil.Process(worker.pid)]
@@ -114,10 +123,12 @@ def publish(nodes: int) -> None:
     from workers.ascend.npu_smi import parse_mapping, parse_table
     from workers.celery_app import app
     from workers.contracts import MetricBatch, MetricSample, utcnow
+    from workers.identity import use_keys
     from workers.sampler import npu_samples, read_host
     from workers.sim import npu_smi_render, readings, state
 
     app.conf.broker_url = os.environ["REDIS_URL"]
+    use_keys({name: key.encode() for name, key in json.loads(os.environ["BENCH_AGENT_KEYS"]).items()})
     profile = get_profile(PROFILE)
     sim_state = state.new_state(profile.name, "bench")
     mapping = parse_mapping(npu_smi_render.render_mapping(profile))

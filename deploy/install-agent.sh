@@ -1,25 +1,30 @@
 #!/usr/bin/env bash
 # Install the Ascend Panel agent on this host (openEuler, Kylin, Ubuntu, ... anything with systemd and
-# Python >= 3.11). The panel shows the one-line command that runs this script:
+# Python >= 3.11). The panel shows the one-line command that runs this script: it downloads the script,
+# checks it against a pinned sha256 and runs it with the join token on stdin (never on a command line):
 #
-#   curl -fsSL http://PANEL/nodes/agent/install.sh | sudo bash -s -- \
-#       --panel http://PANEL --node NAME --token TOKEN --broker redis://BROKER:6379/0
+#   curl -fsSL http://PANEL/nodes/agent/install.sh -o /tmp/ascend-panel-install.sh \
+#     && echo 'SHA256  /tmp/ascend-panel-install.sh' | sha256sum -c --quiet - \
+#     && printf '%s\n' TOKEN | sudo bash /tmp/ascend-panel-install.sh --panel http://PANEL --node NAME \
+#          --package-sha256 PACKAGE_SHA256
 #
-# It writes /etc/ascend-panel/agent.env, creates the venv /opt/ascend-panel/venv, installs the agent
-# package the panel serves, installs the systemd unit and starts it. Running it again upgrades in place.
+# It downloads the agent package and checks its sha256, creates the venv /opt/ascend-panel/venv and installs
+# the package, trades the join token (once) at the panel for this node's credential and the broker address,
+# writes them to /etc/ascend-panel/agent.env (mode 600), installs the systemd unit and starts it. Running it
+# again without a token upgrades in place and keeps the credential.
 #
-# Environment: DESTDIR stages every file under another root (for packaging and tests);
-# SYSTEMD_OFFLINE=1 skips systemctl (no daemon-reload, enable or start).
+# Environment: ASCEND_PANEL_JOIN_TOKEN gives the token instead of stdin; DESTDIR stages every file under
+# another root (for packaging and tests); SYSTEMD_OFFLINE=1 skips systemctl (no daemon-reload, enable, start).
 set -euo pipefail
 
 usage() {
     cat <<'USAGE'
-Usage: install-agent.sh --panel URL --node NAME --broker URL [options]
+Usage: printf '%s\n' TOKEN | install-agent.sh --panel URL --node NAME [options]
 
-  --panel URL       the panel's address, e.g. http://panel.example:8000 (required)
-  --node NAME       this node's name in the panel: letters, digits, - and _ (required)
-  --broker URL      the Celery broker the panel uses, e.g. redis://panel.example:6379/0 (required)
-  --token TOKEN     the join token the panel showed; registers the node on the agent's first heartbeat
+  --panel URL            the panel's address, e.g. https://panel.example (required)
+  --node NAME            this node's name in the panel: letters, digits, - and _ (required)
+  --package-sha256 HEX   the agent package's sha256 as the panel pinned it; the install stops on a mismatch
+  --broker URL           the broker address, when this host reaches it under another name than the panel says
   --package SRC     agent package (URL or file); default PANEL/nodes/agent/ascend-panel.tar.gz
   --unit SRC        systemd unit (URL or file); default PANEL/nodes/agent/ascend-panel-agent.service
   --python PATH     interpreter for the venv (Python >= 3.11); default python3.11, then python3
@@ -33,16 +38,17 @@ fail() {
     exit 2
 }
 
-panel="" node="" broker="" token="" package="" unit="" python="" index_url=""
+panel="" node="" broker="" package_sha256="" package="" unit="" python="" index_url=""
 while [ $# -gt 0 ]; do
     case "$1" in
-        --panel | --node | --broker | --token | --package | --unit | --python | --index-url)
+        --token) fail "the join token is read from stdin (or ASCEND_PANEL_JOIN_TOKEN), never from the command line, where ps shows it" ;;
+        --panel | --node | --broker | --package-sha256 | --package | --unit | --python | --index-url)
             [ $# -ge 2 ] || fail "$1 needs a value"
             case "$1" in
                 --panel) panel="$2" ;;
                 --node) node="$2" ;;
                 --broker) broker="$2" ;;
-                --token) token="$2" ;;
+                --package-sha256) package_sha256="$2" ;;
                 --package) package="$2" ;;
                 --unit) unit="$2" ;;
                 --python) python="$2" ;;
@@ -60,12 +66,17 @@ done
 
 [ -n "$panel" ] || fail "--panel is required: the panel's URL, e.g. http://panel.example:8000"
 [ -n "$node" ] || fail "--node is required: this node's name in the panel"
-[ -n "$broker" ] || fail "--broker is required: the broker URL the panel uses, e.g. redis://panel.example:6379/0"
 [[ "$panel" =~ ^https?://[^[:space:]\"\'\\]+$ ]] || fail "--panel must be an http:// or https:// URL, got '$panel'"
 [[ "$node" =~ ^[A-Za-z0-9_-]{1,63}$ ]] || fail "--node must be 1-63 letters, digits, - or _, got '$node'"
-[[ "$broker" =~ ^(redis|rediss|amqp|amqps)://[^[:space:]\"\'\\]+$ ]] ||
-    fail "--broker must be a redis://, rediss:// or amqp:// URL, got '$broker'"
-[[ -z "$token" || "$token" =~ ^[A-Za-z0-9_-]+$ ]] || fail "--token is not a join token as the panel shows it"
+[[ -z "$broker" || "$broker" =~ ^(redis|rediss|amqp|amqps)://[^[:space:]\"\'\\]+$ ]] ||
+    fail "--broker must be a redis://, rediss:// or amqp:// URL"
+[[ -z "$package_sha256" || "$package_sha256" =~ ^[0-9a-f]{64}$ ]] || fail "--package-sha256 must be 64 hex digits"
+token="${ASCEND_PANEL_JOIN_TOKEN:-}"
+# stdin holds the token unless it is a terminal, or the script itself (`bash -s`, where BASH_SOURCE is empty).
+if [ -z "$token" ] && [ ! -t 0 ] && [ -n "${BASH_SOURCE[0]:-}" ]; then
+    IFS= read -r token || true
+fi
+[[ -z "$token" || "$token" =~ ^[A-Za-z0-9_-]+$ ]] || fail "stdin did not give a join token as the panel shows it"
 panel="${panel%/}"
 package="${package:-$panel/nodes/agent/ascend-panel.tar.gz}"
 unit="${unit:-$panel/nodes/agent/ascend-panel-agent.service}"
@@ -100,19 +111,12 @@ esac
 fetch "$package" "$package_file"
 fetch "$unit" "$work/ascend-panel-agent.service"
 
-echo "==> Writing $etc_dir/agent.env"
-mkdir -p "$etc_dir" "$app_dir" "$unit_dir"
-umask 077 # the file holds the broker URL (maybe with a password) and the join token
-{
-    echo "# Written by install-agent.sh; read by the ascend-panel-agent systemd unit."
-    echo "ASCEND_PANEL_NODE_NAME=$node"
-    echo "ASCEND_PANEL_URL=$panel"
-    echo "CELERY_BROKER_URL=$broker"
-    if [ -n "$token" ]; then echo "ASCEND_PANEL_JOIN_TOKEN=$token"; fi
-} > "$etc_dir/agent.env.new"
-mv -f "$etc_dir/agent.env.new" "$etc_dir/agent.env"
-umask 022
+if [ -n "$package_sha256" ]; then
+    echo "$package_sha256  $package_file" | sha256sum -c --quiet - ||
+        fail "the agent package does not match the sha256 the panel pinned: not installing it (download it again, or ask the panel for a new command)"
+fi
 
+mkdir -p "$etc_dir" "$app_dir" "$unit_dir"
 echo "==> Creating the venv $venv"
 [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
 pip_args=(--disable-pip-version-check --quiet)
@@ -124,6 +128,43 @@ echo "==> Installing the agent"
 # restarts forever.
 (cd / && "$venv/bin/python" -c 'import workers.agent, workers.tasks') ||
     fail "the agent package was installed but does not import"
+
+umask 077 # the files below hold the node's credential and the broker URL (maybe with a password)
+env_file="$etc_dir/agent.env"
+if [ -n "$token" ]; then
+    echo "==> Joining the panel as $node"
+    ASCEND_PANEL_JOIN_TOKEN="$token" "$venv/bin/python" -c '
+import json, os, sys
+json.dump({"node": sys.argv[1], "token": os.environ["ASCEND_PANEL_JOIN_TOKEN"]}, open(sys.argv[2], "w"))
+' "$node" "$work/join.json"
+    status="$(curl -sS --retry 3 -o "$work/joined.json" -w '%{http_code}' -H 'Content-Type: application/json' \
+        --data-binary @"$work/join.json" "$panel/nodes/agent/join/")" ||
+        fail "cannot reach $panel/nodes/agent/join/: check that this host reaches the panel"
+    [ "$status" = "200" ] || fail "the panel refused to join: $(cat "$work/joined.json")"
+    "$venv/bin/python" -c '
+import json, sys
+answer = json.load(open(sys.argv[1]))
+print(answer["agent_key"]); print(sys.argv[2] or answer["broker_url"])
+' "$work/joined.json" "$broker" > "$work/credential"
+    { read -r agent_key; read -r broker; } < "$work/credential"
+elif [ -f "$env_file" ] && grep -q '^ASCEND_PANEL_AGENT_KEY=' "$env_file"; then
+    echo "==> No join token: keeping this node's credential from $env_file"
+    agent_key="$(sed -n 's/^ASCEND_PANEL_AGENT_KEY=//p' "$env_file")"
+    [ -n "$broker" ] || broker="$(sed -n 's/^CELERY_BROKER_URL=//p' "$env_file")"
+else
+    fail "this host has no credential yet: pipe the join token the panel shows into this script"
+fi
+
+echo "==> Writing $env_file"
+{
+    echo "# Written by install-agent.sh; read by the ascend-panel-agent systemd unit. Keep it mode 600."
+    echo "ASCEND_PANEL_NODE_NAME=$node"
+    echo "ASCEND_PANEL_URL=$panel"
+    echo "CELERY_BROKER_URL=$broker"
+    echo "ASCEND_PANEL_AGENT_KEY=$agent_key"
+} > "$env_file.new"
+mv -f "$env_file.new" "$env_file"
+umask 022
 
 echo "==> Installing the systemd unit"
 install -m 0644 "$work/ascend-panel-agent.service" "$unit_dir/ascend-panel-agent.service"

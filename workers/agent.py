@@ -125,11 +125,12 @@ def main_central(argv: list[str]) -> None:
     """The central agent: runs SSH nodes' tasks (queue ssh-runner); sends no heartbeat of its own."""
     import workers.tasks  # noqa: F401  registers the agent tasks
     from workers.celery_app import app
+    from workers.identity import CENTRAL_ENV
     from workers.sealing import fernet_for, key_material_from_env
     from workers.task_names import SSH_RUNNER_QUEUE
 
     fernet_for(key_material_from_env())  # refuse to start without the key that opens node secrets
-    os.environ["ASCEND_PANEL_CENTRAL"] = "1"  # signs and verifies with the central key (workers.identity)
+    os.environ[CENTRAL_ENV] = "1"  # signs and verifies with the central key (workers.identity)
     app.worker_main(
         [
             "worker",

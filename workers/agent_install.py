@@ -1,11 +1,16 @@
 """Install the agent onto an SSH node: run the panel's install script there, fed on stdin.
 
-The script (deploy/install-agent.sh, as the panel serves it) downloads the agent package from the panel,
-writes /etc/ascend-panel/agent.env, creates the venv and enables the systemd unit; the agent then registers
-with its join token on its first heartbeat and the node stops needing SSH.
+The script (deploy/install-agent.sh, as the panel serves it) downloads the agent package from the panel
+and checks its pinned sha256, trades the join token for the node's credential, writes
+/etc/ascend-panel/agent.env, creates the venv and enables the systemd unit; the agent's first heartbeat,
+signed with the node's own credential, makes it an agent node that no longer needs SSH.
+
+The join token arrives sealed (only the central agent, holding the panel's secrets key, opens it) and goes
+to the script as an exported variable at the top of the script text on stdin: never on a command line.
 """
 
 import asyncio
+import shlex
 from urllib.parse import urlsplit
 
 from workers.hosts import CommandError
@@ -18,6 +23,11 @@ class AgentInstallFailed(Exception):
     def __init__(self, message: str, hint: str):
         super().__init__(message)
         self.hint = hint
+
+
+def with_token(script: str, token: str) -> str:
+    """The script text with the join token exported first, for `bash -s` on stdin."""
+    return f"export ASCEND_PANEL_JOIN_TOKEN={shlex.quote(token)}\n{script}"
 
 
 def secrets_in(script_args: list[str]) -> list[str]:
@@ -49,7 +59,9 @@ def install_argv(username: str, script_args: list[str]) -> list[str]:
     return command if username == "root" else ["sudo", "-n", "--", *command]
 
 
-def run_install_agent(emitter, config, *, script: str, script_args: list[str]) -> dict:
+def run_install_agent(
+    emitter, config, *, script: str, script_args: list[str], sealed_token: str = ""
+) -> dict:
     if config.ssh_target is None:
         raise AgentInstallFailed(
             "install_agent runs on the central agent for SSH nodes only",
@@ -58,6 +70,12 @@ def run_install_agent(emitter, config, *, script: str, script_args: list[str]) -
     username = config.ssh_target["username"]
     argv = install_argv(username, script_args)
     hidden = secrets_in(script_args)
+    if sealed_token:
+        from workers.sealing import key_material_from_env, unseal
+
+        token = unseal(key_material_from_env(), sealed_token)
+        hidden.append(token)
+        script = with_token(script, token)
     emitter.progress(5, _("Running the install script on the node"))
 
     def on_line(stream, line):

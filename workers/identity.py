@@ -19,6 +19,7 @@ import threading
 import orjson
 
 CENTRAL = "central"
+CENTRAL_ENV = "ASCEND_PANEL_CENTRAL"  # set by `python -m workers.agent --central` for its own process
 AUTH_KWARG = "_auth"
 
 
@@ -77,7 +78,7 @@ def key_for(signer: str) -> bytes | None:
     if provider is not None:
         return provider(signer)
     key = None
-    if signer == CENTRAL and os.environ.get("ASCEND_PANEL_CENTRAL") == "1":
+    if signer == CENTRAL and os.environ.get(CENTRAL_ENV) == "1":
         from workers.sealing import key_material_from_env
 
         material = key_material_from_env()

@@ -4,7 +4,7 @@ plus the panel's own figures. Read from the Redis latest values on each scrape, 
 import time
 
 from django.db.models import Count
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import CollectorRegistry
 
 from panel.core.choices import NodeStatus, NodeTransport
@@ -84,6 +84,15 @@ def panel_gauges():
     for row in Operation.objects.values("status").annotate(n=Count("id")).order_by("status"):
         operations.add_metric([row["status"]], row["n"])
     yield operations
+    from panel.nodes.trust import rejected_counts
+
+    # Messages refused because their signature or their node did not check out (panel.nodes.trust).
+    rejected = CounterMetricFamily(
+        "panel_rejected_messages", "agent messages the panel refused, by kind", labels=["kind"]
+    )
+    for kind, count in sorted(rejected_counts().items()):
+        rejected.add_metric([kind], count)
+    yield rejected
 
 
 def _epoch(iso: str) -> float:

@@ -5,10 +5,11 @@ the project's pyproject.toml that the agent needs (no Django on Ascend hosts), s
 the panel that serves it.
 """
 
+import gzip
+import hashlib
 import io
 import re
 import tarfile
-import time
 import tomllib
 from functools import lru_cache
 
@@ -28,12 +29,14 @@ AGENT_REQUIREMENTS = {
     "safetensors",
     "numpy",
     "cryptography",
+    "orjson",
     "pyyaml",
     "httpx",
     "prometheus-client",
     "huggingface-hub",
 }
 REQUIREMENT_NAME = re.compile(r"^[A-Za-z0-9._-]+")
+SOURCE_DATE = 1_700_000_000  # the fixed mtime of every file in the package (reproducible bytes)
 
 
 def _project() -> dict:
@@ -68,18 +71,32 @@ def _add(archive: tarfile.TarFile, name: str, data: bytes, mtime: float) -> None
 
 @lru_cache(maxsize=1)
 def agent_sdist() -> bytes:
-    """The agent's sdist (.tar.gz): workers/ plus a pyproject.toml naming only the agent's requirements."""
+    """The agent's sdist (.tar.gz): workers/ plus a pyproject.toml naming only the agent's requirements.
+
+    Byte for byte the same for the same sources (fixed times in the tar and gzip headers), so the sha256
+    pinned in a join command still matches after the panel restarts."""
     project = _project()
     top = f"{AGENT_DISTRIBUTION.replace('-', '_')}-{project['version']}"
     buffer = io.BytesIO()
-    now = time.time()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
-        _add(archive, f"{top}/pyproject.toml", agent_pyproject(project).encode(), now)
+    with (
+        gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0) as compressed,
+        tarfile.open(fileobj=compressed, mode="w", format=tarfile.PAX_FORMAT) as archive,
+    ):
+        _add(archive, f"{top}/pyproject.toml", agent_pyproject(project).encode(), SOURCE_DATE)
         pkg_info = f"Metadata-Version: 2.1\nName: {AGENT_DISTRIBUTION}\nVersion: {project['version']}\n"
-        _add(archive, f"{top}/PKG-INFO", pkg_info.encode(), now)
+        _add(archive, f"{top}/PKG-INFO", pkg_info.encode(), SOURCE_DATE)
         workers_dir = settings.BASE_DIR / "workers"
         for path in sorted(workers_dir.rglob("*")):
             if path.is_file() and "__pycache__" not in path.parts and path.suffix in (".py", ".yaml"):
                 relative = path.relative_to(settings.BASE_DIR).as_posix()
-                _add(archive, f"{top}/{relative}", path.read_bytes(), path.stat().st_mtime)
+                _add(archive, f"{top}/{relative}", path.read_bytes(), SOURCE_DATE)
     return buffer.getvalue()
+
+
+@lru_cache(maxsize=1)
+def agent_sdist_sha256() -> str:
+    return hashlib.sha256(agent_sdist()).hexdigest()
+
+
+def install_script_sha256() -> str:
+    return hashlib.sha256(INSTALL_SCRIPT.read_bytes()).hexdigest()

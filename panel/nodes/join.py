@@ -1,11 +1,14 @@
-"""Agent registration with a join token: scoped to one node name, expiring, single use."""
+"""Agent registration with a join token: scoped to one node name, expiring, single use. The agent's install
+script trades it once, over the panel's URL, for the node's own credential (panel.nodes.trust)."""
 
+import hashlib
 import secrets
 import shlex
 from datetime import timedelta
 from urllib.parse import urlsplit, urlunsplit
 
 from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 
 from panel.accounts.models import hash_token
@@ -24,27 +27,39 @@ def issue_join_token(node_name: str, user=None, lifetime=JOIN_TOKEN_LIFETIME) ->
     return raw
 
 
-def register_with_token(beat) -> Node | None:
-    """Create the node a heartbeat names if its join token is valid for that name (claimed atomically)."""
-    if not beat.join_token:
-        return None
-    if not claim_join_token(beat):
-        return None
-    node, _ = Node.objects.get_or_create(name=beat.node, defaults={"transport": NodeTransport.AGENT})
-    return node
+class JoinRefused(Exception):
+    """The join token is unknown, used, expired or for another node name."""
 
 
-def claim_join_token(beat) -> bool:
-    """Use up the heartbeat's join token if it is valid for the node it names (one winner under races)."""
-    if not beat.join_token:
-        return False
-    claimed = JoinToken.objects.filter(
-        key_hash=hash_token(beat.join_token),
-        node_name=beat.node,
-        used__isnull=True,
-        expires__gt=timezone.now(),
-    ).update(used=timezone.now())
-    return claimed == 1
+def exchange_join_token(node_name: str, token: str) -> tuple[Node, bytes]:
+    """Use up a join token (one winner under races) and issue the node's credential: a new node, or a new
+    credential for a node that joins again (the old one stops working at once). Returns (node, its key)."""
+    from panel.nodes.models import new_credential_id
+    from panel.nodes.trust import agent_key
+
+    with transaction.atomic():
+        claimed = JoinToken.objects.filter(
+            key_hash=hash_token(token or ""),
+            node_name=node_name,
+            used__isnull=True,
+            expires__gt=timezone.now(),
+        ).update(used=timezone.now())
+        if claimed != 1:
+            raise JoinRefused(
+                "this join token is unknown, already used, expired or for another node: create a new one "
+                "in the panel (Nodes → Add node)"
+            )
+        node, created = Node.objects.get_or_create(
+            name=node_name, defaults={"transport": NodeTransport.AGENT}
+        )
+        if not created:
+            node.credential_id = new_credential_id()
+            node.save(update_fields=["credential_id", "updated"])
+    return node, agent_key(node)
+
+
+def file_sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 def agent_broker_url(panel_host: str) -> str:
@@ -63,12 +78,19 @@ def agent_broker_url(panel_host: str) -> str:
     return settings.CELERY_BROKER_URL
 
 
-def join_command(panel_url: str, node_name: str, token: str | None, broker_url: str) -> str:
-    """The one line an admin runs on a new host to install the agent and register it."""
+INSTALL_SCRIPT_PATH = "/tmp/ascend-panel-install.sh"  # noqa: S108  the host's temp dir, where curl saves it
+
+
+def join_command(panel_url: str, node_name: str, token: str, script_sha256: str, package_sha256: str) -> str:
+    """The one line an admin runs on a new host: download the install script, check it against the sha256
+    the panel pinned here, and run it with the token on stdin (never on a command line, where `ps` shows
+    it). The script checks the agent package against its own pinned sha256, trades the token for the
+    node's credential and the broker address over the panel's URL, and starts the agent."""
     panel_url = panel_url.rstrip("/")
-    args = ["--panel", panel_url, "--node", node_name]
-    if token:
-        args += ["--token", token]
-    args += ["--broker", broker_url]
-    script = shlex.quote(f"{panel_url}/nodes/agent/install.sh")
-    return f"curl -fsSL {script} | sudo bash -s -- {shlex.join(args)}"
+    script = INSTALL_SCRIPT_PATH
+    args = ["--panel", panel_url, "--node", node_name, "--package-sha256", package_sha256]
+    return (
+        f"curl -fsSL {shlex.quote(f'{panel_url}/nodes/agent/install.sh')} -o {script}"
+        f" && echo {shlex.quote(f'{script_sha256}  {script}')} | sha256sum -c --quiet -"
+        f" && printf '%s\\n' {shlex.quote(token)} | sudo bash {script} {shlex.join(args)}"
+    )

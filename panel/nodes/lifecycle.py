@@ -9,7 +9,8 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from panel.core.choices import DeploymentState, NodeStatus, NodeTransport, OperationStatus
-from panel.nodes.join import agent_broker_url, issue_join_token, join_command
+from panel.nodes.agent_package import agent_sdist_sha256, install_script_sha256
+from panel.nodes.join import issue_join_token, join_command
 from panel.nodes.models import JoinToken, Node
 from panel.nodes.services import _announce
 from panel.nodes.ssh import (
@@ -56,7 +57,7 @@ def add_agent_node(*, name: str, panel_url: str, panel_host: str, user=None) -> 
     _check_new_name(name)
     token = issue_join_token(name, user=user)
     expires = JoinToken.objects.filter(node_name=name).latest("created").expires
-    command = join_command(panel_url, name, token, agent_broker_url(panel_host))
+    command = join_command(panel_url, name, token, install_script_sha256(), agent_sdist_sha256())
     return PendingAgent(name=name, token=token, expires=expires, join_command=command)
 
 

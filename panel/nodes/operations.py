@@ -22,9 +22,12 @@ def start_inventory(node, user=None):
     return create_operation(kind=OperationKind.INVENTORY, node=node, task_name=AGENT_INVENTORY, user=user)
 
 
-def start_install_agent(node, *, panel_url: str, broker_url: str, user=None):
-    """Install the agent onto an SSH node through the central agent; it registers with a fresh join token."""
-    from panel.nodes.agent_package import INSTALL_SCRIPT
+def start_install_agent(node, *, panel_url: str, user=None):
+    """Install the agent onto an SSH node through the central agent, which feeds the install script a fresh
+    join token on stdin; the token travels sealed (only the central agent opens it) and never reaches a
+    command line. The script trades it for the node's own credential."""
+    from panel.core.secrets import encrypt
+    from panel.nodes.agent_package import INSTALL_SCRIPT, agent_sdist_sha256
     from panel.nodes.join import issue_join_token
     from panel.nodes.lifecycle import NodeActionRefused
 
@@ -40,10 +43,8 @@ def start_install_agent(node, *, panel_url: str, broker_url: str, user=None):
         panel_url.rstrip("/"),
         "--node",
         node.name,
-        "--token",
-        token,
-        "--broker",
-        broker_url,
+        "--package-sha256",
+        agent_sdist_sha256(),
     ]
     return create_operation(
         kind=OperationKind.INSTALL,
@@ -52,5 +53,9 @@ def start_install_agent(node, *, panel_url: str, broker_url: str, user=None):
         user=user,
         target="ascend-panel-agent",
         params={"component": "agent", "panel": panel_url},
-        task_kwargs={"script": INSTALL_SCRIPT.read_text(), "script_args": script_args},
+        task_kwargs={
+            "script": INSTALL_SCRIPT.read_text(),
+            "script_args": script_args,
+            "sealed_token": encrypt(token),
+        },
     )

@@ -59,7 +59,8 @@ def refuse(kind: str, sender: str, reason: str) -> None:
 def rejected_counts() -> dict[str, int]:
     from panel.monitoring import store
 
-    return {k.decode(): int(v) for k, v in store.client().hgetall(REJECTED_KEY).items()}
+    counts = store.client().hgetall(REJECTED_KEY)
+    return {(k.decode() if isinstance(k, bytes) else k): int(v) for k, v in counts.items()}
 
 
 def _key_of(signer: str, node) -> bytes:

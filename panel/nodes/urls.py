@@ -6,6 +6,7 @@ app_name = "nodes"
 urlpatterns = [
     path("", views.node_list, name="list"),
     path("add/", views.node_add, name="add"),
+    path("agent/join/", views.agent_join, name="agent-join"),
     path("agent/install.sh", views.agent_install_script, name="agent-install-script"),
     path("agent/ascend-panel-agent.service", views.agent_unit, name="agent-unit"),
     path("agent/ascend-panel.tar.gz", views.agent_package, name="agent-package"),

@@ -1,9 +1,13 @@
+import json
+import logging
+
 from django.contrib import messages
 from django.core.exceptions import ValidationError
-from django.http import HttpResponse
+from django.http import HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST, require_safe
 
 from panel.accounts.roles import ADMIN, OPERATOR, VIEWER, has_role
@@ -13,11 +17,13 @@ from panel.nodes import lifecycle
 from panel.nodes.agent_package import INSTALL_SCRIPT, UNIT_FILE, agent_sdist
 from panel.nodes.filtersets import NodeFilterSet
 from panel.nodes.forms import NodeAddForm, NodeSettingsForm
-from panel.nodes.join import agent_broker_url
+from panel.nodes.join import JoinRefused, agent_broker_url, exchange_join_token
 from panel.nodes.models import JoinToken, Node
 from panel.nodes.operations import start_install_agent, start_inventory
 from panel.nodes.presentation import facts_view, inventory_changes_view, versions_view
 from panel.nodes.ssh import host_key_fingerprint
+
+log = logging.getLogger(__name__)
 
 
 def _node(request, name):
@@ -162,15 +168,7 @@ def run_inventory(request, name):
 @require_POST
 def install_agent(request, name):
     node = _node(request, name)
-    broker = agent_broker_url(request.get_host())
-    return _start(
-        request,
-        node,
-        start_install_agent,
-        panel_url=_panel_url(request),
-        broker_url=broker,
-        user=request.user,
-    )
+    return _start(request, node, start_install_agent, panel_url=_panel_url(request), user=request.user)
 
 
 @role_required(OPERATOR)
@@ -206,6 +204,28 @@ def agent_install_script(request):
 @require_GET
 def agent_unit(request):
     return HttpResponse(UNIT_FILE.read_bytes(), content_type="text/plain; charset=utf-8")
+
+
+@csrf_exempt  # no session: the install script authenticates with the join token it trades in
+@require_POST
+def agent_join(request):
+    """Trade a join token for the node's credential and the broker address (once). JSON in and out."""
+    try:
+        body = json.loads(request.body or b"{}")
+        node_name, token = str(body["node"]), str(body["token"])
+    except (ValueError, KeyError, TypeError):
+        return JsonResponse({"detail": 'send JSON {"node": NAME, "token": TOKEN}'}, status=400)
+    try:
+        node, key = exchange_join_token(node_name, token)
+    except JoinRefused as refusal:
+        from panel.nodes.trust import refuse
+
+        refuse("join", node_name, str(refusal))
+        return JsonResponse({"detail": str(refusal)}, status=403)
+    log.info("node %s joined from %s", node.name, request.META.get("REMOTE_ADDR"))
+    return JsonResponse(
+        {"node": node.name, "agent_key": key.decode(), "broker_url": agent_broker_url(request.get_host())}
+    )
 
 
 @require_GET

@@ -97,7 +97,9 @@ def ingest_events(batch_data: dict, *, sender: str | None = None) -> list[Operat
         current = batch.attempt == operation.attempt
         this_attempt = OperationEvent.objects.filter(operation=operation, attempt=batch.attempt)
         known = set(
-            this_attempt.filter(agent_seq__in=[e.seq for e in batch.events]).values_list("agent_seq", flat=True)
+            this_attempt.filter(agent_seq__in=[e.seq for e in batch.events]).values_list(
+                "agent_seq", flat=True
+            )
         )
         # A late batch of this attempt is stored but does not undo what newer events of it already set.
         applied = this_attempt.aggregate(newest=Max("agent_seq"))["newest"] or 0

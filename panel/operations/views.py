@@ -1,12 +1,15 @@
+from django.contrib import messages
 from django.core.paginator import Paginator
-from django.shortcuts import get_object_or_404, render
-from django.views.decorators.http import require_safe
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_POST, require_safe
 
-from panel.accounts.roles import VIEWER
+from panel.accounts.roles import ADMIN, VIEWER, has_role
 from panel.core.choices import OperationStatus
 from panel.core.views import role_required
 from panel.operations.filtersets import OperationFilterSet
 from panel.operations.models import Operation
+from panel.operations.reaper import force_fail
 
 
 @role_required(VIEWER)
@@ -23,4 +26,20 @@ def operation_list(request):
 def operation_detail(request, pk):
     operation = get_object_or_404(Operation.objects.visible_to(request.user).select_related("node"), pk=pk)
     labels = {value: str(label) for value, label in OperationStatus.choices}
-    return render(request, "operations/detail.html", {"operation": operation, "status_labels": labels})
+    context = {
+        "operation": operation,
+        "status_labels": labels,
+        "can_force_fail": has_role(request.user, ADMIN),
+    }
+    return render(request, "operations/detail.html", context)
+
+
+@role_required(ADMIN)
+@require_POST
+def operation_force_fail(request, pk):
+    operation = get_object_or_404(Operation.objects.visible_to(request.user), pk=pk)
+    if force_fail(operation, request.user, request.POST.get("reason", "").strip()[:200]):
+        messages.warning(request, _("The operation was force-failed."))
+    else:
+        messages.info(request, _("The operation had already ended."))
+    return redirect("operations:detail", pk=operation.pk)

@@ -2,56 +2,112 @@
 rules, field errors, secrets at rest; and heartbeats through a real worker: online, offline, online again."""
 
 import asyncio
+import hashlib
 from datetime import timedelta
 
 import pytest
 from channels.db import database_sync_to_async
 from django.db import connection
+from django.test import Client
 from django.utils import timezone
 
 from tests.conftest import api_client_for
 from tests.integration.conftest import TEST_NODE
 
 
-def beat(node, token=None, interval=5.0):
+def beat(node, interval=5.0):
     from panel.nodes.services import record_heartbeat
     from workers.contracts import Heartbeat, utcnow
 
-    data = Heartbeat(node=node, time=utcnow(), agent_version="t", join_token=token, interval_s=interval)
-    return record_heartbeat(data.model_dump(mode="json"))
+    data = Heartbeat(node=node, time=utcnow(), agent_version="t", interval_s=interval)
+    return record_heartbeat(data.model_dump(mode="json"), signer=node)
+
+
+def join(node_name, token):
+    from django.test import Client
+
+    return Client().post(
+        "/nodes/agent/join/", {"node": node_name, "token": token}, content_type="application/json"
+    )
 
 
 @pytest.mark.django_db
 def test_an_admin_adds_an_agent_node_and_gets_a_one_line_join_command(alice):
+    from panel.nodes.agent_package import agent_sdist, install_script_sha256
+
     response = api_client_for(alice).post("/api/v1/nodes/", {"name": "npu-07"}, format="json")
     assert response.status_code == 201, response.json()
     body = response.json()
-    assert body["join_command"].startswith(
-        "curl -fsSL http://testserver/nodes/agent/install.sh | sudo bash -s --"
+    command = body["join_command"]
+    assert command.startswith(
+        "curl -fsSL http://testserver/nodes/agent/install.sh -o /tmp/ascend-panel-install.sh"
+        f" && echo '{install_script_sha256()}  /tmp/ascend-panel-install.sh' | sha256sum -c --quiet -"
     )
-    assert f"--node npu-07 --token {body['join_token']} --broker redis://" in body["join_command"]
+    # The token reaches the script on stdin (printf is a shell builtin): no process shows it in ps.
+    piped, _, run = command.rpartition(" | sudo bash ")
+    assert piped.endswith(f"printf '%s\\n' {body['join_token']}")
+    assert body["join_token"] not in run
+    assert "redis://" not in command  # the broker address comes with the credential, from the panel
+    served = hashlib.sha256(Client().get("/nodes/agent/ascend-panel.tar.gz").content).hexdigest()
+    assert served == hashlib.sha256(agent_sdist()).hexdigest()
+    assert run.endswith(f"--node npu-07 --package-sha256 {served}")
 
 
 @pytest.mark.django_db
-def test_the_join_token_registers_its_node_once_and_no_other(alice):
+def test_the_join_token_is_traded_once_for_its_nodes_credential_and_no_other(alice):
+    from panel.nodes.models import Node
+    from panel.nodes.trust import agent_key
+
     token = (
         api_client_for(alice).post("/api/v1/nodes/", {"name": "npu-07"}, format="json").json()["join_token"]
     )
-    assert beat("npu-08", token) is None  # scoped to its node name
-    node = beat("npu-07", token)
-    assert node is not None
+    assert join("npu-08", token).status_code == 403  # scoped to its node name
+    response = join("npu-07", token)
+    assert response.status_code == 200, response.content
+    node = Node.objects.get(name="npu-07")
     assert node.transport == "agent"
-    assert node.status == "online"
+    assert response.json()["agent_key"] == agent_key(node).decode()
+    assert response.json()["broker_url"].startswith("redis://")
+    assert join("npu-07", token).status_code == 403  # single use
     node.delete()
-    assert beat("npu-07", token) is None  # single use
+    assert join("npu-07", token).status_code == 403
 
 
 @pytest.mark.django_db
 def test_an_expired_join_token_registers_nothing(alice):
     from panel.nodes.join import issue_join_token
+    from panel.nodes.models import Node
 
     token = issue_join_token("npu-09", lifetime=timedelta(seconds=-1))
-    assert beat("npu-09", token) is None
+    response = join("npu-09", token)
+    assert response.status_code == 403
+    assert "expired" in response.json()["detail"]
+    assert not Node.objects.filter(name="npu-09").exists()
+
+
+@pytest.mark.django_db
+def test_joining_again_rotates_the_credential_and_the_old_one_stops_working(alice):
+    from panel.nodes.join import issue_join_token
+
+    old_key = join("npu-10", issue_join_token("npu-10")).json()["agent_key"]
+    new_key = join("npu-10", issue_join_token("npu-10")).json()["agent_key"]
+    assert old_key != new_key
+    assert heartbeat_signed_with("npu-10", old_key) is False
+    assert heartbeat_signed_with("npu-10", new_key) is True
+
+
+def heartbeat_signed_with(node_name, key):
+    from panel.nodes.models import Node
+    from panel.nodes.tasks import heartbeat
+    from workers.contracts import Heartbeat, utcnow
+    from workers.identity import seal_for_panel, use_keys
+    from workers.task_names import HEARTBEAT
+
+    use_keys({node_name: key.encode()})
+    body = Heartbeat(node=node_name, time=utcnow(), agent_version="t").model_dump(mode="json")
+    Node.objects.filter(name=node_name).update(last_heartbeat=None)
+    heartbeat(seal_for_panel(HEARTBEAT, node_name, body))
+    return Node.objects.get(name=node_name).last_heartbeat is not None
 
 
 @pytest.mark.django_db

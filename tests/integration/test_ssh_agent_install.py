@@ -77,9 +77,12 @@ async def test_the_agent_installed_over_ssh_registers_and_takes_over_the_node(
     tmp_path,
     started_agents,
     alice,
+    settings,
 ):
     from panel.monitoring import services, store
     from panel.nodes.operations import start_install_agent
+    from panel.nodes.trust import agent_key
+    from panel.operations.models import Operation
 
     if os.geteuid() != 0:
         pytest.skip("the install runs under sudo -n for a non-root login, which this test cannot grant")
@@ -95,9 +98,8 @@ async def test_the_agent_installed_over_ssh_registers_and_takes_over_the_node(
     }
     await database_sync_to_async(node.save)()
 
-    operation = await database_sync_to_async(start_install_agent)(
-        node, panel_url=live_server.url, broker_url=redis_url, user=alice
-    )
+    settings.PANEL_AGENT_BROKER_URL = redis_url  # what the join answers the installed agent
+    operation = await database_sync_to_async(start_install_agent)(node, panel_url=live_server.url, user=alice)
     await ssh_nodes.wait_finished(operation, timeout=INSTALL_TIMEOUT_S)
 
     settings_file = host / "etc/ascend-panel/agent.env"
@@ -105,14 +107,18 @@ async def test_the_agent_installed_over_ssh_registers_and_takes_over_the_node(
     assert agent_env["ASCEND_PANEL_NODE_NAME"] == NODE
     assert agent_env["ASCEND_PANEL_URL"] == live_server.url
     assert agent_env["CELERY_BROKER_URL"] == redis_url
-    assert agent_env["ASCEND_PANEL_JOIN_TOKEN"].startswith("apj_")
+    await database_sync_to_async(node.refresh_from_db)()
+    assert agent_env["ASCEND_PANEL_AGENT_KEY"] == agent_key(node).decode()  # traded for the join token
+    assert "ASCEND_PANEL_JOIN_TOKEN" not in agent_env
     assert stat.S_IMODE(settings_file.stat().st_mode) == 0o600
     unit = (host / "etc/systemd/system/ascend-panel-agent.service").read_text()
     assert unit == (REPO / "deploy/ascend-panel-agent.service").read_text()
     logged = await database_sync_to_async(list)(operation.events.values_list("payload", flat=True))
     lines = [event.get("line", "") for event in logged]
     assert any("Installing the agent" in line for line in lines)
-    assert not any(agent_env["ASCEND_PANEL_JOIN_TOKEN"] in str(event) for event in logged)
+    token_sent = await database_sync_to_async(Operation.objects.get)(pk=operation.pk)
+    assert "apj_" not in str(token_sent.task_kwargs)  # sealed for the central agent
+    assert not any("apj_" in str(event) for event in logged)
 
     venv_python = host / "opt/ascend-panel/venv/bin/python"
     installed = subprocess.run(

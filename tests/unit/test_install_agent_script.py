@@ -1,10 +1,15 @@
-"""deploy/install-agent.sh, run for real under a DESTDIR with SYSTEMD_OFFLINE=1: arguments, agent.env, the
-venv with the package installed, the unit file; and clear refusals of bad arguments."""
+"""deploy/install-agent.sh, run for real under a DESTDIR with SYSTEMD_OFFLINE=1: the token on stdin traded
+once for the node's credential, the package checked against its pinned sha256, agent.env, the venv with the
+package installed, the unit file; and clear refusals of bad arguments, tokens and packages."""
 
+import hashlib
+import http.server
+import json
 import os
 import stat
 import subprocess
 import sys
+import threading
 import zipfile
 from pathlib import Path
 
@@ -37,16 +42,55 @@ def tiny_agent_wheel(directory: Path) -> Path:
     return wheel
 
 
-def run_script(*args, destdir: Path):
+def run_script(*args, destdir: Path, token: str | None = None):
     env = {**os.environ, "DESTDIR": str(destdir), "SYSTEMD_OFFLINE": "1", "PIP_NO_INDEX": "1"}
-    return subprocess.run(["bash", str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=300)
+    env.pop("ASCEND_PANEL_JOIN_TOKEN", None)
+    return subprocess.run(
+        ["bash", str(SCRIPT), *args],
+        env=env,
+        input=f"{token}\n" if token else "",
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+class JoinEndpoint(http.server.BaseHTTPRequestHandler):
+    """The panel's POST /nodes/agent/join/ as the script sees it (the real one: tests/integration)."""
+
+    received: list[dict] = []
+
+    def do_POST(self):  # noqa: N802  the http.server API
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        JoinEndpoint.received.append({"path": self.path, **body})
+        if body["token"] != "apj_good-token":
+            answer, status = {"detail": "this join token is unknown, already used, expired"}, 403
+        else:
+            answer, status = {"agent_key": "k" * 64, "broker_url": "redis://panel.example:6379/0"}, 200
+        data = json.dumps(answer).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def panel_url():
+    JoinEndpoint.received = []
+    server = http.server.HTTPServer(("127.0.0.1", 0), JoinEndpoint)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}/"
+    server.shutdown()
 
 
 def base_args(**overrides):
     values = {
         "--panel": "http://panel.example:8000/",
         "--node": "npu-01",
-        "--broker": "redis://panel.example:6379/0",
         "--python": sys.executable,
         "--unit": str(UNIT),
         **overrides,
@@ -54,19 +98,34 @@ def base_args(**overrides):
     return [item for key, value in values.items() if value is not None for item in (key, value)]
 
 
+def joined(token: str) -> dict:
+    return {"path": "/nodes/agent/join/", "node": "npu-01", "token": token}
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 @pytest.mark.timeout(300)
-def test_it_writes_agent_env_installs_the_package_in_a_venv_and_the_unit(tmp_path):
+def test_it_trades_the_token_on_stdin_for_the_credential_and_installs_the_checked_package(
+    tmp_path, panel_url
+):
     wheel = tiny_agent_wheel(tmp_path)
     root = tmp_path / "root"
-    done = run_script(*base_args(), "--token", "apj_abc-123", "--package", str(wheel), destdir=root)
+    args = base_args(**{"--panel": panel_url}, **{"--package-sha256": sha256(wheel)})
+    done = run_script(*args, "--package", str(wheel), destdir=root, token="apj_good-token")
     assert done.returncode == 0, done.stderr + done.stdout
+    assert JoinEndpoint.received == [
+        {"path": "/nodes/agent/join/", "node": "npu-01", "token": "apj_good-token"}
+    ]
     env_file = root / "etc/ascend-panel/agent.env"
     lines = env_file.read_text().splitlines()
     assert "ASCEND_PANEL_NODE_NAME=npu-01" in lines
-    assert "CELERY_BROKER_URL=redis://panel.example:6379/0" in lines
-    assert "ASCEND_PANEL_JOIN_TOKEN=apj_abc-123" in lines
-    assert "ASCEND_PANEL_URL=http://panel.example:8000" in lines  # trailing slash dropped
-    assert stat.S_IMODE(env_file.stat().st_mode) == 0o600  # holds the token and maybe a broker password
+    assert "CELERY_BROKER_URL=redis://panel.example:6379/0" in lines  # from the panel's answer
+    assert f"ASCEND_PANEL_AGENT_KEY={'k' * 64}" in lines
+    assert f"ASCEND_PANEL_URL={panel_url.rstrip('/')}" in lines  # trailing slash dropped
+    assert not any("JOIN_TOKEN" in line for line in lines)  # used once, never kept
+    assert stat.S_IMODE(env_file.stat().st_mode) == 0o600  # holds the credential and maybe a broker password
     venv_python = root / "opt/ascend-panel/venv/bin/python"
     imported = subprocess.run(
         [str(venv_python), "-c", "import workers.agent as a; print(a.AGENT)"],
@@ -78,17 +137,34 @@ def test_it_writes_agent_env_installs_the_package_in_a_venv_and_the_unit(tmp_pat
     assert (root / "etc/systemd/system/ascend-panel-agent.service").read_text() == UNIT.read_text()
     assert "not starting the unit" in done.stdout
 
-
-def test_running_it_again_keeps_the_venv_and_drops_a_token_not_given(tmp_path):
-    wheel = tiny_agent_wheel(tmp_path)
-    root = tmp_path / "root"
-    assert (
-        run_script(*base_args(), "--token", "apj_first", "--package", str(wheel), destdir=root).returncode
-        == 0
-    )
-    again = run_script(*base_args(), "--package", str(wheel), destdir=root)
+    again = run_script(*args, "--package", str(wheel), destdir=root)  # no token: an upgrade in place
     assert again.returncode == 0, again.stderr
-    assert "ASCEND_PANEL_JOIN_TOKEN" not in (root / "etc/ascend-panel/agent.env").read_text()
+    assert env_file.read_text().splitlines() == lines
+    assert len(JoinEndpoint.received) == 1
+
+
+@pytest.mark.timeout(300)
+def test_a_refused_token_and_a_tampered_package_install_no_credential(tmp_path, panel_url):
+    wheel = tiny_agent_wheel(tmp_path)
+    args = [*base_args(**{"--panel": panel_url}), "--package", str(wheel)]
+    refused = run_script(*args, destdir=tmp_path / "a", token="apj_used-token")
+    assert refused.returncode == 2
+    assert "the panel refused to join" in refused.stderr
+    assert not (tmp_path / "a/etc/ascend-panel/agent.env").exists()
+    tampered = run_script(*args, "--package-sha256", "0" * 64, destdir=tmp_path / "b", token="apj_good-token")
+    assert tampered.returncode == 2
+    assert "does not match the sha256" in tampered.stderr
+    assert not (tmp_path / "b/opt/ascend-panel/venv").exists()
+    assert JoinEndpoint.received == [
+        {"path": "/nodes/agent/join/", "node": "npu-01", "token": "apj_used-token"}
+    ]
+
+
+def test_without_a_token_or_an_earlier_credential_it_stops(tmp_path):
+    wheel = tiny_agent_wheel(tmp_path)
+    done = run_script(*base_args(), "--package", str(wheel), destdir=tmp_path)
+    assert done.returncode == 2
+    assert "pipe the join token" in done.stderr
 
 
 @pytest.mark.parametrize(
@@ -97,6 +173,7 @@ def test_running_it_again_keeps_the_venv_and_drops_a_token_not_given(tmp_path):
         ({"--node": None}, "--node is required"),
         ({"--node": "bad name;rm"}, "--node must be 1-63 letters"),
         ({"--broker": "http://x"}, "--broker must be a redis://"),
+        ({"--package-sha256": "abc"}, "--package-sha256 must be 64 hex digits"),
         ({"--panel": "panel.example"}, "--panel must be an http://"),
         ({"--python": "/nonexistent/python"}, "older than Python 3.11"),
     ],

@@ -32,7 +32,7 @@ ROOT = "/data/models"
 @pytest.fixture
 def host(tmp_path):
     sent = []
-    emitter = EventEmitter("op", "n", send=lambda _name, batch: sent.append(batch))
+    emitter = EventEmitter("op", "n", send=lambda _name, batch, **_: sent.append(batch))
     config = SimpleNamespace(host_root=str(tmp_path), node_name="n", ascend_root=str(tmp_path / "Ascend"))
     make_tiny_model(tmp_path / "data/models/tiny", arch="qwen2")
     return SimpleNamespace(root=tmp_path, emitter=emitter, config=config, sent=sent)

@@ -24,7 +24,7 @@ class AgentTask(Task):
         try:
             check_task(self.name, task_id, kwargs)
         except Untrusted as why:
-            type(self).rejected += 1
+            AgentTask.rejected += 1
             log.error("refused task %s %s: %s", self.name, task_id, why)
             return None
         kwargs.pop(AUTH_KWARG, None)

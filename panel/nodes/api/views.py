@@ -18,7 +18,6 @@ from panel.nodes.api.serializers import (
     NodeSettingsSerializer,
 )
 from panel.nodes.filtersets import NodeFilterSet
-from panel.nodes.join import agent_broker_url
 from panel.nodes.models import Node
 from panel.nodes.operations import start_install_agent, start_inventory
 from panel.operations.api.serializers import OperationSerializer
@@ -157,7 +156,6 @@ class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, PanelViewSet
             start_install_agent,
             self.get_object(),
             panel_url=panel_url(request),
-            broker_url=agent_broker_url(request.get_host()),
             user=request.user,
         )
 

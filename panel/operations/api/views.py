@@ -1,8 +1,10 @@
-from drf_spectacular.utils import extend_schema
+from django.utils.translation import gettext as _
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
+from panel.accounts.roles import ADMIN
 from panel.core.api import ReadOnlyPanelViewSet
 from panel.operations.api.serializers import (
     OperationEventPageSerializer,
@@ -11,6 +13,7 @@ from panel.operations.api.serializers import (
 )
 from panel.operations.filtersets import OperationFilterSet
 from panel.operations.models import Operation
+from panel.operations.reaper import force_fail
 
 MAX_EVENTS_PER_PAGE = 2000
 LARGEST_SEQ = 2**31 - 1  # OperationEvent.seq is a PositiveIntegerField
@@ -29,10 +32,31 @@ class EventQuerySerializer(serializers.Serializer):
     )
 
 
+class ForceFailSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+
+
 class OperationViewSet(ReadOnlyPanelViewSet):
     queryset = Operation.objects.select_related("node", "created_by")
     serializer_class = OperationSerializer
     filterset_class = OperationFilterSet
+    write_role = ADMIN  # the one write here: force-failing a stuck operation
+
+    @extend_schema(
+        request=ForceFailSerializer,
+        responses={200: OperationSerializer, 409: OpenApiResponse(description="The operation had ended.")},
+    )
+    @action(detail=True, methods=["post"], url_path="force-fail")
+    def force_fail(self, request, pk=None):
+        """End a stuck operation as failed (admins); whatever waits on it (a stop, a delete, an install)
+        moves on as after any failure. 409 when it had ended already."""
+        operation = self.get_object()
+        body = ForceFailSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        if not force_fail(operation, request.user, body.validated_data["reason"]):
+            return Response({"detail": _("The operation had already ended.")}, status=409)
+        operation.refresh_from_db()
+        return Response(OperationSerializer(operation, context={"request": request}).data)
 
     @extend_schema(
         parameters=[EventQuerySerializer],
