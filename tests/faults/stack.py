@@ -46,6 +46,7 @@ STACK_ENV = {
     "ASCEND_PANEL_METRICS_S": "0",
     "PANEL_DEPLOY_RECONCILE_S": "1",
     "PANEL_REAP_S": "2",
+    "PANEL_OPERATION_PICKUP_S": "45",  # an operation no agent picked up fails within a scenario's wait
     "PANEL_DEPLOY_BACKOFF_BASE_S": "1",
     "PANEL_DEPLOY_BACKOFF_CAP_S": "5",
     "PANEL_DEPLOY_STOP_GRACE_S": "2",
