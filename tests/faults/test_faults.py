@@ -30,11 +30,6 @@ KNOWN_FAILURES = {
         "process died mid-request every retry with the same Idempotency-Key answers 409 'still being "
         "processed' for a day"
     ),
-    "agent-mid-delete": (
-        "the stop task the killed agent had already reserved (prefetched, unacked) is redelivered only "
-        "after kombu's visibility_timeout (1 h); the reaper re-sends only RUNNING operations its agent "
-        "lost and fails a PENDING one only after PANEL_OPERATION_PICKUP_S, so the delete waits that long"
-    ),
 }
 
 
