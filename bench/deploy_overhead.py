@@ -186,7 +186,12 @@ def main() -> int:
     model_dir = scratch / "tiny-llama"
     make_tiny([str(model_dir), "--arch", "llama"])
     model = Model.objects.create(name="tiny-llama", facts=inspect_model(model_dir))
-    Node.objects.create(name=NODE, transport="agent")
+    node = Node.objects.create(name=NODE, transport="agent")
+    # The in-process agent holds its node's credential, as a joined agent does (the panel still verifies).
+    from panel.nodes.trust import agent_key
+    from workers.identity import use_keys
+
+    use_keys({NODE: agent_key(node)})
     user = get_user_model().objects.create_superuser("bench", password=None)
     client = APIClient()
     client.force_authenticate(user)

@@ -1,12 +1,16 @@
 """`make run`: the whole panel on one machine with embedded defaults.
 
 Starts (each as a child that dies with us): an embedded redis-server when REDIS_URL is unset, the ASGI server,
-the panel worker, beat, and one agent per simulated Ascend host. Ctrl-C or SIGTERM stops them all.
+the panel worker, beat, and one agent per simulated Ascend host, each host with a tiny generated chat model
+registered in the catalog, so a first deploy works offline. Ctrl-C or SIGTERM stops them all, and the
+engines the sim agents started: deployments keep their desired state, so the next start brings them back.
 """
 
+import asyncio
 import contextlib
 import ctypes
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -20,7 +24,14 @@ DEMO_NODES = (("sim-a2", "atlas-800i-a2"), ("sim-duo", "atlas-300i-duo"))
 # Both carry a sample ONNX model to try ATC on (their CANN toolkits have atc); msModelSlim is on the A2
 # only, so the Models page shows both the msModelSlim backend and what happens where it is missing.
 DEMO_SIM_FLAGS = {"sim-a2": ["--sample-onnx", "--with-msmodelslim"], "sim-duo": ["--sample-onnx"]}
+# Every sim host generates a tiny chat model (random weights, locally trained tokenizer) the catalog lists.
+DEMO_MODEL_PATH = "/data/models/tiny-chat"
+ENGINE_STOP_GRACE_S = 10
 PR_SET_PDEATHSIG = 1
+# A child that exits more often than this within the window is crash-looping: `make run` stops then.
+RESTART_LIMIT = 5
+RESTART_WINDOW_S = 60
+DEMO_READY_TIMEOUT_S = 120
 
 
 def _die_with_parent():
@@ -50,6 +61,8 @@ class Supervisor:
     def __init__(self, env: dict):
         self.env = env
         self.children: list[tuple[str, subprocess.Popen]] = []
+        self.specs: dict[str, tuple[list[str], dict | None, bool]] = {}
+        self.restarts: dict[str, list[float]] = {}
 
     def start(
         self, name: str, argv: list[str], env: dict | None = None, *, quiet: bool = False
@@ -63,10 +76,33 @@ class Supervisor:
             stdout=subprocess.DEVNULL if quiet else None,
         )
         self.children.append((name, process))
+        self.specs[name] = (argv, env, quiet)
         return process
 
-    def run_once(self, argv: list[str]) -> None:
-        subprocess.run(argv, cwd=BASE_DIR, env=self.env, check=True)
+    def restart(self, name: str) -> bool:
+        """Start a child that exited on its own again, as systemd's Restart= does on a host; False (and
+        nothing started) when it already exited RESTART_LIMIT times within RESTART_WINDOW_S."""
+        now = time.monotonic()
+        recent = [t for t in self.restarts.get(name, []) if now - t < RESTART_WINDOW_S]
+        if len(recent) >= RESTART_LIMIT:
+            return False
+        self.restarts[name] = [*recent, now]
+        self.children = [(n, p) for n, p in self.children if n != name]
+        argv, env, quiet = self.specs[name]
+        self.start(name, argv, env, quiet=quiet)
+        return True
+
+    def run_once(self, argv: list[str], *, capture: bool = False) -> str:
+        """Run a command to its end; `capture` returns its stdout instead of showing it."""
+        done = subprocess.run(
+            argv,
+            cwd=BASE_DIR,
+            env=self.env,
+            check=True,
+            stdout=subprocess.PIPE if capture else None,
+            text=True,
+        )
+        return done.stdout or ""
 
     def stop(self) -> None:
         """Stop the programs first and Redis last, so nothing loses its broker while shutting down."""
@@ -133,8 +169,12 @@ def start_embedded_redis(supervisor: Supervisor, data_dir: Path, *, quiet: bool 
             "127.0.0.1",
             "--save",
             "",
+            # What the broker holds (queued operations, the metrics inbox) survives a Redis restart, as
+            # under docker-compose: an append-only file fsynced every second.
             "--appendonly",
-            "no",
+            "yes",
+            "--appendfsync",
+            "everysec",
             "--dir",
             str(data_dir),
         ],
@@ -155,15 +195,16 @@ def main() -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_signal)
+    agents: list[tuple[str, Path]] = []
     try:
-        if not env.get("REDIS_URL"):
+        embedded_redis = not env.get("REDIS_URL")
+        if embedded_redis:
             env["REDIS_URL"] = start_embedded_redis(supervisor, data_dir)
         env.setdefault("PANEL_SECRETS_KEY", demo_secrets_key(data_dir))
         supervisor.env = env
         supervisor.run_once([PYTHON, "manage.py", "migrate", "--no-input", "-v", "0"])
-        supervisor.run_once([PYTHON, "manage.py", "ensure_admin"])
+        password = admin_password(supervisor.run_once([PYTHON, "manage.py", "ensure_admin"], capture=True))
         supervisor.run_once([PYTHON, "manage.py", "load_starter_catalog"])
-        agents = []
         for node, profile in DEMO_NODES:
             root = data_dir / "sim" / node
             supervisor.run_once(
@@ -178,11 +219,14 @@ def main() -> None:
                     str(root),
                     "--node-name",
                     node,
+                    "--tiny-chat-model",
                     *DEMO_SIM_FLAGS[node],
                 ]
             )
             agents.append((node, root))
-        supervisor.run_once([PYTHON, "manage.py", "ensure_demo_nodes", *[n for n, _ in DEMO_NODES]])
+        nodes = [n for n, _ in DEMO_NODES]
+        supervisor.run_once([PYTHON, "manage.py", "ensure_demo_nodes", *nodes])
+        supervisor.run_once(sim_credentials(nodes, data_dir / "sim"))
         supervisor.run_once([PYTHON, "manage.py", "seed_sim_packages"])  # sim .run files and wheels
         supervisor.start(
             "web", [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "panel.asgi:application"]
@@ -204,24 +248,83 @@ def main() -> None:
             ],
         )
         # The central agent runs the tasks of SSH nodes; it opens their sealed secrets with the panel's key.
-        supervisor.start("central agent", [PYTHON, "-m", "workers.agent", "--central"])
+        supervisor.start(
+            "central agent", [PYTHON, "-m", "workers.agent", "--central"], env=central_agent_env(data_dir)
+        )
         for node, root in agents:
             supervisor.start(
                 f"agent {node}", [PYTHON, "-m", "workers.agent"], env=sim_agent_env(env, node, root)
             )
         wait_for_port(port, timeout=60)
-        print(
-            f"\nAscend Panel is running at http://127.0.0.1:{port}/  (user admin; Ctrl-C stops everything)\n",
-            flush=True,
-        )
-        while (exited := supervisor.watch()) is None:
-            time.sleep(0.5)
-        print(f"{exited} exited; stopping the rest.", file=sys.stderr)
-        raise SystemExit(1)
+        # The demo model's copies, inspected by each host's agent (the first time only). Waiting for that
+        # also lets every child print its start-up banner before the summary.
+        demo_model = [PYTHON, "manage.py", "ensure_demo_models", "--path", DEMO_MODEL_PATH, *nodes]
+        supervisor.run_once([*demo_model, "--wait", str(DEMO_READY_TIMEOUT_S)])
+        print(summary(port, password, env, data_dir, nodes, embedded_redis=embedded_redis), flush=True)
+        while True:
+            exited = supervisor.watch()
+            if exited is None:
+                time.sleep(0.5)
+                continue
+            if not supervisor.restart(exited):
+                print(f"{exited} keeps exiting; stopping the rest.", file=sys.stderr)
+                raise SystemExit(1)
+            print(f"{exited} exited; started it again.", file=sys.stderr, flush=True)
     except KeyboardInterrupt:
         print("\nStopping…", flush=True)
     finally:
         supervisor.stop()
+        stop_sim_engines([root for _, root in agents])
+
+
+def admin_password(ensure_admin_output: str) -> str | None:
+    """The password ensure_admin generated on a first run (it prints it once), else None."""
+    match = re.search(r"Created user admin with password: (\S+)", ensure_admin_output)
+    return match.group(1) if match else None
+
+
+def summary(
+    port: int, password: str | None, env: dict, data_dir: Path, nodes: list[str], *, embedded_redis: bool
+) -> str:
+    """The block `make run` ends its start-up with: where, who, what runs, what to try, how to stop."""
+    if password:
+        sign_in = f"admin / {password}   (generated now and shown once: change it after signing in)"
+    elif env.get("PANEL_ADMIN_PASSWORD"):
+        sign_in = "admin / the password PANEL_ADMIN_PASSWORD held at the first start"
+    else:
+        sign_in = "admin / the password printed at the first start (data in PANEL_DATA_DIR)"
+    redis = "embedded redis-server, " if embedded_redis else ""
+    rule = "─" * 100
+    lines = [
+        rule,
+        f"  Ascend Panel is running at http://127.0.0.1:{port}/",
+        f"  Sign in:   {sign_in}",
+        f"  Running:   web (daphne), panel worker, beat, central agent, {redis}"
+        f"agents of the simulated Ascend hosts {', '.join(nodes)}",
+        f"  Data:      {data_dir}",
+        f"  Try:       Deployments → New deployment → tiny-chat (generated on {', '.join(nodes)})",
+        "  Ctrl-C stops everything, the engines of running deployments too; the next start restarts them.",
+        rule,
+    ]
+    return "\n" + "\n".join(lines) + "\n"
+
+
+def stop_sim_engines(roots: list[Path]) -> None:
+    """Stop the engines the sim agents started (they run detached, in their own process groups, so a
+    stopped agent leaves them running, as on a real host). Their state files stay: deployments keep their
+    desired state, and the next start restarts what is no longer running."""
+    from workers.engine import runtime
+    from workers.hosts.local import LocalRunner
+
+    runner = LocalRunner()
+    for root in roots:
+        for record_file in sorted(runtime.state_dir(str(root)).glob("*.json")):
+            record = runtime.load_record(str(root), record_file.stem)
+            if record is None:
+                continue
+            outcome = asyncio.run(runtime.stop_engine(runner, record, ENGINE_STOP_GRACE_S))
+            if outcome != "not running":
+                print(f"engine {record.name} on {root.name} (port {record.port}): {outcome}", flush=True)
 
 
 def demo_secrets_key(data_dir: Path) -> str:
@@ -235,6 +338,15 @@ def demo_secrets_key(data_dir: Path) -> str:
     return path.read_text().strip()
 
 
+def sim_credentials(node_names, sim_dir: Path) -> list[str]:
+    """The command that writes the sim agents' credentials beside their trees, as the join would on a host."""
+    return [PYTHON, "manage.py", "agent_credential", "--dir", str(sim_dir), *node_names]
+
+
+def central_agent_env(data_dir: Path) -> dict:
+    return {"ASCEND_PANEL_STATE_DIR": str(data_dir / "central-agent")}
+
+
 def sim_agent_env(env: dict, node: str, root: Path) -> dict:
     """An agent on a simulated Ascend host: its tools come first on PATH, its files from its tree."""
     return {
@@ -242,6 +354,8 @@ def sim_agent_env(env: dict, node: str, root: Path) -> dict:
         "ASCEND_PANEL_HOST_ROOT": str(root),
         "ASCEND_PANEL_ASCEND_ROOT": str(root / "usr" / "local" / "Ascend"),
         "ASCEND_PANEL_SIM_ROOT": str(root),
+        # Written by `manage.py agent_credential --dir <sim folder>` (see sim_credentials).
+        "ASCEND_PANEL_AGENT_KEY_FILE": str(root.parent / f"{node}.key"),
         "PATH": f"{root / 'bin'}{os.pathsep}{env.get('PATH', '')}",
     }
 

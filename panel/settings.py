@@ -5,8 +5,11 @@ PANEL_MODE tells how the process was started: "run" (make run, a local demo), "t
 """
 
 import os
+import re
 import sys
+from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import environ
 
@@ -58,6 +61,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "django_htmx",
     "channels",
+    "axes",
     "panel.core",
     "panel.accounts",
     "panel.nodes",
@@ -67,6 +71,7 @@ INSTALLED_APPS = [
     "panel.realtime",
     "panel.provisioning",
     "panel.monitoring",
+    "panel.audit",
 ]
 
 MIDDLEWARE = [
@@ -78,9 +83,12 @@ MIDDLEWARE = [
     "panel.core.middleware.RejectNulInQueryMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "panel.audit.middleware.AuditRequestMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, as django-axes asks: it turns a locked-out sign-in into the lockout page (or JSON for the API).
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "panel.urls"
@@ -119,11 +127,42 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
+# Agents run as root and take their work from the broker: production refuses one anybody can talk to.
+WEAK_REDIS_PASSWORDS = {"", "change-me", "changeme", "redis", "password", "foobared", "admin", "123456"}
+if not DEVELOPMENT_MODE:
+    for _name in ("REDIS_URL", "CELERY_BROKER_URL"):
+        _url = env.str(_name, default=REDIS_URL)
+        _password = urlsplit(_url).password or ""
+        if _url.startswith(("redis://", "rediss://")) and _password in WEAK_REDIS_PASSWORDS:
+            raise SystemExit(
+                f"{_name} has no Redis password, or a well-known one. Agents run as root and take their work "
+                "from this broker: set a long random password (requirepass in redis.conf, REDIS_PASSWORD "
+                "with docker-compose) and put it in the URL, e.g. redis://:PASSWORD@redis:6379/0."
+            )
 
 AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
+# django-axes checks every password sign-in first (the sign-in page, Django's admin, HTTP Basic on the API).
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+# A user name tried from one address is locked after N failures for the cool-off; other addresses (the real
+# user elsewhere) can still sign in, so a guesser cannot lock an admin out of the whole panel.
+AXES_FAILURE_LIMIT = env.int("PANEL_SIGNIN_FAILURE_LIMIT", default=5)
+AXES_COOLOFF_TIME = timedelta(minutes=env.float("PANEL_SIGNIN_COOLOFF_MINUTES", default=15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_DISABLE_ACCESS_LOG = True  # sign-ins go to the panel's audit log (panel/audit)
+AXES_LOCKOUT_CALLABLE = "panel.accounts.lockout.lockout_response"
+AXES_CLIENT_IP_CALLABLE = "panel.core.client_ip.client_ip"
+# How many reverse proxies in front of the panel append to X-Forwarded-For; 0 trusts REMOTE_ADDR only.
+PANEL_TRUSTED_PROXIES = env.int("PANEL_TRUSTED_PROXIES", default=0)
+
 LOGIN_URL = "accounts:login"
 LOGIN_REDIRECT_URL = "core:dashboard"
 LOGOUT_REDIRECT_URL = "accounts:login"
@@ -150,11 +189,23 @@ WHITENOISE_USE_FINDERS = DEVELOPMENT_MODE
 SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=not DEVELOPMENT_MODE)
 CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=SESSION_COOKIE_SECURE)
 
+# HTTP Basic (a password on every API request) is off in production: scripts use API tokens. `make run` and
+# the tests keep it for curl and the browser tier's API client.
+PANEL_API_BASIC_AUTH = env.bool("PANEL_API_BASIC_AUTH", default=DEVELOPMENT_MODE)
+# DRF throttle rates ("120/min", "10/s"); empty means no limit. The test suite's many API calls run unlimited
+# unless a test sets a rate.
+_UNLIMITED = PANEL_MODE == "test"
+PANEL_API_THROTTLE_ANON = env.str("PANEL_API_THROTTLE_ANON", default="" if _UNLIMITED else "60/min")
+PANEL_API_THROTTLE_USER = env.str("PANEL_API_THROTTLE_USER", default="" if _UNLIMITED else "1200/min")
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "panel.accounts.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
-        "rest_framework.authentication.BasicAuthentication",
+        "panel.accounts.authentication.OptionalBasicAuthentication",  # only with PANEL_API_BASIC_AUTH
+    ],
+    "DEFAULT_THROTTLE_CLASSES": [
+        "panel.core.throttling.AnonThrottle",
+        "panel.core.throttling.UserThrottle",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["panel.accounts.permissions.RolePermission"],
     "DEFAULT_PAGINATION_CLASS": "panel.core.pagination.StandardPagination",
@@ -179,6 +230,8 @@ CACHES = {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": "panel-cache",
+        # A Redis that is down answers within seconds, so a request can say so instead of hanging.
+        "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 5},
     }
 }
 if PANEL_MODE == "test":
@@ -213,8 +266,16 @@ PANEL_WS_RECHECK_S = env.float("PANEL_WS_RECHECK_S", default=30)
 PANEL_SECRETS_KEY = _read_secret("PANEL_SECRETS_KEY", default="")
 PANEL_METRICS_ALLOW = env.list("PANEL_METRICS_ALLOW", default=["127.0.0.1", "::1"])
 PANEL_METRICS_TOKEN = _read_secret("PANEL_METRICS_TOKEN", default="")
-# The broker address agents on other hosts use (the join command); REDIS_URL when it is not loopback.
+# The broker address agents on other hosts use (the join command, shown on Add node). When empty, the
+# broker URL with a loopback host replaced by the panel's host name (a warning says it may not be reachable).
 PANEL_AGENT_BROKER_URL = env.str("PANEL_AGENT_BROKER_URL", default="")
+if PANEL_AGENT_BROKER_URL and not re.fullmatch(
+    r"rediss?://([^/@]*@)?[^/:@]+(:\d+)?(/\d*)?", PANEL_AGENT_BROKER_URL
+):
+    raise SystemExit(
+        f"PANEL_AGENT_BROKER_URL={PANEL_AGENT_BROKER_URL!r} is not a Redis URL. Give the broker address "
+        "agents reach from their hosts, e.g. redis://panel.example.com:6379/0 (or rediss:// for TLS)."
+    )
 # The panel's address as agents reach it (package downloads); the request's address when empty.
 PANEL_URL = env.str("PANEL_URL", default="")
 # Internal pip index (and extra indexes, comma-separated) that nodes install Python stacks from.
@@ -230,6 +291,8 @@ PANEL_METRICS_RING_SECONDS = env.int("PANEL_METRICS_RING_SECONDS", default=3600)
 PANEL_ALERT_TEMP_C = env.float("PANEL_ALERT_TEMP_C", default=85.0)
 PANEL_ALERT_HBM_PCT = env.float("PANEL_ALERT_HBM_PCT", default=95.0)
 PANEL_ALERT_WEBHOOK_URL = env.str("PANEL_ALERT_WEBHOOK_URL", default="")
+# Audit log entries (sign-ins, tokens, roles, nodes, deployments, installs, packages) older than this go.
+PANEL_AUDIT_RETENTION_DAYS = env.int("PANEL_AUDIT_RETENTION_DAYS", default=90)
 
 LOGGING = {
     "version": 1,

@@ -5,6 +5,7 @@ from django.urls import include, path
 from rest_framework.routers import DefaultRouter
 
 from panel.accounts.api.views import ApiTokenViewSet
+from panel.audit.api.views import AuditEntryViewSet
 from panel.catalog.api.views import ModelArtifactViewSet, ModelViewSet
 from panel.core.api_docs import DocsView, SchemaView
 from panel.deployments.api.chat import chat as deployment_chat
@@ -28,6 +29,7 @@ router.register("node-stacks", NodeStackViewSet, basename="node-stack")
 router.register("alerts", AlertViewSet)
 router.register("deployments", DeploymentViewSet)
 router.register("benchmarks", BenchmarkViewSet)
+router.register("audit", AuditEntryViewSet)
 
 urlpatterns = [
     path("api/v1/metrics/latest/", LatestMetricsView.as_view(), name="metrics-latest"),
@@ -45,6 +47,7 @@ urlpatterns = [
     path("provisioning/", include("panel.provisioning.urls")),
     path("models/", include("panel.catalog.urls")),
     path("deployments/", include("panel.deployments.urls")),
+    path("audit/", include("panel.audit.urls")),
     path("", include("panel.core.urls")),
 ]
 urlpatterns += static(settings.STATIC_URL)

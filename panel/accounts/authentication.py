@@ -1,5 +1,6 @@
 from datetime import timedelta
 
+from django.conf import settings
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
@@ -49,3 +50,21 @@ class ApiTokenScheme(OpenApiAuthenticationExtension):
 
     def get_security_definition(self, auto_schema):
         return {"type": "http", "scheme": "bearer", "description": "An API token (ap_…) from your account."}
+
+
+class OptionalBasicAuthentication(authentication.BasicAuthentication):
+    """HTTP Basic, only while PANEL_API_BASIC_AUTH is on (off in production: a password sent with every
+    request is a password to steal; API tokens can be scoped in time and revoked). Checked per request."""
+
+    def authenticate(self, request):
+        if not settings.PANEL_API_BASIC_AUTH:
+            return None
+        return super().authenticate(request)
+
+
+class BasicScheme(OpenApiAuthenticationExtension):
+    target_class = OptionalBasicAuthentication
+    name = "basicAuth"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "http", "scheme": "basic", "description": "Only where PANEL_API_BASIC_AUTH is on."}

@@ -7,6 +7,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST, require_safe
 
+from panel.accounts import services
 from panel.accounts.models import ApiToken
 from panel.accounts.roles import VIEWER
 from panel.core.views import role_required
@@ -47,7 +48,7 @@ def create_token(request):
         messages.error(request, _("You already have a token named “%(name)s”.") % {"name": name})
     else:
         expires = timezone.now() + timedelta(days=days) if days else None
-        _token, raw = ApiToken.issue(request.user, name, expires)
+        _token, raw = services.issue_token(request.user, name, expires)
         request.session["new_token"] = raw
     return redirect("accounts:settings")
 
@@ -56,8 +57,6 @@ def create_token(request):
 @require_POST
 def revoke_token(request, pk):
     token = get_object_or_404(ApiToken, pk=pk, user=request.user)
-    if token.revoked is None:
-        token.revoked = timezone.now()
-        token.save(update_fields=["revoked"])
+    if services.revoke_token(token):
         messages.success(request, _("Token “%(name)s” revoked.") % {"name": token.name})
     return redirect("accounts:settings")

@@ -4,6 +4,9 @@ from django.utils.translation import gettext_lazy as _
 from panel.core.choices import ArtifactFormat, ModelSource
 from panel.core.models import TimestampedModel
 
+# What vLLM serves: HuggingFace folders and their W8A8 copies; ONNX files and ATC's .om outputs are not.
+SERVABLE_FORMATS = (ArtifactFormat.HF, ArtifactFormat.W8A8_DYNAMIC)
+
 
 class FactsSource(models.TextChoices):
     CATALOG = "catalog", _("Starter catalog")
@@ -72,3 +75,8 @@ class ModelArtifact(TimestampedModel):
 
     def __str__(self):
         return f"{self.model} on {self.node} ({self.format})"
+
+    @property
+    def shown_facts(self) -> dict:
+        """This copy's own facts (a W8A8 copy's facts name its quantization), else those of its model."""
+        return self.facts or self.model.facts or {}

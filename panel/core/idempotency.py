@@ -8,12 +8,16 @@ arrives while the first call still runs gets 409.
 
 import functools
 import hashlib
+import logging
 
 from django.conf import settings
 from django.core.cache import cache
 from django.utils.translation import gettext as _
+from redis.exceptions import RedisError
 from rest_framework import status
 from rest_framework.response import Response
+
+log = logging.getLogger(__name__)
 
 HEADER = "Idempotency-Key"
 MAX_KEY_LENGTH = 200
@@ -23,6 +27,13 @@ IN_PROGRESS = "in-progress"
 def _cache_key(request, key: str) -> str:
     digest = hashlib.sha256(f"{request.user.pk}\0{request.path}\0{key}".encode()).hexdigest()
     return f"idempotency:{digest}"
+
+
+def _forget(cache_key: str) -> None:
+    try:
+        cache.delete(cache_key)
+    except RedisError:
+        log.warning("Idempotency-Key not released: Redis went away during the request")
 
 
 def idempotent(view_method):
@@ -44,7 +55,21 @@ def idempotent(view_method):
             )
         cache_key = _cache_key(request, key)
         ttl = getattr(settings, "PANEL_IDEMPOTENCY_TTL_S", 86400)
-        if not cache.add(cache_key, IN_PROGRESS, ttl):
+        try:
+            claimed = cache.add(cache_key, IN_PROGRESS, ttl)
+        except RedisError:
+            # Without the shared store a retry could not be recognised: do nothing, say so, let it retry.
+            return Response(
+                {
+                    "detail": _(
+                        "The panel cannot reach its Redis, where Idempotency-Keys are kept, so nothing was "
+                        "done. Retry with the same Idempotency-Key once Redis is back."
+                    )
+                },
+                status=status.HTTP_503_SERVICE_UNAVAILABLE,
+                headers={"Retry-After": "5"},
+            )
+        if not claimed:
             stored = cache.get(cache_key)
             if stored == IN_PROGRESS or stored is None:
                 return Response(
@@ -57,13 +82,16 @@ def idempotent(view_method):
         try:
             response = view_method(self, request, *args, **kwargs)
         except Exception:
-            cache.delete(cache_key)
+            _forget(cache_key)
             raise
         if 200 <= response.status_code < 300:
-            cache.set(cache_key, {"status": response.status_code, "data": response.data}, ttl)
+            try:
+                cache.set(cache_key, {"status": response.status_code, "data": response.data}, ttl)
+            except RedisError:  # done and answered; only a retry's replay is lost (its key stays claimed)
+                log.warning("Idempotency-Key answer not stored: Redis went away during the request")
         else:
             # A refused request may be corrected and sent again with the same key.
-            cache.delete(cache_key)
+            _forget(cache_key)
         return response
 
     return wrapper

@@ -12,14 +12,15 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Q
 from django.utils.translation import gettext as _
-from rest_framework import serializers
+from rest_framework import exceptions, serializers
 
-from panel.catalog.models import Model, ModelArtifact
+from panel.accounts.roles import ADMIN, has_role
+from panel.catalog.models import SERVABLE_FORMATS, Model, ModelArtifact
 from panel.core.choices import DesiredState
 from panel.deployments.models import Deployment
 from panel.nodes.models import Node, Npu
 from workers.engine.command import LaunchSpecError, build_launch, display_command
-from workers.engine.flags import FlagError, flag_arguments
+from workers.engine.flags import FlagError, code_loading_flags, flag_arguments
 from workers.engine.launch_spec import launch_spec_from_payload
 from workers.engine.plan import PlanInput, PlanInputError, plan
 from workers.engine.plan_cli import with_config_extras
@@ -88,6 +89,23 @@ class DeploymentRequestSerializer(serializers.Serializer):
         if value and not value.startswith("/"):
             raise serializers.ValidationError(_("Give the model folder as an absolute path on the node."))
         return value
+
+
+class AdminOnlyFlag(exceptions.PermissionDenied):
+    """403: the request sets a flag that loads code or files on the node, and the user is not an admin."""
+
+
+def refuse_admin_only_flags(extra_flags: dict[str, Any], user) -> None:
+    """Operators may tune the engine, not make it run code: the code-loading flags are for admins."""
+    flags = code_loading_flags(extra_flags)
+    if flags and not has_role(user, ADMIN):
+        raise AdminOnlyFlag(
+            _(
+                "Only an admin may set %(flags)s: it makes the engine load code or files from the node, "
+                "which runs as root there. Remove it, or ask an admin to deploy this."
+            )
+            % {"flags": ", ".join(flags)}
+        )
 
 
 @dataclass
@@ -160,11 +178,13 @@ def _fail(errors: dict[str, list[str]]):
     raise serializers.ValidationError(errors)
 
 
-def plan_request(raw: dict[str, Any]) -> DeploymentPlan:
-    """Validate and plan; raises ValidationError with field errors (the planner's reasons among them)."""
+def plan_request(raw: dict[str, Any], user=None) -> DeploymentPlan:
+    """Validate and plan for `user`; raises ValidationError with field errors (the planner's reasons among
+    them), or AdminOnlyFlag when a non-admin (or no user) sets a code-loading flag."""
     serializer = DeploymentRequestSerializer(data=raw)
     serializer.is_valid(raise_exception=True)
     data = serializer.validated_data
+    refuse_admin_only_flags(data["extra_flags"], user)
     parts = _node_parts(data)
     chip = chip_of(parts[0].npus)
     model_path = _model_path(data, parts)
@@ -272,6 +292,9 @@ def _model_path(data: dict[str, Any], parts: list[NodePart]) -> str:
             _fail({"artifact": [_("This artifact is a copy of another model.")]})
         if artifact.node_id not in {part.node.pk for part in parts}:
             _fail({"artifact": [_("This artifact lives on another node.")]})
+        if artifact.format not in SERVABLE_FORMATS:
+            refusal = _("vLLM cannot serve a {format} copy; choose a HuggingFace safetensors or W8A8 copy.")
+            _fail({"artifact": [refusal.format(format=artifact.get_format_display())]})
         return artifact.path
     if data.get("path"):
         return data["path"]

@@ -40,6 +40,8 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
+from panel.audit import actions as audit
+from panel.audit.services import record
 from panel.core.choices import DeploymentState, DesiredState, OperationKind, OperationStatus
 from panel.deployments import reasons
 from panel.deployments.models import Benchmark, Deployment, DeploymentLog
@@ -116,6 +118,14 @@ def create_deployment(planned: DeploymentPlan, user=None) -> Deployment:
         deployment.npus.set([npu for part in planned.parts for npu in part.npus])
         deployment.endpoint = endpoint_of(deployment)
         deployment.save(update_fields=["endpoint"])
+        record(
+            user,
+            audit.DEPLOYMENT_CREATED,
+            deployment.name,
+            model=deployment.model.name,
+            nodes=[part.node.name for part in planned.parts],
+            extra_flags=data["extra_flags"],
+        )
         launch(deployment, user=user)
     return deployment
 
@@ -268,6 +278,7 @@ def delete(deployment: Deployment, user=None) -> Deployment:
     with transaction.atomic():
         deployment = _locked(deployment)
         deployment.desired_state = DesiredState.DELETED
+        record(user, audit.DEPLOYMENT_DELETED, deployment.name, state=deployment.observed_state)
         if deployment.observed_state in (DeploymentState.STOPPED, DeploymentState.PENDING) and not (
             active_operations(deployment).exists()
         ):

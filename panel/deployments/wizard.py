@@ -18,8 +18,8 @@ from django.views.decorators.http import require_POST
 from rest_framework import serializers
 
 from panel.accounts.roles import OPERATOR
-from panel.catalog.models import ModelArtifact
-from panel.core.choices import DesiredState
+from panel.catalog.models import SERVABLE_FORMATS, ModelArtifact
+from panel.core.choices import ArtifactFormat, DesiredState
 from panel.core.views import role_required
 from panel.deployments import services
 from panel.deployments.forms import (
@@ -31,9 +31,10 @@ from panel.deployments.forms import (
     flags_as_text,
 )
 from panel.deployments.models import Deployment
-from panel.deployments.planning import DeploymentRequestSerializer, plan_request
+from panel.deployments.planning import AdminOnlyFlag, DeploymentRequestSerializer, plan_request
 from panel.deployments.wizard_placement import describe, node_blocks, suggest
 from panel.nodes.models import Node
+from workers.engine.flags import CODE_LOADING_FLAGS
 
 SESSION_KEY = "deployment_wizard"
 STEPS = ("model", "placement", "engine", "review")
@@ -125,10 +126,12 @@ def blocking(elsewhere, step: str) -> bool:
     return any(STEPS.index(item["step"]) <= current for item in elsewhere)
 
 
-def planned(state: dict, engine: dict | None = None):
-    """(DeploymentPlan | None, field errors)."""
+def planned(state: dict, engine: dict | None = None, *, user):
+    """(DeploymentPlan | None, field errors). A flag only admins may set is an error on the flags field."""
     try:
-        return plan_request(api_request(state, engine)), {}
+        return plan_request(api_request(state, engine), user=user), {}
+    except AdminOnlyFlag as error:
+        return None, {"extra_flags": [str(error.detail)]}
     except serializers.ValidationError as error:
         detail = error.detail if isinstance(error.detail, dict) else {"non_field_errors": error.detail}
         return None, detail
@@ -175,7 +178,7 @@ def _visible_nodes(user):
 def _artifacts(user):
     nodes = _visible_nodes(user)
     return (
-        ModelArtifact.objects.filter(ready=True, node__in=nodes)
+        ModelArtifact.objects.filter(ready=True, node__in=nodes, format__in=SERVABLE_FORMATS)
         .select_related("model", "node")
         .order_by("model__name", "node__name")
     )
@@ -261,8 +264,13 @@ def _model_step(request, state):
         )
     from panel.catalog.models import Model
 
+    # Models with only ONNX / .om copies are not for vLLM: they are not "to download first" either.
     unstaged = (
-        Model.objects.visible_to(request.user).exclude(pk__in=artifacts.values("model")).order_by("name")
+        Model.objects.visible_to(request.user)
+        .exclude(pk__in=artifacts.values("model"))
+        .exclude(artifacts__format__in=set(ArtifactFormat.values) - set(SERVABLE_FORMATS))
+        .distinct()
+        .order_by("name")
     )
     return _render(request, "model", {"form": form, "artifacts": artifacts, "unstaged": unstaged})
 
@@ -295,7 +303,7 @@ def _placement_step(request, state):
             nodes = form.nodes()
             candidate = {**state, "nodes": nodes}
             candidate.pop("engine", None)  # TP and DP follow the NPUs: settings are planned again
-            _plan, errors = planned(candidate)
+            _plan, errors = planned(candidate, user=request.user)
             mine, elsewhere = split_errors(errors, "placement")
             attach(form, mine)
             if not form.errors and not blocking(elsewhere, "placement"):
@@ -320,13 +328,13 @@ def _placement_step(request, state):
     )
 
 
-def _engine_initial(state: dict) -> dict:
+def _engine_initial(state: dict, user) -> dict:
     """Saved settings, or the planner's defaults for the chosen NPUs."""
     if "engine" in state:
         engine = dict(state["engine"])
         engine["extra_flags"] = flags_as_text(engine.get("extra_flags") or {})
         return engine
-    plan, _errors = planned(state)
+    plan, _errors = planned(state, user=user)
     initial = {"dtype": "auto", "gpu_memory_utilization": 0.9}
     if plan is not None:
         payload = plan.parts[0].payload
@@ -346,7 +354,7 @@ def _engine_step(request, state):
     if request.method == "POST":
         form = EngineStepForm(request.POST)
         if form.is_valid():
-            plan, errors = planned(state, form.api_data())
+            plan, errors = planned(state, form.api_data(), user=request.user)
             mine, elsewhere = split_errors(errors, "engine")
             attach(form, mine)
             if not form.errors and not blocking(elsewhere, "engine"):
@@ -354,13 +362,14 @@ def _engine_step(request, state):
                 save_state(request, state)
                 return redirect("deployments:wizard", step="review")
     else:
-        form = EngineStepForm(initial=_engine_initial(state))
-        plan, errors = planned(state, state.get("engine"))
+        form = EngineStepForm(initial=_engine_initial(state, request.user))
+        plan, errors = planned(state, state.get("engine"), user=request.user)
         _mine, elsewhere = split_errors(errors, "engine")
     context = {
         "form": form,
         "elsewhere": elsewhere,
         "allowed_flags": ALLOWED_FLAG_NAMES,
+        "admin_only_flags": sorted(CODE_LOADING_FLAGS),
         "plan_errors": _form_errors(form),
     }
     if plan is not None:
@@ -387,7 +396,7 @@ def wizard_plan(request):
     form = EngineStepForm(request.POST)
     context: dict = {"form": form, "plan_errors": []}
     if form.is_valid():
-        plan, errors = planned(state, form.api_data())
+        plan, errors = planned(state, form.api_data(), user=request.user)
         context["plan_errors"] = _labelled(errors, form)
         if plan is not None:
             context.update(review_context(plan))
@@ -413,7 +422,7 @@ def _labelled(errors: dict, form) -> list[tuple[str, str]]:
 
 
 def _review_step(request, state):
-    plan, errors = planned(state)
+    plan, errors = planned(state, user=request.user)
     if request.method == "POST" and plan is not None:
         deployment = services.create_deployment(plan, user=request.user)
         save_state(request, {})

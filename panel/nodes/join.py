@@ -55,6 +55,11 @@ def exchange_join_token(node_name: str, token: str) -> tuple[Node, bytes]:
         if not created:
             node.credential_id = new_credential_id()
             node.save(update_fields=["credential_id", "updated"])
+        from panel.audit import actions as audit
+        from panel.audit.services import record
+
+        credential = "issued" if created else "rotated"
+        record(None, audit.NODE_ADDED, node.name, transport="agent", joined=True, credential=credential)
     return node, agent_key(node)
 
 
@@ -76,6 +81,19 @@ def agent_broker_url(panel_host: str) -> str:
         netloc += panel_host + (f":{url.port}" if url.port else "")
         return urlunsplit(url._replace(netloc=netloc))
     return settings.CELERY_BROKER_URL
+
+
+def is_loopback_url(url: str) -> bool:
+    """True when a broker URL names this machine only: an agent on another host cannot reach it."""
+    host = urlsplit(url).hostname or ""
+    return host in LOOPBACK_NAMES or host.startswith("127.")
+
+
+def agent_broker(panel_host: str) -> dict:
+    """What the Add node page shows about the broker address agents get: the URL, whether it came from
+    PANEL_AGENT_BROKER_URL, and whether it is loopback (then only an agent on the panel's machine works)."""
+    url = agent_broker_url(panel_host)
+    return {"url": url, "configured": bool(settings.PANEL_AGENT_BROKER_URL), "loopback": is_loopback_url(url)}
 
 
 INSTALL_SCRIPT_PATH = "/tmp/ascend-panel-install.sh"  # noqa: S108  the host's temp dir, where curl saves it

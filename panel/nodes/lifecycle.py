@@ -8,6 +8,8 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from panel.audit import actions as audit
+from panel.audit.services import record
 from panel.core.choices import DeploymentState, NodeStatus, NodeTransport, OperationStatus
 from panel.nodes.agent_package import agent_sdist_sha256, install_script_sha256
 from panel.nodes.join import issue_join_token, join_command
@@ -58,6 +60,7 @@ def add_agent_node(*, name: str, panel_url: str, panel_host: str, user=None) -> 
     token = issue_join_token(name, user=user)
     expires = JoinToken.objects.filter(node_name=name).latest("created").expires
     command = join_command(panel_url, name, token, install_script_sha256(), agent_sdist_sha256())
+    record(user, audit.NODE_ADDED, name, transport="agent")
     return PendingAgent(name=name, token=token, expires=expires, join_command=command)
 
 
@@ -88,6 +91,7 @@ def add_ssh_node(
         ssh_secret=sealed,
         labels=labels or {},
     )
+    record(user, audit.NODE_ADDED, name, transport="ssh", address=address, username=username)
     return node, fingerprint
 
 
@@ -177,5 +181,6 @@ def remove_node(node: Node, *, force: bool = False) -> None:
             mark_lost(operation, _("Node %(node)s was removed.") % {"node": node.name})
         JoinToken.objects.filter(node_name=node.name, used__isnull=True).delete()
         name = node.name
+        record(None, audit.NODE_REMOVED, name, force=force, failed_deployments=[d.name for d in active])
         node.delete()
         transaction.on_commit(lambda: broadcast(FLEET, {"type": "node.removed", "node": name}))

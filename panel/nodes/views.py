@@ -17,7 +17,7 @@ from panel.nodes import lifecycle
 from panel.nodes.agent_package import INSTALL_SCRIPT, UNIT_FILE, agent_sdist
 from panel.nodes.filtersets import NodeFilterSet
 from panel.nodes.forms import NodeAddForm, NodeSettingsForm
-from panel.nodes.join import JoinRefused, agent_broker_url, exchange_join_token
+from panel.nodes.join import JoinRefused, agent_broker, agent_broker_url, exchange_join_token
 from panel.nodes.models import JoinToken, Node
 from panel.nodes.operations import start_install_agent, start_inventory
 from panel.nodes.presentation import facts_view, inventory_changes_view, versions_view
@@ -90,7 +90,13 @@ def node_add(request):
                     user=request.user,
                 )
                 return render(
-                    request, "nodes/join.html", {"pending": pending, "command": pending.join_command}
+                    request,
+                    "nodes/join.html",
+                    {
+                        "pending": pending,
+                        "command": pending.join_command,
+                        "broker": agent_broker(request.get_host()),
+                    },
                 )
             node, _fingerprint = lifecycle.add_ssh_node(
                 name=data["name"],
@@ -104,7 +110,7 @@ def node_add(request):
             return redirect("nodes:confirm-host-key", name=node.name)
         except ValidationError as error:
             form.add_error(None, error)
-    return render(request, "nodes/add.html", {"form": form})
+    return render(request, "nodes/add.html", {"form": form, "broker": agent_broker(request.get_host())})
 
 
 @role_required(ADMIN)
@@ -210,11 +216,14 @@ def agent_unit(request):
 @require_POST
 def agent_join(request):
     """Trade a join token for the node's credential and the broker address (once). JSON in and out."""
+    usage = 'send JSON {"node": NAME, "token": JOIN_TOKEN}'
     try:
         body = json.loads(request.body or b"{}")
-        node_name, token = str(body["node"]), str(body["token"])
-    except (ValueError, KeyError, TypeError):
-        return JsonResponse({"detail": 'send JSON {"node": NAME, "token": TOKEN}'}, status=400)
+    except ValueError:
+        body = None
+    if not isinstance(body, dict) or not body.get("node") or not body.get("token"):
+        return JsonResponse({"detail": f"a join token is required: {usage}"}, status=403)
+    node_name, token = str(body["node"]), str(body["token"])
     try:
         node, key = exchange_join_token(node_name, token)
     except JoinRefused as refusal:

@@ -108,5 +108,12 @@ def force_fail(operation: Operation, user, reason: str = "") -> bool:
     error = f"Force-failed by {user.get_username()}" + (f": {reason}" if reason else "")
     ended = mark_lost(operation, error, "")
     if ended:
+        from panel.audit import actions as audit
+        from panel.audit.services import record
+
         log.warning("operation %s force-failed by %s (%s)", operation.id, user, reason)
+        node = operation.node.name if operation.node else ""
+        record(
+            user, audit.OPERATION_FORCE_FAILED, operation.id, kind=operation.kind, node=node, reason=reason
+        )
     return ended

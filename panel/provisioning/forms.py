@@ -19,6 +19,27 @@ class ProfileForm(forms.Form):
     allow_reboot = forms.BooleanField(
         label=_("Reboot the node if the driver asks for it"), required=False, initial=False
     )
+    # The profile of the preflight shown on the page: Install refuses another one, so what installs is
+    # what was checked.
+    checked_profile = forms.CharField(required=False, widget=forms.HiddenInput)
+
+    def clean(self):
+        data = super().clean()
+        checked, profile = data.get("checked_profile"), data.get("profile")
+        if self.installing and checked and profile and checked != profile:
+            self.add_error(
+                "profile",
+                _(
+                    "The preflight on this page checked profile %(checked)s, not %(profile)s. Choose "
+                    "%(checked)s to install it, or run the preflight for %(profile)s first."
+                )
+                % {"checked": checked, "profile": profile},
+            )
+        return data
+
+    def __init__(self, *args, installing: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.installing = installing
 
 
 class UploadForm(forms.Form):

@@ -44,7 +44,8 @@ StackStatus.COLOURS = {
 class PackageFile(TimestampedModel):
     """A .run package or a wheel, uploaded once and handed to nodes with its checksum.
 
-    One file per name: uploading a name again replaces the earlier file."""
+    One file per name. Uploading a name again (admins only) leaves a pending replacement: nodes keep getting
+    the confirmed file (sha256) until an admin confirms the new one's checksum (pending_sha256)."""
 
     name = models.CharField(_("file name"), max_length=255, unique=True)
     kind = models.CharField(_("kind"), max_length=16, choices=PackageKind.choices)
@@ -54,6 +55,12 @@ class PackageFile(TimestampedModel):
     uploaded_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
+    pending_sha256 = models.CharField(_("pending SHA-256"), max_length=64, blank=True)
+    pending_size = models.PositiveBigIntegerField(_("pending size (bytes)"), null=True, blank=True)
+    pending_uploaded_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    pending_at = models.DateTimeField(_("replacement uploaded"), null=True, blank=True)
 
     class Meta:
         ordering = ["kind", "name"]

@@ -10,6 +10,8 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from panel.audit import actions as audit
+from panel.audit.services import record
 from panel.core.choices import OperationKind, OperationStatus
 from panel.operations.models import Operation
 from panel.operations.services import create_operation
@@ -30,6 +32,20 @@ OPEN_STATUSES = (OperationStatus.PENDING, OperationStatus.RUNNING)
 
 def stack_of(node) -> NodeStack:
     return NodeStack.objects.get_or_create(node=node)[0]
+
+
+def checked_profile(stack: NodeStack) -> str:
+    """The profile key of the node's last preflight when it is newer than its last install, else ""."""
+    preflight, install = stack.preflight_operation, stack.install_operation
+    if preflight is None or (install is not None and install.created > preflight.created):
+        return ""
+    return (preflight.params or {}).get("profile", "")
+
+
+def installed_profile(stack: NodeStack) -> str:
+    """The profile key the node's last install was asked for, or ""."""
+    install = stack.install_operation
+    return (install.params or {}).get("profile", "") if install is not None else ""
 
 
 def installed_stack(node) -> dict:
@@ -196,7 +212,14 @@ def start_install(
         # The panel's address is kept so a resume after a reboot (no request to take it from) can use it.
         stack.install_request, stack.plan, stack.failed_step = {**request, "panel_url": panel_url}, [], ""
         stack.save()
+        _audit_install(audit.INSTALL_STARTED, user, node, operation, profile_key)
     return operation
+
+
+def _audit_install(action: str, user, node, operation: Operation, profile_key: str, **details) -> None:
+    """Which packages (by sha256) the install was offered: what ran as root on the node, on the record."""
+    offered = dict(PackageFile.objects.values_list("name", "sha256"))  # as package_offer handed them
+    record(user, action, node.name, operation=operation.pk, profile=profile_key, packages=offered, **details)
 
 
 def resume_install(node, *, user=None, panel_url: str, from_step: str | None = None):
@@ -218,6 +241,7 @@ def resume_install(node, *, user=None, panel_url: str, from_step: str | None = N
         )
         stack.status, stack.install_operation = StackStatus.INSTALLING, operation
         stack.save(update_fields=["status", "install_operation", "updated"])
+        _audit_install(audit.INSTALL_RESUMED, user, node, operation, stack.profile, step=step)
     return operation
 
 

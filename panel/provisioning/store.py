@@ -1,5 +1,9 @@
 """The package store: .run packages and wheels uploaded once, kept under PANEL_DATA_DIR/packages/<sha256>/,
-handed to nodes with their checksum."""
+handed to nodes with their checksum.
+
+Nodes install these files as root, so changing one is guarded: anyone with the operator role adds a new
+name, only an admin replaces an existing one, and a replacement waits (pending_sha256) until an admin
+confirms its checksum; until then nodes keep getting the confirmed file. Every change is audited."""
 
 import hashlib
 import os
@@ -8,10 +12,15 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from panel.accounts.roles import ADMIN, has_role
+from panel.audit import actions as audit
+from panel.audit.services import record
 from panel.provisioning import conf
 from panel.provisioning.models import PackageFile, PackageKind
 
@@ -93,24 +102,129 @@ def _write_atomically(chunks, name: str) -> tuple[str, int, Path]:
 
 
 def _remove_file(sha256: str, name: str) -> None:
-    """Delete a stored file unless another row still points at the same bytes under that name."""
-    if PackageFile.objects.filter(sha256=sha256, name=name).exists():
+    """Delete a stored file unless a row still points at those bytes under that name (in use or pending)."""
+    if (
+        not sha256
+        or PackageFile.objects.filter(Q(sha256=sha256) | Q(pending_sha256=sha256), name=name).exists()
+    ):
         return
     shutil.rmtree(conf.packages_dir() / sha256, ignore_errors=True)
 
 
-def add_package(uploaded, user=None) -> PackageFile:
-    """Store an uploaded file (a Django UploadedFile); a file of the same name is replaced."""
-    kind, version = classify(uploaded.name)
-    sha256, size, _path = _write_atomically(uploaded.chunks(CHUNK), uploaded.name)
-    with transaction.atomic():
-        previous = PackageFile.objects.select_for_update().filter(name=uploaded.name).first()
-        package, _created = PackageFile.objects.update_or_create(
-            name=uploaded.name,
-            defaults={"kind": kind, "version": version, "sha256": sha256, "size": size, "uploaded_by": user},
+def _remove_later(sha256: str, name: str) -> None:
+    transaction.on_commit(lambda: _remove_file(sha256, name))
+
+
+def _refuse_replacing(name: str, user) -> None:
+    if not has_role(user, ADMIN):
+        raise PermissionDenied(
+            _(
+                "%(name)s is already in the store. Only an admin may replace a package that nodes install "
+                "as root."
+            )
+            % {"name": name}
         )
-        if previous is not None and previous.sha256 != sha256:
-            transaction.on_commit(lambda: _remove_file(previous.sha256, previous.name))
+
+
+def add_package(uploaded, user=None) -> PackageFile:
+    """Store an uploaded file (a Django UploadedFile). A new name is in use at once; a new file under an
+    existing name (admins only) becomes that package's pending replacement until confirm_replacement."""
+    kind, version = classify(uploaded.name)
+    if PackageFile.objects.filter(name=uploaded.name).exists():
+        _refuse_replacing(uploaded.name, user)  # before writing a byte
+    sha256, size, _path = _write_atomically(uploaded.chunks(CHUNK), uploaded.name)
+    try:
+        with transaction.atomic():
+            return _add_row(uploaded.name, kind, version, sha256, size, user)
+    except BaseException:
+        _remove_file(sha256, uploaded.name)
+        raise
+
+
+def _add_row(name: str, kind: str, version: str, sha256: str, size: int, user) -> PackageFile:
+    package = PackageFile.objects.select_for_update().filter(name=name).first()
+    if package is None:
+        package = PackageFile.objects.create(
+            name=name, kind=kind, version=version, sha256=sha256, size=size, uploaded_by=user
+        )
+        record(user, audit.PACKAGE_ADDED, name, sha256=sha256, size=size)
+        return package
+    _refuse_replacing(name, user)  # again under the lock: the name may have appeared since the check
+    if sha256 in (package.sha256, package.pending_sha256):
+        return package  # the same bytes again: nothing changes
+    earlier_pending = package.pending_sha256
+    package.pending_sha256, package.pending_size = sha256, size
+    package.pending_uploaded_by, package.pending_at = user, timezone.now()
+    package.save(
+        update_fields=["pending_sha256", "pending_size", "pending_uploaded_by", "pending_at", "updated"]
+    )
+    _remove_later(earlier_pending, name)
+    record(
+        user, audit.PACKAGE_REPLACEMENT_PENDING, name, sha256=package.sha256, pending_sha256=sha256, size=size
+    )
+    return package
+
+
+def _locked_pending(package: PackageFile) -> PackageFile:
+    package = PackageFile.objects.select_for_update().get(pk=package.pk)
+    if not package.pending_sha256:
+        raise ValidationError(
+            {"sha256": [_("%(name)s has no pending replacement.") % {"name": package.name}]}
+        )
+    return package
+
+
+def _clear_pending(package: PackageFile) -> None:
+    package.pending_sha256, package.pending_size, package.pending_uploaded_by, package.pending_at = (
+        "",
+        None,
+        None,
+        None,
+    )
+    package.save()
+
+
+def confirm_replacement(package: PackageFile, sha256: str, user) -> PackageFile:
+    """Put the pending file in use. `sha256` is the checksum the admin checked against the vendor's: it
+    must be the pending one (a newer upload since the page was shown is not confirmed by mistake)."""
+    _refuse_replacing(package.name, user)
+    with transaction.atomic():
+        package = _locked_pending(package)
+        if sha256.strip().lower() != package.pending_sha256:
+            raise ValidationError(
+                {
+                    "sha256": [
+                        _("The pending replacement of %(name)s has SHA-256 %(pending)s, not %(given)s.")
+                        % {"name": package.name, "pending": package.pending_sha256, "given": sha256}
+                    ]
+                }
+            )
+        previous = package.sha256
+        package.sha256, package.size = package.pending_sha256, package.pending_size
+        package.uploaded_by = package.pending_uploaded_by
+        _clear_pending(package)
+        _remove_later(previous, package.name)
+        record(
+            user, audit.PACKAGE_REPLACEMENT_CONFIRMED, package.name, sha256=package.sha256, previous=previous
+        )
+    return package
+
+
+def discard_replacement(package: PackageFile, user) -> PackageFile:
+    """Drop the pending file; the confirmed one stays in use."""
+    _refuse_replacing(package.name, user)
+    with transaction.atomic():
+        package = _locked_pending(package)
+        discarded = package.pending_sha256
+        _clear_pending(package)
+        _remove_later(discarded, package.name)
+        record(
+            user,
+            audit.PACKAGE_REPLACEMENT_DISCARDED,
+            package.name,
+            sha256=package.sha256,
+            discarded=discarded,
+        )
     return package
 
 
@@ -129,8 +243,10 @@ def add_local_file(path: Path, user=None) -> PackageFile:
     return add_package(_Local, user)
 
 
-def delete_package(package: PackageFile) -> None:
-    sha256, name = package.sha256, package.name
+def delete_package(package: PackageFile, user=None) -> None:
+    sha256, pending, name = package.sha256, package.pending_sha256, package.name
     with transaction.atomic():
         package.delete()
-        transaction.on_commit(lambda: _remove_file(sha256, name))
+        _remove_later(sha256, name)
+        _remove_later(pending, name)
+        record(user, audit.PACKAGE_DELETED, name, sha256=sha256, pending_sha256=pending)

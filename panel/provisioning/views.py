@@ -1,5 +1,5 @@
 from django.contrib import messages
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import FileResponse, Http404, HttpResponseForbidden
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
@@ -52,8 +52,10 @@ def profiles(request):
 def node_provisioning(request, name):
     node = _node(request, name)
     stack = services.stack_of(node)
-    default = stack.profile or (CPU if not node.npus.exists() else profile_rows()[0]["key"])
-    form = ProfileForm(initial={"profile": default})
+    checked = services.checked_profile(stack)
+    default = checked or services.installed_profile(stack)
+    default = default or (CPU if not node.npus.exists() else profile_rows()[0]["key"])
+    form = ProfileForm(initial={"profile": default, "checked_profile": checked})
     install = stack.install_operation
     return render(
         request,
@@ -73,11 +75,12 @@ def node_provisioning(request, name):
     )
 
 
-def _start(request, name, start):
+def _start(request, name, start, *, installing: bool = False):
     node = _node(request, name)
-    form = ProfileForm(request.POST)
+    form = ProfileForm(request.POST, installing=installing)
     if not form.is_valid():
-        messages.error(request, _("Choose a profile and a package source."))
+        errors = [str(e) for field in ("profile", "pip_source") for e in form.errors.get(field, [])]
+        messages.error(request, " ".join(errors) or _("Choose a profile and a package source."))
         return redirect("provisioning:node", name=node.name)
     try:
         operation = start(node, form.cleaned_data)
@@ -123,6 +126,7 @@ def run_install(request, name):
             pip_source=data["pip_source"],
             allow_reboot=data["allow_reboot"],
         ),
+        installing=True,
     )
 
 
@@ -156,7 +160,7 @@ def cancel(request, name):
 @role_required(VIEWER)
 @require_http_methods(["GET", "HEAD", "POST"])
 def packages(request):
-    form = UploadForm()
+    form, status = UploadForm(), 200
     if request.method == "POST":
         if not has_role(request.user, OPERATOR):
             return HttpResponseForbidden()
@@ -164,20 +168,29 @@ def packages(request):
         if form.is_valid():
             try:
                 package = store.add_package(form.cleaned_data["file"], user=request.user)
-                messages.success(request, _("Stored %(name)s.") % {"name": package.name})
+                if package.pending_sha256:
+                    messages.warning(
+                        request, _("%(name)s: the new file waits for confirmation.") % {"name": package.name}
+                    )
+                else:
+                    messages.success(request, _("Stored %(name)s.") % {"name": package.name})
                 return redirect("provisioning:packages")
             except ValidationError as error:
                 for message in error.message_dict.get("file", error.messages):
                     form.add_error("file", message)
+            except PermissionDenied as error:
+                form.add_error("file", str(error))
+                status = 403
     return render(
         request,
         "provisioning/packages.html",
         {
-            "packages": PackageFile.objects.select_related("uploaded_by"),
+            "packages": PackageFile.objects.select_related("uploaded_by", "pending_uploaded_by"),
             "form": form,
             "can_upload": has_role(request.user, OPERATOR),
             "can_delete": has_role(request.user, ADMIN),
         },
+        status=status,
     )
 
 
@@ -185,8 +198,33 @@ def packages(request):
 @require_POST
 def delete_package(request, pk):
     package = get_object_or_404(PackageFile.objects.visible_to(request.user), pk=pk)
-    store.delete_package(package)
+    store.delete_package(package, user=request.user)
     messages.success(request, _("Deleted %(name)s.") % {"name": package.name})
+    return redirect("provisioning:packages")
+
+
+@role_required(ADMIN)
+@require_POST
+def confirm_replacement(request, pk):
+    """The admin checked the pending file's SHA-256 (against the vendor's) and puts it in use."""
+    package = get_object_or_404(PackageFile.objects.visible_to(request.user), pk=pk)
+    try:
+        store.confirm_replacement(package, request.POST.get("sha256", ""), user=request.user)
+        messages.success(request, _("%(name)s: the new file is in use.") % {"name": package.name})
+    except ValidationError as error:
+        _say_errors(request, error)
+    return redirect("provisioning:packages")
+
+
+@role_required(ADMIN)
+@require_POST
+def discard_replacement(request, pk):
+    package = get_object_or_404(PackageFile.objects.visible_to(request.user), pk=pk)
+    try:
+        store.discard_replacement(package, user=request.user)
+        messages.success(request, _("%(name)s: the new file was discarded.") % {"name": package.name})
+    except ValidationError as error:
+        _say_errors(request, error)
     return redirect("provisioning:packages")
 
 

@@ -36,7 +36,17 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 import pytest
 
-from panel.run import Supervisor, _die_with_parent, free_port, sim_agent_env, wait_for_port
+from panel.run import (
+    DEMO_MODEL_PATH,
+    Supervisor,
+    _die_with_parent,
+    free_port,
+    sim_agent_env,
+    sim_credentials,
+    stop_sim_engines,
+    wait_for_port,
+)
+from tests.deployment_helpers import free_port_pair
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -172,15 +182,20 @@ class LivePanel:
 
 
 def _prepare(supervisor: _LoggingSupervisor, data_dir: Path) -> None:
-    """A fresh database with the test users, the simulated hosts and their nodes."""
+    """A fresh database with the test users, the simulated hosts and their nodes, each host with the tiny
+    chat model `make run` gives it (registered as tiny-chat; inspected once the agents run)."""
     supervisor.run_once([PYTHON, "manage.py", "migrate", "--no-input", "-v", "0"])
     supervisor.run_once([PYTHON, "manage.py", "shell", "-c", CREATE_USERS])
     for name, profile in SIM_NODES:
         root = str(data_dir / "sim" / name)
         supervisor.run_once(
             [PYTHON, "-m", "workers.sim", "create", "--profile", profile, "--root", root, "--node-name", name]
+            + ["--tiny-chat-model"]
         )
-    supervisor.run_once([PYTHON, "manage.py", "ensure_demo_nodes", *[name for name, _ in SIM_NODES]])
+    nodes = [name for name, _ in SIM_NODES]
+    supervisor.run_once([PYTHON, "manage.py", "ensure_demo_nodes", *nodes])
+    supervisor.run_once(sim_credentials(nodes, data_dir / "sim"))
+    supervisor.run_once([PYTHON, "manage.py", "ensure_demo_models", "--path", DEMO_MODEL_PATH, *nodes])
 
 
 def _start_servers(supervisor: _LoggingSupervisor, data_dir: Path, port: int) -> None:
@@ -216,6 +231,8 @@ def live_panel(redis_url, tmp_path_factory):
         ASCEND_PANEL_HEARTBEAT_S="1",
         PANEL_HEARTBEAT_INTERVAL="1",
         LOG_LEVEL="WARNING",
+        # Engines away from 18000, where a `make run` or another session's engine may be listening.
+        PANEL_DEPLOY_BASE_PORT=str(free_port_pair()),
     )
     for inherited in ("DATABASE_URL", "CELERY_BROKER_URL", "PYTEST_CURRENT_TEST"):
         env.pop(inherited, None)
@@ -231,6 +248,8 @@ def live_panel(redis_url, tmp_path_factory):
         yield panel
     finally:
         supervisor.stop()
+        # As `make run` does: the engines the agents started run detached and would outlive the session.
+        stop_sim_engines([data_dir / "sim" / name for name, _ in SIM_NODES])
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,8 @@ summary and websocket fan-out carry them to the dashboard.
 
     python -m tests.browser.fake_fleet --nodes 64 --seconds 120      # with the panel's REDIS_URL set
 
-The nodes must exist in the panel first: `manage.py ensure_demo_nodes fleet-01 ... fleet-64`
+The nodes must exist in the panel first, and their credentials be at hand: `manage.py ensure_demo_nodes
+fleet-01 ... fleet-64` then `manage.py agent_credential --dir KEYS fleet-01 ...` and `--keys KEYS`
 (`node_names(64)` gives the names). Figures drift smoothly from a fixed seed, so screenshots are
 comparable; a few chips are Warning / Alarm and a few hold a deployment, as in a working fleet.
 Like an agent, this imports nothing from Django or panel/.
@@ -14,9 +15,11 @@ import argparse
 import math
 import random
 import time
+from pathlib import Path
 
 from workers import metrics_inbox
 from workers.contracts import HostSample, MetricBatch, MetricSample, NpuSample, utcnow
+from workers.identity import use_keys
 
 NPUS_PER_NODE = 8
 HBM_TOTAL_MB = 65536
@@ -77,7 +80,9 @@ class FakeNode:
         return MetricBatch(node=self.name, samples=[self.sample(tick)], seq=self.seq, sent_at=utcnow())
 
 
-def run(count: int, seconds: float, seed: int = 7) -> None:
+def run(count: int, seconds: float, seed: int = 7, keys: Path | None = None) -> None:
+    if keys is not None:  # each node's credential, as `manage.py agent_credential --dir` wrote them
+        use_keys({name: (keys / f"{name}.key").read_bytes() for name in node_names(count)})
     rng = random.Random(seed)
     fleet = [FakeNode(name, rng) for name in node_names(count)]
     started = time.monotonic()
@@ -94,8 +99,11 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=64)
     parser.add_argument("--seconds", type=float, default=120)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--keys", type=Path, help="folder of <node>.key credentials (manage.py agent_credential)"
+    )
     args = parser.parse_args()
-    run(args.nodes, args.seconds, args.seed)
+    run(args.nodes, args.seconds, args.seed, args.keys)
 
 
 if __name__ == "__main__":

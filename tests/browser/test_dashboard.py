@@ -158,10 +158,10 @@ def test_dashboard_reconnects_after_a_network_drop_and_back_fills_the_gap(invent
 def big_fleet(live_panel):
     names = node_names(FLEET_SIZE)
     live_panel.manage("ensure_demo_nodes", *names)
-    driver = live_panel.start(
-        "fake-fleet",
-        [sys.executable, "-m", "tests.browser.fake_fleet", "--nodes", str(FLEET_SIZE), "--seconds", "600"],
-    )
+    keys = live_panel.data_dir / "fleet-keys"
+    live_panel.manage("agent_credential", "--dir", str(keys), *names)
+    fleet = ["--nodes", str(FLEET_SIZE), "--seconds", "600", "--keys", str(keys)]
+    driver = live_panel.start("fake-fleet", [sys.executable, "-m", "tests.browser.fake_fleet", *fleet])
     deadline = time.monotonic() + 60
     while live_panel.node(names[-1])["status"] != "online":
         log = live_panel.log_tail("fake-fleet")

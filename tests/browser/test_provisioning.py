@@ -19,7 +19,8 @@ def test_preflight_then_install_from_the_node_page_reach_100_percent(live_panel,
     expect(checklist).to_be_visible(timeout=60_000)  # the page reloads with the stored checklist
     expect(checklist.locator("tr[data-check=npus][data-result=pass]")).to_be_visible()
 
-    page.select_option("#id_profile", "0.11.0")
+    # The page keeps the checked profile selected: Install installs what the preflight checked.
+    expect(page.locator("#id_profile")).to_have_value("0.11.0")
     page.get_by_test_id("run-install").click()
     page.wait_for_url(re.compile(r"\?operation="))
     steps = page.get_by_test_id("steps")

@@ -336,3 +336,86 @@ def test_the_list_shows_status_colour_npus_restarts_and_reason(charlie, node, ar
     assert "a2-node: 2,3" in row
     assert '<td class="num">3</td>' in row
     assert "/health did not answer 3 times" in row
+
+
+# ---- code-loading flags are for admins -----------------------------------------------------------------
+
+
+def plan_body(artifact, **extra_flags):
+    return {
+        "name": "remote-code",
+        "model": artifact.model_id,
+        "artifact": artifact.pk,
+        "nodes": [{"node": "a2-node", "npus": [0]}],
+        "max_model_len": 4096,
+        "extra_flags": extra_flags,
+    }
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("--trust-remote-code", True),
+        ("--chat-template", "/tmp/evil.jinja"),
+        ("--tokenizer", "/srv/someone-elses-tokenizer"),
+        ("--hf-overrides", {"architectures": ["EvilForCausalLM"]}),
+        ("--additional-config", {"torchair_graph_config": {"enabled": True}}),
+        ("--compilation-config", {"inductor_passes": {"x": "evil.module.run"}}),
+        ("--speculative-config", {"model": "/srv/other-model"}),
+    ],
+)
+def test_an_operator_cannot_make_the_engine_load_code_through_the_api(bob, artifact, flag, value):
+    from tests.conftest import api_client_for
+
+    for url in ("/api/v1/deployments/plan/", "/api/v1/deployments/"):
+        response = api_client_for(bob).post(url, plan_body(artifact, **{flag: value}), format="json")
+        assert response.status_code == 403, response.content
+        assert flag in response.json()["detail"]
+        assert "Only an admin" in response.json()["detail"]
+    assert not Deployment.objects.filter(name="remote-code").exists()
+
+
+def test_an_operator_may_still_tune_the_engine_and_switch_remote_code_off(bob, artifact):
+    from tests.conftest import api_client_for
+
+    body = plan_body(artifact, **{"--max-num-seqs": 64, "--trust-remote-code": False})
+    response = api_client_for(bob).post("/api/v1/deployments/plan/", body, format="json")
+    assert response.status_code == 200, response.content
+    assert "--trust-remote-code" not in response.json()["nodes"][0]["argv"]
+
+
+def test_an_admin_may_deploy_with_trust_remote_code(alice, artifact):
+    from tests.conftest import api_client_for
+
+    body = plan_body(artifact, **{"--trust-remote-code": True, "--chat-template": "/data/models/t.jinja"})
+    response = api_client_for(alice).post("/api/v1/deployments/", body, format="json")
+    assert response.status_code == 201, response.content
+    deployment = Deployment.objects.get(name="remote-code")
+    assert deployment.spec["extra_flags"]["--trust-remote-code"] is True
+
+
+def test_the_wizard_refuses_an_operators_trust_remote_code_on_the_flags_field(bob, artifact):
+    client = client_for(bob)
+    walk_to_engine_step(client, artifact)
+    response = client.post("/deployments/new/engine/", engine_fields(extra_flags="--trust-remote-code"))
+    assert response.status_code == 200
+    flags = re.search(r'data-testid="error-extra_flags">(.*?)</ul>', response.content.decode(), re.S).group(1)
+    assert "Only an admin may set --trust-remote-code" in flags
+    # Nor can the review step be reached with it stored in the wizard's state by hand.
+    session = client.session
+    state = session["deployment_wizard"]
+    state["engine"] = {**engine_fields(), "max_model_len": 4096, "extra_flags": {"--trust-remote-code": True}}
+    state["engine"].update(tensor_parallel_size=None, data_parallel_size=None, port=None, quantization=None)
+    session["deployment_wizard"] = state
+    session.save()
+    response = client.post("/deployments/new/review/")
+    assert "Only an admin may set --trust-remote-code" in response.content.decode()
+    assert not Deployment.objects.filter(name="qwen-small").exists()
+
+
+def test_the_wizard_lets_an_admin_set_trust_remote_code(alice, artifact):
+    client = client_for(alice)
+    walk_to_engine_step(client, artifact)
+    response = client.post("/deployments/new/engine/", engine_fields(extra_flags="--trust-remote-code"))
+    assert response.status_code == 302, response.content.decode()[:3000]
+    assert "--trust-remote-code" in client.get("/deployments/new/review/").content.decode()

@@ -13,6 +13,7 @@ from panel.nodes.models import Node
 from workers import metrics_inbox
 from workers.broker import broker_redis
 from workers.contracts import HostSample, MetricBatch, MetricSample, NpuSample, utcnow
+from workers.identity import signature, split_metrics_line, use_keys
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
 
@@ -40,29 +41,48 @@ def node(inbox):
     store.forget_node(found.name)
 
 
+@pytest.fixture
+def any_node_key():
+    """The pushing side holds a key for whatever node a test names (the queue tests never verify)."""
+    use_keys(provider=lambda signer: b"k" * 64)
+
+
+def payload(line: bytes) -> dict:
+    return json.loads(split_metrics_line(line)[2])
+
+
+@pytest.mark.usefixtures("any_node_key")
 def test_batches_come_out_oldest_first_and_the_wait_ends_empty(inbox):
     for seq in (1, 2, 3, 4):
         metrics_inbox.push(a_batch("n", seq))
     first = metrics_inbox.wait_for_batch(wait_s=1)
     taken = [first, *metrics_inbox.take_queued()]
-    assert [json.loads(raw)["seq"] for raw in taken] == [1, 2, 3, 4]
+    assert [payload(raw)["seq"] for raw in taken] == [1, 2, 3, 4]
     assert metrics_inbox.take_queued() == []
     assert metrics_inbox.wait_for_batch(wait_s=0.1) is None
 
 
+@pytest.mark.usefixtures("any_node_key")
 def test_the_backlog_keeps_only_the_newest(inbox, monkeypatch):
     monkeypatch.setattr(metrics_inbox, "MAX_BACKLOG", 5)
     for seq in range(1, 9):
         metrics_inbox.push(a_batch("n", seq))
     assert broker_redis().llen(metrics_inbox.inbox_key()) == 5
-    assert [json.loads(raw)["seq"] for raw in metrics_inbox.take_queued()] == [4, 5, 6, 7, 8]
+    assert [payload(raw)["seq"] for raw in metrics_inbox.take_queued()] == [4, 5, 6, 7, 8]
+
+
+def metrics_line_for_nobody() -> bytes:
+    raw = a_batch("nobody-registered-this", seq=3).model_dump_json().encode()
+    return b"nobody-registered-this %s %s" % (signature(b"k" * 64, b"metrics", raw).encode(), raw)
 
 
 def test_the_ingester_stores_fresh_batches_and_drops_stale_and_malformed_ones(node):
+    from panel.nodes.trust import rejected_counts
+
     broker_redis().rpush(metrics_inbox.inbox_key(), b"not json", b"[1, 2]")
     metrics_inbox.push(a_batch(node.name, seq=1, sent_ago_s=metrics_inbox.MAX_AGE_S + 60))
     metrics_inbox.push(a_batch(node.name, seq=2))
-    metrics_inbox.push(a_batch("nobody-registered-this", seq=3))
+    broker_redis().rpush(metrics_inbox.inbox_key(), metrics_line_for_nobody())
     ingester = MetricsIngester()
     ingester.start()
     try:
@@ -73,7 +93,8 @@ def test_the_ingester_stores_fresh_batches_and_drops_stale_and_malformed_ones(no
             time.sleep(0.1)
     finally:
         ingester.stop()
-    assert ingester.ingested == 2  # the fresh batch and the unknown node's (which ingest itself drops)
+    assert ingester.ingested == 1  # the fresh batch; the unknown node's is refused before ingest
+    assert rejected_counts()["metrics"] >= 3  # two malformed, one for a node the panel does not know
     latest = store.read_latest([node.name])[node.name]
     assert latest["seq"] == 2
     assert latest["npus"][0]["aicore_pct"] == 2.0

@@ -46,10 +46,14 @@ def wait_finished(operation, timeout=180):
     raise AssertionError(f"operation {operation.kind} still {operation.status} at {operation.stage!r}")
 
 
-def upload(name, text):
-    from panel.provisioning.store import add_package
+def upload(name, text, admin):
+    """An admin replaces a stored package: the upload waits, then the admin confirms its checksum."""
+    from panel.provisioning.store import add_package, confirm_replacement
 
-    return add_package(SimpleUploadedFile(name, text.encode()))
+    package = add_package(SimpleUploadedFile(name, text.encode()), user=admin)
+    if package.pending_sha256:
+        package = confirm_replacement(package, package.pending_sha256, user=admin)
+    return package
 
 
 def step_states(operation):
@@ -86,7 +90,7 @@ def test_install_fails_on_a_broken_package_and_resumes_from_that_step(
     from workers.sim.installers import make_sim_package
 
     good = make_sim_package("toolkit", "8.3.RC2", celery_worker.sim_root / "good")
-    upload(good.name, BROKEN_TOOLKIT)
+    upload(good.name, BROKEN_TOOLKIT, alice)
 
     failed = wait_finished(start_install(node, PROFILE, user=alice, panel_url=live_server.url))
     assert failed.status == "failed"
@@ -96,7 +100,7 @@ def test_install_fails_on_a_broken_package_and_resumes_from_that_step(
     assert (stack.status, stack.failed_step) == (StackStatus.FAILED, "cann_toolkit")
     assert step_states(failed)["fetch_packages"] == "done"  # downloaded over HTTP, sha256 checked
 
-    upload(good.name, good.read_text())  # the fixed package replaces the broken one
+    upload(good.name, good.read_text(), alice)  # the fixed package replaces the broken one
     resumed = wait_finished(resume_install(node, user=alice, panel_url=live_server.url))
     assert resumed.status == "succeeded", (resumed.error, resumed.hint)
     assert resumed.progress == 100.0
@@ -186,3 +190,38 @@ def test_an_install_waiting_for_a_reboot_resumes_when_the_agent_is_back(store, a
     assert resumed.params["resume_from"] == "reboot"
     assert resumed.created_by == alice
     assert stack_of(node).status == StackStatus.INSTALLING
+
+
+def test_the_sim_store_holds_every_package_each_matrix_profile_needs_on_each_sim_chip(store):
+    from panel.provisioning.models import PackageFile
+    from workers.ascend.compat import load_matrix
+    from workers.steps.packages import package_filename
+
+    names = set(PackageFile.objects.values_list("name", flat=True))
+    missing = []
+    for profile in load_matrix():
+        for chip in ("910b", "310p"):
+            if chip not in profile.chips:
+                continue
+            wanted = [package_filename(kind, profile.cann, chip=chip) for kind in ("toolkit", "ops", "nnal")]
+            wanted += [
+                f"vllm_ascend-{profile.vllm_ascend}-py3-none-any.whl",
+                f"torch-{profile.torch}-py3-none-any.whl",
+            ]
+            missing += [f"{profile.vllm_ascend}/{chip}: {name}" for name in wanted if name not in names]
+    assert not missing
+
+
+def test_the_default_profile_passes_the_package_check_on_the_sim_host(
+    celery_worker, store, live_server, alice
+):
+    from panel.provisioning.profiles import profile_rows
+    from panel.provisioning.services import stack_of, start_preflight
+
+    node = make_node()
+    default = profile_rows()[0]["key"]
+    operation = wait_finished(start_preflight(node, default, user=alice, panel_url=live_server.url))
+    assert operation.status == "succeeded", (operation.error, operation.hint)
+    checks = {entry["check"]: entry for entry in stack_of(node).preflight}
+    assert checks["packages"]["status"] == "pass", checks["packages"]
+    assert [entry for entry in stack_of(node).preflight if entry["status"] == "fail"] == []

@@ -323,6 +323,11 @@ def test_an_admin_force_fails_a_stuck_operation_and_others_may_not(two_nodes, al
     assert response.status_code == 200, response.content
     assert response.json()["status"] == "failed"
     assert response.json()["error"] == "Force-failed by alice: host reinstalled"
+    from panel.audit.models import AuditEntry
+
+    entry = AuditEntry.objects.get(action="operation.force_failed")
+    assert (entry.actor, entry.target) == (alice, str(operation.id))
+    assert entry.details["reason"] == "host reinstalled"
     again = api_client_for(alice).post(f"/api/v1/operations/{operation.id}/force-fail/")
     assert again.status_code == 409
 
@@ -338,3 +343,43 @@ def test_an_agent_refuses_to_start_without_its_credential(tmp_path):
     )
     assert done.returncode != 0
     assert "holds no credential" in done.stderr
+
+
+def test_with_redis_down_an_idempotent_post_says_so_does_nothing_and_a_retry_then_works(alice, settings):
+    from rest_framework.test import APIRequestFactory, force_authenticate
+
+    from panel.core.idempotency import idempotent
+
+    calls = []
+
+    class View:
+        @idempotent
+        def post(self, request):
+            from rest_framework.response import Response
+
+            calls.append(1)
+            return Response({"created": len(calls)}, status=201)
+
+    def post():
+        request = APIRequestFactory().post("/x/", HTTP_IDEMPOTENCY_KEY="deploy-42")
+        force_authenticate(request, alice)
+        request.user = alice
+        return View().post(request)
+
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": "redis://127.0.0.1:1/0",  # nothing listens there
+            "OPTIONS": {"socket_connect_timeout": 1},
+        }
+    }
+    try:
+        down = post()
+        assert down.status_code == 503
+        assert "Retry with the same Idempotency-Key" in down.data["detail"]
+        assert calls == []
+    finally:
+        settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    assert post().status_code == 201
+    replay = post()
+    assert (replay.status_code, replay["Idempotent-Replay"], calls) == (201, "true", [1])

@@ -11,6 +11,7 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, resolve, reverse
 from django.utils import timezone
 
+from panel.audit.models import AuditEntry
 from panel.catalog.models import Model, ModelArtifact
 from panel.core.choices import DeploymentState
 from panel.deployments.models import Benchmark, Deployment
@@ -33,8 +34,9 @@ PUBLIC = {
     "nodes:agent-package": "fetched by the install script; the agent's code, no secret",
     "prometheus-metrics": "PANEL_METRICS_TOKEN or PANEL_METRICS_ALLOW guard it (tests run from 127.0.0.1)",
 }
-# Refused without a per-operation download token instead of a session (agents fetch store files).
-TOKEN_GUARDED = {"provisioning:download"}
+# Refused without a per-operation download token instead of a session (agents fetch store files), or
+# without a join token (an install script trading it for its node's credential).
+TOKEN_GUARDED = {"provisioning:download", "nodes:agent-join"}
 # Where a viewer may write: their own API tokens, their language, signing out.
 VIEWER_WRITES = {
     "accounts:login",
@@ -100,6 +102,7 @@ def rows(world):
             size=1,
         ),
         "apitoken": world["charlie"].api_tokens.model.issue(world["charlie"], "perm")[0],
+        "auditentry": AuditEntry.objects.create(action="node.added", target="perm-node"),
     }
 
 

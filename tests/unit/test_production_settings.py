@@ -19,7 +19,12 @@ DOT_ENV = (REPO / ".env").read_text() if (REPO / ".env").exists() else ""
 
 def _start(probe=PROBE, **env):
     # A clean environment: nothing of the test run (PANEL_MODE, SECRET_KEY, DEBUG) leaks in.
-    clean = {"PATH": os.environ["PATH"], "DJANGO_SETTINGS_MODULE": "panel.settings", "PYTHONPATH": str(REPO)}
+    clean = {
+        "PATH": os.environ["PATH"],
+        "DJANGO_SETTINGS_MODULE": "panel.settings",
+        "PYTHONPATH": str(REPO),
+        "REDIS_URL": "redis://:a-long-random-broker-password@127.0.0.1:6379/0",
+    }
     return subprocess.run(
         [sys.executable, "-c", probe],
         env={**clean, **env},
@@ -75,3 +80,15 @@ def test_production_cookie_flags_may_be_overridden(flags, expected):
     done = _start(COOKIES_PROBE, PANEL_MODE="production", SECRET_KEY="x" * 50, **flags)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == expected
+
+
+@pytest.mark.parametrize("url", ["redis://127.0.0.1:6379/0", "redis://:change-me@redis:6379/0"])
+def test_production_refuses_a_broker_without_a_real_password(url):
+    done = _start(PANEL_MODE="production", SECRET_KEY="x" * 50, REDIS_URL=url)
+    assert done.returncode != 0
+    assert "REDIS_URL has no Redis password, or a well-known one" in done.stderr
+
+
+def test_make_run_and_tests_may_use_a_local_redis_without_a_password():
+    done = _start(PANEL_MODE="run", REDIS_URL="redis://127.0.0.1:6379/0")
+    assert done.returncode == 0, done.stderr

@@ -54,6 +54,28 @@ ALLOWED_FLAGS: dict[str, Any] = {
     "--limit-mm-per-prompt": JSON,
 }
 
+# Flags that make the engine run code or read files the panel did not stage: the model's own Python
+# (--trust-remote-code), a template or tokenizer from any path on the host, and JSON configs that name
+# classes, plugins, passes or other models to load. The engine runs as root on the node, so the panel
+# lets only admins set these (panel/deployments/planning.py); everything else stays open to operators.
+CODE_LOADING_FLAGS = frozenset(
+    {
+        "--trust-remote-code",
+        "--chat-template",
+        "--tokenizer",
+        "--hf-overrides",
+        "--additional-config",
+        "--compilation-config",
+        "--speculative-config",
+    }
+)
+
+
+def code_loading_flags(extra: dict[str, Any]) -> list[str]:
+    """The flags of `extra` that load code or files (a switch set to false loads nothing), in order."""
+    return [flag for flag, value in extra.items() if flag in CODE_LOADING_FLAGS and value is not False]
+
+
 # Flags the launch builds from the plan; naming the field to set instead is the helpful answer.
 PLANNED_FLAGS = {
     "--model": "model_path",

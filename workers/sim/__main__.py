@@ -1,22 +1,42 @@
 """Command line of the sim host.
 
 python -m workers.sim create --profile atlas-800i-a2 --root DIR [--node-name NAME] [--reset]
-    [--with-msmodelslim] [--sample-onnx]
+    [--with-msmodelslim] [--sample-onnx] [--tiny-chat-model]
 python -m workers.sim fault --root DIR --npu N [--chip C] --health OK|Warning|Alarm
 python -m workers.sim fault --root DIR --driver-unloaded | --device-held | --engine-dies-on-first-request
     | --clear
 """
 
 import argparse
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
+from workers.models.tiny import make_tiny_model
 from workers.sim import state as sim_state
 from workers.sim.onnx_file import write_tiny_vision_model
 from workers.sim.profiles import PROFILES, get_profile
 from workers.sim.tree import create_host
 
 SAMPLE_ONNX = "data/models/sample-vision/model.onnx"
+TINY_CHAT_MODEL = "data/models/tiny-chat"
+
+
+def write_tiny_chat_model(folder: Path) -> bool:
+    """A small chat model (Llama layout, random weights, locally trained tokenizer with a chat template) for
+    the sim engine to serve, generated here with no hub. Kept when already there; False then."""
+    if (folder / "config.json").is_file() and (folder / "model.safetensors").is_file():
+        return False
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+    try:
+        make_tiny_model(staging, arch="llama")
+        shutil.rmtree(folder, ignore_errors=True)  # a half-written folder of an interrupted run
+        staging.rename(folder)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return True
 
 
 def inject_fault(root: Path, args: argparse.Namespace) -> str:
@@ -66,6 +86,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help=f"put a tiny ONNX vision model at {SAMPLE_ONNX} to try ATC with (input images:1,3,8,8)",
     )
+    create_parser.add_argument(
+        "--tiny-chat-model",
+        action="store_true",
+        help=f"generate a tiny chat model at {TINY_CHAT_MODEL} for the sim engine to serve (no hub needed)",
+    )
 
     fault_parser = commands.add_parser("fault", help="inject or clear a fault")
     fault_parser.add_argument("--root", required=True, type=Path)
@@ -86,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
             state = create_host(args.root, args.profile, args.node_name, args.reset, args.with_msmodelslim)
             if args.sample_onnx:
                 write_tiny_vision_model(args.root / SAMPLE_ONNX)
+            if args.tiny_chat_model and write_tiny_chat_model(args.root / TINY_CHAT_MODEL):
+                print(f"tiny chat model generated at /{TINY_CHAT_MODEL}")
             print(f"sim host {state['node_name']} ({state['profile']}) ready at {args.root.resolve()}")
             where = args.root.resolve()
             print(f"use it with: PATH={where}/bin:$PATH ASCEND_PANEL_SIM_ROOT={where}")

@@ -102,7 +102,7 @@ class RunPackageStep(Step):
         if not present.ok:
             raise self.fail(
                 _("package {path} is missing or not executable").format(path=self.path),
-                hint=_("Upload {name} to the packages folder (and chmod +x it), then retry.").format(
+                hint=_("Upload {name} to the Package store, then retry.").format(
                     name=PurePosixPath(self.path).name
                 ),
             )

@@ -341,12 +341,12 @@ def check_sources(facts: dict, steps: list[StepSpec]) -> list[dict]:
                 "packages",
                 FAIL,
                 _("Missing packages: {names}"),
-                _("Upload them to the packages folder."),
+                _("Upload them to the Package store."),
                 names=", ".join(missing),
             )
         )
     elif any(s.kind == "run_package" for s in steps):
-        results.append(item("packages", PASS, _("All .run packages are in the packages folder")))
+        results.append(item("packages", PASS, _("All .run packages are in the Package store")))
     if not any(s.kind == "pip_install" for s in steps):
         return results
     if facts.get("offline_bundle"):

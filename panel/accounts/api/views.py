@@ -1,8 +1,8 @@
-from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.response import Response
 
+from panel.accounts import services
 from panel.accounts.api.serializers import ApiTokenSerializer, NewApiTokenSerializer
 from panel.accounts.models import ApiToken
 from panel.accounts.roles import VIEWER
@@ -29,13 +29,11 @@ class ApiTokenViewSet(
     def create(self, request, *args, **kwargs):
         serializer = self.get_serializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        token, raw = ApiToken.issue(
+        token, raw = services.issue_token(
             request.user, serializer.validated_data["name"], serializer.validated_data.get("expires")
         )
         token.token = raw
         return Response(NewApiTokenSerializer(token).data, status=status.HTTP_201_CREATED)
 
     def perform_destroy(self, instance):
-        if instance.revoked is None:
-            instance.revoked = timezone.now()
-            instance.save(update_fields=["revoked"])
+        services.revoke_token(instance)

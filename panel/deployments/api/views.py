@@ -48,7 +48,7 @@ class DeploymentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, PanelV
     @extend_schema(request=DeploymentRequestSerializer, responses={201: CreatedDeploymentSerializer})
     @idempotent
     def create(self, request):
-        planned = plan_request(request.data)
+        planned = plan_request(request.data, user=request.user)
         deployment = services.create_deployment(planned, user=request.user)
         deployment.warnings = planned.warnings
         return Response(CreatedDeploymentSerializer(deployment).data, status=status.HTTP_201_CREATED)
@@ -61,7 +61,7 @@ class DeploymentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, PanelV
     @action(detail=False, methods=["post"])
     def plan(self, request):
         """Dry run for the wizard's review: the plan and the exact command and environment per node."""
-        return Response(plan_request(request.data).as_review())
+        return Response(plan_request(request.data, user=request.user).as_review())
 
     def _command(self, request, command):
         try:

@@ -7,11 +7,32 @@ from panel.provisioning.services import PIP_AUTO, PIP_SOURCES
 class PackageFileSerializer(serializers.ModelSerializer):
     file = serializers.FileField(write_only=True, help_text="The .run package or wheel to store.")
     uploaded_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    pending_uploaded_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
 
     class Meta:
         model = PackageFile
-        fields = ["id", "name", "kind", "version", "sha256", "size", "uploaded_by", "created", "file"]
-        read_only_fields = ["name", "kind", "version", "sha256", "size", "uploaded_by", "created"]
+        fields = [
+            "id",
+            "name",
+            "kind",
+            "version",
+            "sha256",
+            "size",
+            "uploaded_by",
+            "created",
+            "pending_sha256",
+            "pending_size",
+            "pending_uploaded_by",
+            "pending_at",
+            "file",
+        ]
+        read_only_fields = [name for name in fields if name not in ("id", "file")]
+
+
+class ConfirmReplacementSerializer(serializers.Serializer):
+    sha256 = serializers.CharField(
+        max_length=64, help_text="The pending file's SHA-256, as checked against the vendor's."
+    )
 
 
 class NodeStackSerializer(serializers.ModelSerializer):

@@ -1,9 +1,10 @@
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.response import Response
 
@@ -16,6 +17,7 @@ from panel.operations.models import Operation
 from panel.provisioning import services, store
 from panel.provisioning.api.serializers import (
     CancelSerializer,
+    ConfirmReplacementSerializer,
     NodeStackSerializer,
     PackageFileSerializer,
     StartSerializer,
@@ -43,24 +45,53 @@ class PackageFileViewSet(
     mixins.DestroyModelMixin,
     PanelViewSet,
 ):
-    """The package store: upload (operator), list with sha256, delete (admin)."""
+    """The package store: upload a new name (operator), list with sha256, delete (admin). Uploading an
+    existing name (admin) leaves a pending replacement (pending_sha256): nodes keep the confirmed file
+    until an admin confirms the new checksum (confirm) or discards it (discard)."""
 
-    queryset = PackageFile.objects.select_related("uploaded_by")
+    queryset = PackageFile.objects.select_related("uploaded_by", "pending_uploaded_by")
     serializer_class = PackageFileSerializer
     parser_classes = [MultiPartParser, FormParser, JSONParser]
+    ADMIN_ACTIONS = ("destroy", "confirm", "discard")
 
     @property
     def write_role(self):
-        return ADMIN if self.action == "destroy" else OPERATOR
+        return ADMIN if self.action in self.ADMIN_ACTIONS else OPERATOR
 
     def perform_create(self, serializer):
         try:
             serializer.instance = store.add_package(serializer.validated_data["file"], user=self.request.user)
         except DjangoValidationError as error:
             raise _drf_error(error) from None
+        except DjangoPermissionDenied as error:
+            raise PermissionDenied(str(error)) from None
 
     def perform_destroy(self, instance):
-        store.delete_package(instance)
+        store.delete_package(instance, user=self.request.user)
+
+    @extend_schema(request=ConfirmReplacementSerializer, responses=PackageFileSerializer)
+    @action(detail=True, methods=["post"])
+    def confirm(self, request, pk=None):
+        """Put the pending replacement in use; `sha256` must be the pending file's."""
+        data = ConfirmReplacementSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        try:
+            package = store.confirm_replacement(
+                self.get_object(), data.validated_data["sha256"], user=request.user
+            )
+        except DjangoValidationError as error:
+            raise _drf_error(error) from None
+        return Response(PackageFileSerializer(package).data)
+
+    @extend_schema(request=None, responses=PackageFileSerializer)
+    @action(detail=True, methods=["post"])
+    def discard(self, request, pk=None):
+        """Drop the pending replacement; the confirmed file stays in use."""
+        try:
+            package = store.discard_replacement(self.get_object(), user=request.user)
+        except DjangoValidationError as error:
+            raise _drf_error(error) from None
+        return Response(PackageFileSerializer(package).data)
 
 
 class NodeStackViewSet(PanelViewSet):

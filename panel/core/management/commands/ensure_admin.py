@@ -1,7 +1,7 @@
 from django.conf import settings
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
-from panel.accounts.bootstrap import ensure_admin, ensure_role_groups
+from panel.accounts.bootstrap import WeakAdminPassword, ensure_admin, ensure_role_groups
 
 
 class Command(BaseCommand):
@@ -9,7 +9,10 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         ensure_role_groups()
-        generated = ensure_admin(settings.PANEL_ADMIN_PASSWORD)
+        try:
+            generated = ensure_admin(settings.PANEL_ADMIN_PASSWORD)
+        except WeakAdminPassword as error:
+            raise CommandError(str(error)) from None
         if generated:
             self.stdout.write(
                 f"Created user admin with password: {generated}  (shown once; change it after login)"

@@ -1,0 +1,60 @@
+"""What the audit log records: one named constant per action (other apps import these, never bare strings)."""
+
+from django.utils.translation import gettext_lazy as _
+
+from panel.core.choices import COLOUR_ALARM, COLOUR_OK, COLOUR_RUNNING, COLOUR_WARNING, ColouredChoices
+
+SIGNIN_SUCCEEDED = "signin.succeeded"
+SIGNIN_FAILED = "signin.failed"
+SIGNIN_LOCKED_OUT = "signin.locked_out"
+TOKEN_CREATED = "token.created"  # noqa: S105 (an action name, not a secret)
+TOKEN_REVOKED = "token.revoked"  # noqa: S105
+ROLE_CHANGED = "user.role_changed"
+NODE_ADDED = "node.added"
+NODE_REMOVED = "node.removed"
+DEPLOYMENT_CREATED = "deployment.created"
+DEPLOYMENT_DELETED = "deployment.deleted"
+INSTALL_STARTED = "install.started"
+INSTALL_RESUMED = "install.resumed"
+PACKAGE_ADDED = "package.added"
+PACKAGE_REPLACEMENT_PENDING = "package.replacement_pending"
+PACKAGE_REPLACEMENT_CONFIRMED = "package.replacement_confirmed"
+PACKAGE_REPLACEMENT_DISCARDED = "package.replacement_discarded"
+PACKAGE_DELETED = "package.deleted"
+# An admin ended an operation by hand (the force-fail feature records this).
+OPERATION_FORCE_FAILED = "operation.force_failed"
+
+
+class AuditAction(ColouredChoices):
+    SIGNIN_SUCCEEDED = SIGNIN_SUCCEEDED, _("Signed in")
+    SIGNIN_FAILED = SIGNIN_FAILED, _("Sign-in failed")
+    SIGNIN_LOCKED_OUT = SIGNIN_LOCKED_OUT, _("Sign-in locked out")
+    TOKEN_CREATED = TOKEN_CREATED, _("API token created")
+    TOKEN_REVOKED = TOKEN_REVOKED, _("API token revoked")
+    ROLE_CHANGED = ROLE_CHANGED, _("Role changed")
+    NODE_ADDED = NODE_ADDED, _("Node added")
+    NODE_REMOVED = NODE_REMOVED, _("Node removed")
+    DEPLOYMENT_CREATED = DEPLOYMENT_CREATED, _("Deployment created")
+    DEPLOYMENT_DELETED = DEPLOYMENT_DELETED, _("Deployment deleted")
+    INSTALL_STARTED = INSTALL_STARTED, _("Install started")
+    INSTALL_RESUMED = INSTALL_RESUMED, _("Install resumed")
+    PACKAGE_ADDED = PACKAGE_ADDED, _("Package added")
+    PACKAGE_REPLACEMENT_PENDING = PACKAGE_REPLACEMENT_PENDING, _("Package replacement uploaded")
+    PACKAGE_REPLACEMENT_CONFIRMED = PACKAGE_REPLACEMENT_CONFIRMED, _("Package replacement confirmed")
+    PACKAGE_REPLACEMENT_DISCARDED = PACKAGE_REPLACEMENT_DISCARDED, _("Package replacement discarded")
+    PACKAGE_DELETED = PACKAGE_DELETED, _("Package deleted")
+    OPERATION_FORCE_FAILED = OPERATION_FORCE_FAILED, _("Operation force-failed")
+
+
+AuditAction.COLOURS = {
+    SIGNIN_SUCCEEDED: COLOUR_OK,
+    SIGNIN_FAILED: COLOUR_WARNING,
+    SIGNIN_LOCKED_OUT: COLOUR_ALARM,
+    ROLE_CHANGED: COLOUR_WARNING,
+    NODE_REMOVED: COLOUR_WARNING,
+    DEPLOYMENT_DELETED: COLOUR_WARNING,
+    PACKAGE_REPLACEMENT_PENDING: COLOUR_WARNING,
+    PACKAGE_DELETED: COLOUR_WARNING,
+    OPERATION_FORCE_FAILED: COLOUR_ALARM,
+}
+DEFAULT_COLOUR = COLOUR_RUNNING

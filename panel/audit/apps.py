@@ -1,0 +1,11 @@
+from django.apps import AppConfig
+
+
+class AuditConfig(AppConfig):
+    name = "panel.audit"
+    label = "audit"
+
+    def ready(self):
+        from panel.audit import signals
+
+        signals.connect()

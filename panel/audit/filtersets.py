@@ -1,0 +1,31 @@
+import django_filters
+from django import forms
+from django.utils.translation import gettext_lazy as _
+
+from panel.audit.actions import AuditAction
+from panel.audit.models import AuditEntry
+
+
+class AuditEntryFilterSet(django_filters.FilterSet):
+    """Shared by the /audit/ page and /api/v1/audit/."""
+
+    actor = django_filters.CharFilter(field_name="actor_name", label=_("Who"))
+    action = django_filters.ChoiceFilter(choices=AuditAction.choices, label=_("Action"))
+    target = django_filters.CharFilter(lookup_expr="icontains", label=_("Target"))
+    ip = django_filters.CharFilter(label=_("Address"))
+    since = django_filters.DateTimeFilter(
+        field_name="time",
+        lookup_expr="gte",
+        label=_("Since"),
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+    )
+    until = django_filters.DateTimeFilter(
+        field_name="time",
+        lookup_expr="lt",
+        label=_("Until"),
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+    )
+
+    class Meta:
+        model = AuditEntry
+        fields = ["actor", "action", "target", "ip", "since", "until"]

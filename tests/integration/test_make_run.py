@@ -1,0 +1,129 @@
+"""`make run` (python -m panel.run) as a new admin meets it: one summary block after the start-up banners, a
+generated chat model on every sim host that deploys offline, and Ctrl-C leaving no engine behind while the
+deployment keeps its desired state: the next start runs it again."""
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+
+import httpx
+import pytest
+
+from tests.conftest import REPO, _free_port
+from tests.deployment_helpers import free_port_pair, kill_recorded_engines, wait_for
+
+pytestmark = pytest.mark.timeout(400)
+PASSWORD = "make-run-test-password"
+
+
+class RunCommand:
+    """panel.run in its own session, its output (and its children's) collected line by line."""
+
+    def __init__(self, data_dir, port: int, engine_port: int):
+        env = {
+            k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL", "CELERY_BROKER_URL")
+        }
+        env.update(
+            PANEL_DATA_DIR=str(data_dir),
+            PANEL_PORT=str(port),
+            PANEL_ADMIN_PASSWORD=PASSWORD,
+            PANEL_DEPLOY_BASE_PORT=str(engine_port),
+        )
+        self.lines: list[str] = []
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "panel.run"],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        threading.Thread(target=self._collect, daemon=True).start()
+
+    def _collect(self):
+        for line in self.process.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def summary(self) -> list[str]:
+        starts = [i for i, line in enumerate(self.lines) if "Ascend Panel is running at" in line]
+        if not starts:
+            return []
+        block = self.lines[starts[0] - 1 :]
+        ends = [i for i, line in enumerate(block) if i > 0 and line.startswith("─")]
+        return block[: ends[0] + 1] if ends else []
+
+    def kill(self):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_make_run_serves_its_generated_model_and_ctrl_c_stops_the_engine_too(tmp_path):
+    port, engine_port = _free_port(), free_port_pair()
+    run = RunCommand(tmp_path, port, engine_port)
+    try:
+        block = wait_for(run.summary, 240, f"the summary block; output so far: {run.lines[-30:]}", every=1)
+        text = "\n".join(block)
+        assert f"http://127.0.0.1:{port}/" in text
+        assert "PANEL_ADMIN_PASSWORD" in text
+        assert "tiny-chat" in text
+        assert "sim-a2, sim-duo" in text
+        before = "\n".join(run.lines[: run.lines.index(block[0])])
+        assert "[queues]" in before  # the workers' banners come first, the summary last
+
+        api = httpx.Client(base_url=f"http://127.0.0.1:{port}", auth=("admin", PASSWORD), timeout=20)
+        models = api.get("/api/v1/models/").raise_for_status().json()["results"]
+        tiny = next(m for m in models if m["name"] == "tiny-chat")
+        copies = {a["node"]: a for a in tiny["artifacts"]}
+        assert sorted(copies) == ["sim-a2", "sim-duo"]
+        assert all(a["ready"] for a in copies.values())
+        assert tiny["facts"]["has_chat_template"] is True
+
+        body = {
+            "name": "first",
+            "model": tiny["id"],
+            "artifact": copies["sim-a2"]["id"],
+            "nodes": [{"node": "sim-a2", "npus": [0]}],
+        }
+        created = api.post("/api/v1/deployments/", json=body)
+        assert created.status_code == 201, created.text
+        pk = created.json()["id"]
+        wait_for(
+            lambda: api.get(f"/api/v1/deployments/{pk}/").json()["status"] == "running",
+            90,
+            "running",
+            every=1,
+        )
+        served_on = api.get(f"/api/v1/deployments/{pk}/").json()["spec"]["port"]
+        assert listening(served_on)
+        api.close()
+
+        run.process.send_signal(signal.SIGINT)
+        assert run.process.wait(90) == 0
+        assert not listening(served_on), "the engine outlived make run"
+        records = list((tmp_path / "sim/sim-a2/var/lib/ascend-panel/deployments").glob("*.json"))
+        assert [r.stem for r in records] == ["first"]  # kept: the next start restarts what should run
+
+        run = RunCommand(tmp_path, port, engine_port)  # the next `make run`
+        wait_for(run.summary, 240, "the summary block of the second start", every=1)
+        api = httpx.Client(base_url=f"http://127.0.0.1:{port}", auth=("admin", PASSWORD), timeout=20)
+        assert [m["name"] for m in api.get("/api/v1/models/").json()["results"]].count("tiny-chat") == 1
+        wait_for(lambda: listening(served_on), 90, "the deployment's engine started again", every=1)
+        wait_for(lambda: api.get(f"/api/v1/deployments/{pk}/").json()["status"] == "running", 60, "running")
+        api.close()
+        run.process.send_signal(signal.SIGINT)
+        assert run.process.wait(90) == 0
+        assert not listening(served_on)
+    finally:
+        run.kill()
+        for node in ("sim-a2", "sim-duo"):
+            kill_recorded_engines(tmp_path / "sim" / node)
