@@ -31,6 +31,7 @@ from panel.run import (
     free_port,
     panel_worker_argv,
     sim_agent_env,
+    sim_credentials,
     wait_for_port,
 )
 
@@ -67,15 +68,9 @@ User = get_user_model()
 user = User.objects.filter(username="faults").first()
 user = user or User.objects.create_superuser("faults", password=None)
 model, _ = Model.objects.get_or_create(name="tiny-faults", defaults={"facts": inspect_model(spec["model"])})
-keys = {}
 for name in spec["nodes"]:
-    node, _ = Node.objects.get_or_create(name=name, defaults={"transport": "agent", "address": "127.0.0.1"})
-    try:  # each node's own credential, as the join command writes it to the agent's agent.env
-        from panel.nodes.trust import agent_key
-        keys[name] = agent_key(node).decode()
-    except ImportError:
-        pass
-print(json.dumps({"token": ApiToken.issue(user, "faults")[1], "model": model.pk, "keys": keys}))
+    Node.objects.get_or_create(name=name, defaults={"transport": "agent", "address": "127.0.0.1"})
+print(json.dumps({"token": ApiToken.issue(user, "faults")[1], "model": model.pk}))
 """
 
 
@@ -226,8 +221,8 @@ class FaultStack:
         wait_for_port(self.redis_port)
         self.env["REDIS_URL"] = f"redis://127.0.0.1:{self.redis_port}/0"
         self.supervisor.env = self.env
-        self.supervisor.run_once([PYTHON, "manage.py", "migrate", "--no-input", "-v", "0"])
-        self.supervisor.run_once([PYTHON, "manage.py", "seed_sim_packages"])
+        self.manage("migrate", "--no-input", "-v", "0")
+        self.manage("seed_sim_packages")
         for node, root in self.sim_roots.items():
             create_host(root, PROFILE, node)
         make_tiny_model(self.model_path, arch="llama")
@@ -242,7 +237,9 @@ class FaultStack:
             text=True,
         )
         answer = json.loads(out.stdout.strip().splitlines()[-1])
-        self.token, self.model_pk, self.agent_keys = answer["token"], answer["model"], answer["keys"]
+        self.token, self.model_pk = answer["token"], answer["model"]
+        # Each node's own credential beside its sim tree, where sim_agent_env points its agent.
+        self.manage(*sim_credentials(self.nodes, self.dir / "sim")[2:])
         port = str(self.web_port)
         self.add("web", [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", port, "panel.asgi:application"])
         self.add("panel-worker", panel_worker_argv(concurrency=2))
@@ -258,11 +255,14 @@ class FaultStack:
         )
         return self
 
+    def manage(self, *argv: str) -> None:
+        """A manage.py command for the stack's set-up, its output kept out of the bench's stdout."""
+        with open(self.dir / "logs" / "setup.log", "ab") as log:
+            subprocess.run([PYTHON, "manage.py", *argv], cwd=BASE_DIR, env=self.env, check=True, stdout=log)
+
     def start_agent(self, node: str, extra_env: dict | None = None) -> None:
         """The node's agent, as `make run` starts one on a sim host; waits for its NPUs in the panel."""
         env = {**sim_agent_env(self.env, node, self.sim_roots[node]), **(extra_env or {})}
-        if node in self.agent_keys:
-            env["ASCEND_PANEL_AGENT_KEY"] = self.agent_keys[node]
         self.add(f"agent {node}", [PYTHON, "-m", "workers.agent"], env)
         wait_until(lambda: len(self.node(node).get("npus") or []) > 0, 90, f"{node}'s NPUs (inventory)", 1)
 
