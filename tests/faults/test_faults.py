@@ -41,7 +41,7 @@ def params():
         yield pytest.param(scenario, id=scenario.name, marks=marks)
 
 
-@pytest.mark.parametrize("scenario", params())
+@pytest.mark.parametrize("scenario", list(params()))
 def test_the_panel_survives(fault_stack, scenario):
     outcome = run_scenario(fault_stack, scenario)
     report = json.dumps(outcome.as_dict(), indent=1)
