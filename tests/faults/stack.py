@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -159,6 +160,12 @@ class FaultStack:
         self.model_path = self.dir / "models" / "tiny"
         self.web_port = free_port()
         self.redis_port = free_port()
+        # systemd's Restart=always for every unit: a program that exits on its own is started again and
+        # recorded in `crashes`; one a scenario killed is restarted by the scenario (`held` meanwhile).
+        self.crashes: list[tuple[float, str]] = []
+        self.held: set[str] = set()
+        self.lock = threading.RLock()
+        self.stopping = threading.Event()
 
     # -- processes -------------------------------------------------------------------------------------
     def _spawn(self, name: str) -> subprocess.Popen:
@@ -181,6 +188,7 @@ class FaultStack:
 
     def kill(self, name: str) -> int:
         """SIGKILL the program's process only (KillMode=process: what it started, e.g. engines, lives on)."""
+        self.held.add(name)
         process = self.programs[name].process
         pid = self.pid(name)
         os.kill(pid, signal.SIGKILL)
@@ -189,16 +197,27 @@ class FaultStack:
 
     def restart(self, name: str) -> None:
         """Start it again, as systemd's Restart=always would: same argv, environment and port."""
-        self._spawn(name)
+        with self.lock:
+            self._spawn(name)
+            self.held.discard(name)
         if name == "redis":
             wait_for_port(self.redis_port)
         elif name == "web":
             wait_for_port(self.web_port, timeout=60)
 
     def stop_program(self, name: str) -> None:
-        program = self.programs.pop(name, None)
+        with self.lock:
+            program = self.programs.pop(name, None)
         if program and program.process and program.process.poll() is None:
             Supervisor._terminate([program.process])
+
+    def _watchdog(self) -> None:
+        while not self.stopping.wait(0.5):
+            with self.lock:
+                for name in self.exited():
+                    if name not in self.held:
+                        self.crashes.append((time.monotonic(), name))
+                        self._spawn(name)
 
     def exited(self) -> list[str]:
         return [n for n, p in self.programs.items() if p.process is not None and p.process.poll() is not None]
@@ -248,6 +267,7 @@ class FaultStack:
             "beat", [PYTHON, "-m", "celery", "-A", "panel.celery", "beat", "-l", "WARNING", "-s", beat_file]
         )
         wait_for_port(self.web_port, timeout=90)
+        threading.Thread(target=self._watchdog, name="systemd", daemon=True).start()
         self.api = httpx.Client(
             base_url=f"http://127.0.0.1:{self.web_port}",
             headers={"Authorization": f"Bearer {self.token}"},
@@ -270,9 +290,11 @@ class FaultStack:
         """Every process started here, and any engine a failed scenario left on a sim host."""
         from tests.deployment_helpers import kill_recorded_engines
 
+        self.stopping.set()
         with contextlib.suppress(Exception):
             self.api.close()
-        self.supervisor.stop()
+        with self.lock:
+            self.supervisor.stop()
         for root in self.sim_roots.values():
             with contextlib.suppress(Exception):
                 kill_recorded_engines(root)
