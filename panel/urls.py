@@ -1,7 +1,9 @@
 from django.conf import settings
 from django.conf.urls.static import static
 from django.contrib import admin
+from django.templatetags.static import static as static_url
 from django.urls import include, path
+from django.views.generic import RedirectView
 from rest_framework.routers import DefaultRouter
 
 from panel.accounts.api.views import ApiTokenViewSet
@@ -40,7 +42,9 @@ urlpatterns = [
     path("api/schema/", SchemaView.as_view(), name="schema"),
     path("api/docs/", DocsView.as_view(url_name="schema"), name="api-docs"),
     path("i18n/", include("django.conf.urls.i18n")),
-    path("admin/", admin.site.urls),  # user and role management for admins
+    path("admin/", admin.site.urls),  # Django's own admin; users and roles are at accounts/users/
+    # Browsers ask for /favicon.ico where a page names no icon (API responses, files).
+    path("favicon.ico", RedirectView.as_view(url=static_url("favicon.svg"), permanent=True)),
     path("accounts/", include("panel.accounts.urls")),
     path("nodes/", include("panel.nodes.urls")),
     path("operations/", include("panel.operations.urls")),

@@ -1,7 +1,9 @@
 from datetime import timedelta
 
 from django.contrib import messages
+from django.contrib.auth import update_session_auth_hash
 from django.contrib.auth import views as auth_views
+from django.contrib.auth.forms import PasswordChangeForm
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -28,13 +30,31 @@ class LogoutView(auth_views.LogoutView):
 @require_safe
 def settings_page(request):
     """The user's settings: language, theme and API tokens."""
+    return _settings(request, PasswordChangeForm(request.user))
+
+
+def _settings(request, password_form):
     new_token = request.session.pop("new_token", None)
     tokens = ApiToken.objects.filter(user=request.user)
-    return render(
-        request,
-        "accounts/settings.html",
-        {"tokens": tokens, "new_token": new_token, "lifetimes": TOKEN_LIFETIMES},
-    )
+    context = {
+        "tokens": tokens,
+        "new_token": new_token,
+        "lifetimes": TOKEN_LIFETIMES,
+        "password_form": password_form,
+    }
+    return render(request, "accounts/settings.html", context)
+
+
+@role_required(VIEWER)
+@require_POST
+def change_password(request):
+    """Change one's own password (a temporary one from an admin, say); the session stays signed in."""
+    form = PasswordChangeForm(request.user, request.POST)
+    if not form.is_valid():
+        return _settings(request, form)
+    update_session_auth_hash(request, form.save())
+    messages.success(request, _("Your password is changed."))
+    return redirect("accounts:settings")
 
 
 @role_required(VIEWER)

@@ -59,6 +59,16 @@ def default_path(model: Model, suffix: str = "") -> str:
     return posixpath.join(settings.PANEL_MODELS_ROOT, name)
 
 
+def free_path(node, path: str) -> str:
+    """path, or path-2, path-3 ... : the first that no copy on the node uses."""
+    taken = set(ModelArtifact.objects.filter(node=node, path__startswith=path).values_list("path", flat=True))
+    candidate, number = path, 1
+    while candidate in taken:
+        number += 1
+        candidate = f"{path}-{number}"
+    return candidate
+
+
 def _check_agent_node(node, field="node"):
     if node is None:
         raise ValidationError({field: _("Choose a node.")})
@@ -90,7 +100,13 @@ def _check_target_path(node, path: str, field="path") -> str:
         )
     if ModelArtifact.objects.filter(node=node, path=path).exists():
         raise ValidationError(
-            {field: _("%(node)s already has a model at %(path)s.") % {"node": node.name, "path": path}}
+            {
+                field: _(
+                    "%(node)s already has a model at %(path)s. Choose another output folder, e.g. "
+                    "%(free)s, or delete that copy first."
+                )
+                % {"node": node.name, "path": path, "free": free_path(node, path)}
+            }
         )
     if Operation.objects.filter(
         node=node,

@@ -7,6 +7,10 @@ from django.views.decorators.http import require_safe
 
 from panel.accounts.roles import VIEWER, has_role
 
+# extra_tags of a flash message that tells of a change under way ("… is starting"): base.html marks it
+# data-message="transition" and the live page removes it once what it tells of has settled.
+TRANSITION = "transition"
+
 
 def role_required(role: str):
     """Page views: sign-in required, then the role (viewer < operator < admin)."""

@@ -23,7 +23,8 @@ from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext_noop
 
 from panel.core.choices import DeploymentState, DesiredState, OperationKind, OperationStatus
-from panel.deployments import reasons, services
+from panel.deployments import metrics_history, reasons, services
+from panel.deployments.findings import fitting_hint
 from panel.deployments.models import Deployment
 from panel.operations.models import Operation
 from panel.realtime.broadcast import broadcast, deployment_group
@@ -133,7 +134,7 @@ def apply_launch_result(deployment: Deployment, operation: Operation) -> None:
             "findings": failure.get("findings") or [],
             "log_tail": failure.get("log_tail") or [],
         }
-        reason = reasons.launch_failed(operation.error, operation.hint)
+        reason = reasons.launch_failed(operation.error, fitting_hint(operation.hint, deployment))
         schedule_restart(deployment, Policy.from_settings(), reason, timezone.now())
         # The other nodes of a multi-node deployment cannot serve without this one.
         stopping = services.active_operations(deployment).filter(kind=OperationKind.STOP).exists()
@@ -228,6 +229,7 @@ def _ran_for_s(deployment: Deployment, now: datetime) -> float:
 def _store_metrics(deployment: Deployment, node: str, metrics: dict, when: datetime) -> None:
     deployment.metrics = {**metrics, "node": node}
     deployment.metrics_at = when
+    metrics_history.record(deployment.name, metrics, when)
     message = {
         "type": "engine.metrics",
         "name": deployment.name,

@@ -20,9 +20,11 @@ CONTRACT for the wizard and the deployment page (REST under /api/v1/deployments/
   GET  /{id}/logs/?after_seq=N   {"results": [{seq, time, node, line}], "last_seq"}; GET /{id}/logs.txt
   GET  /{id}/metrics/    {"metrics": {...}, "time"}; GET/POST /{id}/benchmarks/ ({concurrency: [1,4,16,64],
                          prompt_len, output_len, requests}); GET /api/v1/benchmarks/ all runs, comparable.
+  GET  /{id}/metrics/history/   {"points": [{time, metrics}]}: the last hour of charted figures (Redis).
   POST /{id}/chat/       OpenAI chat body; proxied to the engine (SSE passed through when "stream": true).
   Failure: GET /{id}/ "findings" = {"findings": the toolkit's diagnose findings, "log_tail": [lines]} of
-  the last failed start (or of an engine found dead).
+  the last failed start (or of an engine found dead); each hint as it fits where the deployment runs
+  (panel/deployments/findings.py).
 
 Websocket group deployment.<name>: {"type": "deployment.status", name, status, desired_state, reason,
 restart_count, endpoint}, {"type": "engine.metrics", name, node, time, metrics}, {"type": "deployment.logs",
@@ -43,7 +45,7 @@ from django.utils.translation import gettext_noop
 from panel.audit import actions as audit
 from panel.audit.services import record
 from panel.core.choices import DeploymentState, DesiredState, OperationKind, OperationStatus
-from panel.deployments import reasons
+from panel.deployments import metrics_history, reasons
 from panel.deployments.models import Benchmark, Deployment, DeploymentLog
 from panel.deployments.planning import DeploymentPlan
 from panel.operations.models import Operation
@@ -292,6 +294,7 @@ def release_and_remove(deployment: Deployment) -> None:
     deployment.npus.clear()
     name = deployment.name
     deployment.delete()
+    transaction.on_commit(lambda: metrics_history.forget(name))
     gone = {"type": "deployment.status", "name": name, "status": "deleted", "desired_state": "deleted"}
     transaction.on_commit(lambda: broadcast(deployment_group(name), gone))
 

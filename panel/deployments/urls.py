@@ -10,6 +10,7 @@ urlpatterns = [
     path("new/<slug:step>/", wizard.wizard_step, name="wizard"),
     path("benchmarks/", views.benchmark_compare, name="benchmarks"),
     path("<slug:name>/", views.deployment_detail, name="detail"),
+    path("<slug:name>/findings/", views.deployment_findings, name="findings"),
     path("<slug:name>/benchmark/", views.deployment_benchmark, name="benchmark"),
     path("<slug:name>/<slug:action>/", views.deployment_action, name="action"),
 ]

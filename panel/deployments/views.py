@@ -11,10 +11,11 @@ from django.views.decorators.http import require_POST, require_safe
 
 from panel.accounts.roles import OPERATOR, VIEWER, has_role
 from panel.core.choices import DeploymentState, OperationKind
-from panel.core.views import role_required
+from panel.core.views import TRANSITION, role_required
 from panel.deployments import services
 from panel.deployments.api.serializers import BenchmarkRequestSerializer
 from panel.deployments.filtersets import BenchmarkFilterSet, DeploymentFilterSet
+from panel.deployments.findings import findings_of
 from panel.deployments.forms import BenchmarkForm
 from panel.deployments.models import Benchmark, Deployment
 from panel.deployments.wizard import flatten, memory_bars
@@ -96,7 +97,7 @@ def deployment_detail(request, name):
         "review": review,
         "memory_bars": memory_bars(review),
         "warnings": (deployment.plan or {}).get("warnings") or [],
-        "findings": (deployment.runtime or {}).get("findings") or [],
+        "findings": findings_of(deployment),
         "npus": sorted(deployment.npus.all(), key=lambda npu: (npu.node.name, npu.logic_id or 0)),
         "can_operate": has_role(request.user, OPERATOR),
         "served_model": spec.get("served_model_name") or deployment.name,
@@ -120,6 +121,8 @@ def deployment_detail(request, name):
             "stageKey": stage_key,
             "detailUrl": reverse("deployment-detail", args=[deployment.pk]),
             "logsUrl": reverse("deployment-logs", args=[deployment.pk]),
+            "metricsHistoryUrl": reverse("deployment-metrics-history", args=[deployment.pk]),
+            "findingsUrl": reverse("deployments:findings", args=[deployment.name]),
             "chatUrl": reverse("deployment-chat", args=[deployment.pk]),
             "operationUrl": reverse("operation-detail", args=["00000000-0000-0000-0000-000000000000"]),
             "stateLabels": state_labels,
@@ -136,10 +139,19 @@ def deployment_detail(request, name):
                 "generation": _("generation"),
                 "kv": _("KV cache"),
                 "chatStats": _("TTFT {ttft} ms · {tokens} tokens · {rate} tokens/s"),
+                "probeLines": _("{n} probe lines (/health, /metrics) hidden; the download has them"),
             },
         },
     }
     return render(request, "deployments/detail.html", context)
+
+
+@role_required(VIEWER)
+@require_safe
+def deployment_findings(request, name):
+    """The findings box alone: the page swaps it in when a start fails or the engine turns unhealthy."""
+    deployment = _deployment(request, name)
+    return render(request, "deployments/findings.html", {"findings": findings_of(deployment)})
 
 
 def _confirm_texts(deployment) -> dict:
@@ -175,7 +187,7 @@ def deployment_action(request, name, action):
         "restart": _("Restarting {name}."),
         "delete": _("Deleting {name}: the engine stops, then the NPUs are released."),
     }[action]
-    messages.success(request, done.format(name=name))
+    messages.success(request, done.format(name=name), extra_tags=TRANSITION)
     if action == "delete":
         return redirect("deployments:list")
     return redirect("deployments:detail", name=name)

@@ -20,7 +20,7 @@ from rest_framework import serializers
 from panel.accounts.roles import OPERATOR
 from panel.catalog.models import SERVABLE_FORMATS, ModelArtifact
 from panel.core.choices import ArtifactFormat, DesiredState
-from panel.core.views import role_required
+from panel.core.views import TRANSITION, role_required
 from panel.deployments import services
 from panel.deployments.forms import (
     ALLOWED_FLAG_NAMES,
@@ -426,7 +426,8 @@ def _review_step(request, state):
     if request.method == "POST" and plan is not None:
         deployment = services.create_deployment(plan, user=request.user)
         save_state(request, {})
-        messages.success(request, _("Deployment {name} is starting.").format(name=deployment.name))
+        text = _("Deployment {name} is starting.").format(name=deployment.name)
+        messages.success(request, text, extra_tags=TRANSITION)
         return redirect("deployments:detail", name=deployment.name)
     mine, elsewhere = split_errors(errors, "review")
     problems = elsewhere + [

@@ -1,16 +1,18 @@
-"""Use-cases that change the fleet: add a node (agent or SSH), confirm an SSH host key, cordon, remove."""
+"""Use-cases that change the fleet: add a node (agent or SSH), confirm an SSH host key, cordon, drain,
+remove."""
 
 from dataclasses import dataclass
 from datetime import datetime
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from panel.audit import actions as audit
 from panel.audit.services import record
-from panel.core.choices import DeploymentState, NodeStatus, NodeTransport, OperationStatus
+from panel.core.choices import DeploymentState, DesiredState, NodeStatus, NodeTransport, OperationStatus
 from panel.nodes.agent_package import agent_sdist_sha256, install_script_sha256
 from panel.nodes.join import issue_join_token, join_command
 from panel.nodes.models import JoinToken, Node
@@ -154,6 +156,34 @@ def set_cordoned(node: Node, cordoned: bool) -> Node:
     message = {"type": "node.cordon", "node": node.name, "cordoned": cordoned}
     transaction.on_commit(lambda: broadcast(FLEET, message))
     return node
+
+
+def deployments_to_drain(node: Node) -> list:
+    """Deployments that have an engine on the node (or are stopping it), or that the panel keeps running
+    there: what a restart of its driver or the host would stop."""
+    engine_states = (*ACTIVE_DEPLOYMENT_STATES, DeploymentState.STOPPING)
+    return list(
+        node.deployments.filter(
+            Q(observed_state__in=engine_states) | Q(desired_state=DesiredState.RUNNING)
+        ).order_by("name")
+    )
+
+
+def drain(node: Node, user=None) -> list:
+    """Cordon the node and stop every deployment on it, so an install that restarts its NPU driver or the
+    host may run. Returns the deployments asked to stop (those already stopping are left to finish)."""
+    from panel.deployments.services import stop
+
+    with transaction.atomic():
+        set_cordoned(node, True)
+        stopped = [
+            d
+            for d in deployments_to_drain(node)
+            if d.desired_state != DesiredState.DELETED and d.observed_state != DeploymentState.STOPPING
+        ]
+        for deployment in stopped:
+            stop(deployment, user)
+    return stopped
 
 
 def remove_node(node: Node, *, force: bool = False) -> None:

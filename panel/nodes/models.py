@@ -118,6 +118,11 @@ class Npu(TimestampedModel):
         """What a model can use: HBM where the chip has it, else its DDR (310P)."""
         return self.hbm_total_mb or self.memory_total_mb
 
+    @property
+    def reports_power(self) -> bool:
+        """310P chips (Atlas 300I Pro / Duo) show no power per chip in npu-smi: the card's MCU has it."""
+        return not (self.name or "").upper().startswith("310P")
+
 
 class JoinToken(models.Model):
     """Lets one agent register one node: scoped to the node name, expiring, single use. Stored hashed."""

@@ -74,7 +74,14 @@ def host_key_fingerprint(address: str, port: int) -> str:
     try:
         return run_coroutine_sync(fetch_host_key_fingerprint(address, port, timeout=FINGERPRINT_TIMEOUT_S))
     except SshConnectError as error:
-        raise ValidationError({"address": [str(error)]}) from error
+        cause = error.__cause__
+        said = (str(cause) or type(cause).__name__) if cause is not None else str(error)
+        sentence = _(
+            "The panel cannot read the host key of %(address)s:%(port)s; check the address and port and "
+            "that sshd runs there."
+        ) % {"address": address, "port": port}
+        # The sentence first; what the SSH library said second (pages show it as a detail).
+        raise ValidationError({"address": [sentence, said]}) from error
 
 
 def check_fingerprint(text: str) -> str:

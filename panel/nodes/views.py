@@ -6,6 +6,7 @@ from django.core.exceptions import ValidationError
 from django.http import HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST, require_safe
@@ -128,13 +129,15 @@ def confirm_host_key(request, name):
             request, _("Host key confirmed; inventory of %(node)s started.") % {"node": node.name}
         )
         return redirect("operations:detail", pk=operation.pk)
-    fingerprint, error = "", ""
+    fingerprint, error, details = "", "", []
     try:
         fingerprint = host_key_fingerprint(node.address, node.ssh_port)
     except ValidationError as failure:
-        error = " ".join(failure.messages)
+        error, *details = failure.messages
     return render(
-        request, "nodes/confirm_host_key.html", {"node": node, "fingerprint": fingerprint, "error": error}
+        request,
+        "nodes/confirm_host_key.html",
+        {"node": node, "fingerprint": fingerprint, "error": error, "details": details},
     )
 
 
@@ -185,6 +188,26 @@ def cordon(request, name):
         messages.info(request, _("%(node)s is cordoned: no new deployments go there.") % {"node": node.name})
     else:
         messages.info(request, _("%(node)s is uncordoned.") % {"node": node.name})
+    return redirect("nodes:detail", name=node.name)
+
+
+@role_required(OPERATOR)
+@require_POST
+def drain(request, name):
+    node = _node(request, name)
+    stopped = lifecycle.drain(node, user=request.user)
+    if stopped:
+        names = ", ".join(d.name for d in stopped)
+        messages.info(
+            request,
+            _("%(node)s is cordoned and these deployments are stopping: %(names)s.")
+            % {"node": node.name, "names": names},
+        )
+    else:
+        messages.info(request, _("%(node)s is cordoned; no deployment runs on it.") % {"node": node.name})
+    back = request.POST.get("next", "")
+    if back and url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}):
+        return redirect(back)
     return redirect("nodes:detail", name=node.name)
 
 

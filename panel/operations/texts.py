@@ -5,18 +5,71 @@ English. Pages translate them at render time (the agent_text filter); the API an
 helpers, so a page that updates live shows the same words it shows after a reload.
 """
 
-from django.utils.translation import gettext, override
+import re
+from functools import lru_cache
 
-AGENT_TEXT_FIELDS = ("stage", "error", "hint")
+from django.utils.translation import get_language, gettext, override
+from django.utils.translation.trans_real import translation
+
+AGENT_TEXT_FIELDS = ("stage", "error", "hint", "title")
+# Payload lists of install steps ({"name", "title"}): the plan the agent announces.
+STEP_LISTS = ("steps", "specs")
+PLACEHOLDER = re.compile(r"\{(\w+)\}")
+
+
+@lru_cache(maxsize=8)
+def _formatted_msgids(language: str) -> tuple[tuple[re.Pattern, str], ...]:
+    """(pattern, msgid) for each catalog msgid with str.format fields ("Install vLLM {v}"): agents fill those
+    in before sending, so the panel recognises the filled text and translates the template instead."""
+    found = []
+    for msgid in translation(language)._catalog.keys():  # noqa: SIM118  a TranslationCatalog has no __iter__
+        if not isinstance(msgid, str) or "{" not in msgid:
+            continue
+        names = PLACEHOLDER.findall(msgid)
+        if not names or len(set(names)) != len(names):
+            continue
+        pattern = "".join(
+            f"(?P<{piece}>.+?)" if index % 2 else re.escape(piece)
+            for index, piece in enumerate(PLACEHOLDER.split(msgid))
+        )
+        found.append((re.compile(pattern, re.DOTALL), msgid))
+    return tuple(found)
+
+
+def agent_text(text: str) -> str:
+    """A text an agent sent in English (gettext_noop'd, maybe filled with str.format) in the active
+    language; a text the catalog does not know stays as it is."""
+    if not text:
+        return text
+    known = gettext(text)
+    if known != text:
+        return known
+    for pattern, msgid in _formatted_msgids(get_language() or "en"):
+        match = pattern.fullmatch(text)
+        if match is not None:
+            try:
+                return gettext(msgid).format(**match.groupdict())
+            except (KeyError, IndexError, ValueError):
+                return text
+    return text
 
 
 def translated(data: dict) -> dict:
     """A copy of an operation summary or event payload with its agent texts in the active language; texts
     the catalog does not know (an error with a path in it, say) stay as they are."""
     found = [name for name in AGENT_TEXT_FIELDS if isinstance(data.get(name), str) and data[name]]
-    if not found:
+    lists = [name for name in STEP_LISTS if isinstance(data.get(name), list)]
+    if not found and not lists:
         return data
-    return {**data, **{name: gettext(data[name]) for name in found}}
+    changed = {name: agent_text(data[name]) for name in found}
+    for name in lists:
+        changed[name] = [
+            {**step, "title": agent_text(step["title"])}
+            if isinstance(step, dict) and isinstance(step.get("title"), str)
+            else step
+            for step in data[name]
+        ]
+    return {**data, **changed}
 
 
 def translated_message(message: dict, language: str) -> dict:

@@ -16,6 +16,7 @@ from panel.core.choices import OperationKind, OperationStatus
 from panel.operations.models import Operation
 from panel.operations.services import create_operation
 from panel.provisioning import conf
+from panel.provisioning.disruption import refuse_if_serving
 from panel.provisioning.models import NodeStack, PackageFile, PackageKind, StackStatus
 from panel.provisioning.profiles import CPU, is_known
 from workers.ascend.compat import profile_for
@@ -206,6 +207,7 @@ def start_install(
     request = _request(profile_key, pip_source, allow_reboot)
     with transaction.atomic():
         _refuse_if_busy(node)
+        refuse_if_serving(node, request)
         operation = _start(node, OperationKind.INSTALL, AGENT_INSTALL, request, panel_url, user, {})
         stack = stack_of(node)
         stack.status, stack.profile, stack.install_operation = StackStatus.INSTALLING, profile_key, operation
@@ -222,8 +224,13 @@ def _audit_install(action: str, user, node, operation: Operation, profile_key: s
     record(user, action, node.name, operation=operation.pk, profile=profile_key, packages=offered, **details)
 
 
-def resume_install(node, *, user=None, panel_url: str, from_step: str | None = None):
-    """A new install operation that reuses the last plan and starts at the step that failed or stopped."""
+def resume_install(
+    node, *, user=None, panel_url: str, from_step: str | None = None, after_reboot: bool = False
+):
+    """A new install operation that reuses the last plan and starts at the step that failed or stopped.
+
+    Refused while deployments serve on the node if the steps left restart its driver or the host, unless
+    the host has just rebooted for this install (after_reboot)."""
     stack = NodeStack.objects.filter(node=node).first()
     if stack is None or not stack.install_request:
         raise ValidationError({"node": [_("Nothing to resume: no install has run on this node.")]})
@@ -236,6 +243,8 @@ def resume_install(node, *, user=None, panel_url: str, from_step: str | None = N
     request = {**stack.install_request, "plan": stack.plan or None, "resume_from": step}
     with transaction.atomic():
         _refuse_if_busy(node)
+        if not after_reboot:
+            refuse_if_serving(node, request)
         operation = _start(
             node, OperationKind.INSTALL, AGENT_INSTALL, request, panel_url, user, {"resume_from": step}
         )
@@ -252,7 +261,7 @@ def resume_after_reboot(node) -> Operation | None:
     if stack is None or not (conf.public_url() or panel_url):
         return None
     user = stack.install_operation.created_by if stack.install_operation else None
-    return resume_install(node, user=user, panel_url=panel_url)
+    return resume_install(node, user=user, panel_url=panel_url, after_reboot=True)
 
 
 def cancel(operation: Operation) -> None:

@@ -9,6 +9,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from panel.accounts.roles import ADMIN, OPERATOR, VIEWER, has_role
 from panel.core.choices import OperationStatus
 from panel.core.views import role_required
+from panel.nodes.lifecycle import deployments_to_drain
 from panel.nodes.models import Node
 from panel.operations.models import Operation
 from panel.provisioning import services, store
@@ -67,6 +68,7 @@ def node_provisioning(request, name):
             "install": install,
             "install_open": install is not None and not install.is_terminal,
             "preflight": stack.preflight_operation,
+            "serving": deployments_to_drain(node),
             "can_operate": has_role(request.user, OPERATOR),
             "packages": PackageFile.objects.all(),
             "step_labels": {k: str(v) for k, v in STEP_LABELS.items()}

@@ -21,6 +21,7 @@ const colours = {
   failed: "alarm",
   deleted: "offline",
 };
+const SETTLED = ["running", "stopped", "failed", "unhealthy"];
 const get = (url) => fetch(url, { credentials: "same-origin" }).then((r) => (r.ok ? r.json() : null));
 
 // ---- status, start-up stages, findings ------------------------------------------------------------
@@ -49,6 +50,8 @@ function showStatus(message) {
   });
   document.querySelectorAll("[data-testid=run-benchmark]").forEach((b) => (b.disabled = status !== "running"));
   if (status === "deleted") setTimeout(() => location.assign(".."), 1500);
+  // "… is starting", "Stopping …": true until the deployment settles, then gone without a reload.
+  if (SETTLED.includes(status)) document.querySelectorAll(".message[data-message~=transition]").forEach((m) => m.remove());
   if (["starting", "failed", "unhealthy"].includes(status)) refreshDetail();
 }
 
@@ -58,36 +61,20 @@ function showReason(text) {
 }
 
 async function refreshDetail() {
-  const detail = await get(config.detailUrl);
-  if (!detail) return;
-  showFindings(detail.findings || []);
-  if (detail.status === "starting" && detail.operation && detail.operation !== launchOperation) {
+  const [detail] = await Promise.all([get(config.detailUrl), refreshFindings()]);
+  if (detail && detail.status === "starting" && detail.operation && detail.operation !== launchOperation) {
     followLaunch(detail.operation);
   }
 }
 
-function showFindings(findings) {
-  const box = field("findings");
-  const list = field("findings-list");
-  box.hidden = !findings.length;
-  list.replaceChildren(
-    ...findings.map((finding) => {
-      const item = document.createElement("li");
-      const title = document.createElement("strong");
-      title.textContent = finding.title;
-      const code = document.createElement("span");
-      code.className = "mono muted";
-      code.textContent = ` ${finding.code}`;
-      const line = document.createElement("pre");
-      line.className = "log";
-      line.textContent = finding.line;
-      const hint = document.createElement("p");
-      hint.className = "hint";
-      hint.textContent = finding.hint;
-      item.append(title, code, line, hint);
-      return item;
-    }),
-  );
+// The findings box comes rendered from the server: translated, with the hint that fits this deployment.
+async function refreshFindings() {
+  const response = await fetch(config.findingsUrl, { credentials: "same-origin" });
+  if (!response.ok) return;
+  const box = document.createElement("template");
+  box.innerHTML = (await response.text()).trim();
+  const fresh = box.content.querySelector("[data-field=findings]");
+  if (fresh) field("findings").replaceWith(fresh);
 }
 
 function showStage(percent, stageKey, stageText) {
@@ -122,6 +109,7 @@ function followLaunch(operationId) {
 }
 
 // ---- engine log -------------------------------------------------------------------------------------
+const PROBE_LINE = /"GET \/(?:health|metrics)(?:\?\S*)? HTTP\/[\d.]+"/;
 const logBox = field("log");
 const follow = field("follow");
 const engineLog = new EventLog({
@@ -132,17 +120,32 @@ const engineLog = new EventLog({
     const items = body.results;
     return { items, more: items.length > 0 && items[items.length - 1].seq < body.last_seq };
   },
-  render: (lines) =>
+  render: (lines) => {
+    const shown = lines.filter((l) => !PROBE_LINE.test(l.line));
+    countProbeLines(lines.length - shown.length);
     appendLines(
       logBox,
-      lines.map((l) => ({ seq: l.seq, text: config.nodes.length > 1 ? `${l.node}  ${l.line}` : l.line })),
+      shown.map((l) => ({ seq: l.seq, text: config.nodes.length > 1 ? `${l.node}  ${l.line}` : l.line })),
       { follow: () => follow.checked },
-    ),
+    );
+  },
 });
 
+// The panel's own probes (GET /health and /metrics every few seconds) would bury what the engine says: they
+// stay out of the log shown here, counted; the download keeps every line.
+function countProbeLines(count) {
+  if (!count) return;
+  const counter = field("probe-lines");
+  counter.dataset.count = Number(counter.dataset.count || 0) + count;
+  counter.textContent = config.labels.probeLines.replace("{n}", formatNumber(counter.dataset.count, { maximumFractionDigits: 0 }));
+  counter.hidden = false;
+}
+
 // ---- engine metrics -----------------------------------------------------------------------------------
-const WINDOW_POINTS = 600;
+const WINDOW_S = 3600; // the last hour, as the history API back-fills it
+const MAX_POINTS = 3600;
 const series = { time: [], running: [], waiting: [], prompt: [], gen: [], ttft50: [], ttft95: [], tpot50: [], tpot95: [], kv: [] };
+const FIGURES = Object.keys(series).filter((key) => key !== "time");
 const ms = (seconds) => (seconds === null || seconds === undefined ? null : seconds * 1000);
 const whole = (v) => formatNumber(v, { maximumFractionDigits: 0 });
 const oneDecimal = (v) => formatNumber(v, { maximumFractionDigits: 1 });
@@ -178,6 +181,7 @@ const charts = {
   }),
   kv: lineChart(chartBox("kv"), {
     format: (v) => formatPercent(v),
+    tickFormat: (v) => formatPercent(v),
     xLabel: label.time,
     yRange: [0, 100],
     series: [{ label: label.kv, colour: "--mem-kv" }],
@@ -194,9 +198,8 @@ function pick(metrics, windowed, cumulative) {
   return value === null || value === undefined ? metrics[cumulative] : value;
 }
 
-function showMetrics(metrics, time) {
-  if (!metrics || !Object.keys(metrics).length) return;
-  const figures = {
+function figuresOf(metrics) {
+  return {
     running: metrics.running,
     waiting: metrics.waiting,
     kv: kvPercent(metrics.kv_cache_usage),
@@ -207,6 +210,29 @@ function showMetrics(metrics, time) {
     tpot50: ms(pick(metrics, "window_tpot_p50", "tpot_p50")),
     tpot95: ms(pick(metrics, "window_tpot_p95", "tpot_p95")),
   };
+}
+
+function addPoint(figures, seconds) {
+  if (series.time.length && seconds <= series.time[series.time.length - 1]) return false; // seen already
+  series.time.push(seconds);
+  for (const key of FIGURES) series[key].push(figures[key] ?? null);
+  while (series.time.length > MAX_POINTS || series.time[0] < seconds - WINDOW_S) {
+    for (const list of Object.values(series)) list.shift();
+  }
+  return true;
+}
+
+function drawCharts() {
+  charts.requests.update([series.time, series.running, series.waiting]);
+  charts.tokens.update([series.time, series.prompt, series.gen]);
+  charts.latency.update([series.time, series.ttft50, series.ttft95, series.tpot50, series.tpot95]);
+  charts.kv.update([series.time, series.kv]);
+  root.dataset.metricPoints = series.time.length;
+}
+
+function showMetrics(metrics, time) {
+  if (!metrics || !Object.keys(metrics).length) return;
+  const figures = figuresOf(metrics);
   const stat = (name, text) => (root.querySelector(`[data-metric=${name}]`).textContent = text);
   stat("running", whole(figures.running));
   stat("waiting", whole(figures.waiting));
@@ -216,17 +242,22 @@ function showMetrics(metrics, time) {
   stat("ttft", `${whole(figures.ttft50)} / ${whole(figures.ttft95)}`);
   stat("tpot", `${oneDecimal(figures.tpot50)} / ${oneDecimal(figures.tpot95)}`);
   const seconds = time ? Date.parse(time) / 1000 : Date.now() / 1000;
-  if (series.time.length && seconds <= series.time[series.time.length - 1]) return; // seen already
-  series.time.push(seconds);
-  for (const key of Object.keys(figures)) series[key].push(figures[key] ?? null);
-  if (series.time.length > WINDOW_POINTS) for (const list of Object.values(series)) list.shift();
-  charts.requests.update([series.time, series.running, series.waiting]);
-  charts.tokens.update([series.time, series.prompt, series.gen]);
-  charts.latency.update([series.time, series.ttft50, series.ttft95, series.tpot50, series.tpot95]);
-  charts.kv.update([series.time, series.kv]);
-  root.dataset.metricPoints = series.time.length;
+  if (!addPoint(figures, seconds)) return;
+  drawCharts();
   const stamp = field("metrics-time");
   stamp.textContent = new Date(seconds * 1000).toLocaleTimeString(document.documentElement.lang || undefined);
+}
+
+// The last hour from the panel's store, so the charts do not start empty on every load. Points the socket
+// brought meanwhile are newer and stay; back-filled ones go in front of them.
+async function backfillMetrics() {
+  const body = await get(config.metricsHistoryUrl);
+  if (!body || !body.points.length) return;
+  const live = series.time.map((time, i) => [time, Object.fromEntries(FIGURES.map((k) => [k, series[k][i]]))]);
+  for (const list of Object.values(series)) list.length = 0;
+  for (const point of body.points) addPoint(figuresOf(point.metrics), point.time);
+  for (const [time, figures] of live) addPoint(figures, time);
+  drawCharts();
 }
 
 // ---- NPUs ---------------------------------------------------------------------------------------------
@@ -288,6 +319,7 @@ if (config.stageKey) showStage(undefined, config.stageKey);
 showMetrics(config.metrics, config.metricsAt);
 onSubscribed(async () => {
   engineLog.backfill();
+  backfillMetrics();
   const detail = await get(config.detailUrl);
   if (detail) {
     showStatus({ ...detail, status: detail.status });

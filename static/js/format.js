@@ -46,6 +46,40 @@ export function formatNumber(value, options = { maximumFractionDigits: 1 }) {
   return numberFormat(options).format(Number(value));
 }
 
+// Big counts in the units a reader of the page's language thinks in: thousands in English, 万 (10⁴) and
+// 亿 (10⁸) in Chinese. panel/core/numbers.py writes them the same way on the server.
+const COMPACT_FROM = 100000;
+const WESTERN_UNITS = [
+  [1e12, "T"],
+  [1e9, "B"],
+  [1e6, "M"],
+  [1e3, "K"],
+];
+const MYRIAD_UNITS = [
+  [1e12, "万亿"],
+  [1e8, "亿"],
+  [1e4, "万"],
+];
+
+/**
+ * A count, shortened once it is big: formatCount(4096) → "4,096", formatCount(113034752) → "113.0 M"
+ * (English) or "1.13 亿" (简体中文). Two decimals below 10 of a unit, one above.
+ */
+export function formatCount(value) {
+  if (isMissing(value)) return MISSING;
+  const count = Number(value);
+  if (Math.abs(count) >= COMPACT_FROM) {
+    const units = pageLocale().toLowerCase().startsWith("zh") ? MYRIAD_UNITS : WESTERN_UNITS;
+    for (const [size, unit] of units) {
+      if (Math.abs(count) < size) continue;
+      const amount = count / size;
+      const digits = Math.abs(amount) < 10 ? 2 : 1;
+      return `${numberFormat({ minimumFractionDigits: digits, maximumFractionDigits: digits }).format(amount)} ${unit}`;
+    }
+  }
+  return numberFormat({ maximumFractionDigits: 0 }).format(Math.round(count));
+}
+
 /**
  * A size with a unit that fits: formatBytes(65536, "MB") → "64 GB", formatBytes(1536) → "1.5 KB".
  * `from` names the unit of `value`: "B" (default), "KB", "MB", "GB", "TB" or "PB", any case.

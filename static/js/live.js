@@ -5,6 +5,13 @@ const reconnectListeners = new Set();
 let socket = null;
 let backoff = 500;
 const SIGNED_OUT = 4401; // CLOSE_SIGNED_OUT in panel/realtime/consumers.py
+// A navigation (a link, a form post such as a password change) is under way: the page it loads decides
+// what comes next. Reloading now would cancel it, and a password change would then end on the sign-in
+// page: the reload still carries the session the change has just replaced.
+let leavingSince = 0;
+const LEAVING_MS = 15000; // a navigation that never completed (a download, a 204) stops counting after this
+addEventListener("beforeunload", () => (leavingSince = Date.now()));
+addEventListener("pageshow", () => (leavingSince = 0));
 
 function groups() {
   return [...listeners.keys()];
@@ -40,7 +47,7 @@ function connect() {
   socket.addEventListener("close", (event) => {
     if (event.code === SIGNED_OUT) {
       // The session ended or the user was deactivated: reloading leads to the sign-in page.
-      location.reload();
+      if (Date.now() - leavingSince > LEAVING_MS) location.reload();
       return;
     }
     setTimeout(connect, backoff);

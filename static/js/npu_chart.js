@@ -7,14 +7,8 @@
 //   chart.pushLive("sim-a2", epochSeconds, frame.npus);      // every metrics frame of every node
 //
 // uPlot (static/vendor/uplot) is loaded as a classic script before the page's modules: window.uPlot.
-import {
-  MISSING,
-  formatBytes,
-  formatDateTime,
-  formatPercent,
-  formatPower,
-  formatTemperature,
-} from "./format.js";
+import { niceRange, niceSplits, TIME_STEPS, timeTicks } from "./charts.js";
+import { MISSING, formatBytes, formatPercent, formatPower, formatTemperature } from "./format.js";
 
 const LIVE_WINDOW_S = 300;
 // About 360-720 points per chart whatever the range: enough detail, cheap to fetch and draw.
@@ -24,17 +18,29 @@ const RANGES = {
   "24h": { since: "24h", step: 120 },
   "7d": { since: "7d", step: 900 },
 };
+const DECIMAL_STEPS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000];
+// HBM in MB (npu-smi's MiB): ticks on whole binary sizes, so they read 16 GB, 32 GB … rather than 19 GB.
+const MB_STEPS = [128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144];
 const METRICS = [
-  { name: "util", label: "chart_util", format: formatPercent, min: 0, max: 100, read: (n) => n.aicore_pct },
+  {
+    name: "util",
+    label: "chart_util",
+    format: formatPercent,
+    min: 0,
+    max: 100,
+    steps: DECIMAL_STEPS,
+    read: (n) => n.aicore_pct,
+  },
   {
     name: "hbm_used",
     label: "chart_hbm",
     format: (v) => formatBytes(v, "MB"),
     min: 0,
+    steps: MB_STEPS,
     read: (n) => (n.hbm_total_mb ? n.hbm_used_mb : n.memory_used_mb),
   },
-  { name: "power", label: "chart_power", format: formatPower, min: 0, read: (n) => n.power_w },
-  { name: "temp", label: "chart_temp", format: formatTemperature, read: (n) => n.temp_c },
+  { name: "power", label: "chart_power", format: formatPower, min: 0, steps: DECIMAL_STEPS, read: (n) => n.power_w },
+  { name: "temp", label: "chart_temp", format: formatTemperature, min: 0, steps: DECIMAL_STEPS, read: (n) => n.temp_c },
 ];
 
 /** Seconds since the epoch from what frames and the API carry: epoch seconds, or an ISO 8601 string. */
@@ -58,17 +64,6 @@ function translucent(colour, alpha) {
   if (!hex) return undefined; // no fill rather than a wrong one
   const n = parseInt(hex[1], 16);
   return `rgba(${(n >> 16) & 255}, ${(n >> 8) & 255}, ${n & 255}, ${alpha})`;
-}
-
-// Axis labels in the viewer's locale and time zone: clock times, with the date once a range spans days.
-function timeLabel(epoch, range) {
-  const shape =
-    range === "7d"
-      ? { month: "numeric", day: "numeric", hour: "2-digit", minute: "2-digit" }
-      : range === "live"
-        ? { hour: "2-digit", minute: "2-digit", second: "2-digit" }
-        : { hour: "2-digit", minute: "2-digit" };
-  return formatDateTime(epoch * 1000, shape);
 }
 
 /** Fills Django-style "%(name)s" placeholders of a translated string. */
@@ -219,12 +214,8 @@ export class NpuChart {
           height: 120,
           cursor: { sync: { key: sync.key }, drag: { x: false, y: false } },
           scales: {
-            y: {
-              range: (_u, low, high) => [
-                metric.min ?? Math.floor((low ?? 0) - 5),
-                Math.max(metric.max ?? 0, Number.isFinite(high) ? high * 1.1 : 1),
-              ],
-            },
+            // The top tick sits at or above the highest point, on a step of the axis' own.
+            y: { range: (_u, low, high) => niceRange(low, high, metric.steps, { min: metric.min, max: metric.max ?? null }) },
           },
           series: [
             {},
@@ -239,14 +230,20 @@ export class NpuChart {
             },
           ],
           axes: [
-            { ...axis, space: 70, values: (_u, splits) => splits.map((t) => timeLabel(t, this.range)) },
-            { ...axis, size: 64, values: (_u, splits) => splits.map((v) => metric.format(v)) },
+            { ...axis, space: 70, incrs: TIME_STEPS, values: timeTicks },
+            {
+              ...axis,
+              size: 64,
+              splits: niceSplits(metric.steps),
+              values: (_u, splits) => splits.map((v) => metric.format(v)),
+            },
           ],
         },
         [this.data[0], this.data[index + 1]],
         holder,
       );
       plot.metricIndex = index;
+      holder.uplot = plot; // tests and the console reach a chart from its box
       this.plots.push(plot);
     });
   }

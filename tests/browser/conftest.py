@@ -16,6 +16,8 @@ Fixtures other browser tests reuse:
   database index BROWSER_REDIS_DB, so Celery queues and channel groups stay apart from other tiers.
 - `browser` (session): chromium from /usr/bin/chromium (never `playwright install`); the whole tier is
   skipped when it is missing.
+- `staged_model` (session): a tiny Qwen2 model (MODEL_NAME) on sim-a2's disk, registered and inspected through
+  the models API; deployment tests deploy it. `wait_until(check, timeout, what)` polls without a browser.
 - `panel_page` (factory): `panel_page(user="alice", locale="en")` returns a Page that has logged in
   through the real login form and sits on the dashboard. locale is "en" or "zh-hans".
 
@@ -64,6 +66,8 @@ SIM_NODES = (("sim-a2", "atlas-800i-a2"),)
 USERS = (("alice", "admin"), ("bob", "operator"), ("charlie", "viewer"))
 BROWSER_REDIS_DB = 11
 LOCALE_OF = {"en": "en-US", "zh-hans": "zh-CN"}
+MODEL_NAME = "tiny-qwen-browser"
+MODEL_PATH = "/data/models/tiny-qwen-browser"  # a path on the node, under the sim host's root
 
 # Run in the servers' environment by `manage.py shell -c`: role groups and the three test users.
 CREATE_USERS = f"""
@@ -292,3 +296,45 @@ def panel_page(live_panel, browser):
     yield open_page
     for context in contexts:
         context.close()
+
+
+def wait_until(check, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.25)
+    raise TimeoutError(f"{what} within {timeout:.0f} s")
+
+
+@pytest.fixture(scope="session")
+def staged_model(live_panel):
+    """A tiny Qwen2 model on the sim host's disk, registered (and inspected on the node) through the API."""
+    node = SIM_NODES[0][0]
+    folder = live_panel.sim_root(node) / MODEL_PATH.lstrip("/")
+    subprocess.run(
+        [PYTHON, "-m", "workers.models.tiny", str(folder), "--arch", "qwen2"],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    live_panel.wait_for_node_online(node)
+    with live_panel.api("alice") as client:
+        wait_until(
+            lambda: client.get(f"/api/v1/nodes/{live_panel.node(node)['id']}/").json().get("npus"),
+            60,
+            f"{node} has no NPUs after its first inventory",
+        )
+        client.post(
+            "/api/v1/models/",
+            json={"source": "local", "node": node, "path": MODEL_PATH, "name": MODEL_NAME},
+        ).raise_for_status()
+
+        def ready():
+            found = client.get("/api/v1/models/", params={"search": MODEL_NAME}).json()["results"]
+            model = next((m for m in found if m["name"] == MODEL_NAME), None)
+            return model if model and model["facts"] and any(a["ready"] for a in model["artifacts"]) else None
+
+        return wait_until(ready, 60, f"{MODEL_NAME} was not inspected on {node}")

@@ -7,19 +7,13 @@ Screenshots: set PANEL_SCREENSHOTS=<dir> and each wizard step and the deployment
 
 import os
 import re
-import subprocess
-import sys
-import time
 from pathlib import Path
 
-import pytest
 from playwright.sync_api import expect
 
-from tests.browser.conftest import REPO
+from tests.browser.conftest import MODEL_NAME
 
 SIM_NODE = "sim-a2"
-MODEL_NAME = "tiny-qwen-browser"
-MODEL_PATH = "/data/models/tiny-qwen-browser"  # a path on the node, under the sim host's root
 DEPLOYMENT = "tiny-chat"
 SCREENSHOTS = os.environ.get("PANEL_SCREENSHOTS")
 
@@ -28,47 +22,6 @@ def screenshot(page, name: str) -> None:
     if SCREENSHOTS:
         Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(Path(SCREENSHOTS) / f"deployments-{name}.png"), full_page=True)
-
-
-def wait_until(check, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.25)
-    raise TimeoutError(f"{what} within {timeout:.0f} s")
-
-
-@pytest.fixture(scope="module")
-def staged_model(live_panel):
-    """A tiny Qwen2 model on the sim host's disk, registered (and inspected on the node) through the API."""
-    folder = live_panel.sim_root(SIM_NODE) / MODEL_PATH.lstrip("/")
-    subprocess.run(
-        [sys.executable, "-m", "workers.models.tiny", str(folder), "--arch", "qwen2"],
-        cwd=REPO,
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
-    live_panel.wait_for_node_online(SIM_NODE)
-    with live_panel.api("alice") as client:
-        wait_until(
-            lambda: client.get(f"/api/v1/nodes/{live_panel.node(SIM_NODE)['id']}/").json().get("npus"),
-            60,
-            f"{SIM_NODE} has no NPUs after its first inventory",
-        )
-        client.post(
-            "/api/v1/models/",
-            json={"source": "local", "node": SIM_NODE, "path": MODEL_PATH, "name": MODEL_NAME},
-        ).raise_for_status()
-
-        def ready():
-            found = client.get("/api/v1/models/", params={"search": MODEL_NAME}).json()["results"]
-            model = next((m for m in found if m["name"] == MODEL_NAME), None)
-            return model if model and model["facts"] and any(a["ready"] for a in model["artifacts"]) else None
-
-        return wait_until(ready, 60, f"{MODEL_NAME} was not inspected on {SIM_NODE}")
 
 
 def test_the_wizard_deploys_a_tiny_model_that_logs_answers_and_stops(staged_model, panel_page, live_panel):

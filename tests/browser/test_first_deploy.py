@@ -2,12 +2,30 @@
 no hub) through the wizard, without registering or downloading anything."""
 
 import re
+import time
 
+import pytest
 from playwright.sync_api import expect
 
 MODEL = "tiny-chat"
+NAME = "first-deploy"
 
 
+@pytest.fixture
+def deleted_afterwards(live_panel):
+    """The deployment goes at the end, so its NPU is free for the tests that pick NPUs themselves."""
+    yield
+    with live_panel.api("alice") as client:
+        found = client.get("/api/v1/deployments/", params={"name": NAME}).json()["results"]
+        for deployment in found:
+            url = f"/api/v1/deployments/{deployment['id']}/"
+            client.delete(url)
+            deadline = time.monotonic() + 60
+            while client.get(url).status_code != 404 and time.monotonic() < deadline:
+                time.sleep(0.5)
+
+
+@pytest.mark.usefixtures("deleted_afterwards")
 def test_a_new_admin_deploys_the_shipped_model_without_registering_anything(live_panel, panel_page):
     live_panel.wait_for_node_online("sim-a2")
     page = panel_page("alice")

@@ -39,3 +39,17 @@ def test_register_inspect_and_quantize_a_model_on_a_node(live_panel, panel_page)
     page.goto("/models/")
     page.click(f"[data-model={name}] a")
     expect(page.locator("[data-testid=artifacts] [data-format=w8a8_dynamic]")).to_contain_text(f"{name}-w8a8")
+
+
+def test_the_register_form_shows_only_the_chosen_sources_fields(live_panel, panel_page):
+    page = panel_page(user="bob")
+    page.goto("/models/register/")
+    repo, path = page.locator("#id_repo_id"), page.locator("#id_path")
+    page.select_option("#id_source", "modelscope")
+    expect(repo).to_be_visible()
+    expect(path).to_be_hidden()
+    page.select_option("#id_source", "local")
+    expect(path).to_be_visible()
+    expect(repo).to_be_hidden()
+    expect(page.locator("#id_revision")).to_be_disabled()
+    expect(page.locator("#id_node")).to_be_visible()  # every source may use a node

@@ -18,8 +18,11 @@ def test_an_admin_adds_an_agent_node_and_sees_the_join_command(live_panel, panel
     page.locator("input[name=name]").fill("npu-new-01")
     page.get_by_test_id("add-node-submit").click()
     command = page.get_by_test_id("join-command")
-    expect(command).to_contain_text(f"curl -fsSL {live_panel.url}/nodes/agent/install.sh | sudo bash -s --")
-    expect(command).to_contain_text(re.compile(r"--node npu-new-01 --token apj_\S+ --broker redis://"))
+    script = "/tmp/ascend-panel-install.sh"
+    expect(command).to_contain_text(f"curl -fsSL {live_panel.url}/nodes/agent/install.sh -o {script}")
+    piped_token = re.compile(r"sha256sum -c --quiet - && printf '%s\\n' apj_\S+ \| sudo bash ")
+    expect(command).to_contain_text(piped_token)
+    expect(command).to_contain_text(re.compile(r"--node npu-new-01 --package-sha256 [0-9a-f]{64}$"))
     page.goto(f"{live_panel.url}/nodes/")
     expect(page.get_by_test_id("waiting-agents")).to_contain_text("npu-new-01")
 
@@ -41,3 +44,35 @@ def test_inventory_from_the_node_page_shows_npus_with_logic_ids_and_numa_nodes(l
     assert len(numa) > 1
     expect(page.get_by_test_id("npu-smi-info")).to_contain_text("npu-smi")
     expect(page.get_by_test_id("numa-nodes")).to_contain_text("0-31")
+
+
+def test_the_add_form_shows_and_sends_ssh_fields_only_for_ssh_nodes(live_panel, panel_page):
+    page = panel_page(user="alice")
+    page.goto(f"{live_panel.url}/nodes/add/")
+    address = page.locator("input[name=address]")
+    expect(address).to_be_hidden()
+    expect(address).to_be_disabled()  # hidden fields are not sent
+    page.locator("input[name=transport][value=ssh]").check()
+    expect(address).to_be_visible()
+    expect(address).to_be_enabled()
+    expect(page.locator("textarea[name=client_key]")).to_be_visible()
+    # Styled like the other forms: the fieldset draws no browser-default frame.
+    border = page.locator("fieldset.field").evaluate("e => getComputedStyle(e).borderTopStyle")
+    assert border == "none"
+    page.locator("input[name=transport][value=agent]").check()
+    expect(address).to_be_hidden()
+
+
+def test_drain_cordons_the_node_and_says_what_it_stopped(live_panel, panel_page):
+    live_panel.wait_for_node_online("sim-a2")
+    page = panel_page(user="bob")
+    page.goto(f"{live_panel.url}/nodes/sim-a2/")
+    try:
+        page.get_by_test_id("drain").click()
+        expect(page.get_by_test_id("cordoned")).to_be_visible()
+        expect(page.locator(".messages")).to_contain_text(
+            re.compile(r"sim-a2 is cordoned(; no deployment runs on it| and these deployments are stopping)")
+        )
+    finally:
+        with live_panel.api("bob") as client:  # the other browser tests deploy there
+            client.post(f"/api/v1/nodes/{live_panel.node('sim-a2')['id']}/uncordon/").raise_for_status()

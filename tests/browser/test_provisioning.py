@@ -29,3 +29,16 @@ def test_preflight_then_install_from_the_node_page_reach_100_percent(live_panel,
     expect(page.get_by_test_id("install-progress")).to_have_text("100", timeout=120_000)
     expect(page.get_by_test_id("stack-status")).to_have_class(re.compile(r"\bstatus-ok\b"), timeout=30_000)
     expect(steps.locator("tr[data-step=verify_npu][data-state=done]")).to_be_visible()
+
+
+def test_the_preflight_plan_reads_in_chinese(live_panel, panel_page):
+    live_panel.manage("seed_sim_packages")
+    page = panel_page("bob", locale="zh-hans")
+    page.goto("/provisioning/nodes/sim-a2/")
+    page.select_option("#id_profile", "0.13.0")  # needs a newer driver: driver, firmware, reboot steps
+    page.get_by_test_id("run-preflight").click()
+    expect(page.get_by_test_id("checklist")).to_be_visible(timeout=60_000)
+    plan = page.locator("p.muted", has_text="安装将执行")
+    expect(plan).to_contain_text(re.compile(r"安装 NPU 驱动 \S+"))
+    expect(plan).to_contain_text("安装 vLLM")
+    assert "Install the NPU driver" not in plan.inner_text()

@@ -185,7 +185,7 @@ def test_the_planners_warnings_show_beside_the_plan(bob, artifact):
     walk_to_engine_step(client, artifact)
     page = client.post("/deployments/new/plan/", engine_fields(max_model_len="40000")).content.decode()
     warnings = re.search(r'data-testid="plan-warnings">(.*?)</ul>', page, re.S).group(1)
-    assert "max-model-len 40000 is longer than the model&#x27;s 32768 positions" in warnings
+    assert "max-model-len 40,000 is longer than the model&#x27;s 32,768 positions" in warnings  # grouped
 
 
 def test_the_plan_preview_recomputes_for_the_fields_as_typed(bob, artifact):

@@ -8,9 +8,9 @@ import pytest
 
 from tests.integration.conftest import TEST_NODE
 from tests.integration.test_models_flow import wait_for
+from workers.models.onnx_file import write_tiny_vision_model
 from workers.models.tiny import make_tiny_model
 from workers.sim.atc import OM_MAGIC
-from workers.sim.onnx_file import write_tiny_vision_model
 from workers.sim.tree import install_msmodelslim
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
@@ -69,7 +69,13 @@ def test_atc_converts_the_onnx_model_with_its_log_streamed(onnx_artifact, bob, c
 
     lines = log_lines(operation)
     texts = [line for _, line in lines]
-    assert any(text.startswith("$ bash -c") and "--soc_version=Ascend910B3" in text for text in texts)
+    # The log shows the atc command itself, shell-quoted, not the bash that sources set_env.sh first.
+    staging = celery_worker.sim_root / om.path.lstrip("/")
+    assert texts[0] == (
+        f"$ atc --model={celery_worker.sim_root}/data/models/vision/model.onnx --framework=5 "
+        f"--output={staging}.tmp/model --soc_version=Ascend910B3 --input_format=NCHW "
+        "--input_shape=images:1,3,8,8 --log=error"
+    )
     steps = [(time, text) for time, text in lines if "ATC(sim)" in text]
     assert any("compile operator 3/3: GlobalAveragePool" in text for _, text in steps)
     assert texts[-1] == "ATC run success, welcome to the next use."
@@ -85,6 +91,11 @@ def test_atc_converts_the_onnx_model_with_its_log_streamed(onnx_artifact, bob, c
             {"input_shape": "input:1,3,8,8", "soc_version": "Ascend910B3"},
             "--input_shape does not fit the model's inputs",
             "E10016: Opname [input] specified in [--input_shape] is not found in the model",
+        ),
+        (
+            {"input_shape": "images:1,3,224,224", "soc_version": "Ascend910B3"},
+            "--input_shape does not fit the model's inputs",
+            "the shape of input [images] is static in the model, [1,3,8,8]",
         ),
         (
             {"input_shape": "images:1,3,8,8", "soc_version": "Ascend310P3"},
@@ -105,6 +116,37 @@ def test_a_failed_atc_run_is_explained(onnx_artifact, bob, celery_worker, kwargs
     assert not ModelArtifact.objects.filter(made_from=onnx_artifact).exists()
     leftovers = sorted(p.name for p in (celery_worker.sim_root / "data/models").iterdir())
     assert leftovers == ["vision"]
+
+
+def test_an_onnx_model_shows_its_graph_not_llm_facts(onnx_artifact, bob, client):
+    from django.urls import reverse
+
+    assert onnx_artifact.facts["opset"] == 13
+    assert onnx_artifact.facts["inputs"] == [{"name": "images", "dims": [1, 3, 8, 8]}]
+    client.force_login(bob)
+    page = client.get(reverse("catalog:detail", args=[onnx_artifact.model.pk])).content.decode()
+    assert 'data-testid="onnx-facts"' in page
+    assert "images: [1, 3, 8, 8]" in page
+    assert 'data-fact="opset">13<' in page
+    for llm_fact in ("Weights", "Tokenizer", "Chat template", "KV heads"):
+        assert f"<th>{llm_fact}</th>" not in page
+
+
+def test_atc_into_an_existing_folder_is_refused_with_a_free_one_named(onnx_artifact, bob, celery_worker):
+    from django.core.exceptions import ValidationError
+
+    from panel.catalog.services import start_atc
+
+    first = wait_for(start_atc(onnx_artifact, bob, input_shape="images:1,3,8,8", soc_version="Ascend910B3"))
+    assert first.status == "succeeded", (first.error, first.hint)
+    path = first.params["path"]
+    with pytest.raises(ValidationError) as refused:
+        start_atc(onnx_artifact, bob, input_shape="images:1,3,8,8", soc_version="Ascend910B3")
+    message = refused.value.message_dict["path"][0]
+    assert f"already has a model at {path}" in message
+    assert f"Choose another output folder, e.g. {path}-2" in message
+    again = wait_for(start_atc(onnx_artifact, bob, soc_version="Ascend910B3", path=f"{path}-2"))
+    assert again.status == "succeeded", (again.error, again.hint)
 
 
 @pytest.fixture

@@ -85,3 +85,34 @@ def test_deleting_outside_the_models_root_is_refused(node, bob):
     artifact = ModelArtifact.objects.create(model=model, node=node, path="/home/user/model", ready=True)
     with pytest.raises(ValidationError, match="outside the models root"):
         start_artifact_delete(artifact, user=bob)
+
+
+def test_a_failed_download_says_what_happened_and_what_to_do_without_a_traceback(node, bob, client, settings):
+    from django.urls import reverse
+
+    from panel.catalog.models import Model
+    from panel.catalog.services import start_download
+    from tests.conftest import _free_port
+
+    unreachable = f"http://127.0.0.1:{_free_port()}"
+    model = Model.objects.create(name="qwen-tiny", source="modelscope", repo_id="Qwen/Qwen3-0.6B")
+    settings.PANEL_MODELSCOPE_ENDPOINT = unreachable
+    operation = wait_for(start_download(model, node, user=bob))
+    assert operation.status == "failed"
+    assert operation.error.startswith("The hub could not list the model: ")
+    assert unreachable in operation.error
+    assert "PANEL_MODELSCOPE_ENDPOINT" in operation.hint
+    lines = [e.payload.get("line", "") for e in operation.events.filter(kind="log")]
+    assert not any("Traceback" in line or line.lstrip().startswith("File ") for line in lines)
+    client.force_login(bob)
+    page = client.get(reverse("catalog:detail", args=[model.pk])).content.decode()
+    assert "The hub could not list the model" in page
+    assert "PANEL_MODELSCOPE_ENDPOINT" in page
+
+    from panel.catalog.services import start_hub_inspection
+
+    read = wait_for(start_hub_inspection(model, node, user=bob))
+    assert read.status == "failed"
+    assert read.error.startswith("The hub could not list the model: ")
+    assert read.hint == operation.hint
+    assert not any("Traceback" in e.payload.get("line", "") for e in read.events.filter(kind="log"))

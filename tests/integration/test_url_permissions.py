@@ -37,8 +37,9 @@ PUBLIC = {
 # Refused without a per-operation download token instead of a session (agents fetch store files), or
 # without a join token (an install script trading it for its node's credential).
 TOKEN_GUARDED = {"provisioning:download", "nodes:agent-join"}
-# Where a viewer may write: their own API tokens, their language, signing out.
+# Where a viewer may write: their own API tokens and password, their language, signing out.
 VIEWER_WRITES = {
+    "accounts:change-password",
     "accounts:login",
     "accounts:logout",
     "set_language",

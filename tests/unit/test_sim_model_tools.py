@@ -10,10 +10,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from workers.models.onnx_file import NotOnnxError, parse_model, tiny_vision_model, write_tiny_vision_model
 from workers.models.tiny import make_tiny_model
 from workers.sim.atc import OM_MAGIC
 from workers.sim.installers import make_sim_package
-from workers.sim.onnx_file import NotOnnxError, parse_model, tiny_vision_model, write_tiny_vision_model
 from workers.sim.tree import create_host
 
 FAST = {"ASCEND_PANEL_SIM_ATC_STEP_SECONDS": "0"}
@@ -126,6 +126,12 @@ def test_atc_converts_an_onnx_model_and_writes_an_honest_om(tmp_path):
             "parameter [--input_shape] is invalid. Reason: input [images] has 4",
         ),
         (["--input_shape=images:1,x"], "parameter [--input_shape] is invalid"),
+        (
+            ["--input_shape=images:1,3,224,224"],
+            "E10001: Value [images:1,3,224,224] for parameter [--input_shape] is invalid. Reason: the "
+            "shape of input [images] is static in the model, [1,3,8,8]; dimension 2 is 8 there, "
+            "--input_shape gives 224.",
+        ),
         (["--input_format=BGR"], "Value [BGR] for parameter [--input_format] is invalid"),
         (["--input_shape"], "Value [] for parameter [--input_shape] is invalid"),
         (
@@ -142,6 +148,33 @@ def test_atc_refuses_what_real_atc_refuses(tmp_path, extra, expected):
     assert "ATC run failed" in result.stdout
     assert expected in result.stdout
     assert not (root / "out" / "model.om").exists()
+
+
+def test_a_static_input_takes_its_own_shape_and_the_refusal_says_which_one(tmp_path):
+    root = sim(tmp_path, "atlas-800i-a2")
+    model = write_tiny_vision_model(tmp_path / "vision.onnx")
+    refused = atc(root, model, "--input_shape=images:2,3,8,8")
+    assert refused.returncode == 255
+    assert "Solution: Give --input_shape=images:1,3,8,8 (or leave it out)" in refused.stdout
+    assert atc(root, model, "--input_shape=images:1,3,8,8").returncode == 0
+
+
+def test_the_reader_gives_an_onnx_models_facts(tmp_path):
+    from workers.models.onnx_file import onnx_facts
+
+    path = write_tiny_vision_model(tmp_path / "vision.onnx")
+    facts = onnx_facts(path)
+    assert facts == {
+        "file_bytes": path.stat().st_size,
+        "ir_version": 8,
+        "opset": 13,
+        "inputs": [{"name": "images", "dims": [1, 3, 8, 8]}],
+        "outputs": ["features"],
+        "operators": 3,
+    }
+    broken = tmp_path / "broken.onnx"
+    broken.write_bytes(b"not onnx")
+    assert "unreadable" in onnx_facts(broken)
 
 
 def test_atc_needs_model_framework_output_and_soc_version(tmp_path):

@@ -25,6 +25,9 @@ class Signature:
     # Generic markers that every NPU failure ends with (ERR00100 "PTA call acl api failed" follows an OOM,
     # a failed graph capture, ...). They name this signature only when nothing more specific matched.
     weak_patterns: tuple[str, ...] = ()
+    # Where `hint` holds only for an engine on CPUs (vLLM's CPU backends), the hint for one on NPUs. The
+    # panel picks it for deployments that hold NPUs (panel.deployments.findings).
+    npu_hint: str = ""
 
 
 SIGNATURES: tuple[Signature, ...] = (
@@ -171,6 +174,13 @@ SIGNATURES: tuple[Signature, ...] = (
             "supports, and vLLM's CPU backends only know 576 (512 + 64, DeepSeek's own sizes). Such a model "
             "loads and answers /health, then fails at its first request. Serve it on NPUs with vllm-ascend, "
             "or use a model whose MLA sizes match."
+        ),
+        npu_hint=_(
+            "The model uses MLA (DeepSeek-style latent attention) with a head size, kv_lora_rank + "
+            "qk_rope_head_dim in its config.json, that this engine's MLA attention kernels do not have. Such "
+            "a model loads and answers /health, then fails at its first request. Check that the vllm-ascend "
+            "and CANN versions on this node support this model, or use a model whose MLA sizes match "
+            "DeepSeek's own (512 + 64)."
         ),
         patterns=(r"Head dimension \d+ is not supported by MLA",),
     ),

@@ -13,9 +13,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from workers.models.onnx_file import write_tiny_vision_model
 from workers.models.tiny import make_tiny_model
 from workers.sim import state as sim_state
-from workers.sim.onnx_file import write_tiny_vision_model
 from workers.sim.profiles import PROFILES, get_profile
 from workers.sim.tree import create_host
 

@@ -2,7 +2,7 @@
 
 It lives where the toolkit installs the real one, <toolkit home>/bin/atc, so it is on PATH only after
 `source .../ascend-toolkit/set_env.sh`, and it goes when the toolkit is uninstalled. Like the real tool it
-takes `--name=value` options, reads the ONNX model (workers.sim.onnx_file), checks --input_shape against
+takes `--name=value` options, reads the ONNX model (workers.models.onnx_file), checks --input_shape against
 the graph's inputs, prints its progress as it goes, ends with `ATC run success` or `ATC run failed` plus
 an error in ATC's form (E10001 for an invalid option value, E10016 for an --input_shape name the model
 does not have), and writes <output>.om.
@@ -22,7 +22,7 @@ import re
 import time
 from pathlib import Path
 
-from workers.sim.onnx_file import NotOnnxError, OnnxModel, read_model
+from workers.models.onnx_file import NotOnnxError, OnnxModel, read_model
 
 FRAMEWORK_ONNX = "5"
 FRAMEWORKS = {"0": "Caffe", "1": "MindSpore", "3": "TensorFlow", "5": "ONNX"}
@@ -192,11 +192,28 @@ def check_input_shape(text: str, model: OnnxModel) -> dict[str, tuple[int | str,
                 f"input [{name}] has {len(inputs[name])} dimensions in the model, "
                 f"--input_shape gives {len(dims)}",
             )
+        check_static_dims(text, name, dims, inputs[name])
     shapes = {name: given.get(name, dims) for name, dims in inputs.items()}
     for name, dims in shapes.items():
         if any(not isinstance(d, int) or d <= 0 for d in dims) and name not in given:
             raise invalid("-1", name, "maybe you should set input_shape to specify its shape")
     return shapes
+
+
+def check_static_dims(text: str, name: str, given: tuple[int, ...], model: tuple[int | str, ...]) -> None:
+    """ATC takes --input_shape as is only for dimensions the graph leaves open (-1, ? or a symbol); a fixed
+    dimension must be given its own value, as the graph's weights were made for it."""
+    for index, (want, have) in enumerate(zip(given, model, strict=True)):
+        if isinstance(have, int) and have > 0 and want != have:
+            model_shape = ",".join(map(str, model))
+            raise AtcError(
+                "E10001",
+                f"Value [{text}] for parameter [--input_shape] is invalid. Reason: the shape of input "
+                f"[{name}] is static in the model, [{model_shape}]; dimension {index} is {have} there, "
+                f"--input_shape gives {want}.",
+                f"Give --input_shape={name}:{model_shape} (or leave it out), or export the ONNX model "
+                "with that dimension dynamic.",
+            )
 
 
 def convert(options: dict[str, str], model: OnnxModel, shapes: dict) -> None:

@@ -148,6 +148,19 @@ def _driver_steps(host: dict, profile: Profile, options: InstallOptions) -> list
     return steps
 
 
+# Steps that restart the NPU driver or the host: every engine on the node stops while they run.
+RESTARTING_STEPS = ("driver", "firmware", "reboot")
+
+
+def restarting_steps(host_state: dict[str, Any], profile: Profile, options: InstallOptions) -> list[str]:
+    """Names of the install's steps that restart the NPU driver or the host ([] when the plan cannot be
+    made: such an install fails before any step runs)."""
+    try:
+        return [step.name for step in _driver_steps(host_state, profile, options)]
+    except PlanError:
+        return []
+
+
 def _allows(rule, driver: str) -> bool:
     try:
         return rule.allows(driver)

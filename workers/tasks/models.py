@@ -1,4 +1,5 @@
-"""Agent tasks for models: inspect, download, convert (dtype, W8A8_DYNAMIC, msModelSlim), ATC, copy, delete.
+"""Agent tasks for models: inspect, download, convert (dtype, W8A8_DYNAMIC), copy, delete; msModelSlim and
+ATC, the external tools, are in workers.tasks.model_tools.
 
 Paths in the kwargs are node paths (see workers.models.node_paths); anything written or deleted must lie
 inside the agent's own models root (ASCEND_PANEL_MODELS_ROOT on the host); the `models_root` a message
@@ -15,7 +16,6 @@ from pathlib import Path
 from workers.i18n import gettext_noop as _
 from workers.models.node_paths import checked_model_dir, host_path, staging_dir
 from workers.task_names import (
-    AGENT_ATC_MODEL,
     AGENT_CONVERT_MODEL,
     AGENT_COPY_MODEL,
     AGENT_DELETE_MODEL,
@@ -28,8 +28,6 @@ from workers.tasks.operation import run_operation
 # A round-to-nearest int8 code is off by at most half a step (0.5 / 127 of the row's largest weight);
 # anything above that means the quantizer misbehaved, not that the weights are hard to quantize.
 W8A8_ERROR_BOUND = 0.5 / 127 * 1.001
-ATC_TIMEOUT_S = 3 * 3600
-MSMODELSLIM_TIMEOUT_S = 12 * 3600
 COPY_TIMEOUT_S = 24 * 3600
 
 
@@ -39,7 +37,7 @@ class ModelTaskError(Exception):
         self.hint = hint
 
 
-def _operation(body):
+def operation_task(body):
     """Turn body(emitter, config, **kwargs) into a task that runs in the operation frame."""
 
     takes_root = "models_root" in inspect.signature(body).parameters
@@ -87,7 +85,9 @@ def describe_folder(path: Path) -> dict:
         if not onnx and sorted(path.glob("*.om")):
             return {"format": "om", "facts": {"om_files": [p.name for p in path.glob("*.om")]}}
     if onnx:
-        return {"format": "onnx", "facts": {"onnx_files": [p.name for p in onnx]}}
+        from workers.models.onnx_file import onnx_facts
+
+        return {"format": "onnx", "facts": {"onnx_files": [p.name for p in onnx], **onnx_facts(onnx[0])}}
     try:
         facts = inspect_model(path)
     except NotAModelError as error:
@@ -98,24 +98,40 @@ def describe_folder(path: Path) -> dict:
     return {"format": "w8a8_dynamic" if quantized == "W8A8_DYNAMIC" else "hf", "facts": facts}
 
 
+def hub_unreachable(error: Exception) -> ModelTaskError:
+    """A hub that did not list a model (down, unreachable, no such repository): what it said, what to do."""
+    return ModelTaskError(
+        f"The hub could not list the model: {error}",
+        _(
+            "Check the repository id and revision, and that this node reaches the hub "
+            "(a mirror is set with PANEL_MODELSCOPE_ENDPOINT / PANEL_HF_ENDPOINT)."
+        ),
+    )
+
+
 def inspect_body(emitter, config, path: str = "", hub: dict | None = None) -> dict:
     if hub:
-        from workers.models.hub import HubRepo, hub_facts
+        from workers.models.hub import HubError, HubRepo, hub_facts
 
         repo = HubRepo.of(**hub)
-        emitter.progress(10, f"Reading {repo.repo_id} from {repo.endpoint}")
-        facts = hub_facts(repo)
+        emitter.progress(
+            10, _("Reading {repo} from {endpoint}").format(repo=repo.repo_id, endpoint=repo.endpoint)
+        )
+        try:
+            facts = hub_facts(repo)
+        except HubError as error:
+            raise hub_unreachable(error) from error
         emitter.log(f"{facts['files']} files, {human_bytes(facts['download_bytes'])} to download")
-        emitter.progress(100, "Inspected")
+        emitter.progress(100, _("Inspected"))
         return {"facts": facts, "hub": hub}
     local = host_path(config.host_root, path)
-    emitter.progress(10, f"Inspecting {path}")
+    emitter.progress(10, _("Inspecting {path}").format(path=path))
     if not local.exists():
         raise ModelTaskError(f"{path} does not exist on {config.node_name}", _("Check the path on the node."))
     described = describe_folder(local)
     size = folder_size(local)
     emitter.log(f"{path}: {described['format']}, {human_bytes(size)}")
-    emitter.progress(100, "Inspected")
+    emitter.progress(100, _("Inspected"))
     return {"path": path, "size_bytes": size, **described}
 
 
@@ -130,22 +146,46 @@ def download_body(
     revision: str = "",
     endpoint: str = "",
 ) -> dict:
+    from workers.models.download import DownloadError
+    from workers.models.hub import HubError
+
+    try:
+        return _download(emitter, config, source, repo_id, path, models_root, revision, endpoint)
+    except HubError as error:
+        raise hub_unreachable(error) from error
+    except DownloadError as error:
+        raise ModelTaskError(
+            f"The download stopped: {error}",
+            _(
+                "Start the download again: files already complete are checked and kept. If it stops the "
+                "same way, check the node's free disk space and its connection to the hub."
+            ),
+        ) from error
+
+
+def _download(emitter, config, source, repo_id, path, models_root, revision, endpoint) -> dict:
     from workers.models.download import download_files
     from workers.models.hub import HubRepo, list_files
 
     destination = checked_model_dir(config.host_root, path, models_root)
     repo = HubRepo.of(source, repo_id, revision, endpoint)
-    emitter.progress(0, f"Listing {repo.repo_id}@{repo.revision} on {repo.endpoint}")
+    emitter.progress(
+        0,
+        _("Listing {repo}@{revision} on {endpoint}").format(
+            repo=repo.repo_id, revision=repo.revision, endpoint=repo.endpoint
+        ),
+    )
     files = list_files(repo)
     total = sum(f.size for f in files)
     emitter.log(f"{len(files)} files, {human_bytes(total)} from {repo.endpoint}")
 
     def on_progress(progress):
-        payload = progress.as_payload()
-        eta = f", {payload['eta_s']} s left" if payload["eta_s"] is not None else ""
-        stage = (
-            f"Downloading {progress.file}: {human_bytes(progress.done_bytes)} of {human_bytes(total)} "
-            f"at {human_bytes(progress.rate_bps)}/s{eta}"
+        payload = progress.as_payload()  # the time left travels as eta_s; pages show it in its own column
+        stage = _("Downloading {file}: {done} of {total} at {rate}/s").format(
+            file=progress.file,
+            done=human_bytes(progress.done_bytes),
+            total=human_bytes(total),
+            rate=human_bytes(progress.rate_bps),
         )
         emitter.progress(progress.percent * 0.97, stage, **payload)
 
@@ -154,9 +194,9 @@ def download_body(
         f"{report['files']} files verified by size, {report['sha256_verified']} by sha256"
         + (" (already present)" if report["already_present"] else "")
     )
-    emitter.progress(98, "Verifying the download")
+    emitter.progress(98, _("Verifying the download"))
     described = describe_folder(destination)
-    emitter.progress(100, "Downloaded")
+    emitter.progress(100, _("Downloaded"))
     return {"path": path, "size_bytes": folder_size(destination), "download": report, **described}
 
 
@@ -175,7 +215,9 @@ def convert_body(
     source = host_path(config.host_root, source_path)
     destination = checked_model_dir(config.host_root, path, models_root)
     if backend == "msmodelslim":
-        return _msmodelslim(emitter, source, destination, path, device, model_type)
+        from workers.tasks.model_tools import msmodelslim_convert
+
+        return msmodelslim_convert(emitter, source, destination, path, device, model_type)
     if target_format == "w8a8_dynamic":
         return _quantize(emitter, source, destination, path)
     return _convert_dtype(emitter, source, destination, path, target_format)
@@ -185,16 +227,18 @@ def _quantize(emitter, source: Path, destination: Path, path: str) -> dict:
     from workers.models.model_folder import BadSourceError
     from workers.models.quantize import quantize_w8a8_dynamic
 
-    emitter.progress(0, "Quantizing to W8A8_DYNAMIC")
+    emitter.progress(0, _("Quantizing to W8A8_DYNAMIC"))
     try:
         report = quantize_w8a8_dynamic(
             source,
             destination,
-            on_progress=lambda pct, stage: emitter.progress(pct * 0.95, f"Quantizing {stage}"),
+            on_progress=lambda pct, stage: emitter.progress(
+                pct * 0.95, _("Quantizing {what}").format(what=stage)
+            ),
         )
     except BadSourceError as error:
         raise ModelTaskError(str(error), _("Quantize the original BF16/FP16 Hugging Face folder.")) from error
-    emitter.progress(96, "Verifying the quantized model")
+    emitter.progress(96, _("Verifying the quantized model"))
     errors = report.pop("relative_error_by_tensor")
     worst = sorted(errors.items(), key=lambda item: -item[1])[:5]
     for name, error in worst:
@@ -221,7 +265,7 @@ def _quantize(emitter, source: Path, destination: Path, path: str) -> dict:
         raise ModelTaskError(
             "verification failed: " + "; ".join(problems), _("Report this model to the team.")
         )
-    emitter.progress(100, "Quantized and verified")
+    emitter.progress(100, _("Quantized and verified"))
     size = folder_size(destination)
     return {"path": path, "size_bytes": size, "report": report, "verification": verification, **described}
 
@@ -230,17 +274,17 @@ def _convert_dtype(emitter, source: Path, destination: Path, path: str, dtype: s
     from workers.models.convert import convert_dtype
     from workers.models.model_folder import BadSourceError
 
-    emitter.progress(5, f"Converting to {dtype}")
+    emitter.progress(5, _("Converting to {dtype}").format(dtype=dtype))
     try:
         report = convert_dtype(source, destination, dtype)
     except BadSourceError as error:
         raise ModelTaskError(str(error), _("Convert a Hugging Face folder with float32 weights.")) from error
     emitter.log(f"{report['tensors_converted']} tensors converted to {dtype}")
-    emitter.progress(95, "Verifying the converted model")
+    emitter.progress(95, _("Verifying the converted model"))
     described = describe_folder(destination)
     if described["facts"].get("dtype") != dtype:
         raise ModelTaskError(f"verification failed: the output says dtype {described['facts'].get('dtype')}")
-    emitter.progress(100, "Converted and verified")
+    emitter.progress(100, _("Converted and verified"))
     verification = {"passed": True, "dtype": dtype}
     return {
         "path": path,
@@ -248,123 +292,6 @@ def _convert_dtype(emitter, source: Path, destination: Path, path: str, dtype: s
         "report": report,
         "verification": verification,
         **described,
-    }
-
-
-def _run_logged(emitter, argv: list[str], timeout: float, on_line=None) -> tuple[bool, list[str]]:
-    from workers.hosts import LocalRunner
-
-    lines: list[str] = []
-
-    def log_line(stream: str, line: str) -> None:
-        lines.append(line)
-        if on_line is not None and on_line(line):
-            return  # on_line made something better of it than a log line (e.g. a progress event)
-        emitter.log(line, stream=stream)
-
-    emitter.log("$ " + " ".join(argv))
-    result = LocalRunner().run_sync(argv, timeout=timeout, on_line=log_line)
-    return result.ok, lines
-
-
-def _msmodelslim(emitter, source: Path, destination: Path, path: str, device: str, model_type: str) -> dict:
-    from workers.models.commands import CommandInputError, msmodelslim_argv
-
-    if shutil.which("msmodelslim") is None:
-        raise ModelTaskError(
-            "msmodelslim is not installed on this node",
-            _("Install msModelSlim (pip install from the msit repository) or use the built-in quantizer."),
-        )
-    staging = staging_dir(destination)
-    try:
-        argv = msmodelslim_argv(str(source), str(staging), "w8a8", device, model_type)
-    except CommandInputError as error:
-        raise ModelTaskError(
-            str(error), _("Give msModelSlim's model type, e.g. Qwen2.5-7B-Instruct.")
-        ) from error
-    shutil.rmtree(staging, ignore_errors=True)
-    emitter.progress(5, "Quantizing with msModelSlim")
-    ok, lines = _run_logged(emitter, argv, MSMODELSLIM_TIMEOUT_S)
-    if not ok:
-        shutil.rmtree(staging, ignore_errors=True)
-        hint = _diagnosed_hint(lines) or _(
-            "msModelSlim failed: check that the source is the original BF16/FP16 Hugging Face folder, that "
-            "the model type names one msModelSlim supports, and with --device npu that torch-npu sees the "
-            "NPUs; the log above has msModelSlim's own error."
-        )
-        raise ModelTaskError("msmodelslim failed; see the log", hint)
-    emitter.progress(95, "Verifying the quantized model")
-    described = describe_folder(staging)
-    if not str(described["facts"].get("quantization") or "").upper().startswith("W8A8"):
-        raise ModelTaskError("verification failed: msmodelslim wrote no W8A8 model description")
-    staging.rename(destination)
-    emitter.progress(100, "Quantized and verified")
-    return {
-        "path": path,
-        "size_bytes": folder_size(destination),
-        "verification": {"passed": True},
-        **described,
-    }
-
-
-def _diagnosed_hint(lines: list[str]) -> str:
-    from workers.ascend.diagnose import diagnose_lines
-
-    findings = diagnose_lines(lines)
-    if findings:
-        return f"{findings[0]['title']}: {findings[0]['hint']}"
-    return ""
-
-
-def atc_body(
-    emitter,
-    config,
-    *,
-    onnx_path: str,
-    path: str,
-    models_root: str,
-    soc_version: str,
-    input_shape: str = "",
-    input_format: str = "NCHW",
-) -> dict:
-    from workers.engine.command import source_then_exec
-    from workers.models.commands import atc_argv
-
-    source = host_path(config.host_root, onnx_path)
-    destination = checked_model_dir(config.host_root, path, models_root)
-    if not source.is_file():
-        raise ModelTaskError(
-            f"{onnx_path} is not a file on {config.node_name}", _("Check the ONNX file's path.")
-        )
-    staging = staging_dir(destination)
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    argv = atc_argv(str(source), str(staging / "model"), soc_version, input_shape, input_format)
-    set_env = Path(config.ascend_root) / "ascend-toolkit" / "set_env.sh"
-    if set_env.is_file():
-        argv = source_then_exec([str(set_env)], argv)
-    elif shutil.which("atc") is None:
-        raise ModelTaskError(
-            "atc is not installed on this node",
-            _("Install the CANN toolkit, which provides atc, then retry."),
-        )
-    emitter.progress(5, f"Converting {Path(onnx_path).name} for {soc_version}")
-    ok, lines = _run_logged(emitter, argv, ATC_TIMEOUT_S)
-    om_file = staging / "model.om"
-    if not ok or not om_file.is_file():
-        shutil.rmtree(staging, ignore_errors=True)
-        hint = _diagnosed_hint(lines) or _(
-            "ATC failed: check --input_shape names and sizes against the ONNX inputs and that soc_version "
-            "matches this node's NPUs (npu-smi info)."
-        )
-        raise ModelTaskError("atc did not produce model.om; see the log", hint)
-    staging.rename(destination)
-    emitter.progress(100, "Converted")
-    return {
-        "path": path,
-        "format": "om",
-        "size_bytes": folder_size(destination),
-        "facts": {"om_files": ["model.om"], "soc_version": soc_version, "input_shape": input_shape},
     }
 
 
@@ -409,15 +336,16 @@ def copy_body(
         done, percent, rate, eta = parsed
         if percent != shown["percent"]:  # rsync redraws about once a second; the log needs each percent once
             shown["percent"] = percent
-            emitter.progress(
-                percent, f"Copying to {target_host}: {percent}% at {rate}, {eta} left", bytes_done=done
+            stage = _("Copying to {host}: {percent}% at {rate}, {eta} left").format(
+                host=target_host, percent=percent, rate=rate, eta=eta
             )
+            emitter.progress(percent, stage, bytes_done=done)
         return True
 
     with tempfile.TemporaryDirectory(prefix="ascend-panel-copy-") as scratch:
         known_hosts = ""
         if target_host_key:
-            emitter.progress(0, f"Checking the SSH host key of {target_host}")
+            emitter.progress(0, _("Checking the SSH host key of {host}").format(host=target_host))
             try:
                 known_hosts = str(
                     pinned_known_hosts(target_host, target_port, target_host_key, Path(scratch))
@@ -453,13 +381,17 @@ def copy_body(
             )
         except TargetDiskError as error:
             raise ModelTaskError(str(error), error.hint) from error
-        emitter.progress(0, f"Copying {path} to {target_host}:{target_path}")
-        ok, lines = _run_logged(emitter, argv, COPY_TIMEOUT_S, on_progress)
+        emitter.progress(
+            0, _("Copying {path} to {target}").format(path=path, target=f"{target_host}:{target_path}")
+        )
+        from workers.tasks.model_tools import run_logged
+
+        ok, lines = run_logged(emitter, argv, COPY_TIMEOUT_S, on_progress)
     if not ok:
         reason, hint = explain_rsync_failure(lines)
         login = f"{target_user}@{target_host}" if target_user else target_host
         raise ModelTaskError(f"rsync to {login}:{target_port} failed: {reason}", hint)
-    emitter.progress(100, "Copied")
+    emitter.progress(100, _("Copied"))
     return {"path": target_path, "size_bytes": size}
 
 
@@ -478,13 +410,12 @@ def delete_body(emitter, config, *, path: str, models_root: str) -> dict:
             candidate.unlink()
             removed.append(candidate.name)
     emitter.log(f"removed {', '.join(removed)}" if removed else f"{path} was already gone")
-    emitter.progress(100, "Deleted")
+    emitter.progress(100, _("Deleted"))
     return {"path": path, "removed": removed}
 
 
-inspect_model = agent_task(AGENT_INSPECT_MODEL)(_operation(inspect_body))
-download_model = agent_task(AGENT_DOWNLOAD_MODEL)(_operation(download_body))
-convert_model = agent_task(AGENT_CONVERT_MODEL)(_operation(convert_body))
-atc_model = agent_task(AGENT_ATC_MODEL)(_operation(atc_body))
-copy_model = agent_task(AGENT_COPY_MODEL)(_operation(copy_body))
-delete_model = agent_task(AGENT_DELETE_MODEL)(_operation(delete_body))
+inspect_model = agent_task(AGENT_INSPECT_MODEL)(operation_task(inspect_body))
+download_model = agent_task(AGENT_DOWNLOAD_MODEL)(operation_task(download_body))
+convert_model = agent_task(AGENT_CONVERT_MODEL)(operation_task(convert_body))
+copy_model = agent_task(AGENT_COPY_MODEL)(operation_task(copy_body))
+delete_model = agent_task(AGENT_DELETE_MODEL)(operation_task(delete_body))

@@ -19,7 +19,8 @@ def run_operation(operation_id: str, start_seq: int, body, target: dict | None =
     """Run `body(emitter, config)` as a new attempt of the operation and always end it with a terminal state
     event. A delivery that finds the operation running in another attempt, or already ended, runs nothing.
 
-    An exception with a `hint` attribute (NpuSmiError, a failed step) passes its hint to the panel.
+    An exception with a `hint` attribute (NpuSmiError, a failed step, ModelTaskError) is a foreseen
+    failure: its message and hint go to the panel, no traceback.
     `target` is an SSH node's workers.remote.SshTarget, for tasks the central agent runs over SSH; then
     config.runner() reaches that node. `start_seq` is accepted for messages sent by older panels: every
     attempt numbers its events from 1 now."""
@@ -52,9 +53,15 @@ def _run_body(emitter: EventEmitter, config: AgentConfig, body, operation_id: st
         emitter.finish("cancelled", error=str(exc), hint=getattr(exc, "hint", "") or "")
         return "cancelled"
     except Exception as exc:
-        log.exception("operation %s failed", operation_id)
-        for line in traceback.format_exc().splitlines()[-8:]:
-            emitter.log(line, stream="stderr")
+        # A failure the task foresaw carries a hint (what to do) and says what happened; only an unforeseen
+        # one puts its traceback into the operation's log, for whoever debugs the agent.
+        foreseen = hasattr(exc, "hint")
+        if foreseen:
+            log.info("operation %s failed: %s", operation_id, exc)
+        else:
+            log.exception("operation %s failed", operation_id)
+            for line in traceback.format_exc().splitlines()[-8:]:
+                emitter.log(line, stream="stderr")
         emitter.finish("failed", error=str(exc) or type(exc).__name__, hint=getattr(exc, "hint", "") or "")
         return "failed"
     emitter.finish("succeeded", result=result)

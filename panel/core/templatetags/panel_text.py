@@ -7,6 +7,8 @@ filled in after translation."""
 from django import template
 from django.utils.translation import gettext
 
+from panel.core.numbers import compact, is_big
+from panel.operations.texts import agent_text as translated_agent_text
 from workers.engine.plan_reasons import TEMPLATES
 
 register = template.Library()
@@ -23,8 +25,15 @@ def reason_text(reason) -> str:
     source = TEMPLATES.get(_field(reason, "code", ""))
     if source is None:
         return message
+    params = _field(reason, "params") or {}
+    text = gettext(source)
+    # Big counts ("%(tokens)d tokens") read as "113.0 M tokens", "55,192 sequences": their %d becomes %s of
+    # the compact form.
+    big = {name: compact(value) for name, value in params.items() if is_big(value)}
+    for name in big:
+        text = text.replace(f"%({name})d", f"%({name})s")
     try:
-        return gettext(source) % (_field(reason, "params") or {})
+        return text % {**params, **big}
     except (KeyError, TypeError, ValueError):
         return message
 
@@ -32,7 +41,7 @@ def reason_text(reason) -> str:
 @register.filter
 def agent_text(text) -> str:
     """A stage title, error or hint written by an agent: translated where the catalog knows it."""
-    return gettext(text) if text else text
+    return translated_agent_text(text)
 
 
 @register.filter
@@ -64,3 +73,11 @@ def filled(template: str, params: dict, fallback: str) -> str:
         return gettext(template).format(**params) if params else gettext(template)
     except (KeyError, IndexError, ValueError):
         return fallback
+
+
+@register.filter
+def status_label(value: str) -> str:
+    """A run's status (pending, running, succeeded, failed, cancelled) in the viewer's language."""
+    from panel.core.choices import OperationStatus
+
+    return OperationStatus(value).label if value in OperationStatus.values else value

@@ -1,6 +1,7 @@
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from panel.deployments.findings import findings_of
 from panel.deployments.models import Benchmark, Deployment, DeploymentLog
 
 
@@ -62,8 +63,8 @@ class DeploymentSerializer(serializers.ModelSerializer):
     @extend_schema_field(DeploymentFindingsSerializer)
     def get_findings(self, deployment) -> dict:
         """The toolkit's diagnose findings and the log tail of the last failed start, shown beside it."""
-        runtime = deployment.runtime or {}
-        return {"findings": runtime.get("findings") or [], "log_tail": runtime.get("log_tail") or []}
+        log_tail = (deployment.runtime or {}).get("log_tail") or []
+        return {"findings": findings_of(deployment), "log_tail": log_tail}
 
 
 class CreatedDeploymentSerializer(DeploymentSerializer):
@@ -104,6 +105,16 @@ class DeploymentMetricsSerializer(serializers.Serializer):
     deployment = serializers.CharField()
     metrics = serializers.DictField(help_text="The engine's latest figures, as scraped.")
     time = serializers.DateTimeField(allow_null=True)
+
+
+class EngineMetricsPointSerializer(serializers.Serializer):
+    time = serializers.FloatField(help_text="Scrape time, Unix seconds.")
+    metrics = serializers.DictField(help_text="The figures the deployment page charts.")
+
+
+class DeploymentMetricsHistorySerializer(serializers.Serializer):
+    deployment = serializers.CharField()
+    points = EngineMetricsPointSerializer(many=True, help_text="The last hour, oldest first, at most 600.")
 
 
 class BenchmarkRequestSerializer(serializers.Serializer):

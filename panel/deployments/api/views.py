@@ -1,4 +1,5 @@
 from django.http import HttpResponse
+from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status
@@ -9,7 +10,7 @@ from rest_framework.response import Response
 from panel.core.api import PanelViewSet, ReadOnlyPanelViewSet
 from panel.core.idempotency import idempotent
 from panel.core.schema import ErrorSerializer
-from panel.deployments import services
+from panel.deployments import metrics_history, services
 from panel.deployments.api.serializers import (
     BenchmarkListSerializer,
     BenchmarkRequestSerializer,
@@ -19,6 +20,7 @@ from panel.deployments.api.serializers import (
     DeploymentLogPageSerializer,
     DeploymentLogQuerySerializer,
     DeploymentLogSerializer,
+    DeploymentMetricsHistorySerializer,
     DeploymentMetricsSerializer,
     DeploymentSerializer,
 )
@@ -130,6 +132,14 @@ class DeploymentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, PanelV
         return Response(
             {"deployment": deployment.name, "metrics": deployment.metrics, "time": deployment.metrics_at}
         )
+
+    @extend_schema(responses=DeploymentMetricsHistorySerializer, filters=False)
+    @action(detail=True, methods=["get"], url_path="metrics/history")
+    def metrics_history(self, request, pk=None):
+        """The engine's figures over the last hour, as the deployment page charts them."""
+        deployment = self.get_object()
+        points = metrics_history.read(deployment.name, timezone.now())
+        return Response({"deployment": deployment.name, "points": points})
 
     @extend_schema(methods=["GET"], responses=BenchmarkListSerializer, filters=False)
     @extend_schema(

@@ -4,21 +4,16 @@ django.utils.formats so 简体中文 and English pages group digits their own wa
 from django import template
 from django.utils.formats import number_format
 
+from panel.core.numbers import WESTERN, compact
+
 register = template.Library()
 GIB = 1024**3
 
 
 @register.filter
 def params_count(value):
-    """7615616512 → "7.6 B", 135000000 → "135 M"."""
-    try:
-        count = float(value)
-    except (TypeError, ValueError):
-        return "—"
-    for size, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
-        if count >= size:
-            return f"{number_format(count / size, 1)} {unit}"
-    return number_format(count, 0)
+    """Parameter counts as models are named, in any language: 7615616512 → "7.6 B", 135000000 → "135.0 M"."""
+    return compact(value, units=WESTERN, start=1e3, digits=1)
 
 
 @register.filter
@@ -46,9 +41,7 @@ def mb_as_gib(value):
     return number_format(float(value) / 1024, 1)
 
 
-@register.filter
-def grouped(value):
-    """A whole number with the locale's digit grouping: 113034752 → "113,034,752"."""
-    if value in (None, ""):
-        return "—"
-    return number_format(value, 0, force_grouping=True)
+@register.filter(name="compact")
+def compact_count(value):
+    """A count, shortened once it is big: 4096 → "4,096", 113034752 → "113.0 M" / "1.13 亿"."""
+    return compact(value)

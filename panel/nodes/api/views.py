@@ -166,6 +166,16 @@ class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, PanelViewSet
         node = lifecycle.set_cordoned(self.get_object(), True)
         return Response(NodeSerializer(node).data)
 
+    @extend_schema(request=None, responses=NodeSerializer)
+    @action(detail=True, methods=["post"])
+    def drain(self, request, pk=None):
+        """Cordon this node and stop its deployments, so an install that restarts its NPU driver or the
+        host may run once they have stopped."""
+        node = self.get_object()
+        lifecycle.drain(node, user=request.user)
+        node.refresh_from_db()
+        return Response(NodeSerializer(node).data)
+
     @extend_schema(request=None)
     @action(detail=True, methods=["post"])
     def uncordon(self, request, pk=None):

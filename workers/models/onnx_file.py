@@ -1,4 +1,5 @@
-"""Just enough of the ONNX file format for the sim's atc: read a model's graph inputs, write a tiny model.
+"""Just enough of the ONNX file format to read a model's graph inputs (the sim's atc checks them, the
+agent shows them as an ONNX model's facts) and to write a tiny model.
 
 Standard library only, like the rest of the sim's tools: an agent runs them with its own interpreter,
 and the `onnx` package (protobuf plus a C++ extension) is far heavier than the few fields ATC checks
@@ -204,3 +205,20 @@ def write_tiny_vision_model(path: str | Path, input_name: str = "images") -> Pat
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(tiny_vision_model(input_name))
     return path
+
+
+def onnx_facts(path: str | Path) -> dict:
+    """What a model page shows of an ONNX file: opset, IR version, graph inputs and outputs, operators;
+    {"unreadable": reason} when this reader cannot parse it."""
+    try:
+        model = read_model(path)
+    except (OSError, NotOnnxError) as error:
+        return {"unreadable": str(error)}
+    return {
+        "file_bytes": Path(path).stat().st_size,
+        "ir_version": model.ir_version,
+        "opset": model.opset,
+        "inputs": [{"name": i.name, "dims": list(i.dims)} for i in model.inputs],
+        "outputs": list(model.outputs),
+        "operators": len(model.op_types),
+    }
