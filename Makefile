@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: run test test-all test-browser test-engine lint format messages bench clean
+.PHONY: run test test-all test-browser test-engine test-faults lint format messages bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,12 +26,16 @@ test-browser: $(STAMP)
 test-engine: $(STAMP)
 	$(PY) -m pytest tests/engine -q
 
-# Everything: fast, browser and engine tiers, each in its own process (Playwright's sync API keeps an event
+test-faults: $(STAMP)
+	$(PY) -m pytest tests/faults -q
+
+# Everything: fast, browser, engine and fault tiers, each in its own process (Playwright's sync API keeps an event
 # loop running in the main thread for the whole session, which asyncio.run() elsewhere cannot share).
 test-all: $(STAMP)
 	$(PY) -m pytest tests/unit tests/integration -q
 	$(PY) -m pytest tests/browser -q
 	$(PY) -m pytest tests/engine -q
+	$(PY) -m pytest tests/faults -q
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

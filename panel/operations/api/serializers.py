@@ -37,9 +37,12 @@ class OperationSerializer(serializers.ModelSerializer):
 
 
 class OperationEventSerializer(serializers.ModelSerializer):
+    """`seq` is the position in the operation's log; `attempt` and `agent_seq` the delivery that sent the
+    event and the agent's own number for it in that delivery (what a client checks for gaps per attempt)."""
+
     class Meta:
         model = OperationEvent
-        fields = ["seq", "time", "kind", "payload"]
+        fields = ["seq", "attempt", "agent_seq", "time", "kind", "payload"]
 
     def to_representation(self, instance):
         data = super().to_representation(instance)

@@ -1,0 +1,61 @@
+"""Fault bench: real processes SIGKILLed mid-install, mid-deploy, while serving, mid-delete, on a real panel.
+
+    .venv/bin/python bench/faults.py [--only NAME ...]
+
+Starts one stack (tests/faults/stack.py: redis-server with its append-only file, daphne, the panel worker,
+beat; one agent per scenario on a simulated Ascend host of its own) and runs every scenario of
+tests/faults/scenarios.py on it: the agent, the panel worker, the web process, Redis or the engine is killed
+with SIGKILL and restarted as systemd would. One JSON line per scenario, then the summary as the last line:
+{"scenarios", "survived", "lost_events", "stuck_operations", "double_runs", "recovery_s_max"}.
+"""
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.faults.checks import Outcome  # noqa: E402
+from tests.faults.scenarios import SCENARIOS, all_nodes, run_scenario  # noqa: E402
+from tests.faults.stack import FaultStack  # noqa: E402
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="*", help="scenario names (default: all)")
+    args = parser.parse_args()
+    chosen = [s for s in SCENARIOS if not args.only or s.name in args.only]
+    started = time.monotonic()
+    stack = FaultStack(all_nodes()).start()
+    print(f"stack up in {time.monotonic() - started:.1f} s at {stack.dir}", file=sys.stderr, flush=True)
+    outcomes: list[Outcome] = []
+    try:
+        for scenario in chosen:
+            try:
+                outcome = run_scenario(stack, scenario)
+            except AssertionError as error:  # the scenario could not even get to its kill
+                outcome = Outcome(scenario.name, scenario.target, scenario.phase, problems=[str(error)])
+            outcomes.append(outcome)
+            print(json.dumps(outcome.as_dict()), flush=True)
+    finally:
+        stack.stop()
+    recoveries = [o.recovery_s for o in outcomes if o.recovery_s is not None]
+    print(
+        json.dumps(
+            {
+                "scenarios": len(outcomes),
+                "survived": sum(o.survived for o in outcomes),
+                "lost_events": sum(o.lost_events for o in outcomes),
+                "stuck_operations": sum(o.stuck_operations for o in outcomes),
+                "double_runs": sum(o.double_runs for o in outcomes),
+                "recovery_s_max": max(recoveries, default=None),
+            }
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""The mid-copy scenario's set-up: a loopback sshd as the copy's target node (tests/sshd.py), a ready model
+copy on the source node large enough that rsync is still at work when its agent is killed, and the copy
+started by the panel's own service (the copy has no REST endpoint yet; the HTML form calls the same)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+
+from panel.run import BASE_DIR, PYTHON
+from tests.faults.stack import FaultStack, StackError
+
+COPY_MB = 300
+START_COPY = """
+import json, os
+from django.contrib.auth import get_user_model
+from panel.catalog.models import Model, ModelArtifact
+from panel.catalog.services import start_copy
+from panel.nodes.models import Node
+from panel.nodes.ssh import host_key_fingerprint
+spec = json.loads(os.environ["FAULTS_SPEC"])
+model, _ = Model.objects.get_or_create(name="tiny-copy-faults", defaults={"source": "path"})
+source = ModelArtifact.objects.create(
+    model=model, node=Node.objects.get(name=spec["node"]), path=spec["path"], ready=True
+)
+target, _ = Node.objects.get_or_create(
+    name=spec["node"] + "-target",
+    defaults={
+        "transport": "agent",
+        "address": "127.0.0.1",
+        "ssh_port": spec["port"],
+        "ssh_host_key_fingerprint": host_key_fingerprint("127.0.0.1", spec["port"]),
+    },
+)
+user = get_user_model().objects.get(username="faults")
+print(json.dumps({"operation": str(start_copy(source, target, user, target_user=spec["user"]).id)}))
+"""
+
+
+@contextlib.contextmanager
+def copy_target(stack: FaultStack):
+    """A loopback sshd for the copy's target; yields the tests.sshd.SshdServer."""
+    import tempfile
+    from pathlib import Path
+
+    from tests import sshd
+
+    server = sshd._prepare(Path(tempfile.mkdtemp(prefix="sshd-", dir=stack.dir)))
+    process = sshd._launch(server)
+    try:
+        yield server
+    finally:
+        sshd._end(process)
+
+
+def start_copy(stack: FaultStack, node: str, server) -> str:
+    """Write the model under the source's sim root and start its copy to the sshd node; the operation id."""
+    from workers.models.tiny import make_tiny_model
+
+    path = f"{stack.env['PANEL_MODELS_ROOT']}/copy-{node}"
+    make_tiny_model(stack.sim_roots[node] / path.lstrip("/"), arch="qwen2", target_mb=COPY_MB)
+    spec = {"node": node, "path": path, "port": server.port, "user": server.username}
+    out = subprocess.run(
+        [PYTHON, "manage.py", "shell", "-c", START_COPY],
+        cwd=BASE_DIR,
+        env={**stack.env, "FAULTS_SPEC": json.dumps(spec)},
+        capture_output=True,
+        text=True,
+    )
+    if out.returncode:
+        raise StackError(f"could not start the copy: {out.stderr[-500:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])["operation"]
