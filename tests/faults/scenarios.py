@@ -224,7 +224,8 @@ def during_create(stack: FaultStack, scenario: Scenario, node: str, outcome: Out
         return response if response.status_code != 409 else None
 
     try:
-        answer = wait_until(retried, 30, "the retry with the same Idempotency-Key to be answered", 2)
+        # The killed request's claim on the key lasts a minute (panel.core.idempotency.CLAIM_TTL_S).
+        answer = wait_until(retried, 90, "the retry with the same Idempotency-Key to be answered", 2)
         if answer.status_code != 201:
             outcome.problems.append(f"the retry answered {answer.status_code}: {answer.text[:200]}")
     except AssertionError:

@@ -12,25 +12,7 @@ from tests.faults.scenarios import SCENARIOS, run_scenario
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(420)]
 
 # Scenarios that fail on today's code, each with what fails and why (strict=False: they may pass by luck).
-KNOWN_FAILURES = {
-    "redis-mid-install": (
-        "workers/cancellation.cancel_requested() reads the cancel flag from the broker's Redis before "
-        "every install step and does not survive a ConnectionError: Redis down at a step boundary ends "
-        "the install failed ('Error 111 connecting to 127.0.0.1:<port>. Connection refused.') instead of "
-        "waiting for it"
-    ),
-    "worker-mid-install": (
-        "sometimes loses events: the batches the SIGKILLed panel worker had taken (acks_late, held in "
-        "kombu's Redis 'unacked' set) come back only after the Redis transport's visibility_timeout "
-        "(default 1 h, not set in workers/celery_app.py), so attempt 1 shows agent_seq gaps until then"
-    ),
-    "web-mid-create": (
-        "panel/core/idempotency.py claims the key with cache.add(IN_PROGRESS, "
-        "PANEL_IDEMPOTENCY_TTL_S=86400) and only the request that claimed it releases it: after the web "
-        "process died mid-request every retry with the same Idempotency-Key answers 409 'still being "
-        "processed' for a day"
-    ),
-}
+KNOWN_FAILURES: dict[str, str] = {}
 
 
 def params():
