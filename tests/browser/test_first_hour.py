@@ -30,6 +30,9 @@ def deploy(live_panel, model: dict, name: str, npu: int) -> dict:
         listed = client.get("/api/v1/deployments/").json()["results"]
         deployment = next((d for d in listed if d["name"] == name), None)
         if deployment is None:
+            # Other tests' deployments may hold NPUs (stopped ones keep theirs): take the first free one.
+            held = {n["npu_id"] for d in listed for n in d["npus"] if n["node"] == SIM_NODE}
+            npu = next(i for i in [npu, *range(8)] if i not in held)
             response = client.post(
                 "/api/v1/deployments/",
                 json={
