@@ -25,6 +25,7 @@ app.conf.beat_schedule = {
     "monitoring-downsample": {"task": "panel.monitoring.downsample", "schedule": 60.0},
     "monitoring-prune": {"task": "panel.monitoring.prune", "schedule": 3600.0},
     "audit-prune": {"task": "panel.audit.prune", "schedule": 86400.0},
+    "idempotency-prune": {"task": "panel.accounts.prune_idempotent_answers", "schedule": 3600.0},
     "reconcile-deployments": {
         "task": "panel.reconcile_deployments",
         "schedule": settings.PANEL_DEPLOY_RECONCILE_S,
@@ -32,6 +33,7 @@ app.conf.beat_schedule = {
 }
 app.conf.beat_schedule_filename = str(settings.DATA_DIR / "celerybeat-schedule")
 
+import panel.accounts.tasks  # noqa: E402,F401
 import panel.audit.tasks  # noqa: E402,F401
 import panel.deployments.tasks  # noqa: E402,F401
 import panel.monitoring.tasks  # noqa: E402,F401

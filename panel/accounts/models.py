@@ -55,3 +55,21 @@ class ApiToken(models.Model):
     @property
     def is_usable(self) -> bool:
         return self.revoked is None and (self.expires is None or self.expires > timezone.now())
+
+
+class IdempotentAnswer(models.Model):
+    """The answer to a POST sent with an Idempotency-Key, written in the same transaction as what the POST
+    created (panel.core.idempotency): a retry after a crash finds either both or neither."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    key_hash = models.CharField(max_length=64)
+    body_hash = models.CharField(max_length=64)
+    status = models.PositiveSmallIntegerField()
+    data = models.JSONField(default=dict)
+    created = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "key_hash"], name="idempotent_answer_once")]
+
+    def __str__(self):
+        return f"{self.user_id} {self.key_hash[:12]} → {self.status}"

@@ -12,15 +12,7 @@ from tests.faults.scenarios import SCENARIOS, run_scenario
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(420)]
 
 # Scenarios that fail on today's code, each with what fails and why (strict=False: they may pass by luck).
-KNOWN_FAILURES = {
-    "web-mid-create": (
-        "when the web process dies after the deployment was committed but before the Idempotency-Key's "
-        "answer was stored, the retry (once the key's one-minute claim ends) is refused 400 'A deployment "
-        "with this name exists' instead of replaying the 201: the answer is kept in Redis, apart from the "
-        "row. It must be written in the same transaction as the row (the idempotency rework of scripted "
-        "deploys, issue 13)"
-    ),
-}
+KNOWN_FAILURES: dict[str, str] = {}
 
 
 def params():

@@ -438,3 +438,43 @@ def test_a_claim_left_by_a_killed_request_expires_so_the_retry_gets_through(alic
         assert retry().status_code == 409
         clock.shift(idempotency.CLAIM_TTL_S + 1)
         assert retry().status_code == 201
+
+
+def idempotent_call(user, body, view):
+    """A DRF request with an Idempotency-Key through `view`, as the API's views receive it."""
+    from rest_framework.parsers import JSONParser
+    from rest_framework.request import Request
+    from rest_framework.test import APIRequestFactory
+
+    raw = APIRequestFactory().post("/api/v1/models/", body, format="json", HTTP_IDEMPOTENCY_KEY="ci-run-99")
+    request = Request(raw, parsers=[JSONParser()])
+    request.user = user
+    return view.post(request)
+
+
+def test_a_retry_after_a_crash_replays_the_answer_kept_with_the_work_and_another_body_is_refused(bob):
+    from django.core.cache import cache
+    from rest_framework.response import Response
+
+    from panel.accounts.models import IdempotentAnswer
+    from panel.accounts.tasks import prune_idempotent_answers
+    from panel.catalog.models import Model
+    from panel.core.idempotency import idempotent
+
+    class CreateModel:
+        @idempotent
+        def post(self, request):
+            model = Model.objects.create(name=request.data["name"])
+            return Response({"id": model.pk}, status=201)
+
+    first = idempotent_call(bob, {"name": "ci-model"}, CreateModel())
+    assert first.status_code == 201
+    cache.clear()  # the web process died after its commit: its claim and anything cached are gone
+    replay = idempotent_call(bob, {"name": "ci-model"}, CreateModel())
+    assert (replay.status_code, replay.data, replay["Idempotent-Replay"]) == (201, first.data, "true")
+    assert Model.objects.filter(name="ci-model").count() == 1
+    other = idempotent_call(bob, {"name": "another-model"}, CreateModel())
+    assert other.status_code == 422
+    assert not Model.objects.filter(name="another-model").exists()
+    IdempotentAnswer.objects.update(created=timezone.now() - timedelta(days=2))
+    assert prune_idempotent_answers() == 1
