@@ -8,6 +8,7 @@ an event batch or probe result touches with the sender. Everything refused is lo
 """
 
 import logging
+from functools import lru_cache
 
 from workers.celery_app import app as celery_app
 from workers.identity import (
@@ -38,11 +39,23 @@ def _material() -> str:
 
 def agent_key(node) -> bytes:
     """Node `node`'s credential: what its agent signs with and verifies the panel's tasks by."""
-    return derive(_material(), f"ascend-panel agent {node.name} {node.credential_id}").hex().encode()
+    return _derived_agent_key(_material(), node.name, node.credential_id)
+
+
+@lru_cache(maxsize=4096)
+def _derived_agent_key(material: str, name: str, credential_id: str) -> bytes:
+    # Cached: the metrics path asks for every node's key several times a second. A rotated or revoked
+    # credential has another id (or no row), so a cached key never outlives its credential.
+    return derive(material, f"ascend-panel agent {name} {credential_id}").hex().encode()
 
 
 def panel_central_key() -> bytes:
-    return central_key(_material())
+    return _central_key(_material())
+
+
+@lru_cache(maxsize=4)
+def _central_key(material: str) -> bytes:
+    return central_key(material)
 
 
 def refuse(kind: str, sender: str, reason: str) -> None:
@@ -64,11 +77,11 @@ def rejected_counts() -> dict[str, int]:
 
 
 def _key_of(signer: str, node) -> bytes:
-    from panel.core.choices import NodeTransport
-
     if signer == CENTRAL:
-        if node.transport != NodeTransport.SSH:
-            raise Untrusted(f"the central agent speaks only for SSH nodes, not agent node {node.name}")
+        # Nodes reached over SSH: still SSH nodes, or ones whose agent the central agent just installed
+        # (its last events may arrive after the new agent's first heartbeat made the node an agent node).
+        if not node.ssh_username:
+            raise Untrusted(f"the central agent speaks only for nodes it reaches over SSH, not {node.name}")
         return panel_central_key()
     if signer != node.name:
         raise Untrusted(f"signed by {signer!r} but speaks for {node.name!r}")
@@ -103,7 +116,9 @@ def trusted_metrics(lines: list[tuple[str, str, bytes, str]]) -> list[bool]:
     signature verifies with that node's credential. One query for the whole drain; refusals are counted."""
     from panel.nodes.models import Node
 
-    nodes = {n.name: n for n in Node.objects.filter(name__in={line[3] for line in lines})}
+    wanted = {line[3] for line in lines}
+    fields = ("name", "credential_id", "ssh_username")
+    nodes = {n.name: n for n in Node.objects.filter(name__in=wanted).only(*fields)}
     keys: dict[tuple[str, str], bytes | None] = {}
     verdicts = []
     for signer, sig, raw, name in lines:

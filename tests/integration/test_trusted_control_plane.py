@@ -478,3 +478,22 @@ def test_a_retry_after_a_crash_replays_the_answer_kept_with_the_work_and_another
     assert not Model.objects.filter(name="another-model").exists()
     IdempotentAnswer.objects.update(created=timezone.now() - timedelta(days=2))
     assert prune_idempotent_answers() == 1
+
+
+@pytest.mark.usefixtures("_wired_to_redis")
+def test_the_central_agent_speaks_only_for_nodes_it_reaches_over_ssh(db):
+    from panel.nodes.models import Node
+    from panel.nodes.trust import panel_central_key
+    from panel.operations.tasks import ingest_events
+    from workers.identity import CENTRAL
+
+    use_keys({CENTRAL: panel_central_key()})
+    agent_only = Node.objects.create(name="agent-only", transport="agent")
+    # An SSH node whose agent the central agent has just installed: its last events may come after the
+    # new agent's first heartbeat made it an agent node.
+    installed = Node.objects.create(name="installed", transport="agent", ssh_username="root")
+    for node, accepted in ((agent_only, False), (installed, True)):
+        operation = operation_on(node, kind="install")
+        batch = event_batch(operation, (1, "state", {"state": "running"}))
+        stored = ingest_events(seal_for_panel(INGEST_EVENTS, node.name, batch, signer=CENTRAL))
+        assert (stored == 1) is accepted, node.name
