@@ -83,7 +83,10 @@ def ingest_events(batch_data: dict, *, sender: str | None = None) -> list[Operat
     batch = EventBatch.model_validate(batch_data)
     with transaction.atomic():
         operation = (
-            Operation.objects.select_for_update().select_related("node").filter(pk=batch.operation_id).first()
+            Operation.objects.select_for_update(of=("self",))
+            .select_related("node")
+            .filter(pk=batch.operation_id)
+            .first()
         )
         if operation is None:
             log.warning("events for unknown operation %s dropped", batch.operation_id)
@@ -161,7 +164,9 @@ def mark_lost(operation: Operation, error: str, hint: str = "") -> bool:
     admin's force-fail): failed with the reason, and whatever waited on it (a deployment's stop or delete,
     an install) reacts as to any failure. False when it had ended already."""
     with transaction.atomic():
-        operation = Operation.objects.select_for_update().select_related("node").get(pk=operation.pk)
+        operation = (
+            Operation.objects.select_for_update(of=("self",)).select_related("node").get(pk=operation.pk)
+        )
         if operation.is_terminal:
             return False
         operation.move_to(OperationStatus.FAILED)
