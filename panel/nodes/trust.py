@@ -8,6 +8,8 @@ an event batch or probe result touches with the sender. Everything refused is lo
 """
 
 import logging
+import threading
+import time
 from functools import lru_cache
 
 from workers.celery_app import app as celery_app
@@ -111,14 +113,52 @@ def open_envelope(kind: str, task_name: str, envelope) -> tuple:
     return node, signer, body
 
 
+class _CredentialCache:
+    """Nodes' credential ids for the metrics path, read at most every CACHE_S seconds: a drain several times
+    a second would otherwise pay a query each (most of the verification's cost). A rotated or revoked
+    credential therefore stops verifying metrics within CACHE_S; events, probes and heartbeats, which change
+    state, always read the row."""
+
+    CACHE_S = 5.0
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._nodes: dict = {}
+        self._read_at = float("-inf")
+
+    def lookup(self, names: set[str]) -> dict:
+        from panel.nodes.models import Node
+
+        with self._lock:
+            stale = time.monotonic() - self._read_at > self.CACHE_S
+            if stale or not names <= self._nodes.keys():
+                wanted = names if not stale else names | self._nodes.keys()
+                found = Node.objects.filter(name__in=wanted).only("name", "credential_id", "ssh_username")
+                fresh = {name: None for name in wanted}  # unknown names are remembered as unknown too
+                fresh.update({node.name: node for node in found})
+                self._nodes = fresh if stale else {**self._nodes, **fresh}
+                if stale:
+                    self._read_at = time.monotonic()
+            return {name: self._nodes.get(name) for name in names}
+
+    def forget(self) -> None:
+        with self._lock:
+            self._nodes, self._read_at = {}, float("-inf")
+
+
+_credentials = _CredentialCache()
+
+
+def forget_credentials(sender=None, instance=None, created=False, update_fields=None, **kwargs) -> None:
+    """A node was added, removed or given a new credential here: the metrics path reads them again."""
+    if update_fields is None or "credential_id" in update_fields or created:
+        _credentials.forget()
+
+
 def trusted_metrics(lines: list[tuple[str, str, bytes, str]]) -> list[bool]:
     """For each (signer, signature, batch JSON, node the batch is about) of one inbox drain: whether its
     signature verifies with that node's credential. One query for the whole drain; refusals are counted."""
-    from panel.nodes.models import Node
-
-    wanted = {line[3] for line in lines}
-    fields = ("name", "credential_id", "ssh_username")
-    nodes = {n.name: n for n in Node.objects.filter(name__in=wanted).only(*fields)}
+    nodes = _credentials.lookup({line[3] for line in lines})
     keys: dict[tuple[str, str], bytes | None] = {}
     verdicts = []
     for signer, sig, raw, name in lines:

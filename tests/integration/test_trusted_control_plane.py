@@ -497,3 +497,18 @@ def test_the_central_agent_speaks_only_for_nodes_it_reaches_over_ssh(db):
         batch = event_batch(operation, (1, "state", {"state": "running"}))
         stored = ingest_events(seal_for_panel(INGEST_EVENTS, node.name, batch, signer=CENTRAL))
         assert (stored == 1) is accepted, node.name
+
+
+@pytest.mark.usefixtures("_wired_to_redis")
+def test_metrics_signed_with_a_rotated_credential_are_refused_at_once(two_nodes):
+    from panel.nodes.models import new_credential_id
+    from panel.nodes.trust import trusted_metrics
+    from workers.identity import metrics_line, split_metrics_line
+
+    node_a, _ = two_nodes
+    as_node_a(two_nodes)
+    signer, sig, raw = split_metrics_line(metrics_line("node-a", b'{"node": "node-a"}'))
+    assert trusted_metrics([(signer, sig, raw, "node-a")]) == [True]
+    node_a.credential_id = new_credential_id()  # what joining again does
+    node_a.save(update_fields=["credential_id", "updated"])
+    assert trusted_metrics([(signer, sig, raw, "node-a")]) == [False]
