@@ -6,13 +6,19 @@ from panel.audit.actions import AuditAction
 from panel.audit.models import AuditEntry
 
 
+class AddressFilter(django_filters.CharFilter):
+    """An IP address, checked as one: PostgreSQL's inet column refuses anything else with a server error."""
+
+    field_class = forms.GenericIPAddressField
+
+
 class AuditEntryFilterSet(django_filters.FilterSet):
     """Shared by the /audit/ page and /api/v1/audit/."""
 
     actor = django_filters.CharFilter(field_name="actor_name", label=_("Who"))
     action = django_filters.ChoiceFilter(choices=AuditAction.choices, label=_("Action"))
     target = django_filters.CharFilter(lookup_expr="icontains", label=_("Target"))
-    ip = django_filters.CharFilter(label=_("Address"))
+    ip = AddressFilter(label=_("Address"))
     since = django_filters.DateTimeFilter(
         field_name="time",
         lookup_expr="gte",

@@ -207,3 +207,10 @@ def test_the_force_fail_action_is_ready_for_the_operations_app(alice):
 def test_work_without_a_request_is_recorded_without_a_user_or_an_address(bob):
     entry = record(None, actions.NODE_REMOVED, "x")  # Celery, the shell: nobody to name, no address
     assert (entry.actor, entry.actor_name, entry.ip) == (None, "", None)
+
+
+@pytest.mark.django_db
+def test_an_address_filter_that_is_no_address_is_a_field_error_not_a_server_error(alice):
+    response = api_client_for(alice).get("/api/v1/audit/", {"ip": "not-an-address"})
+    assert response.status_code == 400
+    assert "ip" in response.json()["errors"]
