@@ -1,7 +1,6 @@
 """Agent registration with a join token: scoped to one node name, expiring, single use. The agent's install
 script trades it once, over the panel's URL, for the node's own credential (panel.nodes.trust)."""
 
-import hashlib
 import secrets
 import shlex
 from datetime import timedelta
@@ -61,10 +60,6 @@ def exchange_join_token(node_name: str, token: str) -> tuple[Node, bytes]:
         credential = "issued" if created else "rotated"
         record(None, audit.NODE_ADDED, node.name, transport="agent", joined=True, credential=credential)
     return node, agent_key(node)
-
-
-def file_sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def agent_broker_url(panel_host: str) -> str:

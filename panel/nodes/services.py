@@ -40,21 +40,20 @@ def record_heartbeat(data: dict, *, signer: str | None = None) -> Node | None:
         if node is None:
             log.warning("heartbeat from unknown node %r ignored", beat.node)
             return None
-        if node.transport == NodeTransport.SSH and signer == node.name:
-            # The agent installed over SSH speaks with the node's own credential: it runs its own tasks now.
-            node.transport = NodeTransport.AGENT
-            node.save(update_fields=["transport", "updated"])
+        changed = ["last_heartbeat", "heartbeat_interval", "agent_version", "status", "updated"]
         if signer == node.name:
+            if node.transport == NodeTransport.SSH:
+                # The agent installed over SSH speaks with the node's own credential: it runs its own tasks.
+                node.transport = NodeTransport.AGENT
+                changed.append("transport")
             node.agent_running, node.agent_done = beat.running, beat.done
-            node.save(update_fields=["agent_running", "agent_done"])
+            changed += ["agent_running", "agent_done"]
         was = node.status
         node.last_heartbeat = timezone.now()
         node.heartbeat_interval = beat.interval_s
         node.agent_version = beat.agent_version
         node.status = NodeStatus.ONLINE
-        node.save(
-            update_fields=["last_heartbeat", "heartbeat_interval", "agent_version", "status", "updated"]
-        )
+        node.save(update_fields=changed)  # one UPDATE per heartbeat
         if was != NodeStatus.ONLINE:
             _announce(node)
             from panel.monitoring.alerts import node_came_back

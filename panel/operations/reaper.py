@@ -57,7 +57,7 @@ def silent_for_good(node, now) -> bool:
     return now - offline_at > timedelta(seconds=settings.PANEL_OPERATION_OFFLINE_GRACE_S)
 
 
-def lost_by_agent(operation: Operation, now) -> bool:
+def lost_by_agent(operation: Operation) -> bool:
     node = operation.node
     if node.transport != NodeTransport.AGENT or node.last_heartbeat is None:
         return False
@@ -97,7 +97,7 @@ def reap() -> dict:
             error = gettext_noop("No agent picked the operation up within %(seconds)d s.")
             hint = gettext_noop("Check that the node's agent runs and reaches the broker, then try again.")
             failed = mark_lost(operation, error % {"seconds": pickup.total_seconds()}, hint)
-        elif operation.status == OperationStatus.RUNNING and lost_by_agent(operation, now):
+        elif operation.status == OperationStatus.RUNNING and lost_by_agent(operation):
             if operation.dispatches < MAX_DISPATCHES:
                 log.warning("operation %s was lost by the agent of %s; sending it again", operation.id, node)
                 resend(operation)
