@@ -14,6 +14,7 @@ NODE_ADDED = "node.added"
 NODE_REMOVED = "node.removed"
 DEPLOYMENT_CREATED = "deployment.created"
 DEPLOYMENT_DELETED = "deployment.deleted"
+DEPLOYMENT_APPLIED = "deployment.applied"  # a spec changed an existing deployment
 INSTALL_STARTED = "install.started"
 INSTALL_RESUMED = "install.resumed"
 PACKAGE_ADDED = "package.added"
@@ -36,6 +37,7 @@ class AuditAction(ColouredChoices):
     NODE_REMOVED = NODE_REMOVED, _("Node removed")
     DEPLOYMENT_CREATED = DEPLOYMENT_CREATED, _("Deployment created")
     DEPLOYMENT_DELETED = DEPLOYMENT_DELETED, _("Deployment deleted")
+    DEPLOYMENT_APPLIED = DEPLOYMENT_APPLIED, _("Deployment spec applied")
     INSTALL_STARTED = INSTALL_STARTED, _("Install started")
     INSTALL_RESUMED = INSTALL_RESUMED, _("Install resumed")
     PACKAGE_ADDED = PACKAGE_ADDED, _("Package added")

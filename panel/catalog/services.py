@@ -226,6 +226,43 @@ def register_model(
     return model, operation
 
 
+class ModelInUse(Exception):
+    """A deployment serves this model; the message names it."""
+
+
+def update_model(model: Model, *, source: str, repo_id="", revision="", node=None, path="", description=""):
+    """Bring a registered model up to what PUT /models/{name}/ says; the fields that changed. Where it
+    comes from (source, folder) is what it is: changing that is a new model."""
+    if source != model.source:
+        raise ValidationError(
+            {
+                "source": _("%(name)s comes from %(source)s; register another name for another source.")
+                % {"name": model.name, "source": model.get_source_display()}
+            }
+        )
+    wanted = {"description": description, "revision": revision.strip()}
+    if source != ModelSource.LOCAL and repo_id:
+        wanted["repo_id"] = repo_id.strip()
+    changed = [key for key, value in wanted.items() if getattr(model, key) != value]
+    for key in changed:
+        setattr(model, key, wanted[key])
+    if changed:
+        model.save()
+    return changed
+
+
+def delete_model(model: Model) -> list[str]:
+    """Remove a model nothing serves; the copies whose records went (their files stay on the nodes)."""
+    using = list(model.deployments.values_list("name", flat=True))
+    if using:
+        raise ModelInUse(
+            _("Deployments %(names)s serve this model: delete them first.") % {"names": ", ".join(using)}
+        )
+    copies = [f"{artifact.node.name}:{artifact.path}" for artifact in model.artifacts.select_related("node")]
+    model.delete()
+    return copies
+
+
 def _hub_kwargs(model: Model) -> dict:
     return {
         "source": model.source,

@@ -12,6 +12,7 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Q
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy as _lazy
 from rest_framework import exceptions, serializers
 
 from panel.accounts.roles import ADMIN, has_role
@@ -51,16 +52,9 @@ class NodeChoiceSerializer(serializers.Serializer):
     npus = serializers.ListField(child=serializers.IntegerField(min_value=0), allow_empty=True, default=list)
 
 
-class DeploymentRequestSerializer(serializers.Serializer):
-    """The wizard's spec. Engine settings left empty are chosen by the planner."""
+class EngineSettingsSerializer(serializers.Serializer):
+    """The wizard's engine settings (also a spec's `engine:` block). Left empty, the planner chooses."""
 
-    name = serializers.SlugField(max_length=63)
-    model = serializers.PrimaryKeyRelatedField(queryset=Model.objects.all())
-    artifact = serializers.PrimaryKeyRelatedField(
-        queryset=ModelArtifact.objects.all(), required=False, allow_null=True
-    )
-    path = serializers.CharField(required=False, allow_blank=True, default="")
-    nodes = NodeChoiceSerializer(many=True, allow_empty=False)
     tensor_parallel_size = serializers.IntegerField(required=False, allow_null=True, min_value=1)
     data_parallel_size = serializers.IntegerField(required=False, allow_null=True, min_value=1)
     max_model_len = serializers.IntegerField(required=False, allow_null=True, min_value=16)
@@ -71,18 +65,48 @@ class DeploymentRequestSerializer(serializers.Serializer):
     served_model_name = serializers.CharField(required=False, allow_blank=True, default="", max_length=128)
     port = serializers.IntegerField(required=False, allow_null=True, min_value=1024, max_value=65535)
     extra_flags = serializers.DictField(required=False, default=dict)
-    runtime = serializers.ChoiceField(["process", "container"], default="process")
-
-    def validate_name(self, value):
-        if Deployment.objects.filter(name=value).exclude(desired_state=DesiredState.DELETED).exists():
-            raise serializers.ValidationError(_("A deployment with this name exists."))
-        return value
 
     def validate_extra_flags(self, value):
         try:
             flag_arguments(value)
         except FlagError as error:
             raise serializers.ValidationError(str(error)) from None
+        return value
+
+
+ENGINE_SETTINGS = tuple(EngineSettingsSerializer().fields)
+CONTAINER_NOT_YET = _lazy(
+    "The container runtime is not started by the panel yet; use runtime: process (the default)."
+)
+
+
+class DeploymentRequestSerializer(EngineSettingsSerializer):
+    """The wizard's request: what to serve, where, and the engine settings.
+
+    With context `replacing` (a deployment that an apply changes), its own name and NPUs are not in the way.
+    """
+
+    name = serializers.SlugField(max_length=63)
+    model = serializers.PrimaryKeyRelatedField(queryset=Model.objects.all())
+    artifact = serializers.PrimaryKeyRelatedField(
+        queryset=ModelArtifact.objects.all(), required=False, allow_null=True
+    )
+    path = serializers.CharField(required=False, allow_blank=True, default="")
+    nodes = NodeChoiceSerializer(many=True, allow_empty=False)
+    runtime = serializers.ChoiceField(["process", "container"], default="process")
+
+    def validate_name(self, value):
+        others = Deployment.objects.filter(name=value).exclude(desired_state=DesiredState.DELETED)
+        replacing = self.context.get("replacing")
+        if replacing is not None:
+            others = others.exclude(pk=replacing.pk)
+        if others.exists():
+            raise serializers.ValidationError(_("A deployment with this name exists."))
+        return value
+
+    def validate_runtime(self, value):
+        if value == "container":
+            raise serializers.ValidationError(str(CONTAINER_NOT_YET))
         return value
 
     def validate_path(self, value):
@@ -178,19 +202,20 @@ def _fail(errors: dict[str, list[str]]):
     raise serializers.ValidationError(errors)
 
 
-def plan_request(raw: dict[str, Any], user=None) -> DeploymentPlan:
+def plan_request(raw: dict[str, Any], user=None, replacing: Deployment | None = None) -> DeploymentPlan:
     """Validate and plan for `user`; raises ValidationError with field errors (the planner's reasons among
-    them), or AdminOnlyFlag when a non-admin (or no user) sets a code-loading flag."""
-    serializer = DeploymentRequestSerializer(data=raw)
+    them), or AdminOnlyFlag when a non-admin (or no user) sets a code-loading flag. `replacing`: the
+    deployment an apply changes (its name and NPUs are its own)."""
+    serializer = DeploymentRequestSerializer(data=raw, context={"replacing": replacing})
     serializer.is_valid(raise_exception=True)
     data = serializer.validated_data
     refuse_admin_only_flags(data["extra_flags"], user)
-    parts = _node_parts(data)
+    parts = _node_parts(data, replacing)
     chip = chip_of(parts[0].npus)
     model_path = _model_path(data, parts)
     plan_dict, warnings, tp, dp = _run_planner(data, parts, chip)
     served = data["served_model_name"] or data["name"]
-    port = data.get("port") or free_port([part.node for part in parts])
+    port = data.get("port") or free_port([part.node for part in parts], replacing)
     for index, part in enumerate(parts):
         listen = "0.0.0.0" if part.node.address and part.node.address not in LOOPBACK else "127.0.0.1"  # noqa: S104
         payload = {
@@ -242,7 +267,7 @@ def _common_numa(npus: list[Npu]) -> int | None:
     return nodes.pop() if len(nodes) == 1 and None not in nodes and npus else None
 
 
-def _node_parts(data: dict[str, Any]) -> list[NodePart]:
+def _node_parts(data: dict[str, Any], replacing: Deployment | None = None) -> list[NodePart]:
     parts, errors = [], []
     for choice in data["nodes"]:
         node = Node.objects.filter(name=choice["node"]).first()
@@ -261,6 +286,8 @@ def _node_parts(data: dict[str, Any]) -> list[NodePart]:
         busy = Npu.objects.filter(pk__in=[n.pk for n in npus], deployments__isnull=False).exclude(
             Q(deployments__desired_state=DesiredState.DELETED)
         )
+        if replacing is not None:
+            busy = busy.exclude(deployments=replacing)
         taken = sorted({npu.logic_id for npu in busy})
         if taken:
             errors.append(
@@ -372,10 +399,12 @@ def _run_planner(data: dict[str, Any], parts: list[NodePart], chip: str):
     return result.as_dict(), warnings, result.tensor_parallel_size, dp
 
 
-def free_port(nodes: list[Node]) -> int:
+def free_port(nodes: list[Node], replacing: Deployment | None = None) -> int:
     """The lowest port from PANEL_DEPLOY_BASE_PORT that no live deployment on these nodes uses."""
     used = set()
     live = Deployment.objects.filter(nodes__in=nodes).exclude(desired_state=DesiredState.DELETED).distinct()
+    if replacing is not None:
+        live = live.exclude(pk=replacing.pk)
     for deployment in live:
         port = (deployment.spec or {}).get("port")
         if port:

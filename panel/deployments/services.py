@@ -96,30 +96,34 @@ def endpoint_of(deployment: Deployment) -> str:
     return f"http://{host}:{deployment.spec.get('port')}/v1"
 
 
-def create_deployment(planned: DeploymentPlan, user=None) -> Deployment:
+def take_plan(deployment: Deployment, planned: DeploymentPlan) -> None:
+    """Give the deployment what was planned: model, copy, launch per node, NPUs. Saves it."""
+    data = planned.data
+    deployment.model = data["model"]
+    deployment.artifact = data.get("artifact")
+    deployment.spec = {
+        **planned.parts[0].payload,
+        "parts": [
+            {"node": part.node.name, "role": part.role, "launch": part.payload} for part in planned.parts
+        ],
+    }
+    deployment.plan = {"plan": planned.plan, "warnings": planned.warnings, "chip": planned.chip}
+    deployment.runtime_kind = data["runtime"]
+    deployment.save()
+    deployment.nodes.set([part.node for part in planned.parts])
+    deployment.npus.set([npu for part in planned.parts for npu in part.npus])
+    deployment.endpoint = endpoint_of(deployment)
+    deployment.save(update_fields=["endpoint"])
+
+
+def create_deployment(planned: DeploymentPlan, user=None, start: bool = True) -> Deployment:
+    """`start` False: created stopped (a spec with `state: stopped`); its NPUs are held all the same."""
     data = planned.data
     with transaction.atomic():
         # A deleted deployment's name may be taken again once its row is gone.
         Deployment.objects.filter(name=data["name"], desired_state=DesiredState.DELETED).delete()
-        deployment = Deployment.objects.create(
-            name=data["name"],
-            model=data["model"],
-            artifact=data.get("artifact"),
-            spec={
-                **planned.parts[0].payload,
-                "parts": [
-                    {"node": part.node.name, "role": part.role, "launch": part.payload}
-                    for part in planned.parts
-                ],
-            },
-            plan={"plan": planned.plan, "warnings": planned.warnings, "chip": planned.chip},
-            runtime_kind=data["runtime"],
-            created_by=user,
-        )
-        deployment.nodes.set([part.node for part in planned.parts])
-        deployment.npus.set([npu for part in planned.parts for npu in part.npus])
-        deployment.endpoint = endpoint_of(deployment)
-        deployment.save(update_fields=["endpoint"])
+        deployment = Deployment(name=data["name"], created_by=user)
+        take_plan(deployment, planned)
         record(
             user,
             audit.DEPLOYMENT_CREATED,
@@ -128,7 +132,12 @@ def create_deployment(planned: DeploymentPlan, user=None) -> Deployment:
             nodes=[part.node.name for part in planned.parts],
             extra_flags=data["extra_flags"],
         )
-        launch(deployment, user=user)
+        if start:
+            launch(deployment, user=user)
+        else:
+            deployment.desired_state = DesiredState.STOPPED
+            move(deployment, DeploymentState.STOPPED, "")
+            deployment.save()
     return deployment
 
 
@@ -258,8 +267,9 @@ def start(deployment: Deployment, user=None) -> Deployment:
     return deployment
 
 
-def restart(deployment: Deployment, user=None) -> Deployment:
-    """Stop then start: the launch task stops the running engine itself before starting the new one."""
+def restart(deployment: Deployment, user=None, reason: list[dict] | None = None) -> Deployment:
+    """Stop then start: the launch task stops the running engine itself before starting the new one.
+    `reason`: why, as translatable parts (default: who asked for the restart)."""
     with transaction.atomic():
         deployment = _locked_to_run(deployment)
         deployment.restart_count += 1
@@ -272,7 +282,7 @@ def restart(deployment: Deployment, user=None) -> Deployment:
             if user
             else reasons.part(gettext_noop("Restart asked by the panel"))
         )
-        send_stop(deployment, user, [asked])
+        send_stop(deployment, user, reason or [asked])
     return deployment
 
 

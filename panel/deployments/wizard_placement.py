@@ -85,10 +85,13 @@ class Suggestion:
     node: str
 
 
-def held_npus() -> dict[int, str]:
-    """Npu pk -> name of the deployment that holds it (every deployment not being deleted)."""
+def held_npus(ignore: Deployment | None = None) -> dict[int, str]:
+    """Npu pk -> name of the deployment that holds it (every deployment not being deleted but `ignore`)."""
     holders: dict[int, str] = {}
-    rows = Deployment.objects.exclude(desired_state=DesiredState.DELETED).values_list("npus", "name")
+    live = Deployment.objects.exclude(desired_state=DesiredState.DELETED)
+    if ignore is not None:
+        live = live.exclude(pk=ignore.pk)
+    rows = live.values_list("npus", "name")
     for npu_pk, name in rows:
         if npu_pk is not None:
             holders.setdefault(npu_pk, name)
@@ -106,9 +109,9 @@ def live_figures(node_names: list[str]) -> dict[str, dict]:
         return {}
 
 
-def node_blocks(nodes, artifact_node_id: int | None) -> list[NodeBlock]:
+def node_blocks(nodes, artifact_node_id: int | None, ignore: Deployment | None = None) -> list[NodeBlock]:
     nodes = list(nodes.prefetch_related("npus"))
-    holders = held_npus()
+    holders = held_npus(ignore)
     live = live_figures([node.name for node in nodes])
     blocks = []
     for node in nodes:
@@ -143,14 +146,7 @@ def suggest(facts: dict[str, Any], blocks: list[NodeBlock]) -> Suggestion | None
         return None
     if not block.rows:
         return Suggestion([block.cpu_value], 1, None, True, [], block.node.name)
-    free = [
-        row
-        for row in block.rows
-        if row.selectable
-        and not row.processes
-        and row.npu.health not in UNHEALTHY
-        and row.npu.device_memory_mb
-    ]
+    free = free_rows(block)
     if not free or not facts:
         return None
     npus = [row.npu for row in free]
@@ -165,14 +161,26 @@ def suggest(facts: dict[str, Any], blocks: list[NodeBlock]) -> Suggestion | None
         log.warning("no placement suggestion: %s", error)
         return None
     tp = result.tensor_parallel_size
-    chosen, numa = _on_one_numa_node(free, tp)
+    chosen, numa = on_one_numa_node(free, tp)
     for row in chosen:
         row.suggested = True
     reasons = [reason.as_dict() for reason in result.reasons]
     return Suggestion([row.value for row in chosen], tp, numa, result.fits, reasons, block.node.name)
 
 
-def _on_one_numa_node(free: list[NpuRow], count: int) -> tuple[list[NpuRow], int | None]:
+def free_rows(block: NodeBlock) -> list[NpuRow]:
+    """NPUs a new deployment may take: not held, nothing running on them, healthy, memory known."""
+    return [
+        row
+        for row in block.rows
+        if row.selectable
+        and not row.processes
+        and row.npu.health not in UNHEALTHY
+        and row.npu.device_memory_mb
+    ]
+
+
+def on_one_numa_node(free: list[NpuRow], count: int) -> tuple[list[NpuRow], int | None]:
     """`count` free NPUs, all on one NUMA node when one has enough (the one with the fewest to spare,
     which keeps bigger groups whole for the next deployment, then the lowest ids); else the lowest ids."""
     groups: dict[int, list[NpuRow]] = {}

@@ -3,6 +3,7 @@ from rest_framework import serializers
 from panel.catalog.models import FactsSource, Model, ModelArtifact
 from panel.catalog.planning import fit_on_typical_node
 from panel.core.choices import ModelSource
+from panel.core.strict import StrictSerializer
 
 
 class ModelArtifactSerializer(serializers.ModelSerializer):
@@ -88,4 +89,30 @@ class ConvertSerializer(serializers.Serializer):
         allow_blank=True,
         default="",
         help_text="msModelSlim's --model_type, e.g. Qwen2.5-7B-Instruct; empty: the repository's name.",
+    )
+
+
+class ModelSpecSerializer(StrictSerializer):
+    """PUT /api/v1/models/{name}/: what the model is and, for a folder, where (the name is the URL's)."""
+
+    source = serializers.ChoiceField(choices=ModelSource.choices)
+    repo_id = serializers.CharField(required=False, allow_blank=True, default="")
+    revision = serializers.CharField(required=False, allow_blank=True, default="")
+    node = serializers.CharField(required=False, allow_blank=True, default="", help_text="node name")
+    path = serializers.CharField(required=False, allow_blank=True, default="")
+    description = serializers.CharField(required=False, allow_blank=True, default="")
+
+
+class AppliedModelSerializer(serializers.Serializer):
+    result = serializers.ChoiceField(["created", "unchanged", "updated"])
+    changed = serializers.ListField(child=serializers.CharField(), required=False)
+    model = ModelSerializer()
+    operation = serializers.UUIDField(allow_null=True, help_text="The inspection started, if any.")
+
+
+class DeletedModelSerializer(serializers.Serializer):
+    deleted = serializers.BooleanField()
+    name = serializers.CharField()
+    copies_forgotten = serializers.ListField(
+        child=serializers.CharField(), help_text="Copies whose records went; their folders stay on the nodes."
     )

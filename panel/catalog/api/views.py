@@ -2,20 +2,24 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status
 from rest_framework.decorators import action
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import APIException, ValidationError
 from rest_framework.response import Response
 
 from panel.catalog import services
 from panel.catalog.api.serializers import (
+    AppliedModelSerializer,
     ConvertSerializer,
+    DeletedModelSerializer,
     DownloadSerializer,
     ModelArtifactSerializer,
     ModelSerializer,
+    ModelSpecSerializer,
     RegisteredModelSerializer,
     RegisterSerializer,
 )
 from panel.catalog.models import Model, ModelArtifact
 from panel.core.api import PanelViewSet, ReadOnlyPanelViewSet
+from panel.core.idempotency import idempotent
 from panel.core.schema import ErrorSerializer
 from panel.nodes.models import Node
 from panel.operations.api.serializers import OperationSerializer
@@ -41,9 +45,55 @@ def _call(function, *args, **kwargs):
         raise ValidationError(error.message_dict) from None
 
 
+class Conflict(APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_code = "conflict"
+
+
 class ModelViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, PanelViewSet):
     queryset = Model.objects.prefetch_related("artifacts__node", "artifacts__model")
     serializer_class = ModelSerializer
+    http_method_names = ["get", "post", "put", "delete", "head", "options"]
+
+    @extend_schema(
+        operation_id="models_apply",
+        request=ModelSpecSerializer,
+        responses={201: AppliedModelSerializer, 200: AppliedModelSerializer},
+        description="Register the model called {id} (its name), or bring its description, revision and hub "
+        "id up to date: 201 created, 200 unchanged or updated. Never makes a `-2` twin.",
+    )
+    @idempotent
+    def update(self, request, pk=None):
+        data = ModelSpecSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = dict(data.validated_data)
+        existing = Model.objects.visible_to(request.user).filter(name=pk).first()
+        if existing is None:
+            values["node"] = _node(request, values["node"])
+            model, operation = _call(services.register_model, user=request.user, name=pk, **values)
+            body = {"result": "created", "model": ModelSerializer(model).data}
+            body["operation"] = str(operation.id) if operation else None
+            return Response(body, status=status.HTTP_201_CREATED)
+        changed = _call(services.update_model, existing, **values)
+        return Response(
+            {
+                "result": "updated" if changed else "unchanged",
+                "changed": changed,
+                "model": ModelSerializer(existing).data,
+                "operation": None,
+            }
+        )
+
+    @extend_schema(responses={200: DeletedModelSerializer, 409: ErrorSerializer})
+    def destroy(self, request, pk=None):
+        """Remove the model from the catalog (refused while a deployment uses it). Its copies' records go
+        with it; their folders stay on the nodes (delete a copy first to remove its files)."""
+        model = self.get_object()
+        try:
+            forgotten = services.delete_model(model)
+        except services.ModelInUse as error:
+            raise Conflict(str(error)) from None
+        return Response({"deleted": True, "name": model.name, "copies_forgotten": forgotten})
 
     @extend_schema(request=RegisterSerializer, responses={201: RegisteredModelSerializer})
     def create(self, request):

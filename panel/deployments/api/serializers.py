@@ -3,6 +3,8 @@ from rest_framework import serializers
 
 from panel.deployments.findings import findings_of
 from panel.deployments.models import Benchmark, Deployment, DeploymentLog
+from panel.deployments.planning import NodeChoiceSerializer
+from panel.deployments.spec import nodes_of
 
 
 class DeploymentNpuSerializer(serializers.Serializer):
@@ -25,13 +27,16 @@ class DeploymentSerializer(serializers.ModelSerializer):
     model_name = serializers.CharField(source="model.name", read_only=True)
     nodes = serializers.SlugRelatedField(slug_field="name", many=True, read_only=True)
     npus = serializers.SerializerMethodField()
+    placement = serializers.SerializerMethodField(
+        help_text="Where it runs, in the request's own shape: [{node, npus: [logic ids]}]."
+    )
     operation = serializers.SerializerMethodField()
     findings = serializers.SerializerMethodField()
 
     class Meta:
         model = Deployment
         fields = [
-            "id", "name", "model", "model_name", "artifact", "nodes", "npus", "status", "status_display",
+            "id", "name", "model", "model_name", "artifact", "nodes", "npus", "placement", "status", "status_display",
             "desired_state", "reason", "reason_display", "endpoint", "runtime", "runtime_kind",
             "restart_count", "failed_restarts", "next_restart_at", "spec", "plan", "metrics", "metrics_at",
             "operation", "findings", "created", "updated",
@@ -49,6 +54,10 @@ class DeploymentSerializer(serializers.ModelSerializer):
             {"node": npu.node.name, "logic_id": npu.logic_id, "npu_id": npu.npu_id}
             for npu in deployment.npus.all()
         ]
+
+    @extend_schema_field(NodeChoiceSerializer(many=True))
+    def get_placement(self, deployment) -> list[dict]:
+        return nodes_of(deployment)
 
     @extend_schema_field(serializers.UUIDField(allow_null=True, help_text="Its latest deploy or stop."))
     def get_operation(self, deployment) -> str | None:

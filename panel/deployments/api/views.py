@@ -1,16 +1,20 @@
 from django.http import HttpResponse
 from django.utils import timezone
+from django.utils.translation import gettext as _
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status
 from rest_framework.decorators import action
-from rest_framework.exceptions import APIException
+from rest_framework.exceptions import APIException, ValidationError
 from rest_framework.response import Response
+from rest_framework.settings import api_settings
 
 from panel.core.api import PanelViewSet, ReadOnlyPanelViewSet
 from panel.core.idempotency import idempotent
 from panel.core.schema import ErrorSerializer
+from panel.core.yaml_api import YAML_PARSERS, SpecJSONRenderer, SpecYAMLRenderer
 from panel.deployments import metrics_history, services
+from panel.deployments.api.apply import ApplyAnswerSerializer, answer_of, is_spec
 from panel.deployments.api.serializers import (
     BenchmarkListSerializer,
     BenchmarkRequestSerializer,
@@ -24,9 +28,11 @@ from panel.deployments.api.serializers import (
     DeploymentMetricsSerializer,
     DeploymentSerializer,
 )
+from panel.deployments.apply import apply
 from panel.deployments.filtersets import BenchmarkFilterSet, DeploymentFilterSet
 from panel.deployments.models import Benchmark, Deployment
 from panel.deployments.planning import DeploymentRequestSerializer, plan_request
+from panel.deployments.spec import DeploymentSpecSerializer, parse_spec, spec_of
 
 MAX_LOG_LINES_PER_PAGE = 5000
 # What stop / start / restart answer: the deployment as it now is, or why its state refuses the command.
@@ -38,6 +44,14 @@ class Conflict(APIException):
     default_code = "conflict"
 
 
+def _flag(value: str | None, name: str) -> bool:
+    if value in (None, "", "false", "0"):
+        return False
+    if value in ("true", "1"):
+        return True
+    raise ValidationError({name: [_("Give true or false.")]})
+
+
 class DeploymentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, PanelViewSet):
     """Deployments: plan, create, stop, start, restart, delete; logs, metrics and benchmarks.
     The contract is written at the top of panel/deployments/services.py."""
@@ -45,7 +59,60 @@ class DeploymentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, PanelV
     queryset = Deployment.objects.select_related("model").prefetch_related("nodes", "npus__node")
     serializer_class = DeploymentSerializer
     filterset_class = DeploymentFilterSet
-    http_method_names = ["get", "post", "delete", "head", "options"]
+    http_method_names = ["get", "post", "put", "delete", "head", "options"]
+    parser_classes = [*api_settings.DEFAULT_PARSER_CLASSES, *YAML_PARSERS]
+    renderer_classes = [*api_settings.DEFAULT_RENDERER_CLASSES, SpecJSONRenderer, SpecYAMLRenderer]
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(
+                "format",
+                str,
+                enum=["spec"],
+                required=False,
+                description="`spec`: the deployment as a spec that PUT accepts (YAML with "
+                "`Accept: application/yaml`).",
+            )
+        ],
+        responses={200: DeploymentSerializer},
+    )
+    def retrieve(self, request, pk=None):
+        deployment = self.get_object()
+        if request.accepted_renderer.format == "spec":
+            return Response(spec_of(deployment))
+        return Response(DeploymentSerializer(deployment).data)
+
+    @extend_schema(
+        operation_id="deployments_apply",
+        request={
+            "application/json": DeploymentSpecSerializer,
+            "application/yaml": DeploymentSpecSerializer,
+        },
+        parameters=[
+            OpenApiParameter("dry_run", bool, required=False, description="Plan and compare; change nothing.")
+        ],
+        responses={
+            201: ApplyAnswerSerializer,
+            200: ApplyAnswerSerializer,
+            202: ApplyAnswerSerializer,
+            409: ErrorSerializer,
+        },
+        description="Make the deployment called {id} (its name) look like the spec: 201 created, 200 "
+        "unchanged, 202 changed (with each changed field and the effect: restart, move_npus, start, stop). "
+        "docs/deployment-spec.md describes the spec.",
+    )
+    @idempotent
+    def update(self, request, pk=None):
+        dry_run = _flag(request.query_params.get("dry_run"), "dry_run")
+        spec = parse_spec(request.data, pk)
+        try:
+            outcome = apply(pk, spec, request.user, dry_run=dry_run)
+        except services.DeploymentConflict as error:
+            raise Conflict(str(error)) from None
+        codes = {"created": status.HTTP_201_CREATED, "unchanged": status.HTTP_200_OK}
+        return Response(
+            answer_of(outcome, dry_run), status=codes.get(outcome.result, status.HTTP_202_ACCEPTED)
+        )
 
     @extend_schema(request=DeploymentRequestSerializer, responses={201: CreatedDeploymentSerializer})
     @idempotent
@@ -62,7 +129,15 @@ class DeploymentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, PanelV
     )
     @action(detail=False, methods=["post"])
     def plan(self, request):
-        """Dry run for the wizard's review: the plan and the exact command and environment per node."""
+        """Dry run for the wizard's review: the plan and the exact command and environment per node. A spec
+        body (as PUT takes, with its name) answers the review plus what applying it would change."""
+        if is_spec(request.data):
+            name = str(request.data.get("name") or "")
+            if not name:
+                raise ValidationError({"name": [_("Name the deployment the spec is for.")]})
+            outcome = apply(name, parse_spec(request.data, name), request.user, dry_run=True)
+            answer = answer_of(outcome, True)
+            return Response({**(answer["plan"] or {}), **answer})
         return Response(plan_request(request.data, user=request.user).as_review())
 
     def _command(self, request, command):

@@ -1,0 +1,56 @@
+"""The answer of `PUT /api/v1/deployments/{name}/` (apply) and of `POST /plan/` with a spec body."""
+
+from typing import Any
+
+from rest_framework import serializers
+
+from panel.deployments.api.serializers import DeploymentSerializer
+from panel.deployments.apply import Outcome
+from panel.deployments.planning import ENGINE_SETTINGS
+
+SPEC_ONLY_KEYS = ("engine", "placement", "replicas", "state")
+
+
+class ChangeSerializer(serializers.Serializer):
+    field = serializers.CharField(help_text="e.g. engine.max_model_len, placement, model, state")
+    # "from"/"to" are Python keywords: declared below
+    vars()["from"] = serializers.JSONField(allow_null=True)
+    vars()["to"] = serializers.JSONField(allow_null=True)
+
+
+class ApplyAnswerSerializer(serializers.Serializer):
+    result = serializers.ChoiceField(["created", "unchanged", "changed"])
+    dry_run = serializers.BooleanField()
+    effect = serializers.ChoiceField(
+        ["none", "create", "restart", "move_npus", "start", "stop"],
+        help_text="What applying does to the engine.",
+    )
+    changes = ChangeSerializer(many=True)
+    deployment = DeploymentSerializer(allow_null=True, help_text="Null on a dry run that would create it.")
+    plan = serializers.DictField(allow_null=True, help_text="The review: fits, chip, plan, warnings, nodes.")
+    warnings = serializers.ListField(child=serializers.DictField())
+
+
+def answer_of(outcome: Outcome, dry_run: bool) -> dict[str, Any]:
+    deployment = outcome.deployment
+    return {
+        "result": outcome.result,
+        "dry_run": dry_run,
+        "effect": outcome.effect,
+        "changes": outcome.changes,
+        "deployment": DeploymentSerializer(deployment).data if deployment is not None else None,
+        "plan": outcome.planned.as_review() if outcome.planned is not None else None,
+        "warnings": outcome.warnings,
+    }
+
+
+def is_spec(body: Any) -> bool:
+    """A spec, not the wizard's request: it has a spec-only key, or names the model instead of its id."""
+    if not isinstance(body, dict) or any(key in body for key in ENGINE_SETTINGS):
+        return False
+    model = body.get("model")
+    return (
+        any(key in body for key in SPEC_ONLY_KEYS)
+        or (isinstance(model, str) and not model.isdigit())
+        or ("model" not in body and "path" in body and "nodes" not in body)
+    )

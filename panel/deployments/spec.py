@@ -1,0 +1,181 @@
+"""The deployment spec that `PUT /api/v1/deployments/{name}/` applies and `?format=spec` returns.
+
+The same keys in JSON and YAML; unknown keys are errors. docs/deployment-spec.md is the user's reference:
+
+    name: qwen-chat
+    model: qwen2.5-7b-instruct        # model name, hub id or id; may be left out when `path` is given
+    path: /data/models/qwen           # optional: a folder on the node (registered on the fly)
+    artifact: 12                      # optional: a copy of the model, by id
+    placement: {node: sim-a2, npus: 2}   # npus: a count, "auto" or logic ids; node optional
+    nodes: [{node: sim-a2, npus: [0, 1]}]  # or the explicit form (several nodes: multi-node)
+    engine: {max_model_len: 4096, tensor_parallel_size: 2, ...}  # the planner fills what is left out
+    replicas: 1
+    runtime: process
+    state: running                    # or stopped
+
+`spec_of(deployment)` gives back what apply accepts: applying it again changes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.utils.translation import gettext as _
+from rest_framework import serializers
+
+from panel.core.choices import DesiredState
+from panel.core.strict import StrictSerializer, refuse_unknown_keys
+from panel.deployments.models import Deployment
+from panel.deployments.planning import (
+    CONTAINER_NOT_YET,
+    ENGINE_SETTINGS,
+    EngineSettingsSerializer,
+    NodeChoiceSerializer,
+)
+
+AUTO = "auto"
+STATES = (DesiredState.RUNNING, DesiredState.STOPPED)
+
+
+class NpuCountField(serializers.Field):
+    """`npus:` a count, "auto" (the planner's smallest layout that fits) or a list of logic ids."""
+
+    default_error_messages = {
+        "invalid": _('Give a number of NPUs, "auto", or a list of logic ids such as [0, 1].'),
+    }
+
+    def to_internal_value(self, data):
+        if data == AUTO:
+            return AUTO
+        if isinstance(data, bool):
+            self.fail("invalid")
+        if isinstance(data, int):
+            if data < 0 or data > 64:
+                self.fail("invalid")
+            return data
+        if isinstance(data, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in data):
+            if any(i < 0 for i in data) or len(set(data)) != len(data):
+                self.fail("invalid")
+            return sorted(data)
+        self.fail("invalid")
+
+    def to_representation(self, value):
+        return value
+
+
+class PlacementSerializer(StrictSerializer):
+    node = serializers.SlugField(max_length=63, required=False, allow_blank=True, default="")
+    npus = NpuCountField(required=False, default=AUTO)
+
+
+class StrictNodeChoiceSerializer(NodeChoiceSerializer):
+    def to_internal_value(self, data):
+        refuse_unknown_keys(self, data)
+        return super().to_internal_value(data)
+
+
+class EngineSpecSerializer(EngineSettingsSerializer):
+    def to_internal_value(self, data):
+        refuse_unknown_keys(self, data)
+        return super().to_internal_value(data)
+
+
+class DeploymentSpecSerializer(StrictSerializer):
+    """One deployment as a pipeline writes it down; see the module docstring."""
+
+    name = serializers.SlugField(max_length=63, required=False)
+    model = serializers.CharField(
+        required=False, allow_blank=True, default="", help_text="Model name, hub id (owner/name) or id."
+    )
+    path = serializers.CharField(
+        required=False, allow_blank=True, default="", help_text="The model's folder on the node."
+    )
+    artifact = serializers.IntegerField(required=False, allow_null=True, default=None)
+    placement = PlacementSerializer(required=False, allow_null=True, default=None)
+    nodes = StrictNodeChoiceSerializer(many=True, required=False, allow_empty=False)
+    engine = EngineSpecSerializer(required=False, default=dict)
+    replicas = serializers.IntegerField(required=False, default=1, min_value=1)
+    runtime = serializers.ChoiceField(["process", "container"], required=False, default="process")
+    state = serializers.ChoiceField(STATES, required=False, default=DesiredState.RUNNING)
+
+    def validate_replicas(self, value):
+        if value != 1:
+            raise serializers.ValidationError(
+                _("One replica per deployment until the serving gateway lands.")
+            )
+        return value
+
+    def validate_runtime(self, value):
+        if value == "container":
+            raise serializers.ValidationError(str(CONTAINER_NOT_YET))
+        return value
+
+    def validate_path(self, value):
+        if value and not value.startswith("/"):
+            raise serializers.ValidationError(_("Give the model folder as an absolute path on the node."))
+        return value
+
+    def validate(self, attrs):
+        if not attrs["model"] and not attrs["path"] and attrs["artifact"] is None:
+            raise serializers.ValidationError({"model": [_("Name the model, or give its path on the node.")]})
+        if attrs.get("nodes") and attrs.get("placement"):
+            raise serializers.ValidationError({"placement": [_("Give either placement or nodes, not both.")]})
+        # What the pipeline wrote for the engine, before defaults: only those keys can differ from now.
+        attrs["engine_given"] = sorted(
+            set((self.initial_data or {}).get("engine") or {}) & set(ENGINE_SETTINGS)
+        )
+        return attrs
+
+
+def parse_spec(raw: Any, name: str) -> dict[str, Any]:
+    """The validated spec for the deployment called `name` (the URL's); 400 field errors otherwise."""
+    if not isinstance(raw, dict):
+        raise serializers.ValidationError(
+            {"non_field_errors": [_("The spec is a mapping of keys to values.")]}
+        )
+    serializer = DeploymentSpecSerializer(data=raw)
+    serializer.is_valid(raise_exception=True)
+    spec = dict(serializer.validated_data)
+    if spec.get("name") and spec["name"] != name:
+        raise serializers.ValidationError(
+            {"name": [_("The spec names {spec}, the address {url}.").format(spec=spec["name"], url=name)]}
+        )
+    spec["name"] = name
+    return spec
+
+
+def engine_settings_of(deployment: Deployment) -> dict[str, Any]:
+    """The engine settings the deployment runs with, as the spec's `engine:` block."""
+    launch = deployment.spec or {}
+    settings = {key: launch.get(key) for key in ENGINE_SETTINGS}
+    settings["extra_flags"] = settings["extra_flags"] or {}
+    if settings["served_model_name"] == deployment.name:
+        settings["served_model_name"] = ""  # the default: the deployment's own name
+    return settings
+
+
+def nodes_of(deployment: Deployment) -> list[dict[str, Any]]:
+    """[{node, npus: [logic ids]}] in launch order: the request's own shape."""
+    return [
+        {"node": part["node"], "npus": list((part.get("launch") or {}).get("logic_ids") or [])}
+        for part in (deployment.spec or {}).get("parts") or []
+    ]
+
+
+def spec_of(deployment: Deployment) -> dict[str, Any]:
+    """What `PUT /deployments/{name}/` accepts and finds unchanged."""
+    nodes = nodes_of(deployment)
+    spec: dict[str, Any] = {"name": deployment.name, "model": deployment.model.name}
+    if deployment.artifact_id:
+        spec["artifact"] = deployment.artifact_id
+    else:
+        spec["path"] = (deployment.spec or {}).get("model_path", "")
+    if len(nodes) == 1:
+        spec["placement"] = {"node": nodes[0]["node"], "npus": nodes[0]["npus"]}
+    else:
+        spec["nodes"] = nodes
+    spec["engine"] = engine_settings_of(deployment)
+    spec["replicas"] = 1
+    spec["runtime"] = deployment.runtime_kind
+    spec["state"] = deployment.desired_state if deployment.desired_state in STATES else DesiredState.RUNNING
+    return spec
