@@ -13,9 +13,7 @@ def refuse_unknown_keys(serializer: serializers.Serializer, data: Any) -> None:
         return
     unknown = sorted(set(data) - set(serializer.fields))
     if unknown:
-        raise serializers.ValidationError(
-            {key: [_("Unknown field.")] for key in unknown}
-        )
+        raise serializers.ValidationError({key: [_("Unknown field.")] for key in unknown})
 
 
 class StrictSerializer(serializers.Serializer):

@@ -120,7 +120,8 @@ def test_apply_creates_then_finds_the_same_spec_unchanged(client, tiny):
         "none",
         [],
     )
-    assert not pending("deploy") and not pending("stop")
+    assert not pending("deploy")
+    assert not pending("stop")
 
 
 def test_the_spec_round_trips_in_json_and_yaml(client, tiny):
@@ -150,7 +151,8 @@ def test_a_changed_setting_restarts_with_the_new_launch(client, tiny):
     changed = put(client, "ci-qwen", spec(engine={"max_model_len": 4096}))
     assert changed.status_code == 202, changed.json()
     body = changed.json()
-    assert body["result"] == "changed" and body["effect"] == "restart"
+    assert body["result"] == "changed"
+    assert body["effect"] == "restart"
     assert {"field": "engine.max_model_len", "from": 2048, "to": 4096} in body["changes"]
     (stop,) = pending("stop")
     deployment = Deployment.objects.get(name="ci-qwen")
@@ -271,7 +273,8 @@ def test_plan_takes_a_spec_and_says_what_apply_would_do(client, tiny):
     answer = client.post("/api/v1/deployments/plan/", {"name": "ci-qwen", **spec()}, format="json")
     assert answer.status_code == 200, answer.json()
     body = answer.json()
-    assert body["result"] == "created" and body["fits"] is True
+    assert body["result"] == "created"
+    assert body["fits"] is True
     assert body["nodes"][0]["logic_ids"] == [0, 1]
 
 
@@ -290,7 +293,8 @@ def test_models_apply_by_name_without_twins_and_delete_is_refused_while_served(c
     updated = client.put("/api/v1/models/other/", {**body, "description": "second"}, format="json")
     assert (updated.json()["result"], updated.json()["changed"]) == ("updated", ["description"])
     unknown = client.put("/api/v1/models/other/", {**body, "colour": "red"}, format="json")
-    assert unknown.status_code == 400 and "colour" in unknown.json()["errors"]
+    assert unknown.status_code == 400
+    assert "colour" in unknown.json()["errors"]
 
     put(client, "ci-qwen", spec())
     refused = client.delete(f"/api/v1/models/{tiny.pk}/")
@@ -298,6 +302,7 @@ def test_models_apply_by_name_without_twins_and_delete_is_refused_while_served(c
     assert "ci-qwen" in refused.json()["detail"]
     other = client.get("/api/v1/models/").json()
     names = [model["name"] for model in other.get("results", other)]
-    assert names.count("other") == 1 and not any(name.startswith("other-") for name in names)
+    assert names.count("other") == 1
+    assert not any(name.startswith("other-") for name in names)
     other_pk = next(model["id"] for model in other.get("results", other) if model["name"] == "other")
     assert client.delete(f"/api/v1/models/{other_pk}/").status_code == 200

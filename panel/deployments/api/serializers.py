@@ -36,10 +36,10 @@ class DeploymentSerializer(serializers.ModelSerializer):
     class Meta:
         model = Deployment
         fields = [
-            "id", "name", "model", "model_name", "artifact", "nodes", "npus", "placement", "status", "status_display",
-            "desired_state", "reason", "reason_display", "endpoint", "runtime", "runtime_kind",
-            "restart_count", "failed_restarts", "next_restart_at", "spec", "plan", "metrics", "metrics_at",
-            "operation", "findings", "created", "updated",
+            "id", "name", "model", "model_name", "artifact", "nodes", "npus", "placement", "status",
+            "status_display", "desired_state", "reason", "reason_display", "endpoint", "runtime",
+            "runtime_kind", "restart_count", "failed_restarts", "next_restart_at", "spec", "plan", "metrics",
+            "metrics_at", "operation", "findings", "created", "updated",
         ]  # fmt: skip
         read_only_fields = fields
 
