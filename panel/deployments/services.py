@@ -330,6 +330,36 @@ def append_logs(deployment: Deployment, node: str, lines: list[str], when=None) 
     return rows
 
 
+def log_start_events(operation: Operation, events: list, failed: bool) -> None:
+    """A start's stages and, when it fails, its agent's lines and the error go into the deployment's log:
+    a start that failed before any probe read the engine's log still leaves its evidence there."""
+    deployment = Deployment.objects.select_for_update().filter(name=operation.target).first()
+    if deployment is None or operation.node is None:
+        return
+    lines = []
+    earlier = (
+        operation.events.filter(kind="progress", seq__lt=events[0].seq).order_by("-seq").first()
+        if events
+        else None
+    )
+    stage = (earlier.payload.get("stage_key") if earlier else None) or ""
+    for event in events:
+        key = event.payload.get("stage_key") or ""
+        if event.kind == "progress" and key and key != stage:
+            stage = key
+            title, percent = event.payload.get("stage", key), event.payload.get("percent", 0)
+            lines.append(f"[panel] start: {title} ({percent}%)")
+    if failed:
+        engine_lines = operation.events.filter(kind="log", attempt=operation.attempt).order_by("seq")
+        lines += [f"[agent] {event.payload.get('line', '')}" for event in engine_lines]
+        lines.append(f"[panel] start failed: {operation.error}")
+        if operation.hint:
+            lines.append(f"[panel] hint: {operation.hint}")
+    if lines:
+        append_logs(deployment, operation.node.name, lines)
+        deployment.save(update_fields=["log_seq"])
+
+
 def start_benchmark(deployment: Deployment, params: dict, user=None) -> Benchmark:
     if deployment.observed_state != DeploymentState.RUNNING:
         raise DeploymentConflict(_("Benchmark a running deployment."))

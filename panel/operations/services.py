@@ -132,6 +132,10 @@ def ingest_events(batch_data: dict, *, sender: str | None = None) -> list[Operat
                 operation.final_seq = operation.last_seq
         became_terminal = operation.is_terminal and was_open
         operation.save()
+        if operation.kind == "deploy" and current and new_events:
+            from panel.deployments.services import log_start_events
+
+            log_start_events(operation, new_events, failed=became_terminal and operation.status == "failed")
         if became_terminal:
             on_terminal(operation)
         transaction.on_commit(lambda: _broadcast_events(operation, new_events))

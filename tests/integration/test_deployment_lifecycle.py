@@ -212,7 +212,39 @@ def test_a_failed_start_shows_the_toolkits_findings_and_backs_off(
     assert "exited during start-up" in failed["reason"]
     assert any("-8005" in line for line in failed["findings"]["log_tail"]), failed["findings"]
     assert failed["next_restart_at"]
+    # The failed start left its evidence in the deployment's own log, not only in reason and findings.
+    lines = [row["line"] for row in client.get(f"/api/v1/deployments/{pk}/logs/").json()["results"]]
+    assert any(line.startswith("[panel] start failed: the engine exited during start-up") for line in lines)
+    assert any("-8005" in line for line in lines), lines
     # Stop it, so the back-off's second attempt does not start an engine after this test has ended.
+    assert client.post(f"/api/v1/deployments/{pk}/stop/").status_code == 202
+
+
+@run_reconcile_loop
+def test_a_model_folder_missing_on_the_node_fails_the_start_at_once_saying_so(
+    celery_worker, node_with_npus, tiny_model, bob, settings
+):
+    from panel.catalog.models import Model
+
+    settings.PANEL_DEPLOY_BACKOFF_BASE_S = 60
+    _folder, facts = tiny_model
+    model = Model.objects.create(name="tiny-llama", facts=facts)
+    client = api_client_for(bob)
+    body = {
+        "name": "no-folder",
+        "model": model.pk,
+        "path": "/nowhere/tiny-llama",
+        "nodes": [{"node": TEST_NODE, "npus": [2]}],
+    }
+    pk = client.post("/api/v1/deployments/", body, format="json").json()["id"]
+    failed = wait_for(
+        lambda: deployment_json(client, pk)["failed_restarts"] == 1 and deployment_json(client, pk),
+        30,
+        "the start to fail",
+    )
+    assert "the model folder /nowhere/tiny-llama does not exist on this node" in failed["reason"]
+    lines = [row["line"] for row in client.get(f"/api/v1/deployments/{pk}/logs/").json()["results"]]
+    assert "[panel] start failed: the model folder /nowhere/tiny-llama does not exist on this node" in lines
     assert client.post(f"/api/v1/deployments/{pk}/stop/").status_code == 202
 
 

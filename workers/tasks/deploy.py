@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import time
 
@@ -21,6 +22,7 @@ from workers.engine.stack import find_stack
 from workers.hosts.local import LocalRunner
 from workers.hosts.sync_loop import run_coroutine_sync
 from workers.i18n import gettext_noop as _
+from workers.models.node_paths import host_path
 from workers.task_names import (
     AGENT_BENCHMARK_DEPLOYMENT,
     AGENT_LAUNCH_DEPLOYMENT,
@@ -85,6 +87,7 @@ async def _launch(emitter, config, payload: dict) -> dict:
     )
     launch = build_launch(spec)
     follower = spec.multi_node is not None and spec.multi_node.role == "follower"
+    _check_model_folder(config.host_root, spec.model_path)
 
     existing = runtime.load_record(config.host_root, name)
     if existing is not None and not await runner.is_alive(existing.pid):
@@ -174,6 +177,16 @@ async def _launch(emitter, config, payload: dict) -> dict:
         "startup_s": round(time.monotonic() - started, 2),
         "kv_cache_tokens": progress.kv_cache_tokens,
     }
+
+
+def _check_model_folder(host_root: str, model_path: str) -> None:
+    """A missing folder fails the start at once, saying so, instead of an engine dying on its config."""
+    # A simulated host keeps node paths under its root; on a real host the root is "/" and both are one.
+    if not (os.path.isdir(model_path) or host_path(host_root, model_path).is_dir()):
+        raise LaunchFailed(
+            _("the model folder {path} does not exist on this node").format(path=model_path),
+            _("Copy the model there (Models → Copy to node), or deploy a copy that is on this node."),
+        )
 
 
 def _log_size(path: str) -> int:
