@@ -16,6 +16,7 @@ from panel.catalog.api.serializers import (
 )
 from panel.catalog.models import Model, ModelArtifact
 from panel.core.api import PanelViewSet, ReadOnlyPanelViewSet
+from panel.core.idempotency import idempotent
 from panel.core.schema import ErrorSerializer
 from panel.nodes.models import Node
 from panel.operations.api.serializers import OperationSerializer
@@ -46,6 +47,7 @@ class ModelViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, PanelViewSe
     serializer_class = ModelSerializer
 
     @extend_schema(request=RegisterSerializer, responses={201: RegisteredModelSerializer})
+    @idempotent(creates=Model.objects.all())
     def create(self, request):
         """Register a model from a hub id or a path on a node; an inspection starts when it can."""
         data = RegisterSerializer(data=request.data)
@@ -69,6 +71,7 @@ class ModelViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, PanelViewSe
 
 class ModelArtifactViewSet(mixins.DestroyModelMixin, ReadOnlyPanelViewSet):
     queryset = ModelArtifact.objects.select_related("node", "model")
+    lookup_name_field = None  # copies have no name of their own
     serializer_class = ModelArtifactSerializer
 
     @extend_schema(responses={202: OperationSerializer, 400: ErrorSerializer})

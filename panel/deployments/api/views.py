@@ -8,6 +8,7 @@ from rest_framework.exceptions import APIException
 from rest_framework.response import Response
 
 from panel.core.api import PanelViewSet, ReadOnlyPanelViewSet
+from panel.core.choices import DesiredState
 from panel.core.idempotency import idempotent
 from panel.core.schema import ErrorSerializer
 from panel.deployments import metrics_history, services
@@ -48,7 +49,7 @@ class DeploymentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, PanelV
     http_method_names = ["get", "post", "delete", "head", "options"]
 
     @extend_schema(request=DeploymentRequestSerializer, responses={201: CreatedDeploymentSerializer})
-    @idempotent
+    @idempotent(creates=Deployment.objects.exclude(desired_state=DesiredState.DELETED))
     def create(self, request):
         planned = plan_request(request.data, user=request.user)
         deployment = services.create_deployment(planned, user=request.user)
@@ -168,3 +169,4 @@ class BenchmarkViewSet(ReadOnlyPanelViewSet):
     queryset = Benchmark.objects.all()
     serializer_class = BenchmarkSerializer
     filterset_class = BenchmarkFilterSet
+    lookup_name_field = None
