@@ -77,6 +77,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # Outside everything that could answer an /api/ request with an HTML page or read an oversized body.
+    "panel.core.middleware.ApiErrorsMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -222,6 +224,18 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # Request bodies get their own components (no read-only fields), closed by close_request_bodies: the
+    # schema then says exactly what panel.core.strict accepts.
+    "COMPONENT_SPLIT_REQUEST": True,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "panel.core.schema.close_request_bodies",
+    ],
+    "ENUM_NAME_OVERRIDES": {
+        "ModelSourceEnum": "panel.core.choices.ModelSource",
+        "DeploymentStatusEnum": "panel.core.choices.DeploymentState",
+        "OperationStatusEnum": "panel.core.choices.OperationStatus",
+    },
 }
 
 # Shared by every process (idempotency keys must be seen by all web workers).
@@ -238,6 +252,9 @@ if PANEL_MODE == "test":
     # In-process tests share one memory cache; the browser tier's servers get REDIS_URL and use Redis.
     CACHES["default"] = {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
 PANEL_IDEMPOTENCY_TTL_S = env.int("PANEL_IDEMPOTENCY_TTL_S", default=86400)
+# Largest multipart upload the API takes (the package store holds CANN .run files of a few GB); any other
+# request body is limited by DATA_UPLOAD_MAX_MEMORY_SIZE. Larger bodies get 413 before they are read.
+PANEL_MAX_UPLOAD_BYTES = env.int("PANEL_MAX_UPLOAD_BYTES", default=16 * 1024**3)
 
 CHANNEL_LAYERS = {
     "default": {

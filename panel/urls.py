@@ -2,7 +2,7 @@ from django.conf import settings
 from django.conf.urls.static import static
 from django.contrib import admin
 from django.templatetags.static import static as static_url
-from django.urls import include, path
+from django.urls import include, path, re_path
 from django.views.generic import RedirectView
 from rest_framework.routers import DefaultRouter
 
@@ -10,6 +10,7 @@ from panel.accounts.api.views import ApiTokenViewSet
 from panel.audit.api.views import AuditEntryViewSet
 from panel.catalog.api.views import ModelArtifactViewSet, ModelViewSet
 from panel.core.api_docs import DocsView, SchemaView
+from panel.core.exceptions import api_not_found
 from panel.deployments.api.chat import chat as deployment_chat
 from panel.deployments.api.views import BenchmarkViewSet, DeploymentViewSet
 from panel.monitoring.api.views import AlertViewSet, LatestMetricsView
@@ -35,12 +36,13 @@ router.register("audit", AuditEntryViewSet)
 
 urlpatterns = [
     path("api/v1/metrics/latest/", LatestMetricsView.as_view(), name="metrics-latest"),
-    path("api/v1/deployments/<int:pk>/chat/", deployment_chat, name="deployment-chat"),
+    path("api/v1/deployments/<str:ref>/chat/", deployment_chat, name="deployment-chat"),  # id or name
     path("api/v1/", include(router.urls)),
     path("metrics", prometheus_metrics, name="prometheus-metrics"),
     path("alerts/", include("panel.monitoring.urls")),
     path("api/schema/", SchemaView.as_view(), name="schema"),
     path("api/docs/", DocsView.as_view(url_name="schema"), name="api-docs"),
+    re_path(r"^api/", api_not_found),  # the JSON 404 for every other /api/ URL, DEBUG or not
     path("i18n/", include("django.conf.urls.i18n")),
     path("admin/", admin.site.urls),  # Django's own admin; users and roles are at accounts/users/
     # Browsers ask for /favicon.ico where a page names no icon (API responses, files).

@@ -1,9 +1,71 @@
-"""The base viewsets every app's API extends: querysets narrowed to what the user may see."""
+"""The base viewsets every app's API extends: querysets narrowed to what the user may see, objects found by
+id or by name, and a strict reading of every request.
+
+Strict requests (StrictRequestMixin, part of PanelViewSet): a query parameter or a body field that
+/api/schema/ does not document for the operation is refused with 400 naming it (panel.core.strict). So a
+view documents every parameter it reads, either with @extend_schema(parameters=[...]) (typed, preferred
+for a view's own parameters) or with the class attribute
+
+    extra_query_params = {
+        "create": {"wait": "Answer once the deployment is running, stopped or deleted.", "timeout": "..."},
+        "destroy": {"wait": "..."},
+    }
+
+mapping an action (a viewset's action name, or the HTTP method in lower case for a plain APIView) to the
+names it reads and a description of each (a string, or a drf_spectacular OpenApiParameter for a typed one).
+panel.core.schema documents them; they are then accepted like every documented parameter.
+
+Lookups (NameLookupMixin, part of PanelViewSet): `/api/v1/<resource>/<id or name>/`. A value of digits only
+is the primary key, anything else the resource's `lookup_name_field` (a unique name; None for resources
+addressed by id only). A name made of digits only is therefore reachable by its id only.
+"""
 
 from rest_framework import mixins, viewsets
+from rest_framework.generics import get_object_or_404  # a value of the wrong type is a 404 too
+from rest_framework.renderers import JSONRenderer
+from rest_framework.response import Response
+
+from panel.core import strict
+
+# A name may hold dots (`qwen2.5-7b`, `toolkit_8.0.run`); DRF's default refuses them.
+LOOKUP_VALUE_REGEX = r"[^/]+"
 
 
-class PanelViewSet(viewsets.GenericViewSet):
+def is_id(value: str) -> bool:
+    return value.isascii() and value.isdigit()
+
+
+class StrictRequestMixin:
+    """Refuses undocumented query parameters and body fields (see the module docstring), and answers
+    every error in JSON, whatever the client accepts (a browser's text/html, YAML for a spec)."""
+
+    extra_query_params: dict[str, dict] = {}
+
+    def initial(self, request, *args, **kwargs):
+        super().initial(request, *args, **kwargs)
+        strict.check_request(request)
+
+    def finalize_response(self, request, response, *args, **kwargs):
+        if isinstance(response, Response) and response.status_code >= 400:
+            request.accepted_renderer, request.accepted_media_type = JSONRenderer(), "application/json"
+        return super().finalize_response(request, response, *args, **kwargs)
+
+
+class NameLookupMixin:
+    """get_object() by id (all digits) or by `lookup_name_field`."""
+
+    lookup_name_field: str | None = "name"
+    lookup_value_regex = LOOKUP_VALUE_REGEX
+
+    def get_object(self):
+        value = str(self.kwargs[self.lookup_url_kwarg or self.lookup_field])
+        field = "pk" if is_id(value) or not self.lookup_name_field else self.lookup_name_field
+        obj = get_object_or_404(self.filter_queryset(self.get_queryset()), **{field: value})
+        self.check_object_permissions(self.request, obj)
+        return obj
+
+
+class PanelViewSet(StrictRequestMixin, NameLookupMixin, viewsets.GenericViewSet):
     """Querysets are always narrowed to what the user may see (one permission rule for every endpoint)."""
 
     def get_queryset(self):

@@ -6,9 +6,12 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework import exceptions
 
 from panel.accounts.permissions import RolePermission
+from panel.core.api import StrictRequestMixin
 
 
-class SchemaView(SpectacularAPIView):
+class SchemaView(StrictRequestMixin, SpectacularAPIView):
+    """Errors in JSON like every /api/ answer (its renderers are YAML and JSON)."""
+
     permission_classes = [RolePermission]
 
 

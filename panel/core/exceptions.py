@@ -1,45 +1,102 @@
-"""Every API error body has `detail` (a sentence) and, for validation errors, `errors` keyed by field."""
+"""Every API error body is JSON: `detail` (one sentence) and, for bad input, `errors` keyed by flat field
+paths (`nodes[0].npus`), each a list of sentences. No status, route or setting (DEBUG on or off) gives an
+HTML page or a Python repr under /api/; panel.core.middleware.ApiErrorsMiddleware catches what never
+reaches a DRF view (no route, a body too large, Django's own error pages)."""
 
 from django.http import JsonResponse
 from django.utils.translation import gettext as _
 from django.views.defaults import page_not_found
 from django.views.defaults import server_error as django_server_error
+from rest_framework import exceptions
+from rest_framework.settings import api_settings
 from rest_framework.views import exception_handler as drf_exception_handler
+
+API_PREFIX = "/api/"
+
+
+def is_api(request) -> bool:
+    return request.path_info.startswith(API_PREFIX)
+
+
+class InputError(exceptions.ValidationError):
+    """A 400 whose `detail` sums up all its field errors (\"Unknown fields: a, b.\") rather than naming
+    the first one only."""
+
+    def __init__(self, summary: str, errors: dict[str, list[str]]):
+        super().__init__(errors)
+        self.summary = summary
+
+
+def not_found_text(request) -> str:
+    """The one 404 sentence: no route, an id or a name nothing has, an object the user may not see."""
+    return _("No API endpoint or object at {path}.").format(path=request.path)
+
+
+def flat_errors(errors, path: str = "") -> dict[str, list[str]]:
+    """DRF's nested errors ({"nodes": [{}, {"npus": {0: [...]}}]}) as {"nodes[1].npus[0]": [...]}. The
+    errors about an object as a whole (non_field_errors) are keyed by the object's own path."""
+    flat: dict[str, list[str]] = {}
+    if isinstance(errors, dict):
+        for key, value in errors.items():
+            if key == api_settings.NON_FIELD_ERRORS_KEY and path:
+                where = path
+            elif isinstance(key, int):
+                where = f"{path}[{key}]"
+            else:
+                where = f"{path}.{key}" if path else str(key)
+            for sub, messages in flat_errors(value, where).items():
+                flat.setdefault(sub, []).extend(messages)
+    elif isinstance(errors, list) and any(isinstance(item, (dict, list)) for item in errors):
+        for index, item in enumerate(errors):
+            if item:  # a list serializer reports {} for each item that passed
+                for sub, messages in flat_errors(item, f"{path}[{index}]").items():
+                    flat.setdefault(sub, []).extend(messages)
+    else:
+        messages = errors if isinstance(errors, list) else [errors]
+        flat[path or api_settings.NON_FIELD_ERRORS_KEY] = [str(message) for message in messages]
+    return flat
+
+
+def _summary(errors: dict[str, list[str]]) -> str:
+    path, messages = next(iter(errors.items()), ("", [""]))
+    first = messages[0] if messages else ""
+    return first if path == api_settings.NON_FIELD_ERRORS_KEY else f"{path}: {first}"
 
 
 def exception_handler(exc, context):
-    """Every error body has `detail` (a sentence) and, for validation errors, `errors` keyed by field."""
+    """DRF's handler, then the one error shape."""
     response = drf_exception_handler(exc, context)
     if response is None:
         return None
     data = response.data
-    if isinstance(data, dict) and set(data) != {"detail"}:
-        fields = {k: v for k, v in data.items() if k != "detail"}
-        first = next(iter(fields.items()), None)
-        summary = (
-            f"{first[0]}: {first[1][0] if isinstance(first[1], list) and first[1] else first[1]}"
-            if first
-            else ""
-        )
-        response.data = {"detail": data.get("detail", summary), "errors": fields}
-    elif isinstance(data, list):
-        response.data = {"detail": str(data[0]) if data else "", "errors": {"non_field_errors": data}}
+    if response.status_code == 404:
+        response.data = {"detail": not_found_text(context["request"])}
+    elif isinstance(data, dict) and set(data) == {"detail"} and isinstance(data["detail"], str):
+        response.data = {"detail": str(data["detail"])}
+    else:
+        errors = flat_errors(data)
+        if "detail" in errors:  # ValidationError({"detail": [...]}): about the request as a whole
+            errors.setdefault(api_settings.NON_FIELD_ERRORS_KEY, []).extend(errors.pop("detail"))
+        response.data = {"detail": getattr(exc, "summary", None) or _summary(errors), "errors": errors}
     return response
 
 
+def api_not_found(request, *args, **kwargs):
+    """Every /api/ URL no route matches, whatever the method and with DEBUG on (where Django would show its
+    technical 404 page and turn a POST without its trailing slash into a 500)."""
+    return JsonResponse({"detail": not_found_text(request)}, status=404)
+
+
 def not_found(request, exception):
-    """Django's 404 handler: API clients get the error shape in JSON (for a URL no route matches, e.g. a
-    non-numeric id), pages get the usual HTML page."""
-    if request.path.startswith("/api/"):
-        return JsonResponse(
-            {"detail": _("No API endpoint or object at {path}.").format(path=request.path)}, status=404
-        )
+    """Django's 404 handler: API clients get the error shape in JSON, pages get the usual HTML page."""
+    if is_api(request):
+        return api_not_found(request)
     return page_not_found(request, exception)
 
 
 def server_error(request):
     """Django's 500 handler: API clients get the error shape in JSON rather than an HTML page."""
-    if request.path.startswith("/api/"):
+    if is_api(request):
         return JsonResponse(
             {"detail": _("The panel failed on this request; its log has the details.")}, status=500
         )

@@ -1,9 +1,14 @@
-"""Idempotency-Key for POSTs that must not run twice (deploy, install).
+"""Idempotency-Key for requests that must not run twice (deploy, install, register a model).
 
-A client that retries a POST with the same Idempotency-Key header gets the first answer again instead of a
-second deployment. Keys are per user and per path; answers are kept in the database with what the call
-created (panel.accounts.models.IdempotentAnswer) for PANEL_IDEMPOTENCY_TTL_S. A retry that arrives while the
-first call still runs gets 409; the same key with another body gets 422.
+A client that retries a request with the same Idempotency-Key header gets the first answer again (with the
+response header Idempotent-Replay: true) instead of a second deployment. Keys are per user and per path;
+answers are kept in the database with what the call created (panel.accounts.models.IdempotentAnswer) for
+PANEL_IDEMPOTENCY_TTL_S. A retry that arrives while the first call still runs gets 409; the same key with
+another body or other query parameters gets 422. An answer whose created object is gone since (deleted, or
+a deployment being deleted) is not replayed: it is dropped and the request runs anew, so a pipeline rerun
+after a teardown deploys again instead of polling a deployment that no longer exists.
+
+panel.core.schema documents the request and response headers on every operation decorated here.
 """
 
 import functools
@@ -24,7 +29,10 @@ from rest_framework.response import Response
 log = logging.getLogger(__name__)
 
 HEADER = "Idempotency-Key"
+REPLAY_HEADER = "Idempotent-Replay"
 MAX_KEY_LENGTH = 200
+# Query parameters that change how long the answer takes, not what the request does: a retry may change them.
+NOT_PART_OF_THE_REQUEST = frozenset({"wait", "timeout"})
 IN_PROGRESS = "in-progress"
 CLAIM_TTL_S = 60
 
@@ -38,11 +46,37 @@ def _cache_key(request, key: str) -> str:
 
 
 def _body_hash(request) -> str:
+    """The request as the key is bound to it: the body and the query parameters that change its effect
+    (a dry run and the real run are different requests). The body as parsed, so the same spec in JSON or in
+    YAML is the same request; a body JSON cannot hold (an upload) by its fields and its files' digests."""
+    query = sorted(
+        (name, value)
+        for name, values in request.GET.lists()
+        if name not in NOT_PART_OF_THE_REQUEST
+        for value in values
+    )
+    data = getattr(request, "data", None)
     try:
-        body = orjson.dumps(getattr(request, "data", None), option=orjson.OPT_SORT_KEYS)
-    except TypeError:  # an upload or another body JSON cannot hold: its raw bytes
-        body = request.body
+        body = orjson.dumps({"body": data, "query": query}, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # an upload: a QueryDict holding files
+        fields = {name: [_digest(value) for value in values] for name, values in data.lists()}
+        body = orjson.dumps(
+            {"content_type": request.content_type, "fields": fields, "query": query},
+            option=orjson.OPT_SORT_KEYS,
+        )
     return hashlib.sha256(body).hexdigest()
+
+
+def _digest(value):
+    """A form field as itself; an uploaded file as its name, size and SHA-256 (read, then rewound for
+    the view)."""
+    if not hasattr(value, "chunks"):
+        return str(value)
+    digest = hashlib.sha256()
+    for chunk in value.chunks():
+        digest.update(chunk)
+    value.seek(0)
+    return {"file": value.name, "size": value.size, "sha256": digest.hexdigest()}
 
 
 def _forget(cache_key: str) -> None:
@@ -52,35 +86,58 @@ def _forget(cache_key: str) -> None:
         log.warning("Idempotency-Key not released: Redis went away during the request")
 
 
-def _stored_answer(request, key_hash: str, body_hash: str) -> Response | None:
-    """The answer an earlier call with this key got, or 422 when the key came with another body."""
+def _stored_answer(request, key_hash: str, body_hash: str, creates) -> Response | None:
+    """The answer an earlier call with this key got, or 422 when the key came with another request. None
+    when there is none, or when what it created is gone (the answer is then dropped: the request runs
+    anew)."""
     from panel.accounts.models import IdempotentAnswer
 
-    since = timezone.now() - timedelta(seconds=settings.PANEL_IDEMPOTENCY_TTL_S)
-    answer = IdempotentAnswer.objects.filter(user=request.user, key_hash=key_hash, created__gt=since).first()
+    answer = IdempotentAnswer.objects.filter(user=request.user, key_hash=key_hash).first()
     if answer is None:
+        return None
+    if answer.created <= timezone.now() - timedelta(seconds=settings.PANEL_IDEMPOTENCY_TTL_S):
+        answer.delete()  # expired, not yet pruned: the key is free again (its row would block a new answer)
         return None
     if answer.body_hash != body_hash:
         return Response(
             {
                 "detail": _(
-                    "This Idempotency-Key was used with another request body; use a new key for a new "
-                    "request."
+                    "This Idempotency-Key was used with another request body or other query parameters; "
+                    "use a new key for a new request."
                 )
             },
             status=status.HTTP_422_UNPROCESSABLE_ENTITY,
         )
+    if creates is not None and not _still_there(answer.data, creates):
+        answer.delete()
+        return None
     response = Response(answer.data, status=answer.status)
-    response["Idempotent-Replay"] = "true"
+    response[REPLAY_HEADER] = "true"
     return response
 
 
-def idempotent(view_method):
-    """Decorate a DRF view method (self, request, ...) that answers a POST.
+def _still_there(data, creates) -> bool:
+    """Whether the object the stored answer reports (its `id`, or its `deployment`'s) is still in
+    `creates`, the queryset of objects that count as existing."""
+    if not isinstance(data, dict):
+        return True
+    created = data.get("deployment") if isinstance(data.get("deployment"), dict) else data
+    pk = created.get("id")
+    if pk is None:
+        return True
+    return creates.filter(pk=pk).exists()
+
+
+def idempotent(view_method=None, *, creates=None):
+    """Decorate a DRF view method (self, request, ...) that answers a POST (or a PUT that creates):
+    `@idempotent`, or `@idempotent(creates=Deployment.objects.exclude(desired_state="deleted"))` when the
+    answer reports an object (by `id`, or `deployment.id`) whose disappearance makes a replay a lie.
 
     The answer is written in the same transaction as whatever the call created, so a retry after any crash
     finds either the call's work and its answer (replayed) or neither (the call runs again). A claim in the
     shared cache makes a retry that arrives while the first call runs wait its turn (409)."""
+    if view_method is None:
+        return functools.partial(idempotent, creates=creates)
 
     @functools.wraps(view_method)
     def wrapper(self, request, *args, **kwargs):
@@ -99,7 +156,7 @@ def idempotent(view_method):
                 status=status.HTTP_400_BAD_REQUEST,
             )
         key_hash, body_hash = _key_hash(request, key), _body_hash(request)
-        stored = _stored_answer(request, key_hash, body_hash)
+        stored = _stored_answer(request, key_hash, body_hash, creates)
         if stored is not None:
             return stored
         cache_key = _cache_key(request, key)
@@ -120,7 +177,7 @@ def idempotent(view_method):
                 headers={"Retry-After": "5"},
             )
         if not claimed:
-            return _stored_answer(request, key_hash, body_hash) or Response(
+            return _stored_answer(request, key_hash, body_hash, creates) or Response(
                 {"detail": _("A request with this Idempotency-Key is still being processed.")},
                 status=status.HTTP_409_CONFLICT,
             )
@@ -137,7 +194,7 @@ def idempotent(view_method):
                     )
         except IntegrityError:
             # A twin of this call committed its answer first; this one's work was rolled back with it.
-            return _stored_answer(request, key_hash, body_hash) or Response(
+            return _stored_answer(request, key_hash, body_hash, creates) or Response(
                 {"detail": _("A request with this Idempotency-Key is still being processed.")},
                 status=status.HTTP_409_CONFLICT,
             )
@@ -145,4 +202,5 @@ def idempotent(view_method):
             _forget(cache_key)
         return response
 
+    wrapper.idempotent = True  # panel.core.schema documents the headers of such operations
     return wrapper

@@ -1,7 +1,20 @@
 """Request guards that belong at the edge, before any view runs."""
 
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
 from django.http import HttpResponseBadRequest, JsonResponse
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+
+from panel.core.exceptions import is_api, not_found_text
+
+# The sentence for an error answer that reached the edge without one (Django's own pages), by status.
+GENERIC_DETAILS = {
+    400: gettext_lazy("The request is malformed."),
+    403: gettext_lazy("Your role may not do this."),
+    405: gettext_lazy("This endpoint does not take this method."),
+    500: gettext_lazy("The panel failed on this request; its log has the details."),
+}
 
 
 class RejectNulInQueryMiddleware:
@@ -18,3 +31,73 @@ class RejectNulInQueryMiddleware:
                 return JsonResponse({"detail": message, "errors": {}}, status=400)
             return HttpResponseBadRequest(message)
         return self.get_response(request)
+
+
+class ApiErrorsMiddleware:
+    """Under /api/ every error answer is JSON in the one shape, whatever produced it: a body over the size
+    limit (413, refused before anything reads it), Django's technical pages with DEBUG on, its plain
+    400/403/500 pages. DRF views already answer in the shape (panel.core.exceptions)."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        if not is_api(request):
+            return self.get_response(request)
+        if _declared_length(request) > _limit(request):
+            return too_large(request)
+        return as_json_error(request, self.get_response(request))
+
+    def process_exception(self, request, exception):
+        # A body without a Content-Length (chunked) is only measured while a view reads it.
+        if is_api(request) and isinstance(exception, RequestDataTooBig):
+            return too_large(request)
+        if is_api(request) and isinstance(exception, TooManyFieldsSent):
+            return JsonResponse({"detail": str(exception)}, status=400)
+        return None
+
+
+def _declared_length(request) -> int:
+    try:
+        return int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        return 0
+
+
+def _limit(request) -> int:
+    """File uploads (the package store) may be large; any other body is a few KB of JSON or YAML."""
+    if request.META.get("CONTENT_TYPE", "").startswith("multipart/form-data"):
+        return settings.PANEL_MAX_UPLOAD_BYTES
+    return settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+
+
+def too_large(request):
+    limit = _limit(request)
+    return JsonResponse(
+        {
+            "detail": _("The request body is larger than the {size} MB this endpoint takes.").format(
+                size=round(limit / 1024 / 1024, 1)
+            )
+        },
+        status=413,
+    )
+
+
+def as_json_error(request, response):
+    """`response` unchanged unless it is an error that is not JSON: then the same status in the shape."""
+    if response.status_code < 400 or response.streaming:
+        return response
+    content_type = response.get("Content-Type", "")
+    if content_type.startswith("application/json") or content_type.startswith("application/problem+json"):
+        return response
+    if response.status_code == 404:
+        detail = not_found_text(request)
+    elif content_type.startswith("text/plain") and 0 < len(response.content) <= 500:
+        detail = response.content.decode(errors="replace").strip()  # a sentence someone wrote: keep it
+    else:
+        detail = str(GENERIC_DETAILS.get(response.status_code) or _("The request failed."))
+    answer = JsonResponse({"detail": detail}, status=response.status_code)
+    for header in ("Allow", "Retry-After", "WWW-Authenticate"):
+        if header in response:
+            answer[header] = response[header]
+    return answer

@@ -1,20 +1,23 @@
 """The OpenAPI schema documents the error answers too, in the one shape panel/core/exceptions.py gives them,
-so a client generated from /api/schema/ knows every status code the panel can send back."""
+so a client generated from /api/schema/ knows every status code the panel can send back. It is also the
+contract panel.core.strict enforces: request bodies are closed (additionalProperties: false) and the query
+parameters listed are the only ones taken."""
 
 from django.utils.translation import gettext_lazy as _
 from drf_spectacular.openapi import AutoSchema
-from drf_spectacular.utils import extend_schema_field
+from drf_spectacular.plumbing import get_view_model
+from drf_spectacular.utils import OpenApiParameter, extend_schema_field
 from rest_framework import permissions, serializers
+
+from panel.core.idempotency import HEADER, MAX_KEY_LENGTH, REPLAY_HEADER
 
 
 @extend_schema_field(
     {
         "type": "object",
-        "description": "Problems by field name (non_field_errors: the request as a whole).",
-        "additionalProperties": {
-            # A list of sentences; for a field that holds a list or a map, the same keyed by index or key.
-            "oneOf": [{"type": "array", "items": {"type": "string"}}, {"type": "object"}],
-        },
+        "description": "Problems by flat field path (`nodes[0].npus`; non_field_errors: the request as a "
+        "whole), each a list of sentences.",
+        "additionalProperties": {"type": "array", "items": {"type": "string"}},
     }
 )
 class FieldErrorsField(serializers.DictField):
@@ -27,11 +30,34 @@ class ErrorSerializer(serializers.Serializer):
 
 
 ERROR_DESCRIPTIONS = {
-    "400": _("The request is invalid; `errors` names each field at fault."),
+    "400": _("The request is invalid; `errors` names each field or query parameter at fault."),
     "401": _("Not authenticated: send `Authorization: Bearer <API token>`."),
     "403": _("Your role may not do this."),
     "404": _("No such object, or you may not see it."),
 }
+IDEMPOTENCY_ANSWERS = {
+    "409": _("A request with this Idempotency-Key is still being processed; retry later."),
+    "422": _("This Idempotency-Key was used with another request body or other query parameters."),
+    "503": _("Redis, where Idempotency-Keys are kept, is unreachable; nothing was done."),
+}
+IDEMPOTENCY_PARAMETERS = [
+    OpenApiParameter(
+        HEADER,
+        {"type": "string", "minLength": 1, "maxLength": MAX_KEY_LENGTH},
+        location=OpenApiParameter.HEADER,
+        description="Any unique string, e.g. a UUID. A retry with the same key (same user, path, body and "
+        "query) gets the first answer again instead of running twice, for 24 hours; unless what that "
+        "answer created was deleted since, then the request runs anew. The same key with another body: 422.",
+    ),
+    OpenApiParameter(
+        REPLAY_HEADER,
+        {"type": "string", "enum": ["true"]},
+        location=OpenApiParameter.HEADER,
+        response=True,
+        description="Set when this answer is the stored answer to an earlier request with the same "
+        "Idempotency-Key.",
+    ),
+]
 
 
 class PanelAutoSchema(AutoSchema):
@@ -40,25 +66,95 @@ class PanelAutoSchema(AutoSchema):
         if operation is None:
             return None
         error_ref = self.resolve_serializer(ErrorSerializer, "response").ref
+        descriptions = {**ERROR_DESCRIPTIONS, **(IDEMPOTENCY_ANSWERS if self._idempotent() else {})}
         for code in self._error_codes(operation):
             operation["responses"].setdefault(
                 code,
                 {
-                    "description": str(ERROR_DESCRIPTIONS[code]),
+                    "description": str(descriptions[code]),
                     "content": {"application/json": {"schema": error_ref}},
                 },
             )
         return operation
 
+    def get_override_parameters(self):
+        """The view's `extra_query_params` for this action (panel.core.api), and the Idempotency-Key
+        headers where the view method honours them."""
+        parameters = list(super().get_override_parameters())
+        extra = getattr(self.view, "extra_query_params", {}).get(self._action(), {})
+        for name, about in extra.items():
+            if not isinstance(about, OpenApiParameter):
+                about = OpenApiParameter(name, str, description=about)
+            parameters.append(about)
+        if self._idempotent():
+            parameters += IDEMPOTENCY_PARAMETERS
+        return parameters
+
+    def _resolve_path_parameters(self, variables):
+        """A resource found by id or name (panel.core.api.NameLookupMixin) says so, as a string."""
+        parameters = super()._resolve_path_parameters(variables)
+        name_field = getattr(self.view, "lookup_name_field", None)
+        model = get_view_model(self.view, emit_warnings=False)
+        if not name_field or model is None:
+            return parameters
+        lookup = {"id", "pk", self.view.lookup_url_kwarg or self.view.lookup_field}
+        for parameter in parameters:
+            if parameter["name"] in lookup:
+                parameter["schema"] = {"type": "string", "pattern": r"^[^/]+$"}
+                parameter["description"] = (
+                    f"The id or the {name_field} of the {model._meta.verbose_name}: digits only are an id, "
+                    f"anything else a {name_field}."
+                )
+        return parameters
+
+    def _action(self) -> str:
+        return getattr(self.view, "action", None) or self.method.lower()
+
+    def _idempotent(self) -> bool:
+        handler = getattr(self.view, self._action(), None)
+        return bool(getattr(handler, "idempotent", False))
+
     def _error_codes(self, operation) -> list[str]:
-        codes = []
-        takes_input = "requestBody" in operation or any(
-            parameter["in"] == "query" for parameter in operation.get("parameters", [])
-        )
-        if takes_input or self.method in ("POST", "PUT", "PATCH"):
-            codes.append("400")
+        codes = ["400"]  # every operation refuses query parameters it does not document (panel.core.strict)
         if not all(issubclass(p, permissions.AllowAny) for p in self.view.permission_classes):
             codes += ["401", "403"]
         if "{" in self.path:
             codes.append("404")
+        if self._idempotent():
+            codes += list(IDEMPOTENCY_ANSWERS)
         return codes
+
+
+def close_request_bodies(result, generator, request, public):
+    """Postprocessing hook: every object a request body is made of takes its declared properties only
+    (additionalProperties: false), which is what panel.core.strict enforces. Free-form objects (a
+    DictField, `extra_flags`) declare additionalProperties themselves and stay open."""
+    components = result.get("components", {}).get("schemas", {})
+    seen = set()
+
+    def close(schema):
+        if not isinstance(schema, dict):
+            return
+        ref = schema.get("$ref")
+        if ref:
+            name = ref.rsplit("/", 1)[-1]
+            if name not in seen:
+                seen.add(name)
+                close(components.get(name))
+            return
+        if "properties" in schema and "additionalProperties" not in schema:
+            schema["additionalProperties"] = False
+        for sub in schema.get("properties", {}).values():
+            close(sub)
+        for keyword in ("allOf", "oneOf", "anyOf"):
+            for sub in schema.get(keyword, []):
+                close(sub)
+        close(schema.get("items"))
+        if isinstance(schema.get("additionalProperties"), dict):
+            close(schema["additionalProperties"])
+
+    for item in result.get("paths", {}).values():
+        for operation in item.values():
+            for media in operation.get("requestBody", {}).get("content", {}).values():
+                close(media.get("schema"))
+    return result

@@ -24,7 +24,6 @@ from django.utils.translation import gettext as _
 from rest_framework import serializers
 
 from panel.core.choices import DesiredState
-from panel.core.strict import StrictSerializer, refuse_unknown_keys
 from panel.deployments.models import Deployment
 from panel.deployments.planning import (
     CONTAINER_NOT_YET,
@@ -63,24 +62,12 @@ class NpuCountField(serializers.Field):
         return value
 
 
-class PlacementSerializer(StrictSerializer):
+class PlacementSerializer(serializers.Serializer):
     node = serializers.SlugField(max_length=63, required=False, allow_blank=True, default="")
     npus = NpuCountField(required=False, default=AUTO)
 
 
-class StrictNodeChoiceSerializer(NodeChoiceSerializer):
-    def to_internal_value(self, data):
-        refuse_unknown_keys(self, data)
-        return super().to_internal_value(data)
-
-
-class EngineSpecSerializer(EngineSettingsSerializer):
-    def to_internal_value(self, data):
-        refuse_unknown_keys(self, data)
-        return super().to_internal_value(data)
-
-
-class DeploymentSpecSerializer(StrictSerializer):
+class DeploymentSpecSerializer(serializers.Serializer):
     """One deployment as a pipeline writes it down; see the module docstring."""
 
     name = serializers.SlugField(max_length=63, required=False)
@@ -92,8 +79,8 @@ class DeploymentSpecSerializer(StrictSerializer):
     )
     artifact = serializers.IntegerField(required=False, allow_null=True, default=None)
     placement = PlacementSerializer(required=False, allow_null=True, default=None)
-    nodes = StrictNodeChoiceSerializer(many=True, required=False, allow_empty=False)
-    engine = EngineSpecSerializer(required=False, default=dict)
+    nodes = NodeChoiceSerializer(many=True, required=False, allow_empty=False)
+    engine = EngineSettingsSerializer(required=False, default=dict)
     replicas = serializers.IntegerField(required=False, default=1, min_value=1)
     runtime = serializers.ChoiceField(["process", "container"], required=False, default="process")
     state = serializers.ChoiceField(STATES, required=False, default=DesiredState.RUNNING)

@@ -90,10 +90,10 @@ def test_a_body_that_is_not_json_is_refused_in_the_error_shape(alice):
 
 
 def test_an_api_url_no_route_matches_gets_a_json_404_not_an_html_page(charlie):
-    response = api_client_for(charlie).post("/api/v1/nodes/0.5/cordon/")
+    response = api_client_for(charlie).post("/api/v1/nodes/0.5/no-such-action/")
     assert response.status_code == 404
     assert response["Content-Type"] == "application/json"
-    assert "/api/v1/nodes/0.5/cordon/" in response.json()["detail"]
+    assert "/api/v1/nodes/0.5/no-such-action/" in response.json()["detail"]
 
 
 def test_a_page_url_no_route_matches_still_gets_the_html_404(charlie):

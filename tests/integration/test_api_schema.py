@@ -74,62 +74,39 @@ def test_the_schema_says_how_to_send_an_api_token(openapi):
     assert {"apiToken": []} in openapi["paths"]["/api/v1/nodes/"]["get"]["security"]
 
 
-def test_token_ids_are_documented_as_integers(openapi):
-    parameters = openapi["paths"]["/api/v1/tokens/{id}/"]["get"]["parameters"]
-    assert next(p for p in parameters if p["name"] == "id")["schema"]["type"] == "integer"
-
-
-def property_of(openapi, component, name):
-    return openapi["components"]["schemas"][component]["properties"][name]
+def _lookup(openapi, path):
+    parameters = openapi["paths"][path]["get"]["parameters"]
+    return next(p for p in parameters if p["in"] == "path")
 
 
 @pytest.mark.parametrize(
-    ("component", "name"),
-    [("Alert", "acknowledged_by"), ("Operation", "created_by"), ("OperationEventPage", "final_seq")],
-)
-def test_fields_the_api_sends_as_null_are_documented_nullable(openapi, component, name):
-    assert property_of(openapi, component, name)["nullable"] is True
-
-
-def test_a_model_without_facts_may_have_an_empty_facts_source(openapi):
-    choices = property_of(openapi, "Model", "facts_source")["oneOf"]
-    assert {"$ref": "#/components/schemas/BlankEnum"} in choices
-
-
-@pytest.mark.parametrize(
-    ("method", "path", "codes"),
+    "path",
     [
-        ("post", "/api/v1/nodes/{id}/inventory/", {"202", "409"}),
-        ("post", "/api/v1/nodes/{id}/install-agent/", {"202", "409"}),
-        ("post", "/api/v1/nodes/{id}/metrics-interval/", {"202"}),
-        ("delete", "/api/v1/nodes/{id}/", {"204", "409"}),
-        ("delete", "/api/v1/model-artifacts/{id}/", {"202", "400"}),
-        ("post", "/api/v1/model-artifacts/{id}/inspect/", {"202"}),
-        ("post", "/api/v1/models/", {"201"}),
+        "/api/v1/tokens/{id}/",
+        "/api/v1/nodes/{id}/",
+        "/api/v1/models/{id}/",
+        "/api/v1/deployments/{id}/",
+        "/api/v1/packages/{id}/",
+        "/api/v1/node-stacks/{name}/",
     ],
 )
-def test_actions_document_the_status_codes_they_answer(openapi, method, path, codes):
-    responses = openapi["paths"][path][method]["responses"]
-    assert codes <= set(responses)
-    assert "200" not in responses
+def test_resources_with_a_name_document_their_lookup_as_id_or_name(openapi, path):
+    lookup = _lookup(openapi, path)
+    assert lookup["schema"]["type"] == "string"
+    assert "id or the name" in lookup["description"]
 
 
-def test_operation_events_document_their_own_page_and_no_list_filters(openapi):
-    operation = openapi["paths"]["/api/v1/operations/{id}/events/"]["get"]
-    names = {parameter["name"] for parameter in operation["parameters"]}
-    assert names == {"id", "after_seq", "limit"}
-    schema = operation["responses"]["200"]["content"]["application/json"]["schema"]
-    assert schema == {"$ref": "#/components/schemas/OperationEventPage"}
-
-
-def test_a_deployments_computed_fields_have_exact_types(openapi):
-    npus = property_of(openapi, "Deployment", "npus")
-    assert npus["type"] == "array"
-    npu = openapi["components"]["schemas"][npus["items"]["$ref"].rsplit("/", 1)[1]]
-    assert npu["properties"]["logic_id"]["type"] == "integer"
-    assert property_of(openapi, "Deployment", "operation") == {
-        "type": "string", "format": "uuid", "nullable": True, "readOnly": True,
-        "description": property_of(openapi, "Deployment", "operation")["description"],
-    }  # fmt: skip
-    findings = property_of(openapi, "Deployment", "findings")
-    assert findings["allOf"][0]["$ref"] == "#/components/schemas/DeploymentFindings"
+@pytest.mark.parametrize(
+    ("path", "format_"),
+    [
+        ("/api/v1/alerts/{id}/", None),
+        ("/api/v1/audit/{id}/", None),
+        ("/api/v1/benchmarks/{id}/", None),
+        ("/api/v1/model-artifacts/{id}/", None),
+        ("/api/v1/operations/{id}/", "uuid"),
+    ],
+)
+def test_resources_without_a_name_document_their_id_type(openapi, path, format_):
+    schema = _lookup(openapi, path)["schema"]
+    assert schema["type"] == ("string" if format_ else "integer")
+    assert schema.get("format") == format_

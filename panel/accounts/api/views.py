@@ -1,11 +1,12 @@
 from drf_spectacular.utils import extend_schema
-from rest_framework import mixins, status, viewsets
+from rest_framework import mixins, status
 from rest_framework.response import Response
 
 from panel.accounts import services
 from panel.accounts.api.serializers import ApiTokenSerializer, NewApiTokenSerializer
 from panel.accounts.models import ApiToken
 from panel.accounts.roles import VIEWER
+from panel.core.api import PanelViewSet
 
 
 class ApiTokenViewSet(
@@ -13,9 +14,10 @@ class ApiTokenViewSet(
     mixins.RetrieveModelMixin,
     mixins.CreateModelMixin,
     mixins.DestroyModelMixin,
-    viewsets.GenericViewSet,
+    PanelViewSet,
 ):
-    """Your own API tokens. Creating returns the raw token once; deleting revokes it (the record stays)."""
+    """Your own API tokens, by id or by name. Creating returns the raw token once; deleting revokes it (the
+    record stays)."""
 
     serializer_class = ApiTokenSerializer
     write_role = VIEWER  # everyone manages their own tokens; what a token may do is the user's role
@@ -23,7 +25,7 @@ class ApiTokenViewSet(
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):  # the schema generator asks with no user
             return ApiToken.objects.none()
-        return ApiToken.objects.filter(user=self.request.user)
+        return ApiToken.objects.filter(user=self.request.user)  # names are unique per user
 
     @extend_schema(request=ApiTokenSerializer, responses={201: NewApiTokenSerializer})
     def create(self, request, *args, **kwargs):

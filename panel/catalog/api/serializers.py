@@ -3,7 +3,6 @@ from rest_framework import serializers
 from panel.catalog.models import FactsSource, Model, ModelArtifact
 from panel.catalog.planning import fit_on_typical_node
 from panel.core.choices import ModelSource
-from panel.core.strict import StrictSerializer
 
 
 class ModelArtifactSerializer(serializers.ModelSerializer):
@@ -92,7 +91,7 @@ class ConvertSerializer(serializers.Serializer):
     )
 
 
-class ModelSpecSerializer(StrictSerializer):
+class ModelSpecSerializer(serializers.Serializer):
     """PUT /api/v1/models/{name}/: what the model is and, for a folder, where (the name is the URL's)."""
 
     source = serializers.ChoiceField(choices=ModelSource.choices)

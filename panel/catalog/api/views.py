@@ -96,6 +96,7 @@ class ModelViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, PanelViewSe
         return Response({"deleted": True, "name": model.name, "copies_forgotten": forgotten})
 
     @extend_schema(request=RegisterSerializer, responses={201: RegisteredModelSerializer})
+    @idempotent(creates=Model.objects.all())
     def create(self, request):
         """Register a model from a hub id or a path on a node; an inspection starts when it can."""
         data = RegisterSerializer(data=request.data)
@@ -119,6 +120,7 @@ class ModelViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, PanelViewSe
 
 class ModelArtifactViewSet(mixins.DestroyModelMixin, ReadOnlyPanelViewSet):
     queryset = ModelArtifact.objects.select_related("node", "model")
+    lookup_name_field = None  # copies have no name of their own
     serializer_class = ModelArtifactSerializer
 
     @extend_schema(responses={202: OperationSerializer, 400: ErrorSerializer})

@@ -1,4 +1,4 @@
-"""The playground: POST /api/v1/deployments/<id>/chat/ proxies an OpenAI chat body to the engine.
+"""The playground: POST /api/v1/deployments/<id or name>/chat/ proxies an OpenAI chat body to the engine.
 
 An async view so a streamed answer (SSE) passes through chunk by chunk without holding a thread. Operators
 and admins only; API tokens or a browser session (with its CSRF token) authenticate.
@@ -15,7 +15,9 @@ from django.views.decorators.csrf import csrf_exempt
 
 from panel.accounts.authentication import user_for_token
 from panel.accounts.roles import OPERATOR, has_role
+from panel.core.api import is_id
 from panel.core.choices import DeploymentState
+from panel.core.exceptions import not_found_text
 from panel.deployments.models import Deployment
 
 ENGINE_TIMEOUT = httpx.Timeout(600.0, connect=5.0)
@@ -48,25 +50,26 @@ def _engine_url(deployment: Deployment) -> str:
     return f"http://{host}:{deployment.spec.get('port')}/v1/chat/completions"
 
 
-def _target(request, pk):
+def _target(request, ref: str):
     user, error = _authenticate(request)
     if error is not None:
         return None, error
     if not has_role(user, OPERATOR):
         return None, _error(403, _("The playground needs the operator role."))
-    deployment = Deployment.objects.visible_to(user).filter(pk=pk).first()
+    lookup = {"pk": ref} if is_id(ref) else {"name": ref}
+    deployment = Deployment.objects.visible_to(user).filter(**lookup).first()
     if deployment is None:
-        return None, _error(404, _("No such deployment."))
+        return None, _error(404, not_found_text(request))
     if deployment.observed_state != DeploymentState.RUNNING:
         return None, _error(409, _("The deployment is not running."))
     return (deployment, _engine_url(deployment)), None
 
 
 @csrf_exempt
-async def chat(request, pk: int):
+async def chat(request, ref: str):
     if request.method != "POST":
         return _error(405, _("Use POST."))
-    found, error = await sync_to_async(_target)(request, pk)
+    found, error = await sync_to_async(_target)(request, ref)
     if error is not None:
         return error
     deployment, url = found

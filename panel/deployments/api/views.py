@@ -2,7 +2,7 @@ from django.http import HttpResponse
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, PolymorphicProxySerializer, extend_schema
 from rest_framework import mixins, status
 from rest_framework.decorators import action
 from rest_framework.exceptions import APIException, ValidationError
@@ -10,6 +10,7 @@ from rest_framework.response import Response
 from rest_framework.settings import api_settings
 
 from panel.core.api import PanelViewSet, ReadOnlyPanelViewSet
+from panel.core.choices import DesiredState
 from panel.core.idempotency import idempotent
 from panel.core.schema import ErrorSerializer
 from panel.core.yaml_api import YAML_PARSERS, SpecJSONRenderer, SpecYAMLRenderer
@@ -115,7 +116,7 @@ class DeploymentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, PanelV
         )
 
     @extend_schema(request=DeploymentRequestSerializer, responses={201: CreatedDeploymentSerializer})
-    @idempotent
+    @idempotent(creates=Deployment.objects.exclude(desired_state=DesiredState.DELETED))
     def create(self, request):
         planned = plan_request(request.data, user=request.user)
         deployment = services.create_deployment(planned, user=request.user)
@@ -123,7 +124,11 @@ class DeploymentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, PanelV
         return Response(CreatedDeploymentSerializer(deployment).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(
-        request=DeploymentRequestSerializer,
+        request=PolymorphicProxySerializer(
+            component_name="PlanRequest",
+            serializers=[DeploymentRequestSerializer, DeploymentSpecSerializer],
+            resource_type_field_name=None,
+        ),
         responses={200: OpenApiTypes.OBJECT},
         description="The plan (fits, chip, plan, memory_per_npu, warnings) and per node its argv and env.",
     )
@@ -243,3 +248,4 @@ class BenchmarkViewSet(ReadOnlyPanelViewSet):
     queryset = Benchmark.objects.all()
     serializer_class = BenchmarkSerializer
     filterset_class = BenchmarkFilterSet
+    lookup_name_field = None

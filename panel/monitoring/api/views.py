@@ -6,7 +6,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from panel.core.api import ReadOnlyPanelViewSet
+from panel.core.api import ReadOnlyPanelViewSet, StrictRequestMixin
 from panel.monitoring import alerts, store
 from panel.monitoring.api.serializers import (
     AlertSerializer,
@@ -34,6 +34,7 @@ class AlertViewSet(ReadOnlyPanelViewSet):
     queryset = Alert.objects.select_related("node", "acknowledged_by")
     serializer_class = AlertSerializer
     filterset_class = AlertFilterSet
+    lookup_name_field = None
 
     @extend_schema(request=None, responses=AlertSerializer)
     @action(detail=True, methods=["post"])
@@ -42,7 +43,7 @@ class AlertViewSet(ReadOnlyPanelViewSet):
         return Response(AlertSerializer(alerts.acknowledge(self.get_object(), request.user)).data)
 
 
-class LatestMetricsView(APIView):
+class LatestMetricsView(StrictRequestMixin, APIView):
     """The latest "metrics" message of each visible node (the websocket message, for back-fill after
     subscribing). Repeat `node` to ask for some nodes only."""
 

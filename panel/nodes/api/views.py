@@ -1,5 +1,5 @@
 from django.core.exceptions import ValidationError as DjangoValidationError
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, serializers, status
 from rest_framework.decorators import action
 from rest_framework.exceptions import APIException
@@ -111,7 +111,14 @@ class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, PanelViewSet
             raise validation_error(error) from error
         return Response(NodeSerializer(node).data)
 
-    @extend_schema(responses={204: None, 409: ErrorSerializer})
+    @extend_schema(
+        parameters=[
+            OpenApiParameter(
+                "force", bool, description="Remove it even while deployments or operations use it."
+            )
+        ],
+        responses={204: None, 409: ErrorSerializer},
+    )
     def destroy(self, request, pk=None):
         node = self.get_object()
         force = request.query_params.get("force", "").lower() in ("1", "true", "yes")

@@ -40,6 +40,7 @@ class OperationViewSet(ReadOnlyPanelViewSet):
     queryset = Operation.objects.select_related("node", "created_by")
     serializer_class = OperationSerializer
     filterset_class = OperationFilterSet
+    lookup_name_field = None  # operations are addressed by their UUID only
     write_role = ADMIN  # the one write here: force-failing a stuck operation
 
     @extend_schema(

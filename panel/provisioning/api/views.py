@@ -9,7 +9,7 @@ from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.response import Response
 
 from panel.accounts.roles import ADMIN, OPERATOR
-from panel.core.api import PanelViewSet
+from panel.core.api import PanelViewSet, StrictRequestMixin
 from panel.core.idempotency import idempotent
 from panel.nodes.models import Node
 from panel.operations.api.serializers import OperationSerializer
@@ -30,7 +30,7 @@ def _drf_error(error: DjangoValidationError) -> ValidationError:
     return ValidationError(error.message_dict if hasattr(error, "error_dict") else {"detail": error.messages})
 
 
-class StackProfileViewSet(viewsets.ViewSet):
+class StackProfileViewSet(StrictRequestMixin, viewsets.ViewSet):
     """The compatibility matrix: one row per documented vllm-ascend set, plus the CPU profile."""
 
     @extend_schema(responses={200: dict})
@@ -129,7 +129,7 @@ class NodeStackViewSet(PanelViewSet):
 
     @extend_schema(request=StartSerializer, responses={202: OperationSerializer})
     @action(detail=True, methods=["post"])
-    @idempotent
+    @idempotent(creates=Operation.objects.all())
     def install(self, request, name=None):
         data = StartSerializer(data=request.data)
         data.is_valid(raise_exception=True)

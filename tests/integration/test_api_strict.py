@@ -1,0 +1,376 @@
+"""A strict, predictable API: what the schema does not document is refused naming it, every resource with a
+name is found by it, and an Idempotency-Key never replays a creation whose object is gone."""
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+
+from panel.accounts.models import ApiToken
+from panel.catalog.models import Model, ModelArtifact
+from panel.core import strict
+from panel.core.choices import NpuHealth
+from panel.deployments.models import Deployment
+from panel.nodes.models import Node, Npu
+from panel.operations.models import Operation
+from tests.conftest import api_client_for
+from tests.integration.test_deployment_pages import SMALL_QWEN
+
+pytestmark = pytest.mark.django_db
+
+
+def refused(response, *names):
+    """A 400 in the one shape naming each of `names` in `errors` and in `detail`."""
+    assert response.status_code == 400, response.content
+    body = response.json()
+    for name in names:
+        assert name in body["errors"], body
+        assert name in body["detail"], body
+        assert all(isinstance(message, str) for message in body["errors"][name])
+    return body
+
+
+@pytest.fixture
+def a2():
+    node = Node.objects.create(name="sim-a2", address="127.0.0.1")
+    for logic_id in range(2):
+        Npu.objects.create(
+            node=node,
+            npu_id=logic_id,
+            logic_id=logic_id,
+            name="910B3",
+            health=NpuHealth.OK,
+            hbm_total_mb=65536,
+        )
+    return node
+
+
+@pytest.fixture
+def qwen(a2):
+    model = Model.objects.create(name="qwen2.5-0.5b", facts=SMALL_QWEN)
+    artifact = ModelArtifact.objects.create(model=model, node=a2, path="/models/qwen", ready=True)
+    return model, artifact
+
+
+def deployment_body(qwen, name="qwen-chat", **changes):
+    model, artifact = qwen
+    return {
+        "name": name,
+        "model": model.pk,
+        "artifact": artifact.pk,
+        "nodes": [{"node": "sim-a2", "npus": [0]}],
+        "max_model_len": 4096,
+        **changes,
+    }
+
+
+# ---- unknown body fields ---------------------------------------------------------------------------------
+
+
+def test_an_unknown_engine_setting_is_refused_instead_of_planning_without_it(bob, qwen):
+    body = deployment_body(qwen, tensor_parallel=4)
+    body_of = refused(
+        api_client_for(bob).post("/api/v1/deployments/", body, format="json"), "tensor_parallel"
+    )
+    assert body_of["detail"] == "Unknown field: tensor_parallel."
+    assert not Deployment.objects.exists()
+
+
+def test_an_unknown_field_inside_a_list_item_is_named_by_its_flat_path(bob, qwen):
+    body = deployment_body(qwen, nodes=[{"node": "sim-a2", "npus": [0]}, {"node": "sim-a2", "npu": [1]}])
+    response = api_client_for(bob).post("/api/v1/deployments/plan/", body, format="json")
+    assert refused(response, "nodes[1].npu")["errors"] == {"nodes[1].npu": ["Unknown field."]}
+
+
+def test_every_unknown_field_is_named_at_once(alice):
+    response = api_client_for(alice).post(
+        "/api/v1/nodes/",
+        {"name": "n1", "adress": "10.0.0.1", "labels": {"rack": "a"}, "port ": 22},
+        format="json",
+    )
+    body = refused(response, "adress", "port ")
+    assert body["detail"] == "Unknown fields: adress, port ."
+    assert not Node.objects.exists()
+
+
+def test_free_form_maps_take_any_key(alice, a2):
+    response = api_client_for(alice).patch(
+        f"/api/v1/nodes/{a2.name}/", {"labels": {"any-key": "x", "rack": "b"}}, format="json"
+    )
+    assert response.status_code == 200, response.content
+    assert response.json()["labels"] == {"any-key": "x", "rack": "b"}
+
+
+@pytest.mark.parametrize(
+    ("method", "url", "body", "field"),
+    [
+        ("post", "/api/v1/tokens/", {"name": "ci", "expiry": "2030-01-01T00:00:00Z"}, "expiry"),
+        ("post", "/api/v1/tokens/", {"name": "ci", "prefix": "abc"}, "prefix"),  # read-only is not input
+        ("patch", "/api/v1/nodes/sim-a2/", {"lables": {}}, "lables"),
+        ("post", "/api/v1/nodes/sim-a2/metrics-interval/", {"interval_s": 2, "every": 3}, "every"),
+        (
+            "post",
+            "/api/v1/models/",
+            {"source": "huggingface", "repo_id": "Qwen/Qwen2.5-0.5B", "tag": "x"},
+            "tag",
+        ),
+        ("post", "/api/v1/models/qwen2.5-0.5b/download/", {"node": "sim-a2", "dest": "/x"}, "dest"),
+        ("post", "/api/v1/node-stacks/sim-a2/preflight/", {"profile": "cpu", "reboot": True}, "reboot"),
+    ],
+)
+def test_an_unknown_field_is_refused_naming_it(alice, qwen, method, url, body, field):
+    refused(getattr(api_client_for(alice), method)(url, body, format="json"), field)
+
+
+def test_a_body_sent_to_an_action_that_takes_none_is_refused(bob, a2):
+    response = api_client_for(bob).post(f"/api/v1/nodes/{a2.pk}/cordon/", {"force": True}, format="json")
+    assert refused(response, "force")["errors"] == {
+        "force": ["Unknown field; this endpoint takes no request body."]
+    }
+    a2.refresh_from_db()
+    assert not a2.cordoned
+    assert api_client_for(bob).post(f"/api/v1/nodes/{a2.pk}/cordon/", {}, format="json").status_code == 200
+
+
+def test_an_unknown_multipart_field_is_refused_like_a_json_one(alice, tmp_path, settings):
+    settings.DATA_DIR = tmp_path
+    upload = SimpleUploadedFile("Ascend-cann-toolkit_8.0.RC3_linux-aarch64.run", b"#!/bin/sh\n")
+    response = api_client_for(alice).post("/api/v1/packages/", {"file": upload, "kind": "toolkit"})
+    refused(response, "kind")
+
+
+# ---- unknown query parameters ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "parameter"),
+    [
+        ("/api/v1/nodes/?nmae=sim-a2", "nmae"),
+        ("/api/v1/nodes/sim-a2/?status=online", "status"),  # list filters do not apply to one object
+        ("/api/v1/deployments/?state=running", "state"),
+        ("/api/v1/operations/?limit=5", "limit"),
+        ("/api/v1/models/?name=qwen", "name"),
+        ("/api/v1/metrics/latest/?nodes=sim-a2", "nodes"),
+        ("/api/v1/stack-profiles/?chip=910b", "chip"),
+        ("/api/v1/tokens/?all=1", "all"),
+        ("/api/v1/nodes/sim-a2/metrics/?from=1h", "from"),
+    ],
+)
+def test_an_unknown_query_parameter_is_refused_naming_it_and_what_the_endpoint_takes(
+    alice, a2, url, parameter
+):
+    body = refused(api_client_for(alice).get(url), parameter)
+    assert "this endpoint takes" in body["errors"][parameter][0]
+
+
+def test_the_message_lists_the_parameters_the_endpoint_does_take(alice):
+    body = refused(api_client_for(alice).get("/api/v1/operations/?stauts=failed"), "stauts")
+    assert body["errors"]["stauts"] == [
+        "Unknown query parameter; this endpoint takes: kind, node, page, page_size, status."
+    ]
+
+
+def test_documented_parameters_and_format_are_taken(alice, a2):
+    client = api_client_for(alice)
+    assert client.get("/api/v1/nodes/?name=sim-a2&page=1&page_size=5&format=json").status_code == 200
+    assert client.delete(f"/api/v1/nodes/{a2.name}/?force=true").status_code == 204
+
+
+def test_a_misspelt_parameter_on_a_delete_deletes_nothing(alice, a2):
+    refused(api_client_for(alice).delete(f"/api/v1/nodes/{a2.name}/?froce=true"), "froce")
+    assert Node.objects.filter(pk=a2.pk).exists()
+
+
+def _every_operation():
+    strict._load()
+    for regex, item in strict._routes:
+        for method in item:
+            yield regex.pattern, method
+
+
+def _url(pattern: str) -> str:
+    """A concrete URL for a schema path regex: each path parameter becomes "1"."""
+    return pattern.strip("^$").replace("[^/]+", "1").replace("\\", "")
+
+
+@pytest.mark.parametrize(("pattern", "method"), list(_every_operation()))
+def test_every_documented_operation_refuses_an_undocumented_parameter_and_field(alice, pattern, method):
+    """Whatever view answers it (a viewset, an APIView, one added later): the check runs before it acts."""
+    client = api_client_for(alice)
+    url = _url(pattern)
+    refused(getattr(client, method)(f"{url}?zz_unknown=1"), "zz_unknown")
+    if method in ("post", "put", "patch"):
+        response = getattr(client, method)(url, {"zz_field": 1}, format="json")
+        refused(response, "zz_field")
+
+
+# ---- by name ---------------------------------------------------------------------------------------------
+
+
+def test_a_node_is_found_by_name_or_id_everywhere_its_id_was(bob, a2):
+    client = api_client_for(bob)
+    assert client.get("/api/v1/nodes/sim-a2/").json()["id"] == a2.pk
+    assert client.get(f"/api/v1/nodes/{a2.pk}/").json()["name"] == "sim-a2"
+    assert client.post("/api/v1/nodes/sim-a2/cordon/").json()["cordoned"] is True
+    assert client.get("/api/v1/node-stacks/sim-a2/").status_code == 200
+    assert client.get(f"/api/v1/node-stacks/{a2.pk}/").json()["node"] == "sim-a2"
+
+
+def test_a_model_with_dots_in_its_name_is_found_by_it(charlie, qwen):
+    model, _artifact = qwen
+    assert api_client_for(charlie).get("/api/v1/models/qwen2.5-0.5b/").json()["id"] == model.pk
+
+
+def test_a_deployment_is_found_by_name_for_detail_logs_actions_and_chat(bob, qwen):
+    client = api_client_for(bob)
+    created = client.post("/api/v1/deployments/", deployment_body(qwen), format="json")
+    assert created.status_code == 201, created.content
+    assert client.get("/api/v1/deployments/qwen-chat/").json()["id"] == created.json()["id"]
+    assert client.get("/api/v1/deployments/qwen-chat/logs/").json()["deployment"] == "qwen-chat"
+    assert client.post("/api/v1/deployments/qwen-chat/stop/").json()["name"] == "qwen-chat"
+    _token, raw = ApiToken.issue(bob, "chat")  # the playground view reads API tokens itself
+    chat = client.post(
+        "/api/v1/deployments/qwen-chat/chat/",
+        {"messages": []},
+        format="json",
+        HTTP_AUTHORIZATION=f"Bearer {raw}",
+    )
+    assert (chat.status_code, chat.json()["detail"]) == (409, "The deployment is not running.")
+
+
+def test_packages_and_tokens_are_found_by_name(alice, tmp_path, settings):
+    from panel.provisioning.store import add_package
+
+    settings.DATA_DIR = tmp_path
+    package = add_package(SimpleUploadedFile("Ascend-cann-toolkit_8.0.RC3_linux-aarch64.run", b"x"), alice)
+    token, _raw = ApiToken.issue(alice, "ci-deploys")
+    client = api_client_for(alice)
+    assert client.get(f"/api/v1/packages/{package.name}/").json()["id"] == package.pk
+    assert client.get("/api/v1/tokens/ci-deploys/").json()["id"] == token.pk
+
+
+def test_a_name_someone_else_holds_is_not_found(charlie, bob):
+    ApiToken.issue(bob, "bobs-token")
+    response = api_client_for(charlie).get("/api/v1/tokens/bobs-token/")
+    assert response.status_code == 404
+
+
+@pytest.mark.parametrize("resource", ["alerts", "audit", "benchmarks", "model-artifacts", "operations"])
+def test_resources_without_a_name_are_found_by_id_only(alice, resource):
+    response = api_client_for(alice).get(f"/api/v1/{resource}/some-name/")
+    assert response.status_code == 404
+    assert response.json() == {"detail": f"No API endpoint or object at /api/v1/{resource}/some-name/."}
+
+
+def test_an_operation_is_found_by_its_uuid(charlie):
+    operation = Operation.objects.create(kind="inventory", target="x")
+    assert api_client_for(charlie).get(f"/api/v1/operations/{operation.id}/").json()["id"] == str(
+        operation.id
+    )
+
+
+def test_an_id_too_large_for_the_database_is_a_404(charlie):
+    response = api_client_for(charlie).get("/api/v1/nodes/99999999999999999999999999/")
+    assert response.status_code == 404
+
+
+# ---- Idempotency-Key -------------------------------------------------------------------------------------
+
+
+def test_a_key_replays_the_creation_while_its_deployment_exists(bob, qwen):
+    client = api_client_for(bob)
+    first = client.post(
+        "/api/v1/deployments/", deployment_body(qwen), format="json", HTTP_IDEMPOTENCY_KEY="ci-7"
+    )
+    again = client.post(
+        "/api/v1/deployments/", deployment_body(qwen), format="json", HTTP_IDEMPOTENCY_KEY="ci-7"
+    )
+    assert (again.status_code, again["Idempotent-Replay"]) == (201, "true")
+    assert again.json()["id"] == first.json()["id"]
+    assert Deployment.objects.count() == 1
+
+
+def test_a_key_reused_after_the_deployment_was_deleted_deploys_again(bob, qwen):
+    client = api_client_for(bob)
+    body = deployment_body(qwen)
+    first = client.post("/api/v1/deployments/", body, format="json", HTTP_IDEMPOTENCY_KEY="pipeline-1")
+    assert client.delete("/api/v1/deployments/qwen-chat/").status_code == 202  # stopping, then removed
+    again = client.post("/api/v1/deployments/", body, format="json", HTTP_IDEMPOTENCY_KEY="pipeline-1")
+    assert again.status_code == 201, again.content
+    assert "Idempotent-Replay" not in again
+    assert again.json()["id"] != first.json()["id"]
+    assert Deployment.objects.get(name="qwen-chat").pk == again.json()["id"]
+    replay = client.post("/api/v1/deployments/", body, format="json", HTTP_IDEMPOTENCY_KEY="pipeline-1")
+    assert (replay.json()["id"], replay["Idempotent-Replay"]) == (again.json()["id"], "true")
+
+
+def test_a_key_whose_model_row_is_gone_registers_the_model_again(alice, a2):
+    client = api_client_for(alice)
+    body = {"source": "huggingface", "repo_id": "Qwen/Qwen2.5-0.5B-Instruct", "name": "qwen-half"}
+    first = client.post("/api/v1/models/", body, format="json", HTTP_IDEMPOTENCY_KEY="models-1")
+    assert first.status_code == 201, first.content
+    Model.objects.filter(pk=first.json()["id"]).delete()
+    again = client.post("/api/v1/models/", body, format="json", HTTP_IDEMPOTENCY_KEY="models-1")
+    assert (again.status_code, again.json()["name"]) == (201, "qwen-half")
+    assert "Idempotent-Replay" not in again
+
+
+def test_a_key_sent_with_another_body_or_query_is_refused(bob, qwen):
+    client = api_client_for(bob)
+    client.post("/api/v1/deployments/", deployment_body(qwen), format="json", HTTP_IDEMPOTENCY_KEY="ci-8")
+    other = deployment_body(qwen, name="other-name")
+    mismatch = client.post("/api/v1/deployments/", other, format="json", HTTP_IDEMPOTENCY_KEY="ci-8")
+    assert mismatch.status_code == 422
+    assert "another request body" in mismatch.json()["detail"]
+    assert not Deployment.objects.filter(name="other-name").exists()
+
+
+def test_the_same_body_in_another_key_order_is_the_same_request(bob, qwen):
+    client = api_client_for(bob)
+    body = deployment_body(qwen)
+    client.post("/api/v1/deployments/", body, format="json", HTTP_IDEMPOTENCY_KEY="ci-9")
+    reordered = dict(reversed(list(body.items())))
+    again = client.post("/api/v1/deployments/", reordered, format="json", HTTP_IDEMPOTENCY_KEY="ci-9")
+    assert again["Idempotent-Replay"] == "true"
+
+
+def test_an_upload_is_bound_by_its_content_type_fields_and_file_digest(alice):
+    from rest_framework.parsers import MultiPartParser
+    from rest_framework.request import Request
+    from rest_framework.test import APIRequestFactory
+
+    from panel.core.idempotency import _body_hash
+
+    def hashed(content: bytes, query=""):
+        upload = SimpleUploadedFile("toolkit.run", content)
+        raw = APIRequestFactory().post(f"/api/v1/packages/{query}", {"file": upload}, format="multipart")
+        request = Request(raw, parsers=[MultiPartParser()])
+        digest = _body_hash(request)
+        assert request.data["file"].read() == content  # the view still reads the whole file
+        return digest
+
+    assert hashed(b"one") == hashed(b"one")
+    assert hashed(b"one") != hashed(b"two")
+    assert hashed(b"one") != hashed(b"one", "?dry_run=true")
+    assert hashed(b"one") == hashed(b"one", "?wait=running&timeout=60")
+
+
+@pytest.mark.parametrize(
+    ("path", "answer"),
+    [
+        ("/api/v1/deployments/", "201"),
+        ("/api/v1/models/", "201"),
+        ("/api/v1/node-stacks/{name}/install/", "202"),
+    ],
+)
+def test_the_schema_documents_both_idempotency_headers_where_they_are_honoured(charlie, path, answer):
+    import yaml
+    from django.test import Client
+
+    client = Client()
+    client.force_login(charlie)
+    paths = yaml.safe_load(client.get("/api/schema/").content)["paths"]
+    operation = paths[path]["post"]
+    header = next(p for p in operation["parameters"] if p["in"] == "header")
+    assert (header["name"], header["schema"]["maxLength"]) == ("Idempotency-Key", 200)
+    assert "Idempotent-Replay" in operation["responses"][answer]["headers"]
+    assert {"409", "422"} <= set(operation["responses"])
+    assert not any(p["in"] == "header" for p in paths["/api/v1/nodes/"]["post"].get("parameters", []))
