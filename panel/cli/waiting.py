@@ -26,6 +26,7 @@ def wait_for(client: Client, name: str, target: str, timeout: float) -> dict | N
     if first is None and target != "deleted":
         raise CliError(f"No deployment named {name!r}.")
     last_status = None
+    seen = set()
     for deployment in _states(client, first, deadline):
         status = "deleted" if deployment is None else deployment.get("status")
         if status != last_status:
@@ -33,19 +34,23 @@ def wait_for(client: Client, name: str, target: str, timeout: float) -> dict | N
             last_status = status
         if status == target:
             return deployment
-        _refuse_hopeless(name, target, deployment)
+        _refuse_hopeless(name, target, deployment, started_here=bool(seen - {"unhealthy"}))
+        seen.add(status)
     raise CliError(
         f"{name} did not reach {target} within {describe(timeout)} (it is {last_status}).", TIMEOUT
     )
 
 
-def _refuse_hopeless(name: str, target: str, deployment: dict | None) -> None:
-    """Fail at once, rather than at the timeout, when the deployment cannot reach `target` any more."""
+def _refuse_hopeless(name: str, target: str, deployment: dict | None, started_here: bool) -> None:
+    """Fail at once, rather than at the timeout, when the deployment cannot reach `target` any more: it was
+    deleted, is being stopped, failed, or (as the panel's own wait judges) turned unhealthy after a start
+    this wait saw. Unhealthy from the outset may still recover by the panel's restarts: keep waiting."""
     if target == "deleted":
         return
     if deployment is None:
         raise CliError(f"{name} was deleted before it reached {target}.")
-    if target == "running" and deployment.get("status") == "failed":
+    status = deployment.get("status")
+    if target == "running" and (status == "failed" or (status == "unhealthy" and started_here)):
         reason = deployment.get("reason_display") or deployment.get("reason") or "no reason given"
         raise CliError(f"{name} failed: {reason}", FAILED, details=output.failure_lines(deployment))
     if target == "running" and deployment.get("desired_state") in ("stopped", "deleted"):

@@ -77,6 +77,21 @@ def test_a_failed_start_exits_1_at_once_with_its_findings(api, capsys):
     ]
 
 
+def test_unhealthy_after_a_start_it_saw_is_a_failed_start(api, capsys):
+    api.on("GET", LIST, listed(status="starting"))
+    unhealthy = deployment(status="unhealthy", reason="The engine exited during start-up (exit status 1).")
+    api.on("GET", DETAIL, Answer(events=[("deployment", unhealthy)]))
+    assert main(["wait", "qwen-chat", "--for", "running"]) == 1
+    assert "error: qwen-chat failed: The engine exited during start-up" in capsys.readouterr().err
+
+
+def test_unhealthy_from_the_outset_may_recover_by_a_restart(api):
+    api.on("GET", LIST, listed(status="unhealthy"))
+    events = [("deployment", deployment(status="starting")), ("deployment", deployment(status="running"))]
+    api.on("GET", DETAIL, Answer(events=[("deployment", deployment(status="unhealthy")), *events]))
+    assert main(["wait", "qwen-chat", "--for", "running"]) == 0
+
+
 def test_it_exits_3_when_the_timeout_runs_out(api, capsys):
     api.on("GET", LIST, listed(status="starting"))
     api.on("GET", DETAIL, Answer(200, deployment(status="starting")))
