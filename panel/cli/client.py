@@ -15,7 +15,7 @@ DEFAULT_TIMEOUT = 30.0
 WAIT_MARGIN_S = 30.0  # a server-side wait answers after its own timeout; the read allows for that much more
 
 
-def _version() -> str:
+def version() -> str:
     try:
         return metadata.version("ascend-panel")
     except metadata.PackageNotFoundError:
@@ -75,7 +75,7 @@ class Client:
     def __init__(self, url: str, token: str = "", timeout: float = DEFAULT_TIMEOUT):
         headers = {
             "Accept": "application/json",
-            "User-Agent": f"ascend-panel-cli/{_version()}",
+            "User-Agent": f"ascend-panel-cli/{version()}",
             "Accept-Language": _language(),
         }
         if token:
@@ -136,7 +136,7 @@ class Client:
                     raise WatchUnsupported(response)
                 yield from _parse_events(response.iter_lines())
         except (httpx.TimeoutException, WatchUnsupported, ApiError):
-            raise
+            raise  # the caller's to handle: a silent stream to reconnect, a panel to poll, a deployment gone
         except httpx.HTTPError as error:
             raise CliError(f"Cannot reach the panel at {self.url}: {error}") from None
 

@@ -65,10 +65,10 @@ def read_file(path: Path) -> dict:
 def write_file(path: Path, data: dict) -> None:
     """Atomically, created 0600 (never a moment readable by others), in a 0700 directory."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd, temporary = tempfile.mkstemp(prefix=".config-", suffix=".yaml", dir=path.parent)  # mkstemp: 0600
+    # mkstemp creates the file 0600 whatever the umask; os.replace then swaps it in whole.
+    fd, temporary = tempfile.mkstemp(prefix=".config-", suffix=".yaml", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            os.fchmod(handle.fileno(), 0o600)
             yaml.safe_dump(data, handle, default_flow_style=False, sort_keys=False)
         os.replace(temporary, path)
     except BaseException:

@@ -5,7 +5,7 @@ import os
 import sys
 
 from panel.cli import output
-from panel.cli.client import _version
+from panel.cli.client import version
 from panel.cli.commands import account, apply, chat, completion, deployments, logs, resources
 from panel.cli.errors import INTERRUPTED, USAGE, CliError
 
@@ -31,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="ascend-panel", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=Parser)
     for module in COMMAND_MODULES:
         module.register(commands)
