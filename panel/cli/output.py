@@ -105,14 +105,20 @@ def failure_lines(body: dict) -> list[str]:
         return failure_lines({"findings": deployment.get("findings")})
     lines = []
     for finding in findings or []:
-        text = finding.get("message") or finding.get("code") or str(finding)
-        lines.append(f"  finding: {text}")
-        if finding.get("hint"):
+        lines.append(f"  finding: {message_of(finding)}")
+        if isinstance(finding, dict) and finding.get("hint"):
             lines.append(f"    hint: {finding['hint']}")
     if log_tail:
         lines.append("  log tail:")
         lines += [f"    {line}" for line in log_tail]
     return lines
+
+
+def message_of(item) -> str:
+    """A planner warning or finding as a sentence: its `message`, or the item itself when it is text."""
+    if isinstance(item, dict):
+        return str(item.get("message") or item.get("code") or item)
+    return str(item)
 
 
 def warn(message: str) -> None:

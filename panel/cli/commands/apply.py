@@ -79,7 +79,7 @@ def plan_lines(name: str, review: dict) -> list[str]:
     for node in review.get("nodes") or []:
         npus = ", ".join(str(n) for n in node.get("logic_ids") or [])
         lines.append(f"  {node['node']} NPUs {npus}: {node.get('command', '')}")
-    lines += [f"  warning: {w.get('message', w)}" for w in review.get("warnings") or []]
+    lines += [f"  warning: {output.message_of(w)}" for w in review.get("warnings") or []]
     return lines
 
 
@@ -95,11 +95,12 @@ def apply_command(args) -> int:
             answer = apply_one(client, spec, dry_run=args.dry_run, wait_seconds=wait_seconds, key=key)
             answers.append(answer)
             if args.output == "text":
-                print(result_line(str(spec["name"]), answer))
+                # Flushed per spec: a CI log shows each deployment's line as it is done, not at the end.
+                print(result_line(str(spec["name"]), answer), flush=True)
                 if wait_seconds is not None and isinstance(answer.get("deployment"), dict):
-                    print(f"{spec['name']}: {answer['deployment'].get('status')}")
+                    print(f"{spec['name']}: {answer['deployment'].get('status')}", flush=True)
                 for warning in answer.get("warnings") or []:
-                    output.warn(f"{spec['name']}: {warning.get('message', warning)}")
+                    output.warn(f"{spec['name']}: {output.message_of(warning)}")
     if args.output != "text":
         print(output.render(answers if len(answers) > 1 else answers[0], args.output))
     return 0

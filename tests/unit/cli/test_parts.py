@@ -265,6 +265,15 @@ def test_error_lines_skip_a_field_error_the_detail_already_says():
     assert output.error_lines(body["detail"], body) == ["error: name: Taken.", "  model: Unknown model."]
 
 
+def test_warnings_and_findings_read_as_text_or_objects():
+    assert output.message_of({"level": "warning", "message": "Tight."}) == "Tight."
+    assert output.message_of({"code": "hbm_oom"}) == "hbm_oom"
+    assert output.message_of("Plain text.") == "Plain text."
+    assert output.failure_lines({"findings": ["npu-smi failed"], "log_tail": []}) == [
+        "  finding: npu-smi failed"
+    ]
+
+
 def test_a_changed_result_names_its_fields_and_effect():
     answer = {
         "result": "changed",
