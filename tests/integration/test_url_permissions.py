@@ -33,6 +33,7 @@ PUBLIC = {
     "nodes:agent-unit": "fetched by the install script; holds no secret",
     "nodes:agent-package": "fetched by the install script; the agent's code, no secret",
     "prometheus-metrics": "PANEL_METRICS_TOKEN or PANEL_METRICS_ALLOW guard it (tests run from 127.0.0.1)",
+    "apitoken-sign-in": "a script's sign-in (ascend-panel login): the password in the body is the credential",
 }
 # Refused without a per-operation download token instead of a session (agents fetch store files), or
 # without a join token (an install script trading it for its node's credential).
@@ -47,6 +48,7 @@ VIEWER_WRITES = {
     "accounts:revoke-token",
     "apitoken-list",
     "apitoken-detail",
+    "apitoken-sign-in",
 }
 
 # Routes another route answers first (none today: the API router makes no `.json` twins any more).

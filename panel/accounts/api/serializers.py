@@ -30,3 +30,17 @@ class NewApiTokenSerializer(ApiTokenSerializer):
 
     class Meta(ApiTokenSerializer.Meta):
         fields = [*ApiTokenSerializer.Meta.fields, "token"]
+
+
+class SignInSerializer(serializers.Serializer):
+    """What a script sends to exchange a user name and password for a new API token of that user."""
+
+    username = serializers.CharField(max_length=150)
+    password = serializers.CharField(max_length=4096, trim_whitespace=False, write_only=True)
+    name = serializers.CharField(max_length=100, help_text="The new token's name, unique among yours.")
+    expires = serializers.DateTimeField(required=False, allow_null=True, default=None)
+
+    def validate_expires(self, value):
+        if value is not None and value <= timezone.now():
+            raise serializers.ValidationError(_("The expiry must be in the future."))
+        return value

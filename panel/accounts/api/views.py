@@ -1,12 +1,23 @@
+from django.contrib.auth import authenticate, user_logged_in
+from django.utils.translation import gettext as _
 from drf_spectacular.utils import extend_schema
-from rest_framework import mixins, status
+from rest_framework import mixins, permissions, status
+from rest_framework.decorators import action
+from rest_framework.exceptions import APIException
 from rest_framework.response import Response
 
 from panel.accounts import services
-from panel.accounts.api.serializers import ApiTokenSerializer, NewApiTokenSerializer
+from panel.accounts.api.serializers import ApiTokenSerializer, NewApiTokenSerializer, SignInSerializer
 from panel.accounts.models import ApiToken
-from panel.accounts.roles import VIEWER
+from panel.accounts.roles import VIEWER, has_role
 from panel.core.api import PanelViewSet
+from panel.core.schema import ErrorSerializer
+
+
+class SignInFailed(APIException):
+    # Not DRF's AuthenticationFailed: with no authentication class on the view DRF would turn that into a 403.
+    status_code = status.HTTP_401_UNAUTHORIZED
+    default_code = "sign_in_failed"
 
 
 class ApiTokenViewSet(
@@ -39,3 +50,53 @@ class ApiTokenViewSet(
 
     def perform_destroy(self, instance):
         services.revoke_token(instance)
+
+    @extend_schema(
+        request=SignInSerializer,
+        responses={
+            201: NewApiTokenSerializer,
+            401: ErrorSerializer,
+            403: ErrorSerializer,
+            429: ErrorSerializer,
+        },
+        auth=[],
+        description=(
+            "Sign in with a user name and password and get a new API token of that user (what "
+            "`ascend-panel login` does). It is a password sign-in like the sign-in page: audited, and locked "
+            "for the cool-off after repeated failures from one address (429)."
+        ),
+    )
+    @action(
+        detail=False,
+        methods=["post"],
+        url_path="sign-in",
+        authentication_classes=[],  # the body carries the credentials; no session, so no CSRF
+        permission_classes=[permissions.AllowAny],
+    )
+    def sign_in(self, request):
+        data = SignInSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = data.validated_data
+        # Django's authenticate on the Django request: django-axes' backend checks the lockout first, a
+        # failure is counted and audited (user_login_failed), and AxesMiddleware turns a lockout into 429.
+        user = authenticate(request._request, username=values["username"], password=values["password"])
+        if user is None:
+            raise SignInFailed(_("Wrong user name or password."))
+        if not has_role(user, VIEWER):
+            return Response(
+                {"detail": _("Your account has no role yet; ask an admin to give it one.")},
+                status=status.HTTP_403_FORBIDDEN,
+            )
+        if ApiToken.objects.filter(user=user, name=values["name"]).exists():
+            return Response(
+                {
+                    "detail": _("You already have a token with this name."),
+                    "errors": {"name": [_("You already have a token with this name.")]},
+                },
+                status=status.HTTP_400_BAD_REQUEST,
+            )
+        token, raw = services.issue_token(user, values["name"], values["expires"])
+        # A sign-in like the page's: audited with the address, resets django-axes' failure count, last_login.
+        user_logged_in.send(sender=user.__class__, request=request._request, user=user)
+        token.token = raw
+        return Response(NewApiTokenSerializer(token).data, status=status.HTTP_201_CREATED)

@@ -1,0 +1,3 @@
+from panel.cli.main import main
+
+raise SystemExit(main())

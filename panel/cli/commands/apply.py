@@ -1,0 +1,140 @@
+"""`plan -f` and `apply -f`: a spec file (docs/cli.md) made real with PUT /api/v1/deployments/{name}/."""
+
+import json
+import os
+
+from panel.cli import output
+from panel.cli.client import WAIT_MARGIN_S, Client, connect, path_of
+from panel.cli.commands import add_command, file_option, output_option, timeout_option
+from panel.cli.commands.deployments import server_wait
+from panel.cli.specs import read_specs
+
+IDEMPOTENCY_ENV = "ASCEND_PANEL_IDEMPOTENCY_KEY"
+
+APPLY_EPILOG = f"""\
+examples:
+  ascend-panel apply -f qwen-chat.yaml --wait --timeout 10m
+  ascend-panel apply -f qwen-chat.yaml --dry-run
+  ascend-panel get deployments qwen-chat -o yaml | ascend-panel apply -f -
+
+Prints, per spec: created, unchanged, or changed: <fields> (<what the change does>), and exits 0.
+--wait returns once the deployment runs (stopped, for a spec with state: stopped): exit 1 when it fails
+first, with its findings and log tail; exit 3 when the timeout runs out.
+--idempotency-key (or {IDEMPOTENCY_ENV}) lets a pipeline that runs twice deploy once: the panel
+answers the second run as it answered the first. A file of several specs sends KEY/NAME for each."""
+
+PLAN_EPILOG = """\
+Asks the panel's planner about each spec without changing anything: whether it fits, the NPUs, the
+engine settings it would use, the command per node and the warnings. `apply --dry-run` shows the diff."""
+
+
+def register(commands) -> None:
+    plan = add_command(commands, "plan", "show how the panel would run a spec", epilog=PLAN_EPILOG)
+    file_option(plan)
+    output_option(plan, formats=("table", "json", "yaml"))
+    plan.set_defaults(run=plan_command)
+
+    apply = add_command(commands, "apply", "make deployments look like a spec file", epilog=APPLY_EPILOG)
+    file_option(apply)
+    apply.add_argument("--dry-run", action="store_true", help="show what would change, change nothing")
+    apply.add_argument("--wait", action="store_true", help="return once the deployment runs (or stopped)")
+    timeout_option(apply, "wait with --wait")
+    apply.add_argument(
+        "--idempotency-key",
+        default=os.environ.get(IDEMPOTENCY_ENV) or None,
+        metavar="KEY",
+        help=f"send Idempotency-Key KEY (default: ${IDEMPOTENCY_ENV})",
+    )
+    output_option(apply, formats=("text", "json", "yaml"), default="text")
+    apply.set_defaults(run=apply_command)
+
+
+def plan_command(args) -> int:
+    specs = read_specs(args.file)
+    with connect() as client:
+        reviews = [client.request("POST", "/deployments/plan/", json=spec).json() for spec in specs]
+    if args.output != "table":
+        print(output.render(reviews if len(reviews) > 1 else reviews[0], args.output))
+        return 0
+    for spec, review in zip(specs, reviews, strict=True):
+        print("\n".join(plan_lines(str(spec["name"]), review)))
+    return 0
+
+
+def plan_lines(name: str, review: dict) -> list[str]:
+    plan = review.get("plan") or {}
+    fits = "fits" if review.get("fits") else "does not fit"
+    lines = [f"{name}: {fits}" + (f" ({review['chip']})" if review.get("chip") else "")]
+    settings = [
+        f"{key} {plan[key]}"
+        for key in ("tensor_parallel_size", "data_parallel_size", "max_model_len", "dtype", "quantization")
+        if plan.get(key) is not None
+    ]
+    if settings:
+        lines.append("  engine: " + ", ".join(settings))
+    if plan.get("kv_cache_tokens") is not None:
+        lines.append(
+            f"  kv cache: {plan['kv_cache_tokens']} tokens, {plan.get('max_concurrent_seqs')} sequences"
+        )
+    for node in review.get("nodes") or []:
+        npus = ", ".join(str(n) for n in node.get("logic_ids") or [])
+        lines.append(f"  {node['node']} NPUs {npus}: {node.get('command', '')}")
+    lines += [f"  warning: {output.message_of(w)}" for w in review.get("warnings") or []]
+    return lines
+
+
+def apply_command(args) -> int:
+    specs = read_specs(args.file)
+    wait_seconds = server_wait(args.timeout) if args.wait and not args.dry_run else None
+    answers = []
+    with connect() as client:
+        for spec in specs:
+            key = args.idempotency_key
+            if key and len(specs) > 1:
+                key = f"{key}/{spec['name']}"  # the panel binds a key to one body
+            answer = apply_one(client, spec, dry_run=args.dry_run, wait_seconds=wait_seconds, key=key)
+            answers.append(answer)
+            if args.output == "text":
+                # Flushed per spec: a CI log shows each deployment's line as it is done, not at the end.
+                print(result_line(str(spec["name"]), answer), flush=True)
+                if wait_seconds is not None and isinstance(answer.get("deployment"), dict):
+                    print(f"{spec['name']}: {answer['deployment'].get('status')}", flush=True)
+                for warning in answer.get("warnings") or []:
+                    output.warn(f"{spec['name']}: {output.message_of(warning)}")
+    if args.output != "text":
+        print(output.render(answers if len(answers) > 1 else answers[0], args.output))
+    return 0
+
+
+def apply_one(
+    client: Client, spec: dict, *, dry_run: bool, wait_seconds: int | None, key: str | None
+) -> dict:
+    params = {}
+    if dry_run:
+        params["dry_run"] = "true"
+    elif wait_seconds is not None:
+        params.update(wait="stopped" if spec.get("state") == "stopped" else "running", timeout=wait_seconds)
+    headers = {"Idempotency-Key": key} if key else {}
+    timeout = wait_seconds + WAIT_MARGIN_S if wait_seconds is not None else None
+    path = f"/deployments/{path_of(str(spec['name']))}/"
+    return client.request("PUT", path, json=spec, params=params, headers=headers, timeout=timeout).json()
+
+
+def result_line(name: str, answer: dict) -> str:
+    """`name: created`, `name: unchanged`, `name: changed: engine.max_model_len, replicas (restart)`; a dry
+    run says so, and a wait adds the state reached."""
+    result = answer.get("result", "")
+    if result == "changed":
+        fields = ", ".join(change.get("field", "?") for change in answer.get("changes") or [])
+        effect = answer.get("effect")
+        result = f"changed: {fields}" + (f" ({effect})" if effect else "")
+    line = f"{name}: {result}"
+    if answer.get("dry_run"):
+        line += " (dry run)"
+        for change in answer.get("changes") or []:
+            line += f"\n  {change.get('field')}: {_value(change.get('from'))} -> {_value(change.get('to'))}"
+    return line
+
+
+def _value(value) -> str:
+    return json.dumps(value, ensure_ascii=False) if isinstance(value, dict | list) else str(value)

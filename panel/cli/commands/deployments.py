@@ -1,0 +1,130 @@
+"""`get deployments`, `wait` and `delete`."""
+
+from panel.cli import output
+from panel.cli.client import WAIT_MARGIN_S, ApiError, connect
+from panel.cli.commands import add_command, add_group, name_argument, output_option, timeout_option
+from panel.cli.durations import describe
+from panel.cli.errors import CliError, UsageError
+from panel.cli.waiting import TARGETS, wait_for
+
+MAX_SERVER_WAIT_S = 3600  # the panel's limit on `?wait=…&timeout=`
+
+GET_EPILOG = """\
+examples:
+  ascend-panel get deployments
+  ascend-panel get deployments qwen-chat -o json
+  ascend-panel get deployments qwen-chat -o yaml > qwen-chat.yaml   # its spec: apply -f takes it back
+
+-o yaml of one deployment prints its spec (what `apply -f` reads; applying it again is `unchanged`);
+-o json prints the deployment as the API has it; -o name prints names only."""
+
+WAIT_EPILOG = """\
+examples:
+  ascend-panel wait qwen-chat --for running --timeout 10m
+  ascend-panel wait qwen-chat --for deleted
+
+Exits 0 once reached, 1 when the deployment fails first (its findings and log tail are printed),
+3 when the timeout runs out."""
+
+
+def register(commands) -> None:
+    get = add_group(commands, "get", "show deployments")
+    deployments = add_command(
+        get, "deployments", "list deployments, or show one", epilog=GET_EPILOG, aliases=["deployment"]
+    )
+    name = deployments.add_argument("name", metavar="NAME", nargs="?", help="one deployment (or its id)")
+    name.completer = "deployments"
+    output_option(deployments)
+    deployments.set_defaults(run=get_deployments)
+
+    wait = add_command(
+        commands, "wait", "wait until a deployment is running, stopped or deleted", epilog=WAIT_EPILOG
+    )
+    name_argument(wait)
+    wait.add_argument("--for", dest="target", choices=TARGETS, required=True, help="the state to wait for")
+    timeout_option(wait)
+    wait.set_defaults(run=wait_command)
+
+    delete = add_command(commands, "delete", "delete a deployment (its engines are stopped first)")
+    name_argument(delete)
+    delete.add_argument("--wait", action="store_true", help="return once it is gone")
+    timeout_option(delete, "wait with --wait")
+    delete.add_argument(
+        "--ignore-not-found", action="store_true", help="exit 0 when there is no such deployment"
+    )
+    delete.set_defaults(run=delete_command)
+
+
+def deployment_row(d: dict) -> list:
+    npus = ", ".join(f"{n['node']}:{n['logic_id']}" for n in d.get("npus") or [])
+    return [
+        d["name"],
+        d.get("status", ""),
+        d.get("model_name", ""),
+        npus,
+        d.get("endpoint") or "",
+        output.age(d.get("created")),
+    ]
+
+
+HEADERS = ["NAME", "STATUS", "MODEL", "NPUS", "ENDPOINT", "AGE"]
+
+
+def get_deployments(args) -> int:
+    with connect() as client:
+        if args.name is None:
+            items = list(client.pages("/deployments/"))
+            if not items and args.output == "table":
+                output.note("No deployments.")
+                return 0
+            rows = [deployment_row(d) for d in items]
+            print(output.render(items, args.output, rows, HEADERS, [d["name"] for d in items]))
+            return 0
+        deployment = client.deployment(args.name)
+        if args.output == "yaml":
+            spec = client.get(f"/deployments/{deployment['id']}/", format="spec")
+            print(output.to_yaml(spec))
+            return 0
+    print(output.render(deployment, args.output, [deployment_row(deployment)], HEADERS, [deployment["name"]]))
+    return 0
+
+
+def wait_command(args) -> int:
+    with connect() as client:
+        deployment = wait_for(client, args.name, args.target, args.timeout)
+    print(f"{args.name}: {deployment['status'] if deployment else 'deleted'}")
+    return 0
+
+
+def server_wait(seconds: float) -> int:
+    """`timeout=` for the panel's own wait, which takes whole seconds up to an hour."""
+    if seconds > MAX_SERVER_WAIT_S:
+        raise UsageError(f"--timeout is at most {describe(MAX_SERVER_WAIT_S)}: the panel waits no longer.")
+    return max(1, round(seconds))
+
+
+def delete_command(args) -> int:
+    params = {"wait": "deleted", "timeout": server_wait(args.timeout)} if args.wait else None
+    with connect() as client:
+        deployment = client.find_deployment(args.name)
+        if deployment is None:
+            if args.ignore_not_found:
+                output.note(f"{args.name}: not found")
+                return 0
+            raise CliError(f"No deployment named {args.name!r}.")
+        timeout = args.timeout + WAIT_MARGIN_S if args.wait else None
+        try:
+            response = client.request(
+                "DELETE", f"/deployments/{deployment['id']}/", params=params, timeout=timeout
+            )
+        except ApiError as error:
+            if error.status == 404 and args.ignore_not_found:
+                return 0
+            raise
+        gone = response.json().get("deleted")
+        if args.wait and not gone:
+            # A panel without `?wait=` on delete answers at once (202, still stopping): wait here instead.
+            wait_for(client, args.name, "deleted", args.timeout)
+            gone = True
+    print(f"{args.name}: {'deleted' if gone else 'deleting'}")
+    return 0

@@ -1,0 +1,95 @@
+"""Waiting for a deployment to reach running, stopped or deleted, on the client: over the panel's
+`?watch=true` event stream where it has one, else by polling its detail every POLL_S. (Apply and delete
+ask the panel itself to wait instead, `?wait=`; this is `ascend-panel wait`.)"""
+
+import time
+from collections.abc import Iterator
+
+import httpx
+
+from panel.cli import output
+from panel.cli.client import ApiError, Client, WatchUnsupported
+from panel.cli.durations import describe
+from panel.cli.errors import FAILED, TIMEOUT, CliError
+
+TARGETS = ("running", "stopped", "deleted")
+POLL_S = 2.0
+# The panel sends a keepalive every 15 s: twice that without a byte means the stream is dead; reconnect.
+SILENCE_S = 30.0
+
+
+def wait_for(client: Client, name: str, target: str, timeout: float) -> dict | None:
+    """The deployment once it is `target` (None once deleted). CliError exiting 1 when it failed or cannot
+    get there any more, exiting 3 when `timeout` seconds ran out first."""
+    deadline = time.monotonic() + timeout
+    first = client.find_deployment(name)
+    if first is None and target != "deleted":
+        raise CliError(f"No deployment named {name!r}.")
+    last_status = None
+    seen = set()
+    for deployment in _states(client, first, deadline):
+        status = "deleted" if deployment is None else deployment.get("status")
+        if status != last_status:
+            output.note(f"{name}: {status}")
+            last_status = status
+        if status == target:
+            return deployment
+        _refuse_hopeless(name, target, deployment, started_here=bool(seen - {"unhealthy"}))
+        seen.add(status)
+    raise CliError(
+        f"{name} did not reach {target} within {describe(timeout)} (it is {last_status}).", TIMEOUT
+    )
+
+
+def _refuse_hopeless(name: str, target: str, deployment: dict | None, started_here: bool) -> None:
+    """Fail at once, rather than at the timeout, when the deployment cannot reach `target` any more: it was
+    deleted, is being stopped, failed, or (as the panel's own wait judges) turned unhealthy after a start
+    this wait saw. Unhealthy from the outset may still recover by the panel's restarts: keep waiting."""
+    if target == "deleted":
+        return
+    if deployment is None:
+        raise CliError(f"{name} was deleted before it reached {target}.")
+    status = deployment.get("status")
+    if target == "running" and (status == "failed" or (status == "unhealthy" and started_here)):
+        reason = deployment.get("reason_display") or deployment.get("reason") or "no reason given"
+        raise CliError(f"{name} failed: {reason}", FAILED, details=output.failure_lines(deployment))
+    if target == "running" and deployment.get("desired_state") in ("stopped", "deleted"):
+        raise CliError(f"{name} is being {deployment['desired_state']}; it will not reach running.")
+
+
+def _states(client: Client, first: dict | None, deadline: float) -> Iterator[dict | None]:
+    """The deployment as it changes (None once gone), until the deadline passes."""
+    yield first
+    if first is None:
+        return
+    path = f"/deployments/{first['id']}/"
+    watching = True
+    while (remaining := deadline - time.monotonic()) > 0:
+        if watching:
+            try:
+                for event, data in client.events(path, read_timeout=min(remaining, SILENCE_S)):
+                    if event == "deleted":
+                        yield None
+                        return
+                    if event == "deployment":
+                        yield data
+                    if time.monotonic() >= deadline:
+                        return
+                continue  # the panel closed the stream (a restart, say): watch again
+            except WatchUnsupported:
+                watching = False  # a panel without `?watch`: poll
+            except httpx.TimeoutException:
+                continue
+            except ApiError as error:
+                if error.status != 404:
+                    raise
+                yield None
+                return
+        time.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
+        try:
+            yield client.get(path)
+        except ApiError as error:
+            if error.status != 404:
+                raise
+            yield None
+            return
