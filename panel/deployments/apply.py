@@ -20,7 +20,7 @@ from rest_framework import serializers
 
 from panel.audit import actions as audit
 from panel.audit.services import record
-from panel.catalog.models import Model, ModelArtifact
+from panel.catalog.models import SERVABLE_FORMATS, Model, ModelArtifact
 from panel.core.choices import DesiredState, ModelSource
 from panel.deployments import placement, reasons, services
 from panel.deployments.models import Deployment
@@ -138,12 +138,14 @@ def build_request(
     elif current is not None and _placement_kept(spec, current):
         nodes = nodes_of(current)
     else:
-        model_nodes = list(model.artifacts.values_list("node_id", flat=True)) if model else []
+        ready = model.artifacts.filter(ready=True, format__in=SERVABLE_FORMATS)
+        model_nodes = list(ready.values_list("node_id", flat=True))
         nodes = placement.resolve(
             spec.get("placement") or {},
             user=user,
             facts=dict(model.facts or {}) if model else {},
             model_node_ids=[artifact.node_id] if artifact else model_nodes,
+            only_model_nodes=artifact is None and not spec["path"],
             replacing=current,
         )
     if current is not None:
@@ -155,6 +157,8 @@ def build_request(
             for key in PLANNER_FILLS:
                 if key not in given:
                     engine[key] = now[key]
+    if artifact is None and not spec["path"]:
+        artifact = copy_on(model, nodes[0]["node"])
     request = {key: engine.get(key) for key in ENGINE_SETTINGS}
     request.update(
         name=spec["name"],
@@ -165,6 +169,24 @@ def build_request(
         runtime=spec["runtime"],
     )
     return {key: value for key, value in request.items() if value is not None}
+
+
+def copy_on(model: Model, node_name: str) -> ModelArtifact:
+    """The copy of the model a spec that names only the model serves: the ready, servable one on the node
+    (the newest when there are several)."""
+    copy = (
+        model.artifacts.filter(node__name=node_name, ready=True, format__in=SERVABLE_FORMATS)
+        .order_by("-created")
+        .first()
+    )
+    if copy is None:
+        _fail(
+            "model",
+            _("{node} has no ready copy of {model}: copy it there, or give its folder as path.").format(
+                node=node_name, model=model.name
+            ),
+        )
+    return copy
 
 
 def _placement_kept(spec: dict[str, Any], current: Deployment) -> bool:

@@ -88,7 +88,7 @@ def _choose_on(block: NodeBlock, wanted, facts: dict, own: set[int]) -> tuple[li
     return [row.npu.logic_id for row in chosen], ""
 
 
-def candidate_nodes(user, node_name: str, model_node_ids: list[int]):
+def candidate_nodes(user, node_name: str):
     nodes = Node.objects.visible_to(user).filter(transport=NodeTransport.AGENT)
     if node_name:
         found = nodes.filter(name=node_name)
@@ -104,11 +104,15 @@ def resolve(
     user,
     facts: dict[str, Any],
     model_node_ids: list[int],
+    only_model_nodes: bool = False,
     replacing: Deployment | None = None,
 ) -> list[dict[str, Any]]:
-    """[{node, npus: [logic ids]}] for the planner; field errors under `placement` when nothing fits."""
+    """[{node, npus: [logic ids]}] for the planner; field errors under `placement` when nothing fits.
+    `only_model_nodes`: the spec names only the model, so only nodes with a copy of it will do."""
     wanted = placement.get("npus", AUTO)
-    nodes = candidate_nodes(user, placement.get("node") or "", model_node_ids)
+    nodes = candidate_nodes(user, placement.get("node") or "")
+    if only_model_nodes and not placement.get("node"):
+        nodes = nodes.filter(pk__in=model_node_ids)
     if isinstance(wanted, list):
         names = list(nodes.values_list("name", flat=True)[:2])
         if len(names) != 1:

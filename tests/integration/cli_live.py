@@ -69,8 +69,8 @@ def ready_model(client: httpx.Client) -> dict:
     """The demo model once its copy on sim-a2 is inspected and ready to deploy."""
 
     def ready():
-        found = client.get("/api/v1/models/", params={"search": MODEL}).json()["results"]
-        model = next((m for m in found if m["name"] == MODEL), None)
+        answer = client.get(f"/api/v1/models/{MODEL}/")
+        model = answer.json() if answer.status_code == 200 else None
         return model if model and any(a["ready"] for a in model["artifacts"]) else None
 
     return wait_until(ready, 120, f"{MODEL} was not ready on {SIM_NODE}")

@@ -306,3 +306,19 @@ def test_models_apply_by_name_without_twins_and_delete_is_refused_while_served(c
     assert not any(name.startswith("other-") for name in names)
     other_pk = next(model["id"] for model in other.get("results", other) if model["name"] == "other")
     assert client.delete(f"/api/v1/models/{other_pk}/").status_code == 200
+
+
+def test_a_spec_naming_only_the_model_serves_its_ready_copy(client, tiny):
+    answer = put(client, "model-only", {"model": "tiny-qwen", "placement": {"npus": 1}})
+    assert answer.status_code == 201, answer.json()
+    assert answer.json()["deployment"]["artifact"] == tiny.artifacts.get().pk
+    assert answer.json()["deployment"]["placement"] == [{"node": "npu-a", "npus": [0]}]
+
+
+def test_a_spec_naming_only_a_model_without_a_copy_on_the_node_says_so(client, tiny):
+    from panel.nodes.models import Node
+
+    Node.objects.create(name="empty-node", transport="agent", status="online")
+    answer = put(client, "model-only", {"model": "tiny-qwen", "placement": {"node": "empty-node"}})
+    assert answer.status_code == 400
+    assert "empty-node has no ready copy of tiny-qwen" in answer.json()["errors"]["model"][0]
