@@ -259,15 +259,15 @@ def test_it_rejects_flags_off_the_allow_list_or_with_wrong_values(extra, message
 
 
 def test_it_reads_flags_typed_into_a_form():
-    tokens = shlex.split("--max-num-seqs 64 --enable-prefix-caching --kv-cache-dtype=int8")
+    tokens = shlex.split("--max-num-seqs 64 --enable-prefix-caching --tokenizer-mode=slow")
     extra = parse_flag_text(tokens)
-    assert extra == {"--max-num-seqs": "64", "--enable-prefix-caching": True, "--kv-cache-dtype": "int8"}
+    assert extra == {"--max-num-seqs": "64", "--enable-prefix-caching": True, "--tokenizer-mode": "slow"}
     assert flag_arguments(extra) == [
         "--max-num-seqs",
         "64",
         "--enable-prefix-caching",
-        "--kv-cache-dtype",
-        "int8",
+        "--tokenizer-mode",
+        "slow",
     ]
     with pytest.raises(FlagError, match="needs a value"):
         parse_flag_text(["--max-num-seqs"])
