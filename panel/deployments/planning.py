@@ -6,7 +6,7 @@ so what the review shows is what is started.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from django.conf import settings
@@ -25,7 +25,7 @@ from workers.engine.flags import FlagError, code_loading_flags, flag_arguments
 from workers.engine.launch_spec import launch_spec_from_payload
 from workers.engine.plan import PlanInput, PlanInputError, check_input
 from workers.engine.plan_cli import with_config_extras
-from workers.engine.plan_moe import moe_layout, plan_with_eplb
+from workers.engine.plan_moe import plan_launch
 
 MIB = 1024 * 1024
 DEFAULT_VENV = "/opt/ascend-panel/venvs/{profile}"
@@ -350,10 +350,10 @@ def _run_planner(data: dict[str, Any], parts: list[NodePart], chip: str):
     )
     try:
         check_input(request)
-        layout = None if data.get("tensor_parallel_size") or dp_requested else moe_layout(facts, request)
-        if layout:  # MLA MoE: DP x TP with expert parallel over the chosen NPUs, graph mode kept
-            request = replace(request, tensor_parallel_size=layout[0], data_parallel_size=layout[1])
-        result, eplb, eplb_reasons = plan_with_eplb(facts, request, node_stack(parts[0].node).vllm_ascend)
+        choose = not (data.get("tensor_parallel_size") or dp_requested)  # MLA MoE: DP x TP with EP
+        result, eplb, eplb_reasons = plan_launch(
+            facts, request, node_stack(parts[0].node).vllm_ascend, choose
+        )
     except PlanInputError as error:
         _fail({"non_field_errors": [str(error)]})
     reasons = [reason.as_dict() for reason in [*result.reasons, *eplb_reasons]]

@@ -83,6 +83,22 @@ def plan_with_eplb(
     return with_copies, eplb, [reason("eplb_on", "info", version=version, redundant=world, per_npu=per_npu)]
 
 
+def plan_launch(
+    facts: dict[str, Any], request: PlanInput, vllm_ascend: str | None, choose_layout: bool
+) -> tuple[Plan, Eplb | None, list[Reason]]:
+    """The plan as the launch runs it: an MLA MoE model laid out by `moe_layout` when the user left TP
+    and DP to the planner (`choose_layout`), then EPLB where it applies; the extra reasons say why."""
+    reasons = []
+    layout = moe_layout(facts, request) if choose_layout else None
+    if layout:
+        tp, dp = layout
+        request = replace(request, tensor_parallel_size=tp, data_parallel_size=dp)
+        heads = int(facts["num_attention_heads"]) // tp
+        reasons.append(reason("moe_layout", "info", world=tp * dp, dp=dp, tp=tp, heads=heads))
+    result, eplb, eplb_reasons = plan_with_eplb(facts, request, vllm_ascend)
+    return result, eplb, reasons + eplb_reasons
+
+
 def mtp_config(vllm_ascend: str | None, tokens: int) -> dict[str, Any]:
     """--speculative-config for DeepSeek's MTP layers with `tokens` draft tokens ({} when off)."""
     if not tokens:

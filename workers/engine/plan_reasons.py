@@ -136,6 +136,7 @@ TEMPLATES = {
     "recipe_env": _("%(name)s=%(value)s (%(recipe)s): %(why)s"),
     "recipe_env_overridden": _("%(name)s=%(value)s as you set it (the %(recipe)s recipe gives %(default)s)."),
     "recipe_note": _("%(recipe)s: %(why)s"),
+    "env_user": _("%(name)s=%(value)s as you set it."),
     # The installed stack against the launch (workers.engine.launch_matrix).
     "flag_removed": _("vLLM %(vllm)s no longer accepts %(flag)s (gone since %(until)s); use %(use)s."),
     "flag_too_new": _("vLLM %(vllm)s does not accept %(flag)s yet (it arrived in %(since)s); use %(use)s."),

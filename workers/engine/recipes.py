@@ -116,6 +116,10 @@ def recipe_items(ctx: RecipeContext) -> list[RecipeItem]:
 def apply_recipes(items: list[RecipeItem], user_env: dict[str, str], vllm_ascend: str | None) -> Applied:
     """The launch's env and additional_config from the recipe entries and the user's overrides."""
     applied = Applied(env=dict(user_env))
+    recipe_names = {item.name for item in items}
+    for name, value in user_env.items():
+        if name not in recipe_names:
+            applied.reasons.append(reason("env_user", "info", name=name, value=value))
     for item in items:
         if not item.name:
             note = {"recipe": item.recipe, "why": item.why, "sources": list(item.sources)}
