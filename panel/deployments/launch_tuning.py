@@ -10,6 +10,7 @@ review, the API and the CLI show which binder and which recipe entry, and why.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -127,13 +128,21 @@ def host_cpus(node) -> HostCpus:
     )
 
 
+def _ip(address: str) -> str | None:
+    """The node's address when it is an IP (HCCL_IF_IP takes nothing else), else None."""
+    try:
+        return str(ipaddress.ip_address(address))
+    except ValueError:
+        return None
+
+
 def recipe_context(part, chip: str, facts: dict[str, Any], multi_node: bool, stack: Stack) -> RecipeContext:
     node = part.node
     return RecipeContext(
         chip=chip,
         multi_node=multi_node,
         family=model_family(facts),
-        node_ip=node.address or None,
+        node_ip=_ip(node.address or ""),
         ifname=(node.facts or {}).get("hccl_ifname"),
         vllm_ascend=stack.vllm_ascend,
     )

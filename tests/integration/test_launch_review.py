@@ -198,3 +198,19 @@ def test_the_launch_blocks_read_in_chinese(bob):
         "enable",
     }  # additional_config.enable_cpu_binding, an identifier in the binder's reason
     assert english_left(page, english_msgids(), names) == []
+
+
+def test_a_node_known_by_host_name_gets_no_hccl_if_ip(bob):
+    # HCCL_IF_IP takes an IP address only; the recipe leaves it out rather than pass a host name.
+    node = make_node("a3-named", STACK_0_23, chip_name="Ascend910_9391", npus=16, address="a3-named.lab")
+    r1 = {**DEEPSEEK_R1, "quantization": "W8A8_DYNAMIC", "weights_bytes": 640 * 1024**3}
+    artifact = stage(node, facts=r1, name="deepseek-ai/DeepSeek-R1-W8A8")
+    body = {
+        **plan_body(artifact, max_model_len=16384),
+        "nodes": [{"node": "a3-named", "npus": list(range(16))}],
+    }
+    review = api_client_for(bob).post("/api/v1/deployments/plan/", body, format="json").json()
+    env = review["nodes"][0]["env"]
+    assert "HCCL_IF_IP" not in env
+    assert env["HCCL_SOCKET_IFNAME"] == "enp189s0f0"
+    assert env["HCCL_OP_EXPANSION_MODE"] == "AIV"
