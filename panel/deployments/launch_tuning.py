@@ -181,7 +181,7 @@ def tune_parts(data: dict[str, Any], parts: list, chip: str, plan: dict[str, Any
         stack = node_stack(part.node)
         tuned = _tune_one(data, part, chip, plan, facts, stack, multi_node=len(parts) > 1)
         part.payload.update(tuned.payload)
-        findings = check_launch(stack, data["extra_flags"], env)
+        findings = check_launch(stack, _flags_as_launched(data["extra_flags"], part.payload), env)
         for finding in findings:
             if finding.reason.level == "error":
                 errors.setdefault(finding.field, []).append(finding.reason.message)
@@ -195,6 +195,14 @@ def tune_parts(data: dict[str, Any], parts: list, chip: str, plan: dict[str, Any
             {field: list(dict.fromkeys(texts)) for field, texts in errors.items()}
         )
     return _unique(shown)
+
+
+def _flags_as_launched(extra: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
+    """The extra flags with the graph mode the launch adds, so the graph-mode check sees what runs."""
+    planned = payload.get("compilation_config") or {}
+    if not planned:
+        return extra
+    return {**extra, COMPILATION_CONFIG: merge_json(planned, json_flag_value(extra, COMPILATION_CONFIG))}
 
 
 def _unique(items: list[dict]) -> list[dict]:

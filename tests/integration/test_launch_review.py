@@ -214,3 +214,27 @@ def test_a_node_known_by_host_name_gets_no_hccl_if_ip(bob):
     assert "HCCL_IF_IP" not in env
     assert env["HCCL_SOCKET_IFNAME"] == "enp189s0f0"
     assert env["HCCL_OP_EXPANSION_MODE"] == "AIV"
+
+
+def test_the_graph_mode_check_sees_the_mode_the_launch_sets(bob):
+    # On an HDK older than 25.5.1 the default FULL_AND_PIECEWISE may fail to capture; DeepSeek runs
+    # FULL_DECODE_ONLY (set by the launch), so only the other model is warned about.
+    old_hdk = {**STACK_0_23, "driver": "25.2.0"}
+    node = make_node("a3-oldhdk", old_hdk, chip_name="Ascend910_9391", npus=16)
+    r1 = {**DEEPSEEK_R1, "quantization": "W8A8_DYNAMIC", "weights_bytes": 640 * 1024**3}
+    deepseek = stage(node, facts=r1, name="deepseek-ai/DeepSeek-R1-W8A8")
+    qwen = stage(node)
+    client = api_client_for(bob)
+    body = {
+        **plan_body(deepseek, max_model_len=16384),
+        "nodes": [{"node": "a3-oldhdk", "npus": list(range(16))}],
+    }
+    codes = [
+        item["code"]
+        for item in client.post("/api/v1/deployments/plan/", body, format="json").json()["warnings"]
+    ]
+    assert "decode_graph_mode" in codes
+    assert "graph_mode_needs_stack" not in codes
+    review = client.post("/api/v1/deployments/plan/", plan_body(qwen), format="json").json()
+    warning = next(item for item in review["warnings"] if item["code"] == "graph_mode_needs_stack")
+    assert "this node has HDK 25.2.0 and CANN 9.1.0" in warning["message"]
