@@ -31,6 +31,7 @@ from panel.deployments.spec import engine_settings_of, nodes_of
 PLANNER_FILLS = ("tensor_parallel_size", "data_parallel_size", "max_model_len")
 # Settings a spec that leaves them out keeps as they are (a new port would break every client).
 KEPT_WHEN_LEFT_OUT = ("port", "served_model_name")
+TUNING = ("env", "mtp_tokens")  # kept as the user gave them; the launch's env adds the chip recipe
 HUB_ID = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
 
 
@@ -226,7 +227,11 @@ def diff(current: Deployment, planned: DeploymentPlan, model: Model, artifact, s
     old = (current.spec or {}).copy()
     new = planned.parts[0].payload
     for key in ENGINE_SETTINGS:
-        note(f"engine.{key}", old.get(key), new.get(key))
+        if key not in TUNING:
+            note(f"engine.{key}", old.get(key), new.get(key))
+    tuning = (current.plan or {}).get("tuning") or {"env": {}, "mtp_tokens": 0}
+    for key in TUNING:
+        note(f"engine.{key}", tuning.get(key), planned.data.get(key))
     note("path", old.get("model_path"), new.get("model_path"))
     note("runtime", current.runtime_kind, spec["runtime"])
     if not changes and _launches(current.spec or {}) != [(p.node.name, p.payload) for p in planned.parts]:

@@ -149,6 +149,26 @@ class EngineStepForm(forms.Form):
         required=False,
         help_text=_("The engine's HTTP port on the node; empty picks a free one."),
     )
+    mtp_tokens = forms.IntegerField(
+        label=_("MTP draft tokens"),
+        required=False,
+        min_value=0,
+        initial=0,
+        help_text=_(
+            "Multi-token prediction for models that carry MTP layers (DeepSeek-V3/R1): each decode step "
+            "drafts this many tokens with the MTP layer. 0 turns it off; its weights and KV cache count in "
+            "the plan."
+        ),
+    )
+    env = forms.CharField(
+        label=_("Environment overrides"),
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}),
+        help_text=_(
+            "One NAME=value per line, laid over the chip recipe shown in the plan (e.g. HCCL_BUFFSIZE=512). "
+            "Variables that load code or libraries (LD_*, PYTHON*, PATH) are for admins."
+        ),
+    )
     extra_flags = forms.CharField(
         label=_("Extra vLLM flags"),
         required=False,
@@ -167,6 +187,21 @@ class EngineStepForm(forms.Form):
         except ValueError as error:  # FlagError, or shlex's unbalanced quotes
             raise forms.ValidationError(str(error)) from None
 
+    def clean_mtp_tokens(self):
+        return self.cleaned_data["mtp_tokens"] or 0
+
+    def clean_env(self):
+        env = {}
+        for number, line in enumerate(self.cleaned_data["env"].splitlines(), start=1):
+            text = line.strip()
+            if not text or text.startswith("#"):
+                continue
+            name, equals, value = text.partition("=")
+            if not equals or not name.strip():
+                raise forms.ValidationError(_("Line %(number)d: write NAME=value.") % {"number": number})
+            env[name.strip()] = value.strip()
+        return env
+
     def api_data(self) -> dict:
         return dict(self.cleaned_data)
 
@@ -180,6 +215,11 @@ def flags_as_text(extra: dict) -> str:
         elif value is not False:
             parts.extend([flag, shlex.quote(str(value))])
     return " ".join(parts)
+
+
+def env_as_text(env: dict) -> str:
+    """The text a user would type for `env` (the inverse of clean_env), to refill the field."""
+    return "\n".join(f"{name}={value}" for name, value in (env or {}).items())
 
 
 ALLOWED_FLAG_NAMES = sorted(ALLOWED_FLAGS)  # listed under the field, so nobody has to guess

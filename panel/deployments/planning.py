@@ -6,7 +6,7 @@ so what the review shows is what is started.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from django.conf import settings
@@ -18,13 +18,15 @@ from rest_framework import exceptions, serializers
 from panel.accounts.roles import ADMIN, has_role
 from panel.catalog.models import SERVABLE_FORMATS, Model, ModelArtifact
 from panel.core.choices import DesiredState
+from panel.deployments.launch_tuning import TuningFields, node_stack, planner_inputs, tune_parts
 from panel.deployments.models import Deployment
 from panel.nodes.models import Node, Npu
 from workers.engine.command import LaunchSpecError, build_launch, display_command
 from workers.engine.flags import FlagError, code_loading_flags, flag_arguments
 from workers.engine.launch_spec import launch_spec_from_payload
-from workers.engine.plan import PlanInput, PlanInputError, plan
+from workers.engine.plan import PlanInput, PlanInputError, check_input
 from workers.engine.plan_cli import with_config_extras
+from workers.engine.plan_moe import plan_launch
 
 MIB = 1024 * 1024
 DEFAULT_VENV = "/opt/ascend-panel/venvs/{profile}"
@@ -44,6 +46,7 @@ REASON_FIELDS = {
     "dense_needs_pipeline": "nodes",
     "moe_sizes_unknown": "model",
     "needs_more_nodes": "nodes",
+    "mtp_unsupported": "mtp_tokens",
 }
 
 
@@ -52,7 +55,7 @@ class NodeChoiceSerializer(serializers.Serializer):
     npus = serializers.ListField(child=serializers.IntegerField(min_value=0), allow_empty=True, default=list)
 
 
-class EngineSettingsSerializer(serializers.Serializer):
+class EngineSettingsSerializer(TuningFields):
     """The wizard's engine settings (also a spec's `engine:` block). Left empty, the planner chooses."""
 
     tensor_parallel_size = serializers.IntegerField(required=False, allow_null=True, min_value=1)
@@ -195,6 +198,8 @@ def chip_of(npus: list[Npu]) -> str:
         return "310p"
     if "910_93" in name or name.startswith("A3") or "910C" in name:
         return "a3"
+    if "950" in name:
+        return "950"
     return "910b"
 
 
@@ -251,6 +256,7 @@ def plan_request(raw: dict[str, Any], user=None, replacing: Deployment | None = 
                 "ifname": (part.node.facts or {}).get("hccl_ifname") or "eth0",
             }
         part.payload = payload
+    warnings = warnings + tune_parts(data, parts, chip, plan_dict, user)
     result = DeploymentPlan(data=dict(data), parts=parts, plan=plan_dict, warnings=warnings, chip=chip)
     try:
         result.as_review()
@@ -367,12 +373,17 @@ def _run_planner(data: dict[str, Any], parts: list[NodePart], chip: str):
         tensor_parallel_size=tp,
         data_parallel_size=dp_requested,
         enforce_eager=data["enforce_eager"],
+        **planner_inputs(data, parts, chip, facts),
     )
     try:
-        result = plan(facts, request)
+        check_input(request)
+        choose = not (data.get("tensor_parallel_size") or dp_requested)  # MLA MoE: DP x TP with EP
+        result, eplb, eplb_reasons = plan_launch(
+            facts, request, node_stack(parts[0].node).vllm_ascend, choose
+        )
     except PlanInputError as error:
         _fail({"non_field_errors": [str(error)]})
-    reasons = [reason.as_dict() for reason in result.reasons]
+    reasons = [reason.as_dict() for reason in [*result.reasons, *eplb_reasons]]
     if not result.fits:
         errors: dict[str, list[str]] = {}
         for item in reasons:
@@ -396,7 +407,7 @@ def _run_planner(data: dict[str, Any], parts: list[NodePart], chip: str):
             }
         )
     warnings = [item for item in reasons if item["level"] != "error"]
-    return result.as_dict(), warnings, result.tensor_parallel_size, dp
+    return {**result.as_dict(), "eplb": eplb and asdict(eplb)}, warnings, result.tensor_parallel_size, dp
 
 
 def free_port(nodes: list[Node], replacing: Deployment | None = None) -> int:

@@ -107,7 +107,12 @@ def take_plan(deployment: Deployment, planned: DeploymentPlan) -> None:
             {"node": part.node.name, "role": part.role, "launch": part.payload} for part in planned.parts
         ],
     }
-    deployment.plan = {"plan": planned.plan, "warnings": planned.warnings, "chip": planned.chip}
+    deployment.plan = {
+        "plan": planned.plan,
+        "warnings": planned.warnings,
+        "chip": planned.chip,
+        "tuning": {"env": data.get("env") or {}, "mtp_tokens": data.get("mtp_tokens") or 0},
+    }
     deployment.runtime_kind = data["runtime"]
     deployment.save()
     deployment.nodes.set([part.node for part in planned.parts])

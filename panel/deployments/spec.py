@@ -135,6 +135,8 @@ def engine_settings_of(deployment: Deployment) -> dict[str, Any]:
     """The engine settings the deployment runs with, as the spec's `engine:` block."""
     launch = deployment.spec or {}
     settings = {key: launch.get(key) for key in ENGINE_SETTINGS}
+    # The launch's env holds the chip recipe's variables too; the spec keeps only the user's own.
+    settings.update((deployment.plan or {}).get("tuning") or {"env": {}, "mtp_tokens": 0})
     settings["extra_flags"] = settings["extra_flags"] or {}
     if settings["served_model_name"] == deployment.name:
         settings["served_model_name"] = ""  # the default: the deployment's own name

@@ -28,8 +28,11 @@ from panel.deployments.forms import (
     ModelStepForm,
     PlacementStepForm,
     choices_from_nodes,
+    env_as_text,
     flags_as_text,
 )
+from panel.deployments.launch_review import launch_context
+from panel.deployments.launch_tuning import AdminOnlyEnv
 from panel.deployments.models import Deployment
 from panel.deployments.planning import AdminOnlyFlag, DeploymentRequestSerializer, plan_request
 from panel.deployments.wizard_placement import describe, node_blocks, suggest
@@ -132,6 +135,8 @@ def planned(state: dict, engine: dict | None = None, *, user):
         return plan_request(api_request(state, engine), user=user), {}
     except AdminOnlyFlag as error:
         return None, {"extra_flags": [str(error.detail)]}
+    except AdminOnlyEnv as error:
+        return None, {"env": [str(error.detail)]}
     except serializers.ValidationError as error:
         detail = error.detail if isinstance(error.detail, dict) else {"non_field_errors": error.detail}
         return None, detail
@@ -160,10 +165,12 @@ def memory_bars(review: dict) -> list[dict]:
 
 def review_context(plan) -> dict:
     review = plan.as_review()
+    launch = launch_context(review.get("warnings") or [])
     return {
         "review": review,
         "memory_bars": memory_bars(review),
-        "warnings": review.get("warnings") or [],
+        "warnings": launch.pop("other"),
+        "launch": launch,
         "planned_settings": plan.parts[0].payload if plan.parts else {},
     }
 
@@ -333,6 +340,7 @@ def _engine_initial(state: dict, user) -> dict:
     if "engine" in state:
         engine = dict(state["engine"])
         engine["extra_flags"] = flags_as_text(engine.get("extra_flags") or {})
+        engine["env"] = env_as_text(engine.get("env") or {})
         return engine
     plan, _errors = planned(state, user=user)
     initial = {"dtype": "auto", "gpu_memory_utilization": 0.9}

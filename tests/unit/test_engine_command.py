@@ -259,15 +259,15 @@ def test_it_rejects_flags_off_the_allow_list_or_with_wrong_values(extra, message
 
 
 def test_it_reads_flags_typed_into_a_form():
-    tokens = shlex.split("--max-num-seqs 64 --enable-prefix-caching --kv-cache-dtype=int8")
+    tokens = shlex.split("--max-num-seqs 64 --enable-prefix-caching --tokenizer-mode=slow")
     extra = parse_flag_text(tokens)
-    assert extra == {"--max-num-seqs": "64", "--enable-prefix-caching": True, "--kv-cache-dtype": "int8"}
+    assert extra == {"--max-num-seqs": "64", "--enable-prefix-caching": True, "--tokenizer-mode": "slow"}
     assert flag_arguments(extra) == [
         "--max-num-seqs",
         "64",
         "--enable-prefix-caching",
-        "--kv-cache-dtype",
-        "int8",
+        "--tokenizer-mode",
+        "slow",
     ]
     with pytest.raises(FlagError, match="needs a value"):
         parse_flag_text(["--max-num-seqs"])
@@ -365,3 +365,62 @@ def test_isula_with_a_port_mapping_listens_inside_and_publishes_on_the_asked_hos
 def test_it_rejects_wrong_container_fields(change, field):
     with pytest.raises(LaunchSpecError, match=field):
         build_container_run(replace(CONTAINER, **change))
+
+
+def test_the_planned_env_lies_over_the_base_environment():
+    launch = build_launch(replace(QWEN_72B, env={"HCCL_BUFFSIZE": "512", "PYTORCH_NPU_ALLOC_CONF": "x"}))
+    assert launch.env["HCCL_BUFFSIZE"] == "512"
+    assert launch.env["PYTORCH_NPU_ALLOC_CONF"] == "x"
+    assert launch.env["ASCEND_RT_VISIBLE_DEVICES"] == "4,5,6,7"
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"ASCEND_RT_VISIBLE_DEVICES": "0"}, "set from the chosen NPUs"),
+        ({"BAD NAME": "1"}, "not an environment variable name"),
+        ({"OK": "a\x00b"}, "NUL"),
+    ],
+)
+def test_it_refuses_env_that_would_move_the_npus_or_break_the_environment(env, message):
+    with pytest.raises(LaunchSpecError, match=message):
+        build_launch(replace(QWEN_72B, env=env))
+
+
+def test_planned_json_configs_merge_under_the_users_own_keys():
+    spec = replace(
+        QWEN_72B,
+        additional_config={
+            "enable_cpu_binding": False,
+            "eplb_config": {"dynamic_eplb": True, "eplb_policy_type": 2},
+        },
+        compilation_config={"cudagraph_mode": "FULL_DECODE_ONLY"},
+        speculative_config={"method": "mtp", "num_speculative_tokens": 1},
+        extra_flags={
+            "--additional-config": '{"eplb_config": {"eplb_policy_type": 1}, "enable_flashcomm1": true}'
+        },
+    )
+    command = vllm_part(build_launch(spec).argv)
+    assert value_after(command, "--additional-config") == (
+        '{"enable_cpu_binding":false,"enable_flashcomm1":true,"eplb_config":{"dynamic_eplb":true,"eplb_policy_type":1}}'
+    )
+    assert value_after(command, "--compilation-config") == '{"cudagraph_mode":"FULL_DECODE_ONLY"}'
+    assert value_after(command, "--speculative-config") == '{"method":"mtp","num_speculative_tokens":1}'
+    assert command.count("--additional-config") == 1
+
+
+def test_empty_planned_configs_add_no_flags():
+    assert "--additional-config" not in build_launch(QWEN_72B).argv
+
+
+def test_auto_tool_choice_needs_its_parser_as_vllm_does():
+    with pytest.raises(FlagError, match="needs --tool-call-parser"):
+        flag_arguments({"--enable-auto-tool-choice": True})
+    assert flag_arguments({"--enable-auto-tool-choice": True, "--tool-call-parser": "hermes"})[0] == (
+        "--enable-auto-tool-choice"
+    )
+
+
+def test_the_950_is_a_chip_the_launch_knows():
+    launch = build_launch(replace(QWEN_72B, chip="950"))
+    assert launch.env["HCCL_OP_EXPANSION_MODE"] == "AIV"

@@ -35,11 +35,14 @@ CLI_MODULE = "vllm.entrypoints.cli.main"
 # torch_npu's operator queue: level 1 is the safe default. vllm-ascend's tuning guide offers level 2
 # for speed but warns that it raises the memory peak, and torch_npu's own OOM message advises 1.
 DEFAULT_TASK_QUEUE_ENABLE = 1
-CHIPS = ("910b", "a3", "310p", "cpu")
+CHIPS = ("910b", "a3", "310p", "950", "cpu")
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 SERVED_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/\-]{0,127}$")
 IFNAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,14}$")
 HOSTNAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.\-]{0,252}$")
+ENV_NAME_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+# The launch sets these from the placement; an env entry must not point the engine at other NPUs.
+PLACEMENT_ENV = ("ASCEND_RT_VISIBLE_DEVICES",)
 
 
 class LaunchSpecError(ValueError):
@@ -83,6 +86,13 @@ class LaunchSpec:
     multi_node: MultiNode | None = None
     task_queue_enable: int = DEFAULT_TASK_QUEUE_ENABLE
     cpu_kvcache_space_gib: int = 4  # vllm-cpu only: VLLM_CPU_KVCACHE_SPACE
+    # Chosen by the panel per stack version and chip (recipes, CPU binder, EPLB, graph mode, MTP): laid over
+    # the base environment, and under the user's own --additional-config / --compilation-config /
+    # --speculative-config keys.
+    env: dict[str, str] = field(default_factory=dict)
+    additional_config: dict[str, Any] = field(default_factory=dict)
+    compilation_config: dict[str, Any] = field(default_factory=dict)
+    speculative_config: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -99,13 +109,13 @@ def build_launch(spec: LaunchSpec) -> Launch:
     check_spec(spec)
     command = _python(spec) + _vllm_arguments(spec)
     if spec.chip == "cpu":
-        return Launch(argv=command, env=_cpu_env(spec), log_path=spec.log_path)
+        return Launch(argv=command, env={**_cpu_env(spec), **spec.env}, log_path=spec.log_path)
     if spec.numa_node is not None:
         # Weights and KV staging buffers then live in the memory next to the NPUs' PCIe root.
         command = ["numactl", f"--cpunodebind={spec.numa_node}", f"--membind={spec.numa_node}", *command]
     if spec.set_env_scripts:
         command = source_then_exec(spec.set_env_scripts, command)
-    return Launch(argv=command, env=ascend_env(spec), log_path=spec.log_path)
+    return Launch(argv=command, env={**ascend_env(spec), **spec.env}, log_path=spec.log_path)
 
 
 def source_then_exec(scripts: tuple[str, ...] | list[str], command: list[str]) -> list[str]:
@@ -177,10 +187,23 @@ def check_spec(spec: LaunchSpec) -> None:
         problems.append(f"numa_node must be a NUMA node number or None; got {spec.numa_node!r}")
     if spec.task_queue_enable not in (0, 1, 2):
         problems.append(f"task_queue_enable must be 0, 1 or 2; got {spec.task_queue_enable}")
+    problems.extend(_env_problems(spec.env))
     problems.extend(_device_problems(spec))
     problems.extend(_multi_node_problems(spec))
     if problems:
         raise LaunchSpecError("; ".join(problems))
+
+
+def _env_problems(env: dict[str, str]) -> list[str]:
+    problems = []
+    for name, value in env.items():
+        if not isinstance(name, str) or not ENV_NAME_PATTERN.fullmatch(name):
+            problems.append(f"env: {name!r} is not an environment variable name (letters, digits, _)")
+        elif name in PLACEMENT_ENV:
+            problems.append(f"env: {name} is set from the chosen NPUs; choose the NPUs instead")
+        elif not isinstance(value, str) or "\x00" in value:
+            problems.append(f"env: {name} needs a text value without NUL bytes; got {value!r}")
+    return problems
 
 
 def _device_problems(spec: LaunchSpec) -> list[str]:
@@ -257,7 +280,12 @@ def _vllm_arguments(spec: LaunchSpec) -> list[str]:
     # vllm-cpu has no graph capture worth the start-up time on small test models.
     if spec.enforce_eager or spec.chip in ("310p", "cpu"):
         argv.append("--enforce-eager")
-    return argv + flag_arguments(spec.extra_flags)
+    planned = {
+        "--additional-config": spec.additional_config,
+        "--compilation-config": spec.compilation_config,
+        "--speculative-config": spec.speculative_config,
+    }
+    return argv + flag_arguments(spec.extra_flags, planned)
 
 
 def _cpu_env(spec: LaunchSpec) -> dict[str, str]:

@@ -23,6 +23,8 @@ ALLOWED_FLAGS: dict[str, Any] = {
     "--max-logprobs": INT,
     "--seed": INT,
     "--block-size": ("128",),  # vllm-ascend pages KV in 128-token blocks
+    # No --kv-cache-dtype: vLLM's parser has no int8 (Ascend's int8 KV cache is an additional_config
+    # setting), which tests/engine/test_vllm_argv.py found; fp8 choices do not run on Ascend.
     "--swap-space": FLOAT,
     "--cpu-offload-gb": FLOAT,
     "--enable-prefix-caching": BOOL,
@@ -41,9 +43,9 @@ ALLOWED_FLAGS: dict[str, Any] = {
     "--response-role": NAME,
     "--chat-template": PATH,
     "--tokenizer": PATH,
-    "--kv-cache-dtype": ("auto", "int8"),
     "--tokenizer-mode": ("auto", "slow", "mistral"),
-    "--load-format": ("auto", "safetensors", "pt"),
+    # sharded_state: the 310P's W8A8SC builds are saved per TP rank (vllm-ascend's Qwen3-Dense tutorial).
+    "--load-format": ("auto", "safetensors", "pt", "sharded_state"),
     "--generation-config": ("auto", "vllm"),
     "--scheduling-policy": ("fcfs", "priority"),
     "--additional-config": JSON,
@@ -107,12 +109,45 @@ class FlagError(ValueError):
     """An extra flag is not allowed or its value has the wrong type; the message says which."""
 
 
-def flag_arguments(extra: dict[str, Any]) -> list[str]:
-    """argv items for the user's extra flags, in the order given; raises FlagError on anything unsafe."""
+# JSON flags the launch itself may fill (CPU binding and EPLB in --additional-config, the graph mode, MTP).
+PLANNED_JSON_FLAGS = ("--additional-config", "--compilation-config", "--speculative-config")
+# vLLM refuses these flags without their partner (validate_parsed_serve_args in its cli_args.py).
+NEEDS = {"--enable-auto-tool-choice": "--tool-call-parser"}
+
+
+def flag_arguments(extra: dict[str, Any], planned: dict[str, dict[str, Any]] | None = None) -> list[str]:
+    """argv items for the user's extra flags, in the order given, then the planned JSON flags the user did
+    not give; in a JSON flag both give, the user's keys win. Raises FlagError on anything unsafe."""
+    merged = dict(extra)
+    for flag, value in (planned or {}).items():
+        if flag not in PLANNED_JSON_FLAGS:
+            raise FlagError(f"{flag} is not a flag the launch fills in")
+        if value:
+            user = _json_object(flag, extra[flag]) if flag in extra else {}
+            merged[flag] = merge_json(value, user)
+    for flag, partner in NEEDS.items():
+        if merged.get(flag) not in (None, False) and partner not in merged:
+            raise FlagError(f"{flag} needs {partner} too (vLLM refuses to start without it); add {partner}")
     argv: list[str] = []
-    for flag, value in extra.items():
+    for flag, value in merged.items():
         argv.extend(_one_flag(flag, value))
     return argv
+
+
+def merge_json(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """`base` with `override` laid over it, nested objects merged key by key."""
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = merge_json(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def json_flag_value(extra: dict[str, Any], flag: str) -> dict[str, Any]:
+    """The user's JSON object for `flag` ({} when absent); raises FlagError when it is not an object."""
+    return _json_object(flag, extra[flag]) if flag in extra else {}
 
 
 def parse_flag_text(tokens: list[str]) -> dict[str, Any]:
@@ -183,7 +218,7 @@ def _value_text(flag: str, kind: Any, value: Any) -> str:
     return _json_text(flag, value)
 
 
-def _json_text(flag: str, value: Any) -> str:
+def _json_object(flag: str, value: Any) -> dict[str, Any]:
     if isinstance(value, str):
         try:
             value = json.loads(value)
@@ -191,4 +226,8 @@ def _json_text(flag: str, value: Any) -> str:
             raise FlagError(f"{flag} needs a JSON object; {error}") from error
     if not isinstance(value, dict):
         raise FlagError(f'{flag} needs a JSON object such as {{"key": 1}}; got {value!r}')
-    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+    return value
+
+
+def _json_text(flag: str, value: Any) -> str:
+    return json.dumps(_json_object(flag, value), separators=(",", ":"), sort_keys=True)

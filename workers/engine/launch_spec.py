@@ -28,6 +28,10 @@ PANEL_FIELDS = (
     "numa_node",
     "chip",
     "cpu_kvcache_space_gib",
+    "env",
+    "additional_config",
+    "compilation_config",
+    "speculative_config",
 )
 
 

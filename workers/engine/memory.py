@@ -19,15 +19,18 @@ DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 # HBM the driver and CANN runtime hold before vLLM starts; torch_npu never sees it. An idle 64 GiB 910B
 # shows about 3.3 GiB used in npu-smi, and torch_npu reports "60.96 GiB total capacity" for it in OOM
 # messages. An idle 300I Pro (310P3) shows about 1.8 GiB used of 21525 MB.
-DRIVER_RESERVED_BYTES = {"910b": 3 * GIB, "a3": 3 * GIB, "310p": 2 * GIB}
+# The 950 is assumed to hold what A2 / A3 hold; no idle 950 reading was at hand.
+DRIVER_RESERVED_BYTES = {"910b": 3 * GIB, "a3": 3 * GIB, "310p": 2 * GIB, "950": 3 * GIB}
 
 # Peak activations of the profiling run (default chunked prefill of a few thousand tokens) plus
 # torch_npu's workspace. Checked against a real vllm-ascend start-up: Qwen2.5-7B, TP 1, 0.90 of a 64 GiB
 # NPU logged 744,048 KV tokens; with these constants the planner predicts within 0.1 % of that.
 WORKSPACE_BYTES = 1 * GIB
-# HCCL keeps send/receive buffers (HCCL_BUFFSIZE, 200 MB by default) per communicator once more than
-# one NPU takes part.
-COLLECTIVE_BYTES = GIB // 2
+MIB = 1024**2
+# HCCL gives every communicator a send and a receive buffer of HCCL_BUFFSIZE MB each (CANN's HCCL_BUFFSIZE
+# reference: "each communicator occupies 2 x HCCL_BUFFSIZE"; 200 MB by default). The recipes raise it (the
+# 950's 512 MB), so it is counted from the launch's own value.
+HCCL_BUFFERS_PER_COMMUNICATOR = 2
 
 # msModelSlim W8A8 keeps, per output channel of each quantized linear layer, a weight scale and offset
 # (fp32), a dequant scale (int64) and a quant bias (int32): 20 bytes per row of `hidden` weights.
@@ -128,14 +131,14 @@ def kv_heads_per_npu(facts: dict[str, Any], tensor_parallel: int) -> int:
     return max(1, kv_heads // tensor_parallel)
 
 
-def kv_bytes_per_token(facts: dict[str, Any], tensor_parallel: int, dtype: str) -> int:
-    """KV cache bytes one NPU stores per token.
+def kv_bytes_per_token(facts: dict[str, Any], tensor_parallel: int, dtype: str, extra_layers: int = 0) -> int:
+    """KV cache bytes one NPU stores per token; `extra_layers` are MTP draft layers, which cache too.
 
     MLA models cache one compressed latent (kv_lora_rank + qk_rope_head_dim) per layer, the same on
     every TP rank; other models cache K and V for their share of the KV heads.
     """
     size = DTYPE_BYTES[dtype]
-    layers = int(facts["num_layers"])
+    layers = int(facts["num_layers"]) + extra_layers
     mla = facts.get("mla")
     if mla:
         return (int(mla["kv_lora_rank"]) + int(mla["qk_rope_head_dim"])) * layers * size
@@ -143,12 +146,55 @@ def kv_bytes_per_token(facts: dict[str, Any], tensor_parallel: int, dtype: str) 
     return layers * kv_heads_per_npu(facts, tensor_parallel) * head_dim * 2 * size
 
 
-def runtime_reserve(chip: str, npus_in_engine: int) -> int:
-    """Bytes per NPU that neither weights nor KV cache can use (see the constants above)."""
-    reserve = DRIVER_RESERVED_BYTES[chip] + WORKSPACE_BYTES
-    if npus_in_engine > 1:
-        reserve += COLLECTIVE_BYTES
-    return reserve
+def hccl_communicators(tensor_parallel: int, data_parallel: int, expert_parallel: bool) -> int:
+    """HCCL communicators each NPU joins, an estimate of vLLM's and vllm-ascend's process groups: the TP
+    group when TP > 1, the DP group when DP > 1, and with expert parallel the EP group plus vllm-ascend's
+    MC2 group (MoE dispatch and combine)."""
+    return int(tensor_parallel > 1) + int(data_parallel > 1) + 2 * int(expert_parallel)
+
+
+def hccl_bytes(buffsize_mb: int, communicators: int) -> int:
+    return communicators * HCCL_BUFFERS_PER_COMMUNICATOR * buffsize_mb * MIB
+
+
+def mtp_weights(facts: dict[str, Any], weights: Weights) -> Weights:
+    """The weights of the model's MTP layers (DeepSeek's num_nextn_predict_layers) when they run as
+    speculative decoding drafts: each like one of the model's own layers (its experts included) plus the
+    projection of the two hidden states into one (eh_proj); embedding and head are shared with the model.
+
+    A checkpoint that ships its MTP layers (DeepSeek-V3/R1's layer 61) counts them in weights_bytes already,
+    so with MTP on the plan counts one layer twice: an error of one layer in sixty, on the safe side.
+    """
+    layers = int(facts.get("mtp_layers") or 0)
+    if not layers:
+        return Weights(0, 0, weights.label, weights.estimated)
+    num_layers, hidden = int(facts["num_layers"]), int(facts["hidden_size"])
+    moe = facts.get("moe") or {}
+    moe_layers = num_layers - int(moe.get("first_dense_layers") or 0) if weights.expert_bytes else 0
+    experts = weights.expert_bytes // moe_layers if moe_layers else 0
+    embeddings = embedding_params(facts) * 2  # embeddings and head stay 16-bit, even in W8A8
+    dense = max(weights.total_bytes - weights.expert_bytes - embeddings, 0) // num_layers
+    projection = 2 * hidden * hidden * 2
+    return Weights(layers * (dense + experts + projection), layers * experts, weights.label, estimated=True)
+
+
+def with_redundant_experts(facts: dict[str, Any], weights: Weights, redundant: int) -> Weights:
+    """The weights with EPLB's `redundant` extra copies of routed experts (each one expert's size)."""
+    routed = int((facts.get("moe") or {}).get("routed_experts") or 0)
+    if not redundant or not routed or not weights.expert_bytes:
+        return weights
+    extra = -(-weights.expert_bytes * redundant // routed)
+    total, expert = weights.total_bytes + extra, weights.expert_bytes + extra
+    return Weights(total, expert, weights.label, weights.estimated)
+
+
+def combined(first: Weights, second: Weights) -> Weights:
+    return Weights(
+        first.total_bytes + second.total_bytes,
+        first.expert_bytes + second.expert_bytes,
+        first.label,
+        first.estimated or (second.estimated and second.total_bytes > 0),
+    )
 
 
 @dataclass(frozen=True)
@@ -174,13 +220,14 @@ class NpuMemory:
         }
 
 
-def npu_memory(total: int, chip: str, utilization: float, weights: int, npus_in_engine: int) -> NpuMemory:
+def npu_memory(total: int, chip: str, utilization: float, weights: int, collective: int) -> NpuMemory:
     """Split one NPU: vLLM may use `utilization` of what torch_npu sees; the rest stays free.
 
-    torch_npu sees the total less the driver's share, and vLLM applies gpu_memory_utilization to that.
+    torch_npu sees the total less the driver's share, and vLLM applies gpu_memory_utilization to that;
+    its profiling counts HCCL's buffers (`collective`, see hccl_bytes) inside that share.
     """
     driver = DRIVER_RESERVED_BYTES[chip]
-    workspace = runtime_reserve(chip, npus_in_engine) - driver
+    workspace = WORKSPACE_BYTES + collective
     allowed = int((total - driver) * utilization)
     kv_cache = allowed - weights - workspace
     free = total - driver - allowed

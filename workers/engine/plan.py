@@ -31,9 +31,10 @@ from typing import Any
 
 from workers.engine import memory
 from workers.engine.memory import GIB, NpuMemory, Weights, gib
+from workers.engine.plan_explain import kv_too_small, memory_notes, needs_more_nodes, summary
 from workers.engine.plan_reasons import Reason, reason
 
-CHIPS = ("910b", "a3", "310p")
+CHIPS = ("910b", "a3", "310p", "950")
 # vllm-ascend's MLA attention kernel in graph mode accepts only these heads per NPU (after the TP split).
 MLA_GRAPH_HEADS_PER_NPU = (32, 64, 128)
 TENSOR_PARALLEL_CHOICES = (1, 2, 4, 8, 16, 32)
@@ -58,6 +59,9 @@ class PlanInput:
     tensor_parallel_size: int | None = None  # None: let the planner choose
     data_parallel_size: int | None = None
     enforce_eager: bool = False
+    hccl_buffsize_mb: int = 200  # the launch's HCCL_BUFFSIZE (recipes and env overrides change it)
+    mtp_tokens: int = 0  # MTP speculative decoding draft tokens; 0: off
+    redundant_experts: int = 0  # EPLB's extra expert copies over the EP ranks
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,9 @@ class Plan:
     max_concurrent_seqs: int  # full max-model-len sequences one engine can hold at once
     memory: NpuMemory | None
     reasons: list[Reason]
+    mtp_tokens: int = 0
+    redundant_experts: int = 0
+    hccl_bytes_per_npu: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """The CLI's JSON: the documented keys first, then the details the panel shows."""
@@ -103,6 +110,9 @@ class Plan:
             "weights_label": self.weights.label if self.weights else None,
             "kv_bytes_per_token": self.kv_bytes_per_token,
             "memory_per_npu": self.memory.as_dict() if self.memory else None,
+            "mtp_tokens": self.mtp_tokens,
+            "redundant_experts": self.redundant_experts,
+            "hccl_bytes_per_npu": self.hccl_bytes_per_npu,
         }
 
 
@@ -119,6 +129,7 @@ class Layout:
     memory: NpuMemory
     tokens: int
     broken_rules: tuple[Reason, ...]
+    collective_bytes: int = 0
 
     @property
     def weights_fit(self) -> bool:
@@ -133,6 +144,8 @@ class Settings:
     quantization: str | None
     max_model_len: int
     weights: Weights
+    draft: Weights | None = None  # MTP layers run as speculative-decoding drafts
+    draft_layers: int = 0
 
 
 def plan(facts: dict[str, Any], request: PlanInput) -> Plan:
@@ -144,12 +157,15 @@ def plan(facts: dict[str, Any], request: PlanInput) -> Plan:
     if missing:
         return _empty_plan(request, [reason("facts_missing", "error", fields=", ".join(missing))])
     reasons: list[Reason] = []
-    settings = _settle(facts, request, reasons)
+    settings = settle(facts, request, reasons)
     layout = _choose_layout(facts, request, settings)
     eager = _eager(facts, request, layout.tensor_parallel, reasons)
     fits = not layout.broken_rules and layout.tokens >= settings.max_model_len
+    if request.mtp_tokens and not settings.draft_layers:
+        reasons.append(reason("mtp_unsupported", "error"))
+        fits = False
     if layout.nodes > request.nodes and not request.tensor_parallel_size:  # the planner spread it wider
-        reasons.append(_needs_more_nodes(request, settings, layout))
+        reasons.append(needs_more_nodes(request, settings, layout))
         reasons.extend(r for r in layout.broken_rules if r.code != "not_enough_npus")
         reasons.extend(_as_w8a8(facts, request, settings))
     elif layout.broken_rules:
@@ -157,9 +173,11 @@ def plan(facts: dict[str, Any], request: PlanInput) -> Plan:
     elif not layout.weights_fit:
         reasons.extend(_weights_do_not_fit(facts, request, settings, layout))
     elif not fits:
-        reasons.append(_kv_too_small(settings, layout))
+        reasons.append(kv_too_small(settings, layout))
     else:
-        reasons.extend(_summary(request, settings, layout))
+        reasons.extend(summary(request, settings, layout))
+    if fits:
+        reasons.extend(memory_notes(request, settings, layout))
     return Plan(
         fits=fits,
         tensor_parallel_size=layout.tensor_parallel,
@@ -179,6 +197,9 @@ def plan(facts: dict[str, Any], request: PlanInput) -> Plan:
         max_concurrent_seqs=layout.tokens // settings.max_model_len,
         memory=layout.memory,
         reasons=reasons,
+        mtp_tokens=request.mtp_tokens,
+        redundant_experts=request.redundant_experts,
+        hccl_bytes_per_npu=layout.collective_bytes,
     )
 
 
@@ -197,6 +218,10 @@ def check_input(request: PlanInput) -> None:
         problems.append(f"dtype must be auto, bfloat16, float16 or float32; got {request.dtype!r}")
     if request.quantization not in (None, "ascend"):
         problems.append(f"quantization must be empty or 'ascend'; got {request.quantization!r}")
+    if request.hccl_buffsize_mb < 1:
+        problems.append(f"hccl_buffsize_mb must be at least 1; got {request.hccl_buffsize_mb}")
+    if request.mtp_tokens < 0 or request.redundant_experts < 0:
+        problems.append("mtp_tokens and redundant_experts must be 0 or more")
     for name in ("max_model_len", "tensor_parallel_size", "data_parallel_size"):
         value = getattr(request, name)
         if value is not None and value < 1:
@@ -205,7 +230,7 @@ def check_input(request: PlanInput) -> None:
         raise PlanInputError("; ".join(problems))
 
 
-def _settle(facts: dict[str, Any], request: PlanInput, reasons: list[Reason]) -> Settings:
+def settle(facts: dict[str, Any], request: PlanInput, reasons: list[Reason]) -> Settings:
     dtype = _dtype(facts, request, reasons)
     quantization = request.quantization
     if memory.is_quantized(facts):
@@ -222,7 +247,13 @@ def _settle(facts: dict[str, Any], request: PlanInput, reasons: list[Reason]) ->
     max_model_len = request.max_model_len or longest or 4096
     if longest and max_model_len > longest:
         reasons.append(reason("max_model_len_exceeds_model", "warning", asked=max_model_len, longest=longest))
-    return Settings(dtype, quantization, max_model_len, memory.serving_weights(facts, quantization, dtype))
+    weights = memory.serving_weights(facts, quantization, dtype)
+    weights = memory.with_redundant_experts(facts, weights, request.redundant_experts)
+    if not request.mtp_tokens:
+        return Settings(dtype, quantization, max_model_len, weights)
+    draft = memory.mtp_weights(facts, weights)
+    layers = int(facts.get("mtp_layers") or 0)
+    return Settings(dtype, quantization, max_model_len, weights, draft, layers)
 
 
 def _dtype(facts: dict[str, Any], request: PlanInput, reasons: list[Reason]) -> str:
@@ -292,10 +323,13 @@ def evaluate(
 ) -> Layout:
     """Memory of one layout; expert_parallel spreads routed experts over all TP x DP NPUs."""
     world = tensor_parallel * data_parallel
-    weights = settings.weights.per_npu(tensor_parallel, world if expert_parallel else None)
-    per_token = memory.kv_bytes_per_token(facts, tensor_parallel, settings.dtype)
+    served = memory.combined(settings.weights, settings.draft) if settings.draft else settings.weights
+    weights = served.per_npu(tensor_parallel, world if expert_parallel else None)
+    per_token = memory.kv_bytes_per_token(facts, tensor_parallel, settings.dtype, settings.draft_layers)
+    communicators = memory.hccl_communicators(tensor_parallel, data_parallel, expert_parallel)
+    collective = memory.hccl_bytes(request.hccl_buffsize_mb, communicators)
     npu = memory.npu_memory(
-        request.npu_memory_bytes, request.chip, request.gpu_memory_utilization, weights, world
+        request.npu_memory_bytes, request.chip, request.gpu_memory_utilization, weights, collective
     )
     return Layout(
         tensor_parallel=tensor_parallel,
@@ -307,6 +341,7 @@ def evaluate(
         memory=npu,
         tokens=memory.kv_tokens(npu.kv_cache_bytes, per_token),
         broken_rules=tuple(broken_rules(facts, request, tensor_parallel, data_parallel)),
+        collective_bytes=collective,
     )
 
 
@@ -380,24 +415,6 @@ def _weights_do_not_fit(
     return reasons
 
 
-def _needs_more_nodes(request: PlanInput, settings: Settings, layout: Layout) -> Reason:
-    return reason(
-        "needs_more_nodes",
-        "error",
-        weights=gib(settings.weights.total_bytes),
-        label=settings.weights.label,
-        have=request.nodes,
-        per_node=request.npus_per_node,
-        npu_gib=gib(request.npu_memory_bytes),
-        util=request.gpu_memory_utilization,
-        nodes=layout.nodes,
-        tp=layout.tensor_parallel,
-        dp=layout.data_parallel,
-        kv=gib(layout.memory.kv_cache_bytes),
-        tokens=layout.tokens,
-    )
-
-
 def _as_w8a8(facts: dict[str, Any], request: PlanInput, settings: Settings) -> list[Reason]:
     """The same question with W8A8 weights, as a suggestion, while the weights are still 16-bit."""
     if settings.quantization is not None or memory.is_quantized(facts):
@@ -417,41 +434,6 @@ def _as_w8a8(facts: dict[str, Any], request: PlanInput, settings: Settings) -> l
             tokens=alternative.kv_cache_tokens,
         )
     ]
-
-
-def _kv_too_small(settings: Settings, layout: Layout) -> Reason:
-    return reason(
-        "kv_too_small",
-        "error",
-        tp=layout.tensor_parallel,
-        kv=gib(max(layout.memory.kv_cache_bytes, 0)),
-        tokens=layout.tokens,
-        max_len=settings.max_model_len,
-    )
-
-
-def _summary(request: PlanInput, settings: Settings, layout: Layout) -> list[Reason]:
-    reasons = [
-        reason(
-            "plan",
-            "info",
-            tp=layout.tensor_parallel,
-            dp=layout.data_parallel,
-            nodes=layout.nodes,
-            weights=gib(layout.weights_per_npu),
-            label=settings.weights.label,
-            kv=gib(layout.memory.kv_cache_bytes),
-            tokens=layout.tokens,
-            seqs=layout.tokens // settings.max_model_len,
-            max_len=settings.max_model_len,
-        )
-    ]
-    if layout.expert_parallel:
-        reasons.append(reason("expert_parallel", "info", world=layout.tensor_parallel * layout.data_parallel))
-    idle = request.npus_per_node * request.nodes - layout.tensor_parallel * layout.data_parallel
-    if idle > 0:
-        reasons.append(reason("npus_left_idle", "info", idle=idle))
-    return reasons
 
 
 def _empty_plan(request: PlanInput, reasons: list[Reason]) -> Plan:

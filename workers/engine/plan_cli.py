@@ -48,10 +48,12 @@ def load_facts(model_dir: str) -> dict[str, Any]:
 
 
 def with_config_extras(facts: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
-    """Add tie_word_embeddings and the routed-expert sizes when the facts do not carry them yet."""
+    """Add tie_word_embeddings, MTP layers and routed-expert sizes when the facts do not carry them yet."""
     text_config = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
     extended = dict(facts)
     extended.setdefault("tie_word_embeddings", bool(text_config.get("tie_word_embeddings", False)))
+    # DeepSeek-V3 / R1 carry one multi-token-prediction layer, which MTP speculative decoding runs.
+    extended.setdefault("mtp_layers", int(text_config.get("num_nextn_predict_layers") or 0))
     if facts.get("moe"):
         moe = dict(facts["moe"])
         moe.setdefault("moe_intermediate_size", text_config.get("moe_intermediate_size"))

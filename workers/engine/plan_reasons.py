@@ -77,6 +77,98 @@ TEMPLATES = {
         "Routed experts are spread over all %(world)d NPUs (expert parallel); attention runs per DP rank."
     ),
     "npus_left_idle": _("%(idle)d NPUs stay free; more DP ranks or another model can use them."),
+    "moe_layout": _(
+        "MoE model over %(world)d NPUs: DP %(dp)d x TP %(tp)d with expert parallel keeps %(heads)d attention "
+        "heads per NPU and spreads the routed experts over every NPU, as vllm-ascend's DeepSeek recipes do."
+    ),
+    "mtp_draft": _(
+        "MTP speculative decoding (%(tokens)d draft token(s)) runs %(layers)d extra layer(s): "
+        "%(weights)s GiB more weights per NPU, and their KV cache is counted in the tokens."
+    ),
+    "mtp_unsupported": _(
+        "This model has no MTP layers (num_nextn_predict_layers in its config), so MTP speculative decoding "
+        "cannot run; set the MTP draft tokens to 0."
+    ),
+    "eplb_on": _(
+        "Dynamic expert load balancing (EPLB) is on, as vllm-ascend %(version)s recommends: %(redundant)d "
+        "redundant experts (one per EP rank) take %(per_npu)s GiB per NPU."
+    ),
+    "eplb_no_room": _(
+        "EPLB's %(redundant)d redundant experts would need %(per_npu)s GiB per NPU that the KV cache cannot "
+        "spare, so EPLB stays off."
+    ),
+    "eplb_unsupported_weights": _(
+        "vllm-ascend's EPLB does not support %(label)s weights, so EPLB stays off."
+    ),
+    "hccl_buffers": _(
+        "HCCL holds %(count)d communicator(s) per NPU at 2 x HCCL_BUFFSIZE (%(mb)d MB) each: "
+        "%(size)s GiB per NPU, counted in the reserve."
+    ),
+    "decode_graph_mode": _(
+        "DeepSeek runs graph mode as %(mode)s on vllm-ascend %(version)s (--compilation-config), as its "
+        "tutorials do."
+    ),
+    # CPU binding: a cause, then what the panel does.
+    "cpu_binding_engine": _(
+        "vllm-ascend %(version)s binds its own CPUs (additional_config.enable_cpu_binding): per NPU it "
+        "pins the worker, ACL and release threads and the NPU's interrupts, migrates memory pages with "
+        "numactl and stops irqbalance while it serves. The panel starts it without numactl, which would "
+        "confine it to one NUMA node and leave its binder too few CPUs (it needs %(need)d per NPU; this "
+        "host has %(have)s)."
+    ),
+    "cpu_binding_user_on": _("The extra flags turn vllm-ascend's own CPU binding on."),
+    "cpu_binding_user_off": _("The extra flags turn vllm-ascend's own CPU binding off."),
+    "cpu_binding_old": _("vllm-ascend %(version)s does not bind CPUs unless told to."),
+    "cpu_binding_unknown": _("The node's vllm-ascend version is not known."),
+    "cpu_binding_few_cpus": _(
+        "vllm-ascend %(version)s would bind its own CPUs, but it needs %(need)d CPUs per NPU and this host "
+        "has %(have)d."
+    ),
+    "cpu_binding_not_arm": _("vllm-ascend binds CPUs only on ARM hosts; this one is %(arch)s."),
+    "cpu_binding_numactl": _(
+        "The panel binds the engine to NUMA node %(numa)d with numactl (--cpunodebind, --membind) and sets "
+        "enable_cpu_binding to false, so only one binder acts."
+    ),
+    "cpu_binding_unbound": _(
+        "The chosen NPUs sit on several NUMA nodes, so numactl cannot keep the engine next to all of them; "
+        "nothing binds it (enable_cpu_binding false)."
+    ),
+    "recipe_env": _("%(name)s=%(value)s (%(recipe)s): %(why)s"),
+    "recipe_env_overridden": _("%(name)s=%(value)s as you set it (the %(recipe)s recipe gives %(default)s)."),
+    "recipe_note": _("%(recipe)s: %(why)s"),
+    "env_user": _("%(name)s=%(value)s as you set it."),
+    # The installed stack against the launch (workers.engine.launch_matrix).
+    "flag_removed": _("vLLM %(vllm)s no longer accepts %(flag)s (gone since %(until)s); use %(use)s."),
+    "flag_too_new": _("vLLM %(vllm)s does not accept %(flag)s yet (it arrived in %(since)s); use %(use)s."),
+    "config_key_removed": _(
+        "vllm-ascend %(version)s ignores additional_config.%(key)s (gone since %(until)s); on "
+        "%(version)s use %(use)s."
+    ),
+    "config_key_too_new": _(
+        "vllm-ascend %(version)s ignores additional_config.%(key)s (it arrived in %(since)s); on %(version)s "
+        "use %(use)s."
+    ),
+    "env_removed": _(
+        "vllm-ascend %(version)s no longer reads %(env)s (gone since %(until)s); on %(version)s use %(use)s."
+    ),
+    "env_moved_to_config": _(
+        "vllm-ascend %(version)s reads %(env)s only while it moves to additional_config; on %(version)s use "
+        '--additional-config {"%(key)s": %(value)s}.'
+    ),
+    "graph_mode_too_new": _(
+        "vllm-ascend %(version)s has no %(mode)s graph mode (it arrived in %(since)s); use PIECEWISE or "
+        "leave cudagraph_mode out."
+    ),
+    "graph_mode_needs_stack": _(
+        "%(mode)s graph mode needs HDK %(driver)s and CANN %(cann)s or newer; this node has HDK "
+        "%(have_driver)s and CANN %(have_cann)s, so graph capture may fail (207008) or fall back to "
+        "PIECEWISE. Upgrade the "
+        'driver and CANN, or set --compilation-config {"cudagraph_mode": "FULL_DECODE_ONLY"}.'
+    ),
+    "launch_unchecked": _(
+        "The node's vLLM version is not known, so extra flags and settings were not checked against it; run "
+        "the inventory on the node."
+    ),
 }
 
 LEVELS = ("error", "warning", "info")
