@@ -24,6 +24,7 @@ from panel.deployments.api.serializers import (
     DeploymentMetricsHistorySerializer,
     DeploymentMetricsSerializer,
     DeploymentSerializer,
+    PlanReviewSerializer,
 )
 from panel.deployments.filtersets import BenchmarkFilterSet, DeploymentFilterSet
 from panel.deployments.models import Benchmark, Deployment
@@ -56,11 +57,7 @@ class DeploymentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, PanelV
         deployment.warnings = planned.warnings
         return Response(CreatedDeploymentSerializer(deployment).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(
-        request=DeploymentRequestSerializer,
-        responses={200: OpenApiTypes.OBJECT},
-        description="The plan (fits, chip, plan, memory_per_npu, warnings) and per node its argv and env.",
-    )
+    @extend_schema(request=DeploymentRequestSerializer, responses={200: PlanReviewSerializer})
     @action(detail=False, methods=["post"])
     def plan(self, request):
         """Dry run for the wizard's review: the plan and the exact command and environment per node."""
