@@ -235,6 +235,7 @@ SPECTACULAR_SETTINGS = {
         "ModelSourceEnum": "panel.core.choices.ModelSource",
         "DeploymentStatusEnum": "panel.core.choices.DeploymentState",
         "OperationStatusEnum": "panel.core.choices.OperationStatus",
+        "NodeStatusEnum": "panel.core.choices.NodeStatus",
     },
 }
 

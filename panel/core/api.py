@@ -13,7 +13,9 @@ for a view's own parameters) or with the class attribute
 
 mapping an action (a viewset's action name, or the HTTP method in lower case for a plain APIView) to the
 names it reads and a description of each (a string, or a drf_spectacular OpenApiParameter for a typed one).
-panel.core.schema documents them; they are then accepted like every documented parameter.
+panel.core.schema documents them; they are then accepted like every documented parameter. A plain Django
+view under /api/ (an async one) is not a DRF view: it calls panel.core.strict.check_request(request) itself
+(through sync_to_async) to refuse undocumented query parameters.
 
 Lookups (NameLookupMixin, part of PanelViewSet): `/api/v1/<resource>/<id or name>/`. A value of digits only
 is the primary key, anything else the resource's `lookup_name_field` (a unique name; None for resources

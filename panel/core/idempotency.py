@@ -13,6 +13,7 @@ panel.core.schema documents the request and response headers on every operation 
 
 import functools
 import hashlib
+import json
 import logging
 from datetime import timedelta
 
@@ -58,12 +59,12 @@ def _body_hash(request) -> str:
     data = getattr(request, "data", None)
     try:
         body = orjson.dumps({"body": data, "query": query}, option=orjson.OPT_SORT_KEYS)
-    except TypeError:  # an upload: a QueryDict holding files
-        fields = {name: [_digest(value) for value in values] for name, values in data.lists()}
-        body = orjson.dumps(
-            {"content_type": request.content_type, "fields": fields, "query": query},
-            option=orjson.OPT_SORT_KEYS,
-        )
+    except TypeError:
+        if hasattr(data, "lists"):  # an upload: a QueryDict holding files
+            fields = {name: [_digest(value) for value in values] for name, values in data.lists()}
+            data = {"content_type": request.content_type, "fields": fields}
+        # (or JSON orjson does not take, an integer over 64 bits: the stdlib's encoder does)
+        body = json.dumps({"body": data, "query": query}, sort_keys=True, default=str).encode()
     return hashlib.sha256(body).hexdigest()
 
 

@@ -75,7 +75,7 @@ def too_large(request):
     limit = _limit(request)
     return JsonResponse(
         {
-            "detail": _("The request body is larger than the {size} MB this endpoint takes.").format(
+            "detail": _("The request body is larger than the {size} MB the panel takes.").format(
                 size=round(limit / 1024 / 1024, 1)
             )
         },

@@ -8,6 +8,7 @@ from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.plumbing import get_view_model
 from drf_spectacular.utils import OpenApiParameter, extend_schema_field
 from rest_framework import permissions, serializers
+from rest_framework.schemas.utils import get_pk_description
 
 from panel.core.idempotency import HEADER, MAX_KEY_LENGTH, REPLAY_HEADER
 
@@ -34,6 +35,8 @@ ERROR_DESCRIPTIONS = {
     "401": _("Not authenticated: send `Authorization: Bearer <API token>`."),
     "403": _("Your role may not do this."),
     "404": _("No such object, or you may not see it."),
+    "413": _("The request body is larger than the panel takes."),
+    "415": _("The request body is of a type this endpoint does not read (send JSON)."),
 }
 IDEMPOTENCY_ANSWERS = {
     "409": _("A request with this Idempotency-Key is still being processed; retry later."),
@@ -91,20 +94,27 @@ class PanelAutoSchema(AutoSchema):
         return parameters
 
     def _resolve_path_parameters(self, variables):
-        """A resource found by id or name (panel.core.api.NameLookupMixin) says so, as a string."""
+        """The lookup of panel.core.api.NameLookupMixin: "id or name" as a string where the resource has a
+        name, else the type of its primary key (the lookup's regex is no longer DRF's, which the generator
+        reads the type from)."""
         parameters = super()._resolve_path_parameters(variables)
-        name_field = getattr(self.view, "lookup_name_field", None)
         model = get_view_model(self.view, emit_warnings=False)
-        if not name_field or model is None:
+        if model is None or not hasattr(self.view, "lookup_name_field"):
             return parameters
+        name_field = self.view.lookup_name_field
         lookup = {"id", "pk", self.view.lookup_url_kwarg or self.view.lookup_field}
         for parameter in parameters:
-            if parameter["name"] in lookup:
+            if parameter["name"] not in lookup:
+                continue
+            if name_field:
                 parameter["schema"] = {"type": "string", "pattern": r"^[^/]+$"}
                 parameter["description"] = (
                     f"The id or the {name_field} of the {model._meta.verbose_name}: digits only are an id, "
                     f"anything else a {name_field}."
                 )
+            else:
+                parameter["schema"] = self._map_model_field(model._meta.pk, direction=None)
+                parameter["description"] = get_pk_description(model, model._meta.pk)
         return parameters
 
     def _action(self) -> str:
@@ -120,6 +130,8 @@ class PanelAutoSchema(AutoSchema):
             codes += ["401", "403"]
         if "{" in self.path:
             codes.append("404")
+        if "requestBody" in operation:
+            codes += ["413", "415"]
         if self._idempotent():
             codes += list(IDEMPOTENCY_ANSWERS)
         return codes

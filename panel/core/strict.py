@@ -58,7 +58,9 @@ def operation_for(path: str, method: str) -> dict | None:
 
 
 def check_request(request) -> None:
-    """Raise InputError (400) naming every query parameter and body field the operation does not take."""
+    """Raise InputError (400) naming every query parameter and body field the operation does not take.
+    `request` is DRF's; a plain Django view (an async one) may pass its HttpRequest: then only the query is
+    checked, its body being its own to read."""
     operation = operation_for(request.path_info, request.method)
     if operation is None:
         return
@@ -68,11 +70,14 @@ def check_request(request) -> None:
 
 def _check_query(request, operation: dict) -> None:
     allowed = {p["name"] for p in operation.get("parameters", []) if p["in"] == "query"} | ALWAYS_ALLOWED
-    unknown = [name for name in request.query_params if name not in allowed]
+    unknown = [name for name in request.GET if name not in allowed]
     if not unknown:
         return
-    takes = ", ".join(sorted(allowed - ALWAYS_ALLOWED)) or _("none")
-    message = _("Unknown query parameter; this endpoint takes: {names}.").format(names=takes)
+    takes = ", ".join(sorted(allowed - ALWAYS_ALLOWED))
+    if takes:
+        message = _("Unknown query parameter; this endpoint takes: {names}.").format(names=takes)
+    else:
+        message = _("Unknown query parameter; this endpoint takes none.")
     summary = ngettext(
         "Unknown query parameter: {names}.", "Unknown query parameters: {names}.", len(unknown)
     ).format(names=", ".join(unknown))
@@ -80,7 +85,7 @@ def _check_query(request, operation: dict) -> None:
 
 
 def _check_body(request, operation: dict) -> None:
-    data = request.data
+    data = getattr(request, "data", None)
     if not data:  # no body, `{}`, an empty form
         return
     body = operation.get("requestBody")

@@ -187,8 +187,10 @@ def drain(node: Node, user=None) -> list:
 
 
 def remove_node(node: Node, *, force: bool = False) -> None:
-    """Forget a node. Refused while deployments run on it, unless forced: then those deployments are marked
-    failed (their engines are left running on the host) and the node's unfinished operations are ended."""
+    """Forget a node. Refused while deployments run on it or were made from its model copies, unless
+    forced: then those deployments are marked failed (their engines are left running on the host), lose
+    their link to the copy, and the node's unfinished operations are ended."""
+    from panel.deployments.models import Deployment
     from panel.operations.services import mark_lost
 
     with transaction.atomic():
@@ -201,11 +203,22 @@ def remove_node(node: Node, *, force: bool = False) -> None:
                 )
                 % {"node": node.name, "names": ", ".join(d.name for d in active)}
             )
+        made_here = sorted(set(Deployment.objects.filter(artifact__node=node).values_list("name", flat=True)))
+        if made_here and not force:
+            raise NodeActionRefused(
+                _(
+                    "Deployments %(names)s were made from model copies on %(node)s. Delete them first, or "
+                    "remove the node with force."
+                )
+                % {"node": node.name, "names": ", ".join(made_here)}
+            )
         for deployment in active:
             deployment.move_to(
                 DeploymentState.FAILED, reason=_("Node %(node)s was removed.") % {"node": node.name}
             )
             deployment.save(update_fields=["observed_state", "reason", "updated"])
+        # The node's model copies go with it; a deployment made from one keeps its launch spec (the path).
+        Deployment.objects.filter(artifact__node=node).update(artifact=None)
         unfinished = node.operations.exclude(status__in=OperationStatus.TERMINAL)
         for operation in unfinished:
             mark_lost(operation, _("Node %(node)s was removed.") % {"node": node.name})

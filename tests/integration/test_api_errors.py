@@ -3,6 +3,7 @@
 import pytest
 from rest_framework.test import APIClient
 
+from panel.accounts.models import ApiToken
 from panel.nodes.models import Node
 from panel.operations.models import Operation
 from tests.conftest import api_client_for
@@ -143,3 +144,133 @@ def test_a_nonsense_log_page_is_refused_naming_the_parameter(charlie, query, fie
     deployment = Deployment.objects.create(name="logs-deployment", model=model, spec={"parts": []})
     response = api_client_for(charlie).get(f"/api/v1/deployments/{deployment.pk}/logs/?{query}")
     assert_field_error(response, field)
+
+
+# ---- one JSON shape for every error status, DEBUG on or off ------------------------------------------------
+
+
+@pytest.fixture(params=[False, True], ids=["debug-off", "debug-on"])
+def debug(request, settings):
+    settings.DEBUG = request.param
+    return request.param
+
+
+def assert_error_shape(response, status):
+    assert response.status_code == status, response.content
+    assert response["Content-Type"] == "application/json"
+    body = response.json()
+    assert set(body) <= {"detail", "errors"}
+    assert isinstance(body["detail"], str)
+    assert body["detail"]
+    assert b"ErrorDetail" not in response.content
+    return body
+
+
+@pytest.mark.parametrize(
+    ("method", "url"),
+    [
+        ("get", "/api/v1/no-such-resource/"),
+        ("get", "/api/v2/nodes/"),
+        ("post", "/api/v1/nodes"),  # no trailing slash: Django would redirect, or with DEBUG fail, on a POST
+        ("get", "/api/v1/nodes/no-such-node/"),
+        ("get", "/api/v1/nodes/424242/"),
+        ("get", "/api/v1/nodes/99999999999999999999999999/"),
+        ("get", "/api/v1/operations/not-a-uuid/"),
+        ("get", "/api/v1/deployments/gone/logs/"),
+        ("post", "/api/v1/deployments/gone/chat/"),
+    ],
+)
+def test_every_404_is_json_with_the_one_text(alice, debug, method, url):
+    _token, raw = ApiToken.issue(alice, "404s")
+    response = getattr(APIClient(), method)(url, HTTP_AUTHORIZATION=f"Bearer {raw}")
+    assert assert_error_shape(response, 404) == {"detail": f"No API endpoint or object at {url}."}
+
+
+def test_a_method_the_endpoint_does_not_take_is_a_json_405(alice, debug):
+    response = api_client_for(alice).put("/api/v1/nodes/", {}, format="json")
+    assert "PUT" in assert_error_shape(response, 405)["detail"]
+    assert "GET" in response["Allow"]
+
+
+def test_an_answer_type_the_api_cannot_give_is_a_json_406(alice, debug):
+    assert_error_shape(api_client_for(alice).get("/api/v1/nodes/", HTTP_ACCEPT="application/xml"), 406)
+
+
+def test_a_body_type_the_api_cannot_read_is_a_json_415(alice, debug):
+    response = api_client_for(alice).post("/api/v1/tokens/", "name,ci", content_type="text/csv")
+    assert "text/csv" in assert_error_shape(response, 415)["detail"]
+
+
+def test_a_10_mb_body_is_a_json_413_before_it_is_read(alice, debug):
+    body = '{"name": "' + "x" * (10 * 1024 * 1024) + '"}'
+    response = api_client_for(alice).post("/api/v1/tokens/", body, content_type="application/json")
+    assert "2.5 MB" in assert_error_shape(response, 413)["detail"]
+    assert not ApiToken.objects.filter(user=alice).exists()
+
+
+def test_an_upload_over_the_upload_limit_is_a_json_413(alice, debug, settings):
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    settings.PANEL_MAX_UPLOAD_BYTES = 4096
+    upload = SimpleUploadedFile("Ascend-cann-toolkit_8.0.RC3_linux-aarch64.run", b"x" * 8192)
+    assert_error_shape(api_client_for(alice).post("/api/v1/packages/", {"file": upload}), 413)
+
+
+def test_a_form_with_too_many_fields_is_a_json_error(alice, debug, settings):
+    settings.DATA_UPLOAD_MAX_NUMBER_FIELDS = 3
+    fields = "&".join(f"f{i}=1" for i in range(10))
+    response = api_client_for(alice).post(
+        "/api/v1/tokens/", fields, content_type="application/x-www-form-urlencoded"
+    )
+    assert_error_shape(response, 400)
+
+
+def test_401_and_403_are_json(charlie, debug):
+    assert_error_shape(APIClient().get("/api/v1/nodes/"), 401)
+    assert_error_shape(api_client_for(charlie).post("/api/v1/nodes/", {"name": "x"}, format="json"), 403)
+
+
+def test_a_browser_asking_for_html_still_gets_errors_in_json(alice, debug):
+    response = api_client_for(alice).get("/api/v1/nodes/?page=0", HTTP_ACCEPT="text/html")
+    assert_error_shape(response, 400)
+
+
+def test_errors_of_a_list_of_objects_have_flat_paths_not_python_reprs():
+    """What a many=True serializer reports (a list with {} for each good item) becomes one flat map."""
+    from rest_framework import serializers
+    from rest_framework.test import APIRequestFactory
+
+    from panel.core.exceptions import exception_handler
+
+    class Placement(serializers.Serializer):
+        node = serializers.SlugField()
+        npus = serializers.ListField(child=serializers.IntegerField(min_value=0))
+
+    class Spec(serializers.Serializer):
+        nodes = Placement(many=True)
+        engine = serializers.DictField(child=serializers.IntegerField())
+
+        def validate(self, attrs):
+            raise serializers.ValidationError("never reached")
+
+    items = Placement(many=True, data=[{"node": "ok", "npus": [0]}, {"node": "bad name", "npus": [0, -1]}])
+    nested = Spec(data={"nodes": [{"node": "a"}, {"npus": ["x"]}], "engine": {"tp": "two"}})
+    request = APIRequestFactory().post("/api/v1/x/")
+    for serializer, expected in [
+        (items, {"[1].node", "[1].npus[1]"}),
+        (nested, {"nodes[0].npus", "nodes[1].node", "nodes[1].npus[0]", "engine.tp"}),
+    ]:
+        assert not serializer.is_valid()
+        response = exception_handler(serializers.ValidationError(serializer.errors), {"request": request})
+        errors = response.data["errors"]
+        assert set(errors) == expected
+        assert all(isinstance(m, str) for messages in errors.values() for m in messages)
+        assert "ErrorDetail" not in repr(response.data)
+        assert response.data["detail"].startswith(next(iter(errors)) + ": ")
+
+
+def test_errors_about_a_nested_object_as_a_whole_are_keyed_by_its_path():
+    from panel.core.exceptions import flat_errors
+
+    errors = {"nodes": [{}, {"non_field_errors": ["Pick NPUs of one node."]}], "non_field_errors": ["No."]}
+    assert flat_errors(errors) == {"nodes[1]": ["Pick NPUs of one node."], "non_field_errors": ["No."]}

@@ -374,3 +374,53 @@ def test_the_schema_documents_both_idempotency_headers_where_they_are_honoured(c
     assert "Idempotent-Replay" in operation["responses"][answer]["headers"]
     assert {"409", "422"} <= set(operation["responses"])
     assert not any(p["in"] == "header" for p in paths["/api/v1/nodes/"]["post"].get("parameters", []))
+
+
+def test_a_view_declares_extra_query_parameters_that_the_schema_then_documents():
+    """How a view that waits or watches makes `?wait=` and `?timeout=` part of its contract."""
+    from django.urls import include, path
+    from drf_spectacular.generators import SchemaGenerator
+    from drf_spectacular.utils import OpenApiParameter
+    from rest_framework import mixins
+    from rest_framework.routers import SimpleRouter
+
+    from panel.core.api import PanelViewSet
+    from panel.deployments.api.serializers import DeploymentSerializer
+
+    class WaitingViewSet(mixins.CreateModelMixin, mixins.RetrieveModelMixin, PanelViewSet):
+        queryset = Deployment.objects.all()
+        serializer_class = DeploymentSerializer
+        extra_query_params = {
+            "create": {
+                "wait": "Answer once the deployment is running, stopped or deleted.",
+                "timeout": OpenApiParameter("timeout", int, description="Seconds to wait."),
+            }
+        }
+
+    router = SimpleRouter()
+    router.register("waiting", WaitingViewSet)
+    document = SchemaGenerator(patterns=[path("api/v1/", include(router.urls))]).get_schema(public=True)
+    parameters = {p["name"]: p for p in document["paths"]["/api/v1/waiting/"]["post"]["parameters"]}
+    assert parameters["wait"]["schema"] == {"type": "string"}
+    assert parameters["wait"]["description"].startswith("Answer once")
+    assert parameters["timeout"]["schema"] == {"type": "integer"}
+    detail = document["paths"]["/api/v1/waiting/{id}/"]["get"]["parameters"]
+    assert [p["name"] for p in detail] == ["id"]  # retrieve declared none
+
+
+def test_a_node_name_of_digits_only_is_refused_as_it_would_read_as_an_id(alice):
+    refused(api_client_for(alice).post("/api/v1/nodes/", {"name": "2024"}, format="json"), "name")
+
+
+def test_strict_errors_speak_the_clients_language(alice):
+    response = api_client_for(alice).get("/api/v1/nodes/?nmae=x", HTTP_ACCEPT_LANGUAGE="zh-hans")
+    assert response.json()["detail"] == "未知的查询参数：nmae。"
+
+
+def test_a_keyed_body_with_an_integer_json_allows_but_orjson_does_not_is_refused_not_a_crash(bob, qwen):
+    body = deployment_body(qwen, model=31014682126171835697458720893462118400)
+    response = api_client_for(bob).post(
+        "/api/v1/deployments/", body, format="json", HTTP_IDEMPOTENCY_KEY="big"
+    )
+    assert response.status_code == 400
+    assert "model" in response.json()["errors"]

@@ -183,6 +183,27 @@ def test_removing_a_node_with_a_running_deployment_is_refused_unless_forced(alic
 
 
 @pytest.mark.django_db
+def test_removing_a_node_whose_model_copy_a_deployment_was_made_from_is_a_409_then_forced_a_204(alice):
+    """It was a 500: the copy goes with the node, and the deployment's link to it protected it."""
+    from panel.catalog.models import Model, ModelArtifact
+    from panel.deployments.models import Deployment
+    from panel.nodes.models import Node
+
+    node = Node.objects.create(name="holder")
+    model = Model.objects.create(name="Qwen")
+    copy = ModelArtifact.objects.create(model=model, node=node, path="/models/qwen")
+    stopped = Deployment.objects.create(name="qwen-old", model=model, artifact=copy, observed_state="stopped")
+    client = api_client_for(alice)
+    refused = client.delete(f"/api/v1/nodes/{node.name}/")
+    assert refused.status_code == 409
+    assert "qwen-old" in refused.json()["detail"]
+    assert client.delete(f"/api/v1/nodes/{node.name}/?force=true").status_code == 204
+    stopped.refresh_from_db()
+    assert stopped.artifact is None
+    assert not ModelArtifact.objects.filter(pk=copy.pk).exists()
+
+
+@pytest.mark.django_db
 def test_an_ssh_nodes_secret_is_stored_encrypted(alice):
     from panel.core.secrets import key_material
     from panel.nodes.lifecycle import sealed_credentials

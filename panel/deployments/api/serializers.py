@@ -1,6 +1,7 @@
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from panel.core.choices import DeploymentState, OperationStatus
 from panel.deployments.findings import findings_of
 from panel.deployments.models import Benchmark, Deployment, DeploymentLog
 from panel.deployments.planning import NodeChoiceSerializer
@@ -20,8 +21,70 @@ class DeploymentFindingsSerializer(serializers.Serializer):
     log_tail = serializers.ListField(child=serializers.CharField(), help_text="Last log lines of that start.")
 
 
+class NpuMemorySerializer(serializers.Serializer):
+    total_bytes = serializers.IntegerField()
+    weights_bytes = serializers.IntegerField()
+    kv_cache_bytes = serializers.IntegerField()
+    reserve_bytes = serializers.IntegerField()
+    free_bytes = serializers.IntegerField()
+
+
+class PlanReasonSerializer(serializers.Serializer):
+    code = serializers.CharField(help_text="A stable code, e.g. tp_does_not_divide_heads.")
+    level = serializers.ChoiceField(["error", "warning", "info"], help_text="error: it will not run.")
+    message = serializers.CharField()
+    params = serializers.DictField(required=False)
+
+
+class EnginePlanSerializer(serializers.Serializer):
+    """The planner's answer for the engine (workers.engine.plan.Plan)."""
+
+    fits = serializers.BooleanField()
+    tensor_parallel_size = serializers.IntegerField()
+    data_parallel_size = serializers.IntegerField()
+    nodes = serializers.IntegerField()
+    weights_gb_per_npu = serializers.FloatField()
+    kv_cache_tokens = serializers.IntegerField(help_text="Per engine, as vLLM logs it.")
+    max_concurrent_seqs = serializers.IntegerField(help_text="Full max-model-len sequences an engine holds.")
+    reasons = PlanReasonSerializer(many=True)
+    enable_expert_parallel = serializers.BooleanField()
+    dtype = serializers.CharField()
+    quantization = serializers.CharField(allow_null=True)
+    enforce_eager = serializers.BooleanField()
+    max_model_len = serializers.IntegerField()
+    gpu_memory_utilization = serializers.FloatField()
+    block_size = serializers.IntegerField()
+    weights_total_bytes = serializers.IntegerField(allow_null=True)
+    weights_label = serializers.CharField(allow_null=True)
+    kv_bytes_per_token = serializers.IntegerField()
+    memory_per_npu = NpuMemorySerializer(allow_null=True)
+
+
+class ReviewNodeSerializer(serializers.Serializer):
+    node = serializers.CharField()
+    role = serializers.ChoiceField(["single", "head", "follower"])
+    logic_ids = serializers.ListField(child=serializers.IntegerField(), help_text="Empty on a CPU node.")
+    argv = serializers.ListField(child=serializers.CharField())
+    env = serializers.DictField(child=serializers.CharField())
+    command = serializers.CharField(help_text="argv and env as one shell line, for people.")
+    launch = serializers.DictField(help_text="What the node's agent is sent.")
+
+
+class PlanReviewSerializer(serializers.Serializer):
+    """What POST /deployments/plan/ answers: the plan and, per node, the exact command and environment."""
+
+    fits = serializers.BooleanField()
+    chip = serializers.ChoiceField(["910b", "a3", "310p", "cpu"])
+    plan = EnginePlanSerializer(allow_null=True, help_text="None on a CPU node.")
+    memory_per_npu = NpuMemorySerializer(allow_null=True)
+    warnings = PlanReasonSerializer(many=True)
+    nodes = ReviewNodeSerializer(many=True)
+
+
 class DeploymentSerializer(serializers.ModelSerializer):
-    status = serializers.CharField(source="observed_state", read_only=True)
+    status = serializers.ChoiceField(
+        choices=DeploymentState.choices, source="observed_state", read_only=True, help_text="Observed state."
+    )
     status_display = serializers.CharField(source="get_observed_state_display", read_only=True)
     reason_display = serializers.SerializerMethodField(help_text="`reason` in the request's language.")
     model_name = serializers.CharField(source="model.name", read_only=True)
@@ -139,6 +202,8 @@ class BenchmarkRequestSerializer(serializers.Serializer):
 
 
 class BenchmarkSerializer(serializers.ModelSerializer):
+    status = serializers.ChoiceField(choices=OperationStatus.choices, read_only=True)
+
     class Meta:
         model = Benchmark
         fields = [

@@ -28,6 +28,7 @@ from panel.deployments.api.serializers import (
     DeploymentMetricsHistorySerializer,
     DeploymentMetricsSerializer,
     DeploymentSerializer,
+    PlanReviewSerializer,
 )
 from panel.deployments.apply import apply
 from panel.deployments.filtersets import BenchmarkFilterSet, DeploymentFilterSet
@@ -129,8 +130,9 @@ class DeploymentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, PanelV
             serializers=[DeploymentRequestSerializer, DeploymentSpecSerializer],
             resource_type_field_name=None,
         ),
-        responses={200: OpenApiTypes.OBJECT},
-        description="The plan (fits, chip, plan, memory_per_npu, warnings) and per node its argv and env.",
+        responses={200: PlanReviewSerializer},
+        description="The plan (fits, chip, plan, memory_per_npu, warnings) and per node its argv and env; "
+        "for a spec body also result, effect and changes as apply would answer.",
     )
     @action(detail=False, methods=["post"])
     def plan(self, request):

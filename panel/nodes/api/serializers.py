@@ -1,7 +1,7 @@
 from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
-from panel.core.choices import NodeTransport
+from panel.core.choices import NodeStatus, NodeTransport
 from panel.nodes.models import Node, Npu
 
 
@@ -24,7 +24,7 @@ class NpuSerializer(serializers.ModelSerializer):
 
 
 class NodeSerializer(serializers.ModelSerializer):
-    status = serializers.CharField(source="effective_status", read_only=True)
+    status = serializers.ChoiceField(choices=NodeStatus.choices, source="effective_status", read_only=True)
     npus = NpuSerializer(many=True, read_only=True)
 
     class Meta:
@@ -70,6 +70,13 @@ class NodeCreateSerializer(serializers.Serializer):
     )
     password = serializers.CharField(required=False, allow_blank=True, default="", write_only=True)
     labels = serializers.DictField(child=serializers.CharField(), required=False, default=dict)
+
+    def validate_name(self, value):
+        if value.isdigit():
+            raise serializers.ValidationError(
+                _("A name of digits only would read as an id in API URLs; add a letter.")
+            )
+        return value
 
     def validate(self, attrs):
         if attrs["transport"] == NodeTransport.SSH:

@@ -52,6 +52,13 @@ class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, PanelViewSet
     serializer_class = NodeSerializer
     filterset_class = NodeFilterSet
     http_method_names = ["get", "post", "patch", "delete", "head", "options"]
+    extra_query_params = {
+        "destroy": {
+            "force": OpenApiParameter(
+                "force", bool, description="Remove it even while deployments or operations use it."
+            )
+        }
+    }
 
     @property
     def write_role(self):
@@ -111,14 +118,7 @@ class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, PanelViewSet
             raise validation_error(error) from error
         return Response(NodeSerializer(node).data)
 
-    @extend_schema(
-        parameters=[
-            OpenApiParameter(
-                "force", bool, description="Remove it even while deployments or operations use it."
-            )
-        ],
-        responses={204: None, 409: ErrorSerializer},
-    )
+    @extend_schema(responses={204: None, 409: ErrorSerializer})
     def destroy(self, request, pk=None):
         node = self.get_object()
         force = request.query_params.get("force", "").lower() in ("1", "true", "yes")

@@ -1,5 +1,6 @@
 from rest_framework import serializers
 
+from panel.core.choices import OperationStatus
 from panel.operations.models import Operation, OperationEvent
 from panel.operations.texts import translated
 
@@ -53,7 +54,7 @@ class OperationEventPageSerializer(serializers.Serializer):
     """One page of an operation's events; ask again with `after_seq=next_after_seq` while it is set."""
 
     operation = serializers.UUIDField()
-    status = serializers.CharField()
+    status = serializers.ChoiceField(choices=OperationStatus.choices)
     last_seq = serializers.IntegerField()
     final_seq = serializers.IntegerField(allow_null=True)
     next_after_seq = serializers.IntegerField(allow_null=True)
