@@ -35,10 +35,18 @@ ERROR_DESCRIPTIONS = {
 
 
 class PanelAutoSchema(AutoSchema):
+    def get_override_parameters(self):
+        from panel.core.streams import stream_parameters
+
+        return [*super().get_override_parameters(), *stream_parameters(self.view)]
+
     def get_operation(self, path, path_regex, path_prefix, method, registry):
+        from panel.core.streams import document_stream_responses
+
         operation = super().get_operation(path, path_regex, path_prefix, method, registry)
         if operation is None:
             return None
+        document_stream_responses(self, operation)
         error_ref = self.resolve_serializer(ErrorSerializer, "response").ref
         for code in self._error_codes(operation):
             operation["responses"].setdefault(

@@ -10,6 +10,8 @@ from rest_framework.response import Response
 from panel.core.api import PanelViewSet, ReadOnlyPanelViewSet
 from panel.core.idempotency import idempotent
 from panel.core.schema import ErrorSerializer
+from panel.core.streams import StreamsMixin
+from panel.core.watch import WatchSpec
 from panel.deployments import metrics_history, services
 from panel.deployments.api.serializers import (
     BenchmarkListSerializer,
@@ -24,9 +26,11 @@ from panel.deployments.api.serializers import (
     DeploymentMetricsSerializer,
     DeploymentSerializer,
 )
+from panel.deployments.api.waiting import DeploymentWaiter
 from panel.deployments.filtersets import BenchmarkFilterSet, DeploymentFilterSet
 from panel.deployments.models import Benchmark, Deployment
 from panel.deployments.planning import DeploymentRequestSerializer, plan_request
+from panel.realtime.broadcast import DEPLOYMENTS, deployment_group
 
 MAX_LOG_LINES_PER_PAGE = 5000
 # What stop / start / restart answer: the deployment as it now is, or why its state refuses the command.
@@ -38,14 +42,27 @@ class Conflict(APIException):
     default_code = "conflict"
 
 
-class DeploymentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, PanelViewSet):
+class DeploymentViewSet(StreamsMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, PanelViewSet):
     """Deployments: plan, create, stop, start, restart, delete; logs, metrics and benchmarks.
-    The contract is written at the top of panel/deployments/services.py."""
+    The contract is written at the top of panel/deployments/services.py; waiting and watching
+    (`?wait=`, `?watch=true`) in docs/api-streams.md."""
 
     queryset = Deployment.objects.select_related("model").prefetch_related("nodes", "npus__node")
     serializer_class = DeploymentSerializer
     filterset_class = DeploymentFilterSet
     http_method_names = ["get", "post", "delete", "head", "options"]
+    wait_actions = frozenset({"create", "start", "stop", "restart", "destroy"})
+    waiter = DeploymentWaiter()
+    watch = WatchSpec(
+        event="deployment",
+        key="name",
+        list_group=DEPLOYMENTS,
+        detail_group=lambda deployment: deployment_group(deployment.name),
+        change_type="deployment.status",
+        change_field="name",
+        # Probes save these every few seconds; live metrics are the websocket's (engine.metrics).
+        volatile=("metrics", "metrics_at", "updated"),
+    )
 
     @extend_schema(request=DeploymentRequestSerializer, responses={201: CreatedDeploymentSerializer})
     @idempotent
