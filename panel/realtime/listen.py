@@ -20,6 +20,8 @@ from channels.layers import get_channel_layer
 log = logging.getLogger(__name__)
 
 RETRY_S = 1.0
+STOP_TIMEOUT_S = 10.0
+CLOSE = "inbox.close"  # what an inbox sends itself to end its receive
 
 
 class Inbox:
@@ -40,15 +42,28 @@ class Inbox:
         return self
 
     async def __aexit__(self, *exc) -> None:
-        if self._pump is not None:
-            self._pump.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._pump
         for group in self.groups:
             try:
                 await self.layer.group_discard(group, self.channel)
             except Exception:  # Redis away: the membership expires with the layer's group expiry
                 log.warning("leaving %s failed", group, exc_info=True)
+        if self._pump is not None:
+            await self._stop_pump()
+
+    async def _stop_pump(self) -> None:
+        """The pump may be the receive that runs the process's one blocking Redis read for every channel.
+        Cancelling it midway stalled that exit for up to a minute (seen with forty waits ending at once),
+        so the pump is sent a message of its own and ends on it; it is cancelled only if that message
+        cannot be sent or does not arrive."""
+        try:
+            await self.layer.send(self.channel, {"type": CLOSE})
+            await asyncio.wait_for(asyncio.shield(self._pump), STOP_TIMEOUT_S)
+            return
+        except Exception:
+            log.warning("the inbox of %s did not end on its own", self.channel, exc_info=True)
+        self._pump.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._pump
 
     async def _receive_forever(self) -> None:
         while True:
@@ -60,6 +75,8 @@ class Inbox:
                 log.warning("receiving on %s failed; retrying in %s s", self.channel, RETRY_S, exc_info=True)
                 await asyncio.sleep(RETRY_S)
                 continue
+            if event.get("type") == CLOSE:
+                return
             if event.get("type") == "panel.message":
                 self._messages.put_nowait(event["message"])
 
