@@ -56,6 +56,21 @@ def flatmap_path_parameters(context, path_parameters):
     return st.sampled_from([path_parameters, pointed])
 
 
+@schema.hook
+def map_query(context, query):
+    """A watch streams until the client leaves, and a wait lasts up to its timeout: through WSGI they would
+    hold the fuzz for that long. Watches are checked live instead (test_wait_and_watch.py); here a watch is
+    asked as false and a wait lasts a second at most, every other value as generated."""
+    if not query:
+        return query
+    if query.get("watch") in (True, "true", "True", "1", 1):
+        query["watch"] = "false"
+    timeout = query.get("timeout")
+    if isinstance(timeout, int | float) and not isinstance(timeout, bool) and timeout > 1:
+        query["timeout"] = 1
+    return query
+
+
 @pytest.fixture
 def world_to_fuzz(alice, _wired_to_redis):
     """An admin's API token and one row of each kind for detail and action endpoints to find. Creating

@@ -51,7 +51,8 @@ class DeploymentViewSet(StreamsMixin, mixins.ListModelMixin, mixins.RetrieveMode
     serializer_class = DeploymentSerializer
     filterset_class = DeploymentFilterSet
     http_method_names = ["get", "post", "delete", "head", "options"]
-    wait_actions = frozenset({"create", "start", "stop", "restart", "destroy"})
+    # "update" is PUT apply: waitable as soon as the action exists.
+    wait_actions = frozenset({"create", "update", "start", "stop", "restart", "destroy"})
     waiter = DeploymentWaiter()
     watch = WatchSpec(
         event="deployment",
