@@ -3,7 +3,7 @@ so a client generated from /api/schema/ knows every status code the panel can se
 
 from django.utils.translation import gettext_lazy as _
 from drf_spectacular.openapi import AutoSchema
-from drf_spectacular.utils import extend_schema_field
+from drf_spectacular.utils import OpenApiParameter, extend_schema_field
 from rest_framework import permissions, serializers
 
 
@@ -36,9 +36,14 @@ ERROR_DESCRIPTIONS = {
 
 class PanelAutoSchema(AutoSchema):
     def get_override_parameters(self):
-        from panel.core.streams import stream_parameters
-
-        return [*super().get_override_parameters(), *stream_parameters(self.view)]
+        """The view's `extra_query_params` for this action (wait, timeout, watch: panel/core/streams.py)."""
+        parameters = list(super().get_override_parameters())
+        action = getattr(self.view, "action", None) or self.method.lower()
+        for name, about in getattr(self.view, "extra_query_params", {}).get(action, {}).items():
+            if not isinstance(about, OpenApiParameter):
+                about = OpenApiParameter(name, str, description=about)
+            parameters.append(about)
+        return parameters
 
     def get_operation(self, path, path_regex, path_prefix, method, registry):
         from panel.core.streams import document_stream_responses

@@ -12,7 +12,8 @@ The DRF action runs unchanged (authentication, permissions, throttles, Idempoten
 changes without holding a thread (panel/core/request_threads.py): it awaits channel-layer messages of the
 object's group (panel/realtime/listen.py). The query parameters are checked in `initial`, after sign-in
 and permissions, so a bad value is a 400 before the action acts. `extra_query_params` lists them per
-action for the strict query check, and panel/core/schema.py documents them from the same declarations.
+action (derived from the declarations): panel/core/schema.py documents them, the strict query check allows
+them, and the schema's 200/408/409 and text/event-stream answers come from `document_stream_responses`.
 """
 
 import functools
@@ -25,6 +26,7 @@ from django.utils.translation import gettext_lazy as _
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter
 from rest_framework import serializers
+from rest_framework.renderers import JSONRenderer
 
 from panel.core.request_threads import on_shared_threads, release_request_thread
 from panel.core.watch import Watch, WatchResponse, WatchSpec
@@ -68,16 +70,18 @@ class StreamsMixin:
     wait_actions: frozenset[str] = frozenset()
     waiter = None  # see panel/deployments/api/waiting.py for what a waiter answers
     watch: WatchSpec | None = None
-    extra_query_params: dict[str, set[str]] = {}
+    # action -> {name: OpenApiParameter or a description}: the query parameters an action reads beyond
+    # what DRF documents itself; the schema lists them (panel/core/schema.py), the strict check allows them.
+    extra_query_params: dict[str, dict] = {}
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        extra = {action: set(names) for action, names in cls.extra_query_params.items()}
+        extra = {action: dict(names) for action, names in cls.extra_query_params.items()}
         for action in cls.wait_actions:
-            extra.setdefault(action, set()).update({"wait", "timeout"})
+            extra.setdefault(action, {}).update(wait_parameters(cls.waiter.targets_for(action)))
         if cls.watch is not None:
             for action in WATCH_ACTIONS:
-                extra.setdefault(action, set()).add("watch")
+                extra.setdefault(action, {})["watch"] = WATCH_PARAMETER
         cls.extra_query_params = extra
 
     @classmethod
@@ -167,39 +171,35 @@ async def wait_then_answer(waiter, request, response, target: str, timeout: floa
             return waiter.answer(response.data, target, timeout, outcome, state)
 
     response.status_code, response.data = await on_shared_threads(answer)
+    if response.status_code >= 400:  # errors are JSON whatever the client accepts, as all the API's are
+        response.accepted_renderer, response.accepted_media_type = JSONRenderer(), "application/json"
     return response
 
 
-def stream_parameters(view) -> list[OpenApiParameter]:
-    """The query parameters a view's action takes for waiting or watching (for the OpenAPI schema)."""
-    action = getattr(view, "action", None)
-    if action in getattr(view, "wait_actions", ()):
-        targets = view.waiter.targets_for(action)
-        return [
-            OpenApiParameter(
-                "wait",
-                OpenApiTypes.STR,
-                enum=list(targets),
-                description="Answer once the deployment reached this state (200), failed on the way (409) "
-                "or `timeout` passed (408). See docs/api-streams.md.",
-            ),
-            OpenApiParameter(
-                "timeout",
-                OpenApiTypes.NUMBER,
-                description=f"Seconds to wait, with `wait` (default {DEFAULT_TIMEOUT_S}, at most "
-                f"{MAX_TIMEOUT_S}).",
-            ),
-        ]
-    if getattr(view, "watch", None) is not None and action in WATCH_ACTIONS:
-        return [
-            OpenApiParameter(
-                "watch",
-                OpenApiTypes.BOOL,
-                description="true: a text/event-stream of the objects as they are, then of each change; "
-                "until the client disconnects. See docs/api-streams.md.",
-            )
-        ]
-    return []
+def wait_parameters(targets) -> dict[str, OpenApiParameter]:
+    return {
+        "wait": OpenApiParameter(
+            "wait",
+            OpenApiTypes.STR,
+            enum=list(targets),
+            description="Answer once the deployment reached this state (200), failed on the way (409) or "
+            "`timeout` passed (408). See docs/api-streams.md.",
+        ),
+        "timeout": OpenApiParameter(
+            "timeout",
+            OpenApiTypes.NUMBER,
+            description=f"Seconds to wait, with `wait` (default {DEFAULT_TIMEOUT_S}, at most "
+            f"{MAX_TIMEOUT_S}).",
+        ),
+    }
+
+
+WATCH_PARAMETER = OpenApiParameter(
+    "watch",
+    OpenApiTypes.BOOL,
+    description="true: a text/event-stream of the objects as they are, then of each change, until the client "
+    "disconnects. See docs/api-streams.md.",
+)
 
 
 def document_stream_responses(auto_schema, operation: dict) -> None:

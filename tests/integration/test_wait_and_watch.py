@@ -20,6 +20,8 @@ from websockets.sync.client import connect
 
 import panel.deployments.tasks  # noqa: F401  registers the panel's probe ingest on the shared app
 from panel.accounts.models import ApiToken
+from panel.audit import actions as audit
+from panel.audit.models import AuditEntry
 from panel.catalog.models import Model
 from panel.core.choices import DeploymentState, DesiredState
 from panel.deployments import services
@@ -74,6 +76,9 @@ def test_waits_answer_once_it_runs_stops_runs_again_restarts_and_is_gone(
     assert "warnings" in body  # create's own answer, its deployment read again
     pk, first_pid = body["id"], body["runtime"]["nodes"][TEST_NODE]["pid"]
     assert [holder["pid"] for holder in live_holders(celery_worker.sim_root)] == [first_pid]
+    # The audit middleware, async under daphne, still hands the request to the service that records.
+    created_entry = AuditEntry.objects.get(action=audit.DEPLOYMENT_CREATED, target="w")
+    assert (created_entry.actor_name, created_entry.ip) == ("bob", "127.0.0.1")
 
     stopped = api.post(f"/api/v1/deployments/{pk}/stop/", params={"wait": "stopped", "timeout": 60})
     assert stopped.status_code == 200, stopped.text
@@ -166,6 +171,20 @@ def test_wait_and_watch_parameters_are_checked_before_anything_acts(api, live_da
     anonymous = httpx.get(f"{live_daphne.url}/api/v1/deployments/", params={"watch": "true"})
     assert anonymous.status_code == 401
     assert anonymous.headers["content-type"] == "application/json"
+
+
+def test_the_async_middleware_chain_serves_pages_static_files_and_refusals(live_daphne):  # noqa: F811
+    """Every middleware runs async under daphne now (panel/core/middleware.py): what each one does still
+    happens there."""
+    static = httpx.get(f"{live_daphne.url}/static/favicon.svg")
+    assert static.status_code == 200
+    assert static.headers["content-type"].startswith("image/svg+xml")
+    page = httpx.get(f"{live_daphne.url}/accounts/login/")
+    assert page.status_code == 200
+    assert page.headers["x-frame-options"] == "DENY"
+    nul = httpx.get(f"{live_daphne.url}/api/v1/deployments/", params={"name": "a\x00b"})
+    assert nul.status_code == 400
+    assert nul.json()["detail"] == "Query parameters must not contain NUL characters."
 
 
 def test_waiting_requests_hold_no_thread_of_the_server(live_daphne, bob):  # noqa: F811
