@@ -6,14 +6,13 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "panel.settings")
 django_asgi_app = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
-from panel.realtime.auth import PanelAuthStack  # noqa: E402
+from panel.realtime.auth import BrowserOriginOrToken, PanelAuthStack  # noqa: E402
 from panel.realtime.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(PanelAuthStack(URLRouter(websocket_urlpatterns))),
+        "websocket": BrowserOriginOrToken(PanelAuthStack(URLRouter(websocket_urlpatterns))),
     }
 )

@@ -76,7 +76,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "panel.core.middleware.StaticFilesMiddleware",  # WhiteNoise, async-capable
     # Outside everything that could answer an /api/ request with an HTML page or read an oversized body.
     "panel.core.middleware.ApiErrorsMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -282,6 +282,12 @@ PANEL_OPERATION_PICKUP_S = env.int("PANEL_OPERATION_PICKUP_S", default=900)
 PANEL_OPERATION_OFFLINE_GRACE_S = env.int("PANEL_OPERATION_OFFLINE_GRACE_S", default=60)
 PANEL_BROWSER_EVENTS_PER_SECOND = env.int("PANEL_BROWSER_EVENTS_PER_SECOND", default=30)
 PANEL_WS_RECHECK_S = env.float("PANEL_WS_RECHECK_S", default=30)
+# Waiting and watching (`?wait=`, `?watch=true`; docs/api-streams.md): a wait reads the deployment again at
+# least this often besides on each broadcast, a watch sends a keepalive comment and re-reads its objects
+# (and re-checks the viewer's credential) this often.
+PANEL_WAIT_RECHECK_S = env.float("PANEL_WAIT_RECHECK_S", default=5)
+PANEL_STREAM_KEEPALIVE_S = env.float("PANEL_STREAM_KEEPALIVE_S", default=15)
+PANEL_WATCH_RESYNC_S = env.float("PANEL_WATCH_RESYNC_S", default=30)
 PANEL_SECRETS_KEY = _read_secret("PANEL_SECRETS_KEY", default="")
 PANEL_METRICS_ALLOW = env.list("PANEL_METRICS_ALLOW", default=["127.0.0.1", "::1"])
 PANEL_METRICS_TOKEN = _read_secret("PANEL_METRICS_TOKEN", default="")

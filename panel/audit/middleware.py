@@ -1,15 +1,21 @@
 """Remembers the request being served, so record() called from a service knows who and from where."""
 
 from panel.audit.services import current_request
+from panel.core.middleware import SyncAndAsyncMiddleware
 
 
-class AuditRequestMiddleware:
-    def __init__(self, get_response):
-        self.get_response = get_response
-
-    def __call__(self, request):
+class AuditRequestMiddleware(SyncAndAsyncMiddleware):
+    def handle(self, request):
         token = current_request.set(request)
         try:
             return self.get_response(request)
+        finally:
+            current_request.reset(token)
+
+    async def __acall__(self, request):
+        # A context variable: the view's sync code (run by sync_to_async) sees it in a copy of this context.
+        token = current_request.set(request)
+        try:
+            return await self.get_response(request)
         finally:
             current_request.reset(token)

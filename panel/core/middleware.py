@@ -1,10 +1,17 @@
-"""Request guards that belong at the edge, before any view runs."""
+"""Request guards that belong at the edge, before any view runs, and the static files.
 
+Every middleware of the panel runs async under daphne as well as sync: a single sync-only one makes Django
+run the rest of the request, views included, beneath a thread that it blocks until the response is done,
+so a `?wait=` or `?watch=true` (panel/core/streams.py) would hold that thread for its whole wait.
+"""
+
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
 from django.http import HttpResponseBadRequest, JsonResponse
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
+from whitenoise.middleware import WhiteNoiseMiddleware
 
 from panel.core.exceptions import is_api, not_found_text
 
@@ -17,36 +24,67 @@ GENERIC_DETAILS = {
 }
 
 
-class RejectNulInQueryMiddleware:
-    """A NUL character in a query parameter is never meaningful, and PostgreSQL refuses it in any string
-    (a 500 deep inside a filter). Forms and serializers already refuse it in bodies."""
+class SyncAndAsyncMiddleware:
+    """Django's pattern for a middleware that is both: async when the handler below it is."""
+
+    sync_capable = True
+    async_capable = True
 
     def __init__(self, get_response):
         self.get_response = get_response
+        if iscoroutinefunction(get_response):
+            markcoroutinefunction(self)
 
     def __call__(self, request):
+        if iscoroutinefunction(self):
+            return self.__acall__(request)
+        return self.handle(request)
+
+    def handle(self, request):
+        raise NotImplementedError
+
+    async def __acall__(self, request):
+        raise NotImplementedError
+
+
+class RejectNulInQueryMiddleware(SyncAndAsyncMiddleware):
+    """A NUL character in a query parameter is never meaningful, and PostgreSQL refuses it in any string
+    (a 500 deep inside a filter). Forms and serializers already refuse it in bodies."""
+
+    def handle(self, request):
+        return self.refusal(request) or self.get_response(request)
+
+    async def __acall__(self, request):
+        return self.refusal(request) or await self.get_response(request)
+
+    @staticmethod
+    def refusal(request):
         if any("\x00" in key or "\x00" in value for key, values in request.GET.lists() for value in values):
             message = _("Query parameters must not contain NUL characters.")
             if request.path.startswith("/api/"):
                 return JsonResponse({"detail": message, "errors": {}}, status=400)
             return HttpResponseBadRequest(message)
-        return self.get_response(request)
+        return None
 
 
-class ApiErrorsMiddleware:
+class ApiErrorsMiddleware(SyncAndAsyncMiddleware):
     """Under /api/ every error answer is JSON in the one shape, whatever produced it: a body over the size
     limit (413, refused before anything reads it), Django's technical pages with DEBUG on, its plain
     400/403/500 pages. DRF views already answer in the shape (panel.core.exceptions)."""
 
-    def __init__(self, get_response):
-        self.get_response = get_response
-
-    def __call__(self, request):
+    def handle(self, request):
         if not is_api(request):
             return self.get_response(request)
         if _declared_length(request) > _limit(request):
             return too_large(request)
         return as_json_error(request, self.get_response(request))
+
+    async def __acall__(self, request):
+        if not is_api(request):
+            return await self.get_response(request)
+        if _declared_length(request) > _limit(request):
+            return too_large(request)
+        return as_json_error(request, await self.get_response(request))
 
     def process_exception(self, request, exception):
         # A body without a Content-Length (chunked) is only measured while a view reads it.
@@ -101,3 +139,33 @@ def as_json_error(request, response):
         if header in response:
             answer[header] = response[header]
     return answer
+
+
+class StaticFilesMiddleware(WhiteNoiseMiddleware):
+    """WhiteNoise, which is sync only (6.x), able to run async as well: a static file is looked up and
+    opened on the request's thread, every other request passes straight through."""
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response=None, settings=settings):
+        super().__init__(get_response, settings)
+        if iscoroutinefunction(get_response):
+            markcoroutinefunction(self)
+
+    def __call__(self, request):
+        if iscoroutinefunction(self):
+            return self.__acall__(request)
+        return super().__call__(request)
+
+    async def __acall__(self, request):
+        path = request.path_info
+        if self.autorefresh:
+            # Found on disk at each request (DEBUG); only under the static prefix, as the panel sets no
+            # WHITENOISE_ROOT.
+            found = await sync_to_async(self.find_file)(path) if path.startswith(self.static_prefix) else None
+        else:
+            found = self.files.get(path)  # collected at start-up: a dictionary lookup
+        if found is not None:
+            return await sync_to_async(self.serve)(found, request)
+        return await self.get_response(request)

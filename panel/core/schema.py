@@ -65,9 +65,12 @@ IDEMPOTENCY_PARAMETERS = [
 
 class PanelAutoSchema(AutoSchema):
     def get_operation(self, path, path_regex, path_prefix, method, registry):
+        from panel.core.streams import document_stream_responses
+
         operation = super().get_operation(path, path_regex, path_prefix, method, registry)
         if operation is None:
             return None
+        document_stream_responses(self, operation)
         error_ref = self.resolve_serializer(ErrorSerializer, "response").ref
         descriptions = {**ERROR_DESCRIPTIONS, **(IDEMPOTENCY_ANSWERS if self._idempotent() else {})}
         for code in self._error_codes(operation):

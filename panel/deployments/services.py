@@ -50,7 +50,7 @@ from panel.deployments.models import Benchmark, Deployment, DeploymentLog
 from panel.deployments.planning import DeploymentPlan
 from panel.operations.models import Operation
 from panel.operations.services import create_operation
-from panel.realtime.broadcast import broadcast, deployment_group
+from panel.realtime.broadcast import DEPLOYMENTS, broadcast, deployment_group
 from workers.task_names import (
     AGENT_BENCHMARK_DEPLOYMENT,
     AGENT_LAUNCH_DEPLOYMENT,
@@ -80,7 +80,8 @@ def status_message(deployment: Deployment) -> dict:
 
 def announce(deployment: Deployment) -> None:
     message = status_message(deployment)
-    transaction.on_commit(lambda: broadcast(deployment_group(deployment.name), message))
+    # Also to DEPLOYMENTS: a watched deployment list learns of new and changed ones there.
+    transaction.on_commit(lambda: broadcast(deployment_group(deployment.name), message, also=(DEPLOYMENTS,)))
 
 
 def move(deployment: Deployment, state: str, reason: str | list[dict] = "") -> None:
@@ -311,7 +312,7 @@ def release_and_remove(deployment: Deployment) -> None:
     deployment.delete()
     transaction.on_commit(lambda: metrics_history.forget(name))
     gone = {"type": "deployment.status", "name": name, "status": "deleted", "desired_state": "deleted"}
-    transaction.on_commit(lambda: broadcast(deployment_group(name), gone))
+    transaction.on_commit(lambda: broadcast(deployment_group(name), gone, also=(DEPLOYMENTS,)))
 
 
 def append_logs(deployment: Deployment, node: str, lines: list[str], when=None) -> list[DeploymentLog]:

@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from panel.core.choices import OperationStatus
 from panel.operations.models import Operation, OperationEvent
-from panel.realtime.broadcast import broadcast, node_group, operation_group
+from panel.realtime.broadcast import OPERATIONS, broadcast, node_group, operation_group
 from workers.contracts import EventBatch
 
 log = logging.getLogger(__name__)
@@ -35,6 +35,8 @@ def create_operation(
             task_kwargs=task_kwargs or {},
         )
         transaction.on_commit(lambda: dispatch(operation.pk))
+        # A watched operation list (`?watch=true`) learns of the new operation here.
+        transaction.on_commit(lambda: broadcast(OPERATIONS, operation_summary(operation)))
     return operation
 
 
@@ -158,7 +160,7 @@ def _broadcast_events(operation: Operation, events: list[OperationEvent]) -> Non
             },
         )
     summary = operation_summary(operation)
-    broadcast(group, summary)
+    broadcast(group, summary, also=(OPERATIONS,))
     if operation.node_id:
         broadcast(node_group(operation.node.name), summary)
 

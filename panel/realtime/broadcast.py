@@ -12,6 +12,11 @@ log = logging.getLogger(__name__)
 # Group names. The consumer checks every requested name against these shapes and the user's permissions.
 FLEET = "fleet"
 ALERTS = "alerts"
+# Every deployment's status messages and every operation's summaries, for the lists that follow them
+# (`?watch=true`, panel/core/watch.py). Like user groups, never joinable by sockets (groups.py admits no
+# such name): a socket's groups are checked once, and these carry objects the viewer may not see.
+DEPLOYMENTS = "deployments"
+OPERATIONS = "operations"
 
 
 def user_group(user_id) -> str:
@@ -31,10 +36,13 @@ def deployment_group(name: str) -> str:
     return f"deployment.{name}"
 
 
-def broadcast(group: str, message: dict) -> None:
-    """Send `message` (JSON-able, with a "type") to every socket subscribed to `group`. Lossy by design:
-    a failure to reach the channel layer is logged, never raised into the caller's transaction."""
-    _send(group, {"type": "panel.message", "group": group, "message": message})
+def broadcast(group: str, message: dict, *, also: tuple[str, ...] = ()) -> None:
+    """Send `message` (JSON-able, with a "type") to every socket subscribed to `group`, and to the `also`
+    groups (DEPLOYMENTS, OPERATIONS) in the same trip to the channel layer. Lossy by design: a failure to
+    reach the channel layer is logged, never raised into the caller's transaction."""
+    _send_all(
+        [(name, {"type": "panel.message", "group": name, "message": message}) for name in (group, *also)]
+    )
 
 
 def credentials_changed(user_id) -> None:
@@ -45,13 +53,25 @@ def credentials_changed(user_id) -> None:
 
 
 def _send(group: str, event: dict) -> None:
+    _send_all([(group, event)])
+
+
+def _send_all(sends: list[tuple[str, dict]]) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
+
+    async def send_each():
+        for group, event in sends:
+            try:
+                await layer.group_send(group, event)
+            except Exception:
+                log.exception("sending %s to %s failed", event["type"], group)
+
     try:
-        async_to_sync(layer.group_send)(group, event)
-    except Exception:
-        log.exception("sending %s to %s failed", event["type"], group)
+        async_to_sync(send_each)()
+    except Exception:  # called where no event loop can be run from (inside one)
+        log.exception("sending %s failed", ", ".join(event["type"] for _group, event in sends))
 
 
 async def abroadcast(group: str, message: dict) -> None:

@@ -1,5 +1,6 @@
 """Integration tier: a real Celery worker (threads pool, in this process) consuming the panel queue and the
-test node's agent queue, with a real Redis broker and channel layer."""
+test node's agent queue, with a real Redis broker and channel layer; the worker's node with NPUs and a tiny
+model for deployments. A real daphne in front of them: tests/live_daphne.py."""
 
 from datetime import UTC, datetime
 
@@ -52,3 +53,35 @@ def celery_worker(_wired_to_redis, transactional_db, monkeypatch, sim_host):
     ) as worker:
         worker.sim_root = root
         yield worker
+
+
+@pytest.fixture
+def node_with_npus(celery_worker):
+    """The worker's node with eight healthy NPUs; kills whatever engines a test left running on it."""
+    from panel.nodes.models import Node, Npu
+    from tests.deployment_helpers import kill_recorded_engines
+
+    node = Node.objects.create(name=TEST_NODE, transport="agent")
+    for logic_id in range(8):
+        Npu.objects.create(
+            node=node,
+            npu_id=logic_id,
+            chip_id=0,
+            logic_id=logic_id,
+            name="910B3",
+            hbm_total_mb=65536,
+            health="OK",
+        )
+    yield node
+    kill_recorded_engines(celery_worker.sim_root)
+
+
+@pytest.fixture
+def tiny_model(tmp_path_factory):
+    """(folder, facts) of a tiny llama model on this machine's disk."""
+    from workers.models.inspect import inspect_model
+    from workers.models.tiny import main as make_tiny
+
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    assert make_tiny([str(folder), "--arch", "llama"]) == 0
+    return folder, inspect_model(folder)

@@ -13,7 +13,6 @@ from tests.conftest import api_client_for
 from tests.deployment_helpers import (
     deployment_json,
     free_port_pair,
-    kill_recorded_engines,
     reconcile_loop,  # noqa: F401  a fixture, used by name
     wait_for,
 )
@@ -21,35 +20,6 @@ from tests.integration.conftest import TEST_NODE
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
 run_reconcile_loop = pytest.mark.usefixtures("reconcile_loop")
-
-
-@pytest.fixture
-def tiny_model(tmp_path_factory):
-    from workers.models.inspect import inspect_model
-    from workers.models.tiny import main as make_tiny
-
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    assert make_tiny([str(folder), "--arch", "llama"]) == 0
-    return folder, inspect_model(folder)
-
-
-@pytest.fixture
-def node_with_npus(celery_worker):
-    from panel.nodes.models import Node, Npu
-
-    node = Node.objects.create(name=TEST_NODE, transport="agent")
-    for logic_id in range(8):
-        Npu.objects.create(
-            node=node,
-            npu_id=logic_id,
-            chip_id=0,
-            logic_id=logic_id,
-            name="910B3",
-            hbm_total_mb=65536,
-            health="OK",
-        )
-    yield node
-    kill_recorded_engines(celery_worker.sim_root)
 
 
 def live_holders(root):

@@ -13,6 +13,8 @@ from panel.core.api import PanelViewSet, ReadOnlyPanelViewSet
 from panel.core.choices import DesiredState
 from panel.core.idempotency import idempotent
 from panel.core.schema import ErrorSerializer
+from panel.core.streams import StreamsMixin
+from panel.core.watch import WatchSpec
 from panel.core.yaml_api import YAML_PARSERS, SpecJSONRenderer, SpecYAMLRenderer
 from panel.deployments import metrics_history, services
 from panel.deployments.api.apply import ApplyAnswerSerializer, answer_of, is_spec
@@ -30,11 +32,13 @@ from panel.deployments.api.serializers import (
     DeploymentSerializer,
     PlanReviewSerializer,
 )
+from panel.deployments.api.waiting import DeploymentWaiter
 from panel.deployments.apply import apply
 from panel.deployments.filtersets import BenchmarkFilterSet, DeploymentFilterSet
 from panel.deployments.models import Benchmark, Deployment
 from panel.deployments.planning import DeploymentRequestSerializer, plan_request
 from panel.deployments.spec import DeploymentSpecSerializer, parse_spec, spec_of
+from panel.realtime.broadcast import DEPLOYMENTS, deployment_group
 
 MAX_LOG_LINES_PER_PAGE = 5000
 # What stop / start / restart answer: the deployment as it now is, or why its state refuses the command.
@@ -54,9 +58,10 @@ def _flag(value: str | None, name: str) -> bool:
     raise ValidationError({name: [_("Give true or false.")]})
 
 
-class DeploymentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, PanelViewSet):
+class DeploymentViewSet(StreamsMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, PanelViewSet):
     """Deployments: plan, create, stop, start, restart, delete; logs, metrics and benchmarks.
-    The contract is written at the top of panel/deployments/services.py."""
+    The contract is written at the top of panel/deployments/services.py; waiting and watching
+    (`?wait=`, `?watch=true`) in docs/api-streams.md."""
 
     queryset = Deployment.objects.select_related("model").prefetch_related("nodes", "npus__node")
     serializer_class = DeploymentSerializer
@@ -64,6 +69,20 @@ class DeploymentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, PanelV
     http_method_names = ["get", "post", "put", "delete", "head", "options"]
     parser_classes = [*api_settings.DEFAULT_PARSER_CLASSES, *YAML_PARSERS]
     renderer_classes = [*api_settings.DEFAULT_RENDERER_CLASSES, SpecJSONRenderer, SpecYAMLRenderer]
+
+    # "update" is PUT apply: waitable as soon as the action exists.
+    wait_actions = frozenset({"create", "update", "start", "stop", "restart", "destroy"})
+    waiter = DeploymentWaiter()
+    watch = WatchSpec(
+        event="deployment",
+        key="name",
+        list_group=DEPLOYMENTS,
+        detail_group=lambda deployment: deployment_group(deployment.name),
+        change_type="deployment.status",
+        change_field="name",
+        # Probes save these every few seconds; live metrics are the websocket's (engine.metrics).
+        volatile=("metrics", "metrics_at", "updated"),
+    )
 
     @extend_schema(
         parameters=[
@@ -103,7 +122,7 @@ class DeploymentViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, PanelV
         "unchanged, 202 changed (with each changed field and the effect: restart, move_npus, start, stop). "
         "docs/deployment-spec.md describes the spec.",
     )
-    @idempotent
+    @idempotent(creates=Deployment.objects.exclude(desired_state=DesiredState.DELETED))
     def update(self, request, pk=None):
         dry_run = _flag(request.query_params.get("dry_run"), "dry_run")
         spec = parse_spec(request.data, pk)

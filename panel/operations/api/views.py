@@ -6,6 +6,8 @@ from rest_framework.response import Response
 
 from panel.accounts.roles import ADMIN
 from panel.core.api import ReadOnlyPanelViewSet
+from panel.core.streams import StreamsMixin
+from panel.core.watch import WatchSpec
 from panel.operations.api.serializers import (
     OperationEventPageSerializer,
     OperationEventSerializer,
@@ -14,6 +16,7 @@ from panel.operations.api.serializers import (
 from panel.operations.filtersets import OperationFilterSet
 from panel.operations.models import Operation
 from panel.operations.reaper import force_fail
+from panel.realtime.broadcast import OPERATIONS, operation_group
 
 MAX_EVENTS_PER_PAGE = 2000
 LARGEST_SEQ = 2**31 - 1  # OperationEvent.seq is a PositiveIntegerField
@@ -36,12 +39,22 @@ class ForceFailSerializer(serializers.Serializer):
     reason = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
 
 
-class OperationViewSet(ReadOnlyPanelViewSet):
+class OperationViewSet(StreamsMixin, ReadOnlyPanelViewSet):
+    """Operations; `?watch=true` streams them as they change (docs/api-streams.md)."""
+
     queryset = Operation.objects.select_related("node", "created_by")
     serializer_class = OperationSerializer
     filterset_class = OperationFilterSet
     lookup_name_field = None  # operations are addressed by their UUID only
     write_role = ADMIN  # the one write here: force-failing a stuck operation
+    watch = WatchSpec(
+        event="operation",
+        key="id",
+        list_group=OPERATIONS,
+        detail_group=lambda operation: operation_group(operation.id),
+        change_type="operation.status",
+        change_field="operation",
+    )
 
     @extend_schema(
         request=ForceFailSerializer,
