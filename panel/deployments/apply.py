@@ -209,7 +209,7 @@ def _launches(deployment_spec: dict[str, Any]) -> list[tuple[str, dict]]:
     return [(part["node"], part["launch"]) for part in deployment_spec.get("parts") or []]
 
 
-def diff(current: Deployment, planned: DeploymentPlan, model: Model, artifact, spec) -> list[dict[str, Any]]:
+def diff(current: Deployment, planned: DeploymentPlan, model: Model, spec) -> list[dict[str, Any]]:
     """What differs between the running deployment and the planned one, field by field."""
     changes = []
 
@@ -218,7 +218,8 @@ def diff(current: Deployment, planned: DeploymentPlan, model: Model, artifact, s
             changes.append({"field": name, "from": before, "to": after})
 
     note("model", current.model.name, model.name)
-    note("artifact", current.artifact_id, artifact.pk if artifact else None)
+    chosen = planned.data.get("artifact")  # the copy the spec names, or the one found for its model
+    note("artifact", current.artifact_id, chosen.pk if chosen else None)
     old_nodes = nodes_of(current)
     new_nodes = [
         {"node": part.node.name, "npus": [npu.logic_id for npu in part.npus]} for part in planned.parts
@@ -273,10 +274,13 @@ def apply(name: str, spec: dict[str, Any], user, *, dry_run: bool = False) -> Ou
             ],
         )
     request = build_request(spec, model, artifact, user, current)
-    planned = plan_request(request, user=user, replacing=current)
+    try:
+        planned = plan_request(request, user=user, replacing=current)
+    except serializers.ValidationError as error:
+        raise _as_spec_fields(error, spec) from None
     if current is None:
         return _create(planned, spec, user, dry_run=dry_run)
-    changes = diff(current, planned, model, artifact, spec)
+    changes = diff(current, planned, model, spec)
     if current.desired_state != spec["state"]:
         changes.append({"field": "state", "from": current.desired_state, "to": spec["state"]})
     effect = effect_of(changes, spec["state"])
@@ -286,6 +290,21 @@ def apply(name: str, spec: dict[str, Any], user, *, dry_run: bool = False) -> Ou
     if changes and not dry_run:
         outcome.deployment = _change(current, planned, spec, effect, changes, user)
     return outcome
+
+
+def _as_spec_fields(error: serializers.ValidationError, spec: dict[str, Any]) -> serializers.ValidationError:
+    """The planner names the request's fields; a spec that wrote `placement` and `engine:` reads its errors
+    under those names (`placement.npus`, `engine.max_model_len`)."""
+    if not isinstance(error.detail, dict):
+        return error
+    renamed = {}
+    for name, messages in error.detail.items():
+        if name == "nodes" and not spec.get("nodes"):
+            name = "placement.npus"
+        elif name in ENGINE_SETTINGS:
+            name = f"engine.{name}"
+        renamed.setdefault(name, []).extend(messages if isinstance(messages, list) else [messages])
+    return serializers.ValidationError(renamed)
 
 
 def _create(planned: DeploymentPlan, spec: dict[str, Any], user, *, dry_run: bool) -> Outcome:
