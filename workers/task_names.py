@@ -28,6 +28,9 @@ AGENT_ATC_MODEL = "agent.atc_model"
 AGENT_COPY_MODEL = "agent.copy_model"
 AGENT_DELETE_MODEL = "agent.delete_model"
 
+# The NPU network (HCCL fabric) of a node: its NICs, pings to the other nodes' NPUs and its HCCL interface.
+AGENT_FABRIC_CHECK = "agent.fabric_check"
+
 
 def node_queue(node_name: str) -> str:
     return f"node.{node_name}"
