@@ -72,6 +72,7 @@ INSTALLED_APPS = [
     "panel.provisioning",
     "panel.monitoring",
     "panel.audit",
+    "panel.fabric",
 ]
 
 MIDDLEWARE = [

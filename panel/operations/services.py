@@ -192,6 +192,11 @@ def on_terminal(operation: Operation) -> None:
 
         on_operation_terminal(operation)
         return
+    if operation.kind == "fabric_check":  # failed ones too: the check then says which node did not answer
+        from panel.fabric.services import on_operation_terminal as fabric_operation_ended
+
+        fabric_operation_ended(operation)
+        return
     if operation.status != OperationStatus.SUCCEEDED or operation.node_id is None:
         return
     if operation.kind == "inventory":

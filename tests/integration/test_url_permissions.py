@@ -15,6 +15,7 @@ from panel.audit.models import AuditEntry
 from panel.catalog.models import Model, ModelArtifact
 from panel.core.choices import DeploymentState
 from panel.deployments.models import Benchmark, Deployment
+from panel.fabric.models import FabricCheck
 from panel.monitoring.models import Alert
 from panel.nodes.models import Node
 from panel.operations.models import Operation
@@ -104,6 +105,7 @@ def rows(world):
         ),
         "apitoken": world["charlie"].api_tokens.model.issue(world["charlie"], "perm")[0],
         "auditentry": AuditEntry.objects.create(action="node.added", target="perm-node"),
+        "fabriccheck": FabricCheck.objects.create(node_names=["perm-node"]),
     }
 
 
