@@ -199,3 +199,18 @@ def test_interfaces_are_read_from_ip_one_line_output():
         "bond0.100": {"addresses": ["10.20.0.7"], "up": False},
         "enp189s0f1": {"addresses": [], "up": False},
     }
+
+
+def test_the_install_preflight_lists_the_hosts_nic_findings(hosts, monkeypatch):
+    from workers.agent import AgentConfig
+    from workers.tasks.install import fabric_items
+
+    root = hosts["fab-head"]
+    sim_fabric.set_link(root, 4, up=False)
+    monkeypatch.setenv("PATH", f"{root / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    config = AgentConfig(
+        node_name="fab-head", host_root=str(root), ascend_root=str(root / "usr/local/Ascend")
+    )
+    items = fabric_items(config)
+    assert [(entry["check"], entry["status"]) for entry in items] == [("npu_link", "fail")]
+    assert items[0]["detail"] == "fab-head: the NIC link of NPU 4 is not UP"
