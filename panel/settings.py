@@ -73,6 +73,7 @@ INSTALLED_APPS = [
     "panel.monitoring",
     "panel.audit",
     "panel.fabric",
+    "panel.forensics",
 ]
 
 MIDDLEWARE = [

@@ -197,6 +197,11 @@ def on_terminal(operation: Operation) -> None:
 
         fabric_operation_ended(operation)
         return
+    if operation.kind == "diagnostics":  # failed ones too: the bundle is packed from the nodes that sent
+        from panel.forensics.services import on_operation_terminal as diagnostics_operation_ended
+
+        diagnostics_operation_ended(operation)
+        return
     if operation.status != OperationStatus.SUCCEEDED or operation.node_id is None:
         return
     if operation.kind == "inventory":

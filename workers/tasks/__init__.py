@@ -2,6 +2,7 @@
 
 from workers.tasks import (  # noqa: F401
     deploy,
+    diagnostics,
     fabric,
     install,
     install_agent,
