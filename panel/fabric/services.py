@@ -21,6 +21,7 @@ from django.utils.translation import gettext_noop
 
 from panel.core.choices import DeploymentState, DesiredState, OperationKind, OperationStatus
 from panel.fabric.models import FabricCheck, FabricStatus, NodeFabric
+from panel.nodes.models import Node
 from panel.operations.models import Operation
 from panel.operations.services import create_operation
 from workers.steps.fabric_verdict import first_failure, judge
@@ -149,8 +150,6 @@ def on_operation_terminal(operation: Operation) -> None:
     if not failed and check.round == 1:
         fresh = _fresh_addresses(check, reports)
         if _needs_second_round(check, fresh):
-            from panel.nodes.models import Node
-
             check.round = 2
             nodes = {node.name: node for node in Node.objects.filter(name__in=check.node_names)}
             _send_round(check, nodes, check.verdict["plan"], fresh, user=check.created_by)
@@ -180,8 +179,6 @@ def _finish(check: FabricCheck, reports: dict[str, dict], failed: dict[str, Oper
     check.verdict = {"plan": check.verdict.get("plan"), "status": status, "checklist": checklist}
     check.save()
     for name, node_verdict in verdict["nodes"].items():
-        from panel.nodes.models import Node
-
         node = Node.objects.filter(name=name).first()
         if node is None:
             continue
@@ -208,8 +205,6 @@ def _finish(check: FabricCheck, reports: dict[str, dict], failed: dict[str, Oper
 def gate_launch(deployment, user=None) -> bool:
     """Start the NPU network check of a multi-node deployment on NPUs; True when its launch now waits for
     it (the check sends the launches itself once the network checks out)."""
-    from panel.nodes.models import Node
-
     parts = deployment.spec.get("parts") or []
     if len(parts) < 2 or not deployment.npus.exists():
         return False

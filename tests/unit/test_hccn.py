@@ -194,3 +194,13 @@ def test_hccn_samples_read_to_records_of_their_query(name):
     query = detect_query(text)
     assert query is not None
     assert parse(text, query)
+
+
+OTHER_SAMPLES = [name for name in sample_names("*.txt") if not name.startswith("hccn")]
+
+
+@pytest.mark.parametrize(
+    "name", OTHER_SAMPLES or [pytest.param("", marks=pytest.mark.skip(reason="no Ascend samples folder"))]
+)
+def test_other_ascend_outputs_are_not_taken_for_hccn_answers(name):
+    assert detect_query(read_sample(name)) is None

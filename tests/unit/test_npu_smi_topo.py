@@ -136,3 +136,14 @@ def test_topo_samples_read_to_a_square_matrix(name):
     for device in topo["devices"]:
         if device in topo["links"]:
             assert topo["links"][device][device] == "X"
+
+
+OTHER_SAMPLES = [name for name in sample_names("*.txt") if "topo" not in name]
+
+
+@pytest.mark.parametrize(
+    "name", OTHER_SAMPLES or [pytest.param("", marks=pytest.mark.skip(reason="no Ascend samples folder"))]
+)
+def test_other_npu_smi_outputs_are_refused_with_a_reason_not_misread(name):
+    with pytest.raises(NpuSmiError):
+        parse_topo(read_sample(name))
