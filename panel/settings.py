@@ -72,6 +72,8 @@ INSTALLED_APPS = [
     "panel.provisioning",
     "panel.monitoring",
     "panel.audit",
+    "panel.fabric",
+    "panel.forensics",
 ]
 
 MIDDLEWARE = [
@@ -301,7 +303,8 @@ if PANEL_AGENT_BROKER_URL and not re.fullmatch(
         f"PANEL_AGENT_BROKER_URL={PANEL_AGENT_BROKER_URL!r} is not a Redis URL. Give the broker address "
         "agents reach from their hosts, e.g. redis://panel.example.com:6379/0 (or rediss:// for TLS)."
     )
-# The panel's address as agents reach it (package downloads); the request's address when empty.
+# The panel's address as agents reach it (package downloads, diagnostics uploads); the request's address
+# when empty. Diagnostics after a failed start (no request) are collected only when it is set.
 PANEL_URL = env.str("PANEL_URL", default="")
 # Internal pip index (and extra indexes, comma-separated) that nodes install Python stacks from.
 PANEL_PIP_INDEX_URL = env.str("PANEL_PIP_INDEX_URL", default="")

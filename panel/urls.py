@@ -13,6 +13,8 @@ from panel.core.api_docs import DocsView, SchemaView
 from panel.core.exceptions import api_not_found
 from panel.deployments.api.chat import chat as deployment_chat
 from panel.deployments.api.views import BenchmarkViewSet, DeploymentViewSet
+from panel.fabric.api.views import FabricCheckViewSet, NodeFabricViewSet
+from panel.forensics.api.views import DiagnosticsBundleViewSet
 from panel.monitoring.api.views import AlertViewSet, LatestMetricsView
 from panel.monitoring.views import prometheus_metrics
 from panel.nodes.api.views import NodeViewSet
@@ -33,6 +35,9 @@ router.register("alerts", AlertViewSet)
 router.register("deployments", DeploymentViewSet)
 router.register("benchmarks", BenchmarkViewSet)
 router.register("audit", AuditEntryViewSet)
+router.register("fabric-checks", FabricCheckViewSet)
+router.register("node-fabrics", NodeFabricViewSet, basename="node-fabric")
+router.register("diagnostics", DiagnosticsBundleViewSet)
 
 urlpatterns = [
     path("api/v1/metrics/latest/", LatestMetricsView.as_view(), name="metrics-latest"),
@@ -54,6 +59,8 @@ urlpatterns = [
     path("models/", include("panel.catalog.urls")),
     path("deployments/", include("panel.deployments.urls")),
     path("audit/", include("panel.audit.urls")),
+    path("fabric/", include("panel.fabric.urls")),
+    path("forensics/", include("panel.forensics.urls")),
     path("", include("panel.core.urls")),
 ]
 urlpatterns += static(settings.STATIC_URL)

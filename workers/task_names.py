@@ -28,6 +28,11 @@ AGENT_ATC_MODEL = "agent.atc_model"
 AGENT_COPY_MODEL = "agent.copy_model"
 AGENT_DELETE_MODEL = "agent.delete_model"
 
+# The NPU network (HCCL fabric) of a node: its NICs, pings to the other nodes' NPUs and its HCCL interface.
+AGENT_FABRIC_CHECK = "agent.fabric_check"
+# A deployment's diagnostics bundle from one node (engine log, npu-smi, versions, env, kernel log, plog).
+AGENT_COLLECT_DIAGNOSTICS = "agent.collect_diagnostics"
+
 
 def node_queue(node_name: str) -> str:
     return f"node.{node_name}"

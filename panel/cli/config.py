@@ -48,8 +48,10 @@ def normalise_url(url: str) -> str:
 def read_file(path: Path) -> dict:
     try:
         mode = path.stat().st_mode
-    except FileNotFoundError:
-        return {}
+    except (FileNotFoundError, NotADirectoryError):
+        return {}  # never signed in here; the environment may still name the panel and the token
+    except OSError as error:
+        raise UsageError(f"Cannot read {path}: {error}") from None
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
         # As ssh does for keys: others can read the token. Say so, but keep working.
         print(f"warning: {path} is readable by others; run chmod 600 {path}", file=sys.stderr)

@@ -80,6 +80,8 @@ class OperationKind(models.TextChoices):
     DEPLOY = "deploy", _("Deploy")
     STOP = "stop", _("Stop deployment")
     BENCHMARK = "benchmark", _("Benchmark")
+    FABRIC_CHECK = "fabric_check", _("NPU network check")
+    DIAGNOSTICS = "diagnostics", _("Diagnostics collection")
 
 
 class DeploymentState(ColouredChoices):

@@ -26,6 +26,7 @@ from panel.core.choices import DeploymentState, DesiredState, OperationKind, Ope
 from panel.deployments import metrics_history, reasons, services
 from panel.deployments.findings import fitting_hint
 from panel.deployments.models import Deployment
+from panel.forensics.services import collect_after_failed_start
 from panel.operations.models import Operation
 from panel.realtime.broadcast import broadcast, deployment_group
 from workers.task_names import AGENT_PROBE_DEPLOYMENTS
@@ -136,6 +137,9 @@ def apply_launch_result(deployment: Deployment, operation: Operation) -> None:
         }
         reason = reasons.launch_failed(operation.error, fitting_hint(operation.hint, deployment))
         schedule_restart(deployment, Policy.from_settings(), reason, timezone.now())
+        collect_after_failed_start(
+            deployment
+        )  # every node's logs and state of this failure (panel.forensics)
         # The other nodes of a multi-node deployment cannot serve without this one.
         stopping = services.active_operations(deployment).filter(kind=OperationKind.STOP).exists()
         if len(services.parts_of(deployment)) > 1 and not stopping:

@@ -48,6 +48,7 @@ from panel.core.choices import DeploymentState, DesiredState, OperationKind, Ope
 from panel.deployments import metrics_history, reasons
 from panel.deployments.models import Benchmark, Deployment, DeploymentLog
 from panel.deployments.planning import DeploymentPlan
+from panel.fabric.services import gate_launch
 from panel.operations.models import Operation
 from panel.operations.services import create_operation
 from panel.realtime.broadcast import DEPLOYMENTS, broadcast, deployment_group
@@ -154,7 +155,8 @@ def parts_of(deployment: Deployment) -> list[dict]:
 def active_operations(deployment: Deployment):
     return Operation.objects.filter(
         target=deployment.name,
-        kind__in=[OperationKind.DEPLOY, OperationKind.STOP],
+        # A launch waiting for its NPU network check (panel.fabric) is busy too.
+        kind__in=[OperationKind.DEPLOY, OperationKind.STOP, OperationKind.FABRIC_CHECK],
         status__in=ACTIVE,
     )
 
@@ -173,7 +175,15 @@ def launch(deployment: Deployment, user=None) -> None:
     deployment.next_restart_at = None
     deployment.probe_failures = 0
     deployment.runtime = {"nodes": {}}
+    # Several nodes: their NPU network is checked first; the check sends the launches when it passes.
+    waits_for_fabric = gate_launch(deployment, user)
     deployment.save()
+    if not waits_for_fabric:
+        send_launches(deployment, user)
+
+
+def send_launches(deployment: Deployment, user=None) -> None:
+    """One launch operation per node of the deployment."""
     for part in parts_of(deployment):
         _start_on_node(
             deployment,

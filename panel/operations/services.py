@@ -198,6 +198,16 @@ def on_terminal(operation: Operation) -> None:
 
         on_operation_terminal(operation)
         return
+    if operation.kind == "fabric_check":  # failed ones too: the check then says which node did not answer
+        from panel.fabric.services import on_operation_terminal as fabric_operation_ended
+
+        fabric_operation_ended(operation)
+        return
+    if operation.kind == "diagnostics":  # failed ones too: the bundle is packed from the nodes that sent
+        from panel.forensics.services import on_operation_terminal as diagnostics_operation_ended
+
+        diagnostics_operation_ended(operation)
+        return
     if operation.status != OperationStatus.SUCCEEDED or operation.node_id is None:
         return
     if operation.kind == "inventory":

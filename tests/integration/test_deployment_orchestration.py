@@ -1,10 +1,12 @@
-"""Orchestration of a two-node data-parallel deployment, decided on the panel: head and follower launches,
-running only once both are up, a failed follower restarting the pair, and a stop that ends on both nodes.
-Agents are not involved: operation outcomes are applied the way the ingest applies them."""
+"""Orchestration of a two-node data-parallel deployment, decided on the panel: head and follower launches
+(after their NPU network check passed), running only once both are up, a failed follower restarting the
+pair, and a stop that ends on both nodes. Agents are not involved: operation outcomes are applied the way
+the ingest applies them."""
 
 import pytest
 
 from tests.conftest import api_client_for
+from tests.fabric_helpers import network_checked
 
 pytestmark = pytest.mark.django_db
 
@@ -84,6 +86,7 @@ def test_two_nodes_start_as_one_and_stop_as_one(two_nodes, moe_model, bob):
 
     model, path = moe_model
     deployment = create_deployment(plan_request(request_body(model, path)), user=bob)
+    network_checked()
     launches = operations("deploy")
     assert set(launches) == {"head-node", "follower-node"}
     assert deployment.observed_state == "starting"
@@ -112,6 +115,7 @@ def test_a_failed_follower_stops_the_head_and_schedules_a_restart(two_nodes, moe
 
     model, path = moe_model
     deployment = create_deployment(plan_request(request_body(model, path)), user=bob)
+    network_checked()
     launches = operations("deploy")
     finish(launches["head-node"], "succeeded", {"runtime": {"pid": 100, "port": 8000, "log_path": "/h.log"}})
     finish(launches["follower-node"], "failed", error="the engine exited during start-up")
@@ -133,6 +137,7 @@ def test_restart_stops_every_node_then_launches_again_and_a_stopped_one_just_sta
 
     model, path = moe_model
     deployment = create_deployment(plan_request(request_body(model, path)), user=bob)
+    network_checked()
     for node, launch in operations("deploy").items():
         finish(launch, "succeeded", {"runtime": {"pid": 100, "port": 8000, "log_path": f"/{node}.log"}})
 
@@ -140,6 +145,7 @@ def test_restart_stops_every_node_then_launches_again_and_a_stopped_one_just_sta
     assert Deployment.objects.get(pk=deployment.pk).observed_state == "stopping"
     for stop_operation in operations("stop").values():
         finish(stop_operation, "succeeded")
+    network_checked()
     again = Deployment.objects.get(pk=deployment.pk)
     assert again.observed_state == "starting"
     assert again.restart_count == 1
@@ -152,4 +158,5 @@ def test_restart_stops_every_node_then_launches_again_and_a_stopped_one_just_sta
     Deployment.objects.filter(pk=deployment.pk).update(observed_state="stopped", desired_state="stopped")
     restart(Deployment.objects.get(pk=deployment.pk), user=bob)
     assert Deployment.objects.get(pk=deployment.pk).observed_state == "starting"
+    network_checked()
     assert set(operations("deploy")) == {"head-node", "follower-node"}

@@ -15,6 +15,8 @@ from panel.audit.models import AuditEntry
 from panel.catalog.models import Model, ModelArtifact
 from panel.core.choices import DeploymentState
 from panel.deployments.models import Benchmark, Deployment
+from panel.fabric.models import FabricCheck
+from panel.forensics.models import DiagnosticsBundle
 from panel.monitoring.models import Alert
 from panel.nodes.models import Node
 from panel.operations.models import Operation
@@ -37,7 +39,7 @@ PUBLIC = {
 }
 # Refused without a per-operation download token instead of a session (agents fetch store files), or
 # without a join token (an install script trading it for its node's credential).
-TOKEN_GUARDED = {"provisioning:download", "nodes:agent-join"}
+TOKEN_GUARDED = {"provisioning:download", "nodes:agent-join", "forensics:upload"}
 # Where a viewer may write: their own API tokens and password, their language, signing out.
 VIEWER_WRITES = {
     "accounts:change-password",
@@ -106,6 +108,10 @@ def rows(world):
         ),
         "apitoken": world["charlie"].api_tokens.model.issue(world["charlie"], "perm")[0],
         "auditentry": AuditEntry.objects.create(action="node.added", target="perm-node"),
+        "fabriccheck": FabricCheck.objects.create(node_names=["perm-node"]),
+        "diagnosticsbundle": DiagnosticsBundle.objects.create(
+            deployment="perm-deployment", trigger="on_demand"
+        ),
     }
 
 
@@ -118,6 +124,7 @@ PAGE_ROWS = {
     "accounts:": "apitoken",
     "deployments:": "deployment",
     "provisioning:": "packagefile",
+    "forensics:": "diagnosticsbundle",
 }
 
 

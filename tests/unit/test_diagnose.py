@@ -47,7 +47,7 @@ def test_a_healthy_graph_mode_log_with_custom_op_notices_has_no_findings():
     ("fixture", "code", "line_no", "quoted"),
     [
         ("hccl.log", "hccl", 3, "specific port[16666] fail"),
-        ("cann_mismatch.log", "cann_mismatch", 3, "error code is 507033"),
+        ("cann_mismatch.log", "cann_mismatch", 3, "opp version 8.1.RC1 is not compatible"),
         ("soc_mismatch.log", "soc_mismatch", 3, "the socversion Ascend910B2 of bin package does not match"),
         ("device_unavailable.log", "device_unavailable", 2, "error code is 207004"),
         (
@@ -56,15 +56,25 @@ def test_a_healthy_graph_mode_log_with_custom_op_notices_has_no_findings():
             6,
             "ImportError: libhccl.so: cannot open shared object file",
         ),
-        ("kv_cache_no_memory.log", "kv_cache_no_memory", 3, "No available memory for the cache blocks"),
+        ("kv_cache_no_memory.log", "kv_cache_no_memory", 2, "Available memory: -1879048192"),
         ("op_unsupported.log", "op_unsupported", 2, "call aclnnSwiGlu failed"),
         ("graph_capture.log", "graph_capture", 3, "Create capture stream failed"),
-        ("graph_capture_mla.log", "graph_capture", 3, "enabling both MLA and Graph mode"),
+        ("mla_tp_unsupported.log", "mla_tp_unsupported", 3, "enabling both MLA and Graph mode"),
         ("device_lost.log", "device_lost", 2, "error code:507010"),
         ("mla_head_dim.log", "mla_head_dim", 6, "Head dimension 320 is not supported by MLA."),
         ("atc_input_shape.log", "atc_input_shape", 4, "Opname [input] specified in [--input_shape]"),
         ("atc_soc_version.log", "atc_soc_version", 4, "Value [Ascend910B3] for parameter [--soc_version]"),
         ("atc_model_unreadable.log", "atc_model_unreadable", 4, "for parameter [--model] is invalid"),
+        ("stack_mismatch.log", "stack_mismatch", 7, "libtorch_npu.so: undefined symbol: _ZN3atb"),
+        ("soc_init_failed.log", "soc_init_failed", 3, "AclSetCompileopt(aclCompileOpt::ACL_PRECISION_MODE"),
+        ("visible_device_invalid.log", "visible_device_invalid", 2, "Set visible device failed, invalid"),
+        ("graph_stream_exhausted.log", "graph_stream_exhausted", 2, "error code is 207008"),
+        ("hccl_socket_timeout.log", "hccl_socket_timeout", 2, "Get_Socket_Timeout(EI0006)"),
+        ("hccl_buffsize_small.log", "hccl_buffsize_small", 2, "HCCL_BUFFSIZE is too SMALL"),
+        ("peer_rank_died.log", "peer_rank_died", 2, "EI0002"),
+        ("quantizer_missing.log", "quantizer_missing", 3, "There is no available ascend quantizer."),
+        ("vllm_version_invalid.log", "vllm_version_invalid", 5, "Invalid version: 'dev'"),
+        ("custom_kernels_missing.log", "custom_kernels_missing", 1, "libvllm_ascend_kernels.so"),
     ],
 )
 def test_it_names_each_known_failure_at_its_first_matching_line(fixture, code, line_no, quoted):
@@ -91,7 +101,10 @@ def test_it_reports_each_code_once_in_order_of_first_appearance():
         ]
     )
     findings = diagnose(log)
-    assert [(f["code"], f["line_no"]) for f in findings] == [("hccl", 2), ("npu_oom", 3)]
+    # EI0009 (hccl) after EI0006 (its specific hccl_socket_timeout) repeats the same failure.
+    assert [(f["code"], f["line_no"]) for f in findings] == [("hccl_socket_timeout", 2), ("npu_oom", 3)]
+    assert findings[0]["general"] == "hccl"
+    assert findings[1]["general"] == "npu_oom"
 
 
 def test_numeric_codes_match_only_as_whole_tokens():
@@ -125,7 +138,7 @@ def test_the_cli_prints_the_findings_as_json(tmp_path, capsys):
     assert main([str(log)]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert codes(printed) == ["soc_mismatch"]
-    assert set(printed[0]) == {"code", "title", "hint", "line", "line_no"}
+    assert set(printed[0]) == {"code", "general", "title", "hint", "line", "line_no"}
 
 
 def test_the_cli_reads_standard_input(monkeypatch, capsys):

@@ -1,8 +1,12 @@
 """Name the known Ascend failures in a log: what failed and the hint to fix it.
 
 `python -m workers.ascend.diagnose FILE` (or `-` for stdin) prints a JSON list of findings
-{"code", "title", "hint", "line", "line_no"}: one per signature, at the first line that matches it, in the
-order the failures first appear. A healthy log gives []. The signatures are in workers.ascend.signatures.
+{"code", "general", "title", "hint", "line", "line_no"}: one per signature, at the first line that matches
+it, in the order the failures first appear. `code` is the most specific code known; `general` is the family
+it belongs to (the same code for a general signature): hccl_socket_timeout is a kind of hccl. A finding
+of a general code is left out when a specific one of its family came first (it would repeat it). Findings
+of a timeout on every rank also carry "first_rank": {"rank", "where", "line", "line_no"} or null.
+A healthy log gives []. The signatures are in workers.ascend.signatures.
 """
 
 import argparse
@@ -12,10 +16,11 @@ import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from workers.ascend.ranks import first_failing_rank
+from workers.ascend.signature_types import MAX_QUOTED_CHARS, quote
 from workers.ascend.signatures import SIGNATURES, Signature
 
-# A finding quotes its line; vLLM prints whole argument namespaces on one line, so keep the quote readable.
-MAX_QUOTED_CHARS = 1000
+__all__ = ["MAX_QUOTED_CHARS", "diagnose", "diagnose_lines", "main"]
 
 
 @dataclass(frozen=True)
@@ -23,6 +28,8 @@ class _CompiledSignature:
     signature: Signature
     strong: re.Pattern | None
     weak: re.Pattern | None
+    then: tuple[re.Pattern, ...]
+    unless: re.Pattern | None
 
 
 def _either(patterns: tuple[str, ...]) -> re.Pattern | None:
@@ -38,39 +45,82 @@ def _scoped(pattern: str) -> str:
 
 
 COMPILED = tuple(
-    _CompiledSignature(signature, _either(signature.patterns), _either(signature.weak_patterns))
+    _CompiledSignature(
+        signature,
+        _either(signature.patterns),
+        _either(signature.weak_patterns),
+        tuple(re.compile(_scoped(pattern)) for pattern in signature.then),
+        re.compile(signature.unless) if signature.unless else None,
+    )
     for signature in SIGNATURES
 )
 
 
 def _finding(signature: Signature, line: str, line_no: int) -> dict:
-    quoted = line.strip()
-    if len(quoted) > MAX_QUOTED_CHARS:
-        quoted = quoted[:MAX_QUOTED_CHARS] + "…"
     return {
         "code": signature.code,
+        "general": signature.general or signature.code,
         "title": signature.title,
         "hint": signature.hint,
-        "line": quoted,
+        "line": quote(line),
         "line_no": line_no,
     }
 
 
+class _Waiting:
+    """A match that counts only once its `then` lines followed, in order."""
+
+    def __init__(self, compiled: _CompiledSignature, finding: dict):
+        self.compiled, self.finding, self.stage = compiled, finding, 0
+
+    def voided_by(self, line: str) -> bool:
+        return self.compiled.unless is not None and self.compiled.unless.search(line) is not None
+
+    def advance(self, line: str) -> bool:
+        """Take one later line; True once every `then` pattern has matched."""
+        then = self.compiled.then
+        while self.stage < len(then) and then[self.stage].search(line):
+            self.stage += 1  # one line may show more than one step ("capturing graphs ... failed")
+        return self.stage == len(then)
+
+
 def diagnose_lines(lines: Iterable[str]) -> list[dict]:
     """Findings for the known failures in these log lines (line numbers start at 1)."""
+    lines = [line.rstrip("\n") for line in lines]
     strong: dict[str, dict] = {}
     weak: dict[str, dict] = {}
+    waiting: dict[str, _Waiting] = {}
     for line_no, line in enumerate(lines, start=1):
+        for code, candidate in list(waiting.items()):
+            if candidate.voided_by(line):
+                del waiting[code]
+            elif code not in strong and candidate.advance(line):
+                strong[code] = candidate.finding
+                del waiting[code]
         for compiled in COMPILED:
             code = compiled.signature.code
             if code in strong:
                 continue
             if compiled.strong and compiled.strong.search(line):
-                strong[code] = _finding(compiled.signature, line, line_no)
+                finding = _finding(compiled.signature, line, line_no)
+                if not compiled.then:
+                    strong[code] = finding
+                elif code not in waiting:
+                    waiting[code] = _Waiting(compiled, finding)
             elif compiled.weak and code not in weak and compiled.weak.search(line):
                 weak[code] = _finding(compiled.signature, line, line_no)
-    findings = strong if strong else weak
-    return sorted(findings.values(), key=lambda finding: finding["line_no"])
+    findings = list(strong.values()) if strong else list(weak.values())
+    # A specific finding stands for its family from its line on: a general one after it repeats the same
+    # failure with a vaguer hint. One before it is an earlier cause (a port in use, then the timeouts).
+    first_specific: dict[str, int] = {}
+    for f in findings:
+        if f["general"] != f["code"]:
+            first_specific[f["general"]] = min(f["line_no"], first_specific.get(f["general"], f["line_no"]))
+    findings = [f for f in findings if f["line_no"] < first_specific.get(f["code"], f["line_no"] + 1)]
+    for finding in findings:
+        if any(s.names_first_rank for s in SIGNATURES if s.code == finding["code"]):
+            finding["first_rank"] = first_failing_rank(lines)
+    return sorted(findings, key=lambda finding: finding["line_no"])
 
 
 def diagnose(text: str) -> list[dict]:

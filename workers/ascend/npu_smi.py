@@ -6,6 +6,7 @@ The one import for the rest of the agent (inventory, metrics sampler, simulator 
     table = parse_table(stdout)                    # {"version", "chips", "processes"}
     mapping = parse_mapping(stdout_of_dash_m)      # logic ids for ASCEND_RT_VISIBLE_DEVICES
     readings = parse_readings(stdout_of_dash_t, npu=0)
+    topo = parse_topo(stdout_of_topo)              # {"devices", "links", "cpu_affinity"}
 
 Every parser raises NpuSmiError(message, hint) instead of returning an empty result.
 
@@ -15,6 +16,7 @@ Command line, for checking a captured output by hand:
     python -m workers.ascend.npu_smi mapping FILE
     python -m workers.ascend.npu_smi list FILE
     python -m workers.ascend.npu_smi readings FILE [--npu N] [--chip C]
+    python -m workers.ascend.npu_smi topo FILE       # npu-smi info -t topo
 
 It prints JSON; on an npu-smi failure it prints the message and the hint on stderr and exits 2.
 """
@@ -27,6 +29,7 @@ from workers.ascend.npu_smi_errors import NpuSmiError, find_error, raise_for_err
 from workers.ascend.npu_smi_kv import NpuReading, parse_kv, parse_list, parse_readings
 from workers.ascend.npu_smi_mapping import parse_mapping
 from workers.ascend.npu_smi_table import CHIP_FIELDS, PROCESS_FIELDS, parse_table
+from workers.ascend.npu_smi_topo import parse_topo
 from workers.i18n import gettext_noop as _
 
 __all__ = [
@@ -44,19 +47,25 @@ __all__ = [
     "parse_mapping",
     "parse_readings",
     "parse_table",
+    "parse_topo",
     "raise_for_error",
 ]
 
 NPU_SMI = "npu-smi"
 # `npu-smi info -t TYPE` types the agent reads; each answers in `key : value` blocks.
 T_TYPES = frozenset({"usages", "common", "memory", "power", "temp", "health", "board", "product"})
-_FIXED_COMMANDS = {"table": ["info"], "mapping": ["info", "-m"], "list": ["info", "-l"]}
+_FIXED_COMMANDS = {
+    "table": ["info"],
+    "mapping": ["info", "-m"],
+    "list": ["info", "-l"],
+    "topo": ["info", "-t", "topo"],
+}
 
 
 def npu_smi_argv(
     kind: str, npu: int | None = None, chip: int | None = None, binary: str = NPU_SMI
 ) -> list[str]:
-    """The argv for one npu-smi query: "table", "mapping", "list" or a -t type such as "usages".
+    """The argv for one npu-smi query: "table", "mapping", "list", "topo" or a -t type such as "usages".
 
     -t types need `npu` (the NPU id, as in the table, not the logic id); `chip` adds -c.
     """
@@ -100,7 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m workers.ascend.npu_smi", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("what", choices=["table", "mapping", "list", "readings"], help="which npu-smi output")
+    parser.add_argument(
+        "what", choices=["table", "mapping", "list", "readings", "topo"], help="which npu-smi output"
+    )
     parser.add_argument("file", help="captured output, or - for stdin")
     parser.add_argument("--npu", type=int, help="readings: the -i the output was taken with")
     parser.add_argument("--chip", type=int, help="readings: the -c the output was taken with")
@@ -113,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
             result = parse_mapping(text)
         elif args.what == "list":
             result = parse_list(text)
+        elif args.what == "topo":
+            result = parse_topo(text)
         else:
             result = _readings_json(text, args.npu, args.chip)
     except NpuSmiError as error:

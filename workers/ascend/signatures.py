@@ -5,30 +5,11 @@ Each pattern is a regular expression tried on one log line. Numeric and lettered
 through `token()` so that 207001 matches `result = 207001[FUNC...` but not 12070012.
 """
 
-import re
-from dataclasses import dataclass
-
+from workers.ascend.signature_types import Signature, token
+from workers.ascend.signatures_field import FIELD_SIGNATURES
 from workers.i18n import gettext_noop as _
 
-
-def token(code: str) -> str:
-    """A regex that matches `code` only as a whole token, not inside a longer number or word."""
-    return rf"(?<![0-9A-Za-z]){re.escape(code)}(?![0-9A-Za-z])"
-
-
-@dataclass(frozen=True)
-class Signature:
-    code: str
-    title: str
-    hint: str
-    patterns: tuple[str, ...]
-    # Generic markers that every NPU failure ends with (ERR00100 "PTA call acl api failed" follows an OOM,
-    # a failed graph capture, ...). They name this signature only when nothing more specific matched.
-    weak_patterns: tuple[str, ...] = ()
-    # Where `hint` holds only for an engine on CPUs (vLLM's CPU backends), the hint for one on NPUs. The
-    # panel picks it for deployments that hold NPUs (panel.deployments.findings).
-    npu_hint: str = ""
-
+__all__ = ["SIGNATURES", "Signature", "token"]
 
 SIGNATURES: tuple[Signature, ...] = (
     Signature(
@@ -53,9 +34,8 @@ SIGNATURES: tuple[Signature, ...] = (
             "name the right network interface, and on several hosts that the NPU links are up "
             "(hccn_tool -i N -link -g)."
         ),
+        # EI0006 and HcclCommInitRootInfo are hccl_socket_timeout (workers.ascend.signatures_field).
         patterns=(
-            r"hcclCommInitRootInfo",
-            token("EI0006"),
             token("EI0009"),
             token("ERR02200"),
             r"(?i)\blisten\b.*(?<!\d)16666(?!\d).*\bfail",
@@ -70,7 +50,8 @@ SIGNATURES: tuple[Signature, ...] = (
             "install the kernels package of the same version as the toolkit, and source that toolkit's "
             "set_env.sh before starting."
         ),
-        patterns=(token("500001"), token("507033"), token("E30006"), r"(?i)\binvalid opp version\b"),
+        # 500001 is soc_init_failed, 507033 visible_device_invalid (workers.ascend.signatures_field).
+        patterns=(token("E30006"), r"(?i)\binvalid opp version\b"),
     ),
     Signature(
         code="soc_mismatch",
@@ -117,7 +98,13 @@ SIGNATURES: tuple[Signature, ...] = (
             "(e.g. to 0.9), spread the model over more NPUs, use a quantized model, or stop other processes "
             "that use these NPUs."
         ),
-        patterns=(r"(?i)\bNo available memory for the cache blocks\b",),
+        patterns=(
+            r"(?i)\bNo available memory for the cache blocks\b",
+            # The workers' own report, which comes before vLLM's error (and alone when the log was cut):
+            # vllm-ascend prints bytes, vLLM GiB; nothing or less than nothing is left for KV blocks.
+            r"\bAvailable memory: (?:-\d+|0)\s*, total memory\b",
+            r"\bAvailable KV cache memory: (?:-\d+(?:\.\d+)?|0(?:\.0+)?) GiB\b",
+        ),
     ),
     Signature(
         code="op_unsupported",
@@ -145,11 +132,10 @@ SIGNATURES: tuple[Signature, ...] = (
             "and CANN, or start with --enforce-eager. MLA models (DeepSeek) in graph mode need a tensor "
             "parallel size that leaves 32, 64 or 128 attention heads per NPU."
         ),
+        # 207008 is graph_stream_exhausted and MLA's heads rule mla_tp_unsupported (signatures_field).
         patterns=(
-            token("207008"),
             token("207005"),
             r"(?i)\bcaptur\w*\b.*\b(?:failed|error)\b",
-            r"(?i)\bMLA and Graph mode\b",
         ),
     ),
     Signature(
@@ -222,4 +208,5 @@ SIGNATURES: tuple[Signature, ...] = (
         ),
         patterns=(r"parameter \[--model\] is invalid",),
     ),
+    *FIELD_SIGNATURES,
 )

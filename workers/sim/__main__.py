@@ -5,6 +5,9 @@ python -m workers.sim create --profile atlas-800i-a2 --root DIR [--node-name NAM
 python -m workers.sim fault --root DIR --npu N [--chip C] --health OK|Warning|Alarm
 python -m workers.sim fault --root DIR --driver-unloaded | --device-held | --engine-dies-on-first-request
     | --clear
+python -m workers.sim fabric --root DIR [--switch DIR] [--host-ip IP] [--ifname NAME]
+    [--iface-down|--iface-up] [--unreachable IP | --reachable IP]
+    [--npu LOGIC_ID (--link-down|--link-up|--no-ip|--ip|--tls on|off|--ping-loss PCT)]
 """
 
 import argparse
@@ -15,6 +18,7 @@ from pathlib import Path
 
 from workers.models.onnx_file import write_tiny_vision_model
 from workers.models.tiny import make_tiny_model
+from workers.sim import fabric as sim_fabric
 from workers.sim import state as sim_state
 from workers.sim.profiles import PROFILES, get_profile
 from workers.sim.tree import create_host
@@ -69,6 +73,45 @@ def inject_fault(root: Path, args: argparse.Namespace) -> str:
     return f"NPU {args.npu} chip {args.chip} health is now {args.health}"
 
 
+def change_fabric(root: Path, args: argparse.Namespace) -> str:
+    done = []
+    if args.switch:
+        sim_fabric.join_switch(root, args.switch)
+        done.append(f"on switch {args.switch}")
+    if args.host_ip or args.ifname:
+        sim_fabric.set_host(root, args.host_ip, args.ifname)
+        done.append("host interface set")
+    if args.iface_down or args.iface_up:
+        sim_fabric.set_iface_up(root, args.iface_up)
+        done.append(f"host interface {'up' if args.iface_up else 'down'}")
+    for address, unreachable in ((args.unreachable, True), (args.reachable, False)):
+        if address:
+            sim_fabric.set_unreachable(root, address, unreachable)
+            done.append(f"{address} {'unreachable' if unreachable else 'reachable'}")
+    npu_changes = {
+        "link": None if not (args.link_down or args.link_up) else args.link_up,
+        "ip": None if not (args.no_ip or args.ip) else args.ip,
+        "tls": None if args.tls is None else args.tls == "on",
+        "ping_loss": args.ping_loss,
+    }
+    if any(value is not None for value in npu_changes.values()):
+        if args.npu is None:
+            raise sim_state.SimStateError("give --npu LOGIC_ID for a change of one NPU's NIC")
+        setters = {
+            "link": sim_fabric.set_link,
+            "ip": sim_fabric.set_ip,
+            "tls": sim_fabric.set_tls,
+            "ping_loss": sim_fabric.set_ping_loss,
+        }
+        for what, value in npu_changes.items():
+            if value is not None:
+                setters[what](root, args.npu, value)
+                done.append(f"NPU {args.npu} {what} = {value}")
+    if not done:
+        raise sim_state.SimStateError("nothing to change: see python -m workers.sim fabric --help")
+    return "; ".join(done)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m workers.sim", description="A simulated Ascend host.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -101,6 +144,25 @@ def build_parser() -> argparse.ArgumentParser:
     fault_parser.add_argument("--device-held", action="store_true")
     fault_parser.add_argument("--engine-dies-on-first-request", action="store_true")
     fault_parser.add_argument("--clear", action="store_true")
+
+    fabric_parser = commands.add_parser("fabric", help="the NPU NICs and host interface, and their faults")
+    fabric_parser.add_argument("--root", required=True, type=Path)
+    fabric_parser.add_argument(
+        "--switch", type=Path, help="a folder shared by sim hosts that reach each other"
+    )
+    fabric_parser.add_argument("--host-ip")
+    fabric_parser.add_argument("--ifname")
+    fabric_parser.add_argument("--iface-down", action="store_true")
+    fabric_parser.add_argument("--iface-up", action="store_true")
+    fabric_parser.add_argument("--unreachable", metavar="IP")
+    fabric_parser.add_argument("--reachable", metavar="IP")
+    fabric_parser.add_argument("--npu", type=int, help="the NPU's logic id")
+    fabric_parser.add_argument("--link-down", action="store_true")
+    fabric_parser.add_argument("--link-up", action="store_true")
+    fabric_parser.add_argument("--no-ip", action="store_true")
+    fabric_parser.add_argument("--ip", action="store_true")
+    fabric_parser.add_argument("--tls", choices=["on", "off"])
+    fabric_parser.add_argument("--ping-loss", type=float, metavar="PCT")
     return parser
 
 
@@ -116,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"sim host {state['node_name']} ({state['profile']}) ready at {args.root.resolve()}")
             where = args.root.resolve()
             print(f"use it with: PATH={where}/bin:$PATH ASCEND_PANEL_SIM_ROOT={where}")
+        elif args.command == "fabric":
+            print(change_fabric(args.root, args))
         else:
             print(inject_fault(args.root, args))
     except (sim_state.SimStateError, ValueError) as error:

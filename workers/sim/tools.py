@@ -1,4 +1,5 @@
-"""Entry points of the sim host's executables: npu-smi, lscpu, numactl, uname, atc and msmodelslim.
+"""Entry points of the sim host's executables: npu-smi, lscpu, numactl, uname, atc, msmodelslim, and the
+network tools hccn_tool, ip and ping (workers.sim.net_tools).
 
 DIR/bin/<tool> is a tiny script that calls `main(tool, argv, root)` with root = the script's DIR; keeping
 the logic here means a code change takes effect without re-creating the sim root. atc lives in the CANN
@@ -59,6 +60,10 @@ def main(tool: str, argv: list[str], root: str) -> int:
         from workers.sim import msmodelslim
 
         return msmodelslim.main(argv, root)
+    if tool in ("hccn_tool", "ip", "ping"):
+        from workers.sim import net_tools
+
+        return getattr(net_tools, tool)(argv, root)
     print(f"unknown sim tool {tool!r}", file=sys.stderr)
     return 2
 

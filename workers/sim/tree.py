@@ -25,7 +25,9 @@ from workers.sim.venv import write_sim_venv
 ASCEND = Path("usr/local/Ascend")
 ARCH = "aarch64"
 HUGEPAGE_SIZES_KB = (64, 2048, 32768, 1048576)  # Kunpeng with 4K base pages
-TOOLS = ("npu-smi", "lscpu", "numactl", "uname")
+TOOLS = ("npu-smi", "lscpu", "numactl", "uname", "ip", "ping")
+# hccn_tool is where the driver installs it and, as on real hosts, not on PATH.
+HCCN_TOOL = ASCEND / "driver/tools/hccn_tool"
 GENERATED_DIRS = ("bin", "etc", "proc", "sys", ASCEND)
 REPO_ROOT = Path(__file__).resolve().parents[2]
 KERNELS_CHIP = {FAMILY_910B: "910b", FAMILY_310P: "310p", FAMILY_910_93: "a3"}  # as in the package names
@@ -39,13 +41,14 @@ from pathlib import Path
 sys.path.insert(0, {repo!r})
 from workers.sim.tools import main
 
-sys.exit(main({tool!r}, sys.argv[1:], str(Path(__file__).resolve().parents[1])))
+sys.exit(main({tool!r}, sys.argv[1:], str(Path(__file__).resolve().parents[{depth}])))
 """
 
 
-def tool_script(tool: str) -> str:
-    """The executable for DIR/bin/<tool>; it calls workers.sim.tools.main with DIR."""
-    return TOOL_SCRIPT.format(python=sys.executable, repo=str(REPO_ROOT), tool=tool)
+def tool_script(tool: str, depth: int = 1) -> str:
+    """The executable for DIR/bin/<tool>; it calls workers.sim.tools.main with DIR, which is `depth`
+    folders above the script's own (1 for bin/)."""
+    return TOOL_SCRIPT.format(python=sys.executable, repo=str(REPO_ROOT), tool=tool, depth=depth)
 
 
 def write(root: Path, relative: str | Path, text: str, mode: int = 0o644) -> None:
@@ -100,6 +103,7 @@ def build_tree(root: Path, profile: Profile, node_name: str) -> None:
 def write_tools(root: Path) -> None:
     for tool in TOOLS:
         write(root, f"bin/{tool}", tool_script(tool), mode=0o755)
+    write(root, HCCN_TOOL, tool_script("hccn_tool", depth=len(HCCN_TOOL.parts) - 1), mode=0o755)
     # Tools that look for npu-smi where the driver installs it find it there too.
     link = root / ASCEND / "driver/tools/npu-smi"
     link.parent.mkdir(parents=True, exist_ok=True)

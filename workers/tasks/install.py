@@ -27,6 +27,8 @@ from workers.ascend.diagnose import diagnose
 from workers.cancellation import cancel_requested
 from workers.i18n import gettext_noop as _
 from workers.steps.base import RebootRequired, StepContext, StepFailed, StepSpec, run_step
+from workers.steps.fabric import probe_fabric
+from workers.steps.fabric_verdict import judge
 from workers.steps.install import build_step
 from workers.steps.plan import STACK_RECORD, InstallOptions, PlanError, plan_cpu_install, plan_install
 from workers.steps.preflight import FAIL, item, run_preflight, worst
@@ -103,6 +105,15 @@ def read_state(config, request: dict, emitter):
 # --- preflight ----------------------------------------------------------------------------------------
 
 
+def fabric_items(config) -> list[dict]:
+    """This host's NPU NICs (address, link, health, TLS alike on all) as checklist lines; multi-node pings
+    run before a multi-node launch, when the other nodes are known."""
+    report = asyncio.run(probe_fabric(config.runner(), {}, config.ascend_root))
+    if report["hccn_tool"] is not None and not report["npus"]:
+        return []  # NPUs without RoCE NICs (Atlas 300I cards): nothing to check
+    return judge({config.node_name: report})["checklist"]
+
+
 def preflight_body(request: dict):
     def body(emitter, config) -> dict:
         paths, profile, options, state = read_state(config, request, emitter)
@@ -131,6 +142,9 @@ def preflight_body(request: dict):
             checklist += cpu_checklist(state, profile, steps, options)
         else:
             checklist += run_preflight(state, profile, steps, options)
+            if state.get("driver_loaded"):
+                emitter.progress(85, _("Reading the NPU network"))
+                checklist += fabric_items(config)
         for entry in checklist:
             emitter.log(f"[{entry['status'].upper()}] {entry['check']}: {entry['detail']}")
         emitter.progress(100, _("Checks complete"))

@@ -1,0 +1,259 @@
+"""Use-cases of the NPU network (HCCL fabric) check: start one on some nodes, take each node's report as its
+operation ends, judge them together, keep each node's rows, and gate a multi-node launch on the verdict.
+
+A check sends one agent operation (agent.fabric_check) per node. Each node's NPUs ping the NPUs at the same
+position on every other node, at the addresses the panel knows from earlier checks; when the reports show
+addresses the panel did not know (a first check) or that changed, a second round pings the right ones. The
+verdict (workers.steps.fabric_verdict) lands on the check and, per node, on NodeFabric for the node page.
+
+Gate: `gate_launch(deployment)` starts the check of a multi-node deployment on NPUs before its launch goes
+out (panel.deployments.services.launch); a check that passes or only warns sends the launches, one that
+fails stops the deployment (failed) with the first failure and its fix as the reason.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.db import transaction
+from django.utils import timezone
+from django.utils.translation import gettext_noop
+
+from panel.core.choices import DeploymentState, DesiredState, OperationKind, OperationStatus
+from panel.fabric.models import FabricCheck, FabricStatus, NodeFabric
+from panel.nodes.models import Node
+from panel.operations.models import Operation
+from panel.operations.services import create_operation
+from workers.steps.fabric_verdict import first_failure, judge
+from workers.steps.preflight import FAIL, item
+from workers.task_names import AGENT_FABRIC_CHECK
+
+log = logging.getLogger(__name__)
+
+
+def devices_of(node, deployment=None) -> list[int]:
+    """The logic ids to check on `node`: those the deployment holds there, else every NPU of the node."""
+    npus = deployment.npus.filter(node=node) if deployment is not None else node.npus.all()
+    return sorted({npu.logic_id for npu in npus if npu.logic_id is not None})
+
+
+def _known_ips(node, devices: list[int]) -> list[str | None]:
+    """The node's NPU addresses in `devices` order, as its last check read them (None where unknown)."""
+    fabric = NodeFabric.objects.filter(node=node).first()
+    ips = fabric.npu_ips() if fabric else {}
+    return [ips.get(device) for device in devices]
+
+
+def _request(check: FabricCheck, node, plan: dict, addresses: dict[str, list]) -> dict:
+    devices = plan["devices"][node.name]
+    peers = [
+        {"node": other, "host_ip": plan["interfaces"][other][0], "npu_ips": addresses[other]}
+        for other in check.node_names
+        if other != node.name
+    ]
+    if_ip, ifname = plan["interfaces"][node.name]
+    # One node alone has no peer to reach, and its address may be a name or a NAT address: no interface check.
+    interface = {"if_ip": if_ip, "ifname": ifname} if peers else {}
+    return {"devices": devices, "peers": peers, **interface}
+
+
+def _send_round(check: FabricCheck, nodes: dict, plan: dict, addresses: dict[str, list], user=None) -> None:
+    check.requests = {}
+    for name in check.node_names:
+        request = _request(check, nodes[name], plan, addresses)
+        check.requests[name] = request
+        create_operation(
+            kind=OperationKind.FABRIC_CHECK,
+            node=nodes[name],
+            task_name=AGENT_FABRIC_CHECK,
+            user=user,
+            target=check.deployment or name,
+            params={"fabric_check": check.pk, "round": check.round},
+            task_kwargs={"request": request},
+        )
+    check.save()
+
+
+def start_check(nodes, *, user=None, deployment=None, interfaces: dict | None = None) -> FabricCheck:
+    """Check the NPU network of `nodes` (together when several). `interfaces` gives each node's
+    (HCCL_IF_IP, interface name); by default the node's address and the interface that holds it."""
+    nodes = {node.name: node for node in nodes}
+    plan = {
+        "devices": {name: devices_of(node, deployment) for name, node in nodes.items()},
+        "interfaces": {
+            name: tuple((interfaces or {}).get(name) or (node.address or None, None))
+            for name, node in nodes.items()
+        },
+    }
+    with transaction.atomic():
+        check = FabricCheck.objects.create(
+            node_names=sorted(nodes),
+            deployment=deployment.name if deployment is not None else "",
+            created_by=user,
+            verdict={"plan": plan},
+        )
+        addresses = {name: _known_ips(node, plan["devices"][name]) for name, node in nodes.items()}
+        _send_round(check, nodes, plan, addresses, user=user)
+    return check
+
+
+def _round_operations(check: FabricCheck):
+    return Operation.objects.filter(
+        kind=OperationKind.FABRIC_CHECK, params__fabric_check=check.pk, params__round=check.round
+    ).select_related("node")
+
+
+def _fresh_addresses(check: FabricCheck, reports: dict[str, dict]) -> dict[str, list]:
+    plan = check.verdict["plan"]
+    fresh = {}
+    for name, report in reports.items():
+        read = {npu["device"]: npu.get("ip") for npu in report.get("npus") or []}
+        fresh[name] = [read.get(device) for device in plan["devices"][name]]
+    return fresh
+
+
+def _needs_second_round(check: FabricCheck, fresh: dict[str, list]) -> bool:
+    """True when some node pinged addresses other than the ones its peers turned out to have."""
+    for request in check.requests.values():
+        for peer in request.get("peers") or []:
+            now = fresh.get(peer["node"])
+            # A peer with no address at all has nothing to ping: its own failure says why.
+            if now is not None and any(now) and [ip or None for ip in peer["npu_ips"]] != now:
+                return True
+    return False
+
+
+def on_operation_terminal(operation: Operation) -> None:
+    """Called by panel.operations.services.on_terminal when a fabric check operation ends."""
+    check = (
+        FabricCheck.objects.select_for_update()
+        .filter(pk=(operation.params or {}).get("fabric_check"))
+        .first()
+    )
+    if check is None or check.status != FabricStatus.RUNNING:
+        return
+    if (operation.params or {}).get("round") != check.round:
+        return  # a late end of an earlier round
+    operations = list(_round_operations(check))
+    if any(not op.is_terminal for op in operations):
+        return
+    reports = {
+        op.node.name: (op.result or {}).get("report") or {}
+        for op in operations
+        if op.node is not None and op.status == OperationStatus.SUCCEEDED
+    }
+    failed = {
+        op.node.name: op
+        for op in operations
+        if op.node is not None and op.status != OperationStatus.SUCCEEDED
+    }
+    if not failed and check.round == 1:
+        fresh = _fresh_addresses(check, reports)
+        if _needs_second_round(check, fresh):
+            check.round = 2
+            nodes = {node.name: node for node in Node.objects.filter(name__in=check.node_names)}
+            _send_round(check, nodes, check.verdict["plan"], fresh, user=check.created_by)
+            return
+    _finish(check, reports, failed)
+
+
+def _finish(check: FabricCheck, reports: dict[str, dict], failed: dict[str, Operation]) -> None:
+    verdict = judge(reports) if reports else {"status": "pass", "checklist": [], "nodes": {}}
+    unread = [
+        item(
+            "fabric_check",
+            FAIL,
+            gettext_noop("{node}: the NPU network check did not run: {error}"),
+            gettext_noop(
+                "Make sure the node's agent runs (or the node is reachable over SSH), then check again."
+            ),
+            node=name,
+            error=op.error or op.status,
+        )
+        for name, op in sorted(failed.items())
+    ]
+    checklist = unread + verdict["checklist"]
+    status = FAIL if unread else verdict["status"]
+    now = timezone.now()
+    check.status, check.finished = status, now
+    check.verdict = {"plan": check.verdict.get("plan"), "status": status, "checklist": checklist}
+    check.save()
+    for name, node_verdict in verdict["nodes"].items():
+        node = Node.objects.filter(name=name).first()
+        if node is None:
+            continue
+        NodeFabric.objects.update_or_create(
+            node=node,
+            defaults={
+                "fabric_check": check,
+                "status": node_verdict["status"],
+                "checked_at": now,
+                "peers": [other for other in check.node_names if other != name],
+                "npus": node_verdict["npus"],
+                "interface": node_verdict["interface"],
+                "checklist": [e for e in checklist if (e.get("params") or {}).get("node") in (name, None)],
+                "report": reports.get(name) or {},
+            },
+        )
+    if check.deployment:
+        _after_gate(check)
+
+
+# --- the launch gate ------------------------------------------------------------------------------------
+
+
+def gate_launch(deployment, user=None) -> bool:
+    """Start the NPU network check of a multi-node deployment on NPUs; True when its launch now waits for
+    it (the check sends the launches itself once the network checks out)."""
+    parts = deployment.spec.get("parts") or []
+    if len(parts) < 2 or not deployment.npus.exists():
+        return False
+    interfaces = {}
+    for part in parts:
+        multi_node = (part.get("launch") or {}).get("multi_node") or {}
+        interfaces[part["node"]] = (multi_node.get("node_ip") or None, multi_node.get("ifname") or None)
+    nodes = list(Node.objects.filter(name__in=interfaces))
+    check = start_check(nodes, user=user, deployment=deployment, interfaces=interfaces)
+    deployment.runtime = {**(deployment.runtime or {}), "fabric_check": check.pk}
+    from panel.deployments import services
+
+    services.move(
+        deployment,
+        DeploymentState.STARTING,
+        gettext_noop("Checking the NPU network (HCCL fabric) before the launch."),
+    )
+    return True
+
+
+def _after_gate(check: FabricCheck) -> None:
+    from panel.deployments import reasons, services
+    from panel.deployments.models import Deployment
+
+    deployment = Deployment.objects.select_for_update().filter(name=check.deployment).first()
+    if deployment is None or (deployment.runtime or {}).get("fabric_check") != check.pk:
+        return  # deleted, or launched again meanwhile: a newer check decides
+    if (
+        deployment.desired_state != DesiredState.RUNNING
+        or deployment.observed_state != DeploymentState.STARTING
+    ):
+        deployment.save()
+        return
+    problem = first_failure(check.verdict)
+    if problem is None:
+        services.move(deployment, DeploymentState.STARTING, "")
+        deployment.save()
+        services.send_launches(deployment, user=check.created_by)
+        return
+    templates = problem.get("templates") or {}
+    params = problem.get("params") or {}
+    reason = [
+        reasons.part(gettext_noop("The NPU network check failed:")),
+        reasons.part(templates.get("detail") or problem["detail"], **params),
+        reasons.part("—"),
+        reasons.part(templates.get("fix") or problem["fix"], **params),
+    ]
+    failing = [entry for entry in check.verdict["checklist"] if entry["status"] == FAIL]
+    deployment.runtime = {**deployment.runtime, "fabric": {"check": check.pk, "failures": failing}}
+    deployment.next_restart_at = None
+    services.move(deployment, DeploymentState.FAILED, reason)
+    deployment.save()
