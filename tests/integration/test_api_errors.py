@@ -274,3 +274,28 @@ def test_errors_about_a_nested_object_as_a_whole_are_keyed_by_its_path():
 
     errors = {"nodes": [{}, {"non_field_errors": ["Pick NPUs of one node."]}], "non_field_errors": ["No."]}
     assert flat_errors(errors) == {"nodes[1]": ["Pick NPUs of one node."], "non_field_errors": ["No."]}
+
+
+@pytest.mark.parametrize("debug_page", [True, False], ids=["technical-500", "plain-500"])
+def test_a_server_error_under_api_is_json_even_as_djangos_debug_page(rf, debug_page):
+    """DRF re-raises what it does not know; with DEBUG on Django answers its HTML traceback page."""
+    import sys
+
+    from django.http import HttpResponseServerError
+    from django.views.debug import technical_500_response
+
+    from panel.core.middleware import ApiErrorsMiddleware
+
+    def crashing_view(request):
+        try:
+            raise RuntimeError("boom")
+        except RuntimeError:
+            if debug_page:
+                return technical_500_response(request, *sys.exc_info())
+            return HttpResponseServerError("<h1>Server Error (500)</h1>")
+
+    response = ApiErrorsMiddleware(crashing_view)(rf.get("/api/v1/nodes/"))
+    body = assert_error_shape(response, 500)
+    assert body == {"detail": "The panel failed on this request; its log has the details."}
+    page = ApiErrorsMiddleware(crashing_view)(rf.get("/nodes/"))
+    assert page["Content-Type"].startswith("text/html")

@@ -41,8 +41,9 @@ schema.app = application  # calls go straight into Django, no server
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 
-# Path parameters of rows the `world_to_fuzz` fixture creates, by path prefix. Random ids almost never
-# hit a row, so half the generated cases are pointed at a real one: that is where the actions run.
+# Path parameters of rows the `world_to_fuzz` fixture creates, by path prefix: each row by id and, where
+# it has one, by name. Random values almost never hit a row, so most generated cases are pointed at a real
+# one: that is where the actions run.
 SEEDED = {}
 
 
@@ -51,9 +52,15 @@ def flatmap_path_parameters(context, path_parameters):
     if not path_parameters:
         return st.just(path_parameters)
     path = context.operation.path
-    real = next((ids for prefix, ids in SEEDED.items() if path.startswith(prefix)), {})
-    pointed = {key: real.get(key, value) for key, value in path_parameters.items()}
-    return st.sampled_from([path_parameters, pointed])
+    real = next((refs for prefix, refs in SEEDED.items() if path.startswith(prefix)), {})
+    pointed = [
+        {
+            key: real[key][index % len(real[key])] if key in real else value
+            for key, value in path_parameters.items()
+        }
+        for index in range(max((len(refs) for refs in real.values()), default=0))
+    ]
+    return st.sampled_from([path_parameters, *pointed])
 
 
 @schema.hook
@@ -86,7 +93,7 @@ def world_to_fuzz(alice, _wired_to_redis):
         node=node, key="npu_health:0:0", kind="npu_health", severity="critical", message="fuzz",
         first_seen=now, last_seen=now,
     )  # fmt: skip
-    model = Model.objects.create(name="fuzz-model")
+    model = Model.objects.create(name="fuzz-model.v1")  # a name with a dot, as models often have
     artifact = ModelArtifact.objects.create(model=model, node=node, path="/models/fuzz-model")
     deployment = Deployment.objects.create(
         name="fuzz-deployment", model=model, artifact=artifact, observed_state=DeploymentState.RUNNING,
@@ -100,15 +107,15 @@ def world_to_fuzz(alice, _wired_to_redis):
     _, raw = ApiToken.issue(alice, "fuzz")
     SEEDED.update(
         {
-            "/api/v1/nodes/": {"id": node.pk},
-            "/api/v1/node-stacks/": {"name": node.name},
-            "/api/v1/operations/": {"id": str(operation.pk)},
-            "/api/v1/alerts/": {"id": alert.pk},
-            "/api/v1/models/": {"id": model.pk},
-            "/api/v1/model-artifacts/": {"id": artifact.pk},
-            "/api/v1/tokens/": {"id": spare_token.pk},
-            "/api/v1/deployments/": {"id": deployment.pk},
-            "/api/v1/benchmarks/": {"id": benchmark.pk},
+            "/api/v1/nodes/": {"id": [node.pk, node.name]},
+            "/api/v1/node-stacks/": {"name": [node.name, str(node.pk)]},
+            "/api/v1/operations/": {"id": [str(operation.pk)]},
+            "/api/v1/alerts/": {"id": [alert.pk]},
+            "/api/v1/models/": {"id": [model.pk, model.name]},
+            "/api/v1/model-artifacts/": {"id": [artifact.pk]},
+            "/api/v1/tokens/": {"id": [spare_token.pk, spare_token.name]},
+            "/api/v1/deployments/": {"id": [deployment.pk, deployment.name]},
+            "/api/v1/benchmarks/": {"id": [benchmark.pk]},
         }
     )
     yield raw

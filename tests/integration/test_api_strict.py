@@ -353,6 +353,36 @@ def test_an_upload_is_bound_by_its_content_type_fields_and_file_digest(alice):
     assert hashed(b"one") == hashed(b"one", "?wait=running&timeout=60")
 
 
+def test_a_yaml_body_is_bound_by_what_it_says_like_its_json_twin(alice):
+    """The spec may come as YAML (Content-Type: application/yaml): its key is bound to the parsed body, so
+    layout and comments do not matter, and the same spec in JSON is the same request."""
+    import yaml
+    from rest_framework.parsers import BaseParser, JSONParser
+    from rest_framework.request import Request
+    from rest_framework.test import APIRequestFactory
+
+    from panel.core.idempotency import _body_hash
+
+    class YamlParser(BaseParser):  # what the apply endpoint reads YAML with
+        media_type = "application/yaml"
+
+        def parse(self, stream, media_type=None, parser_context=None):
+            return yaml.safe_load(stream.read())
+
+    def hashed(body: bytes, content_type: str):
+        raw = APIRequestFactory().put("/api/v1/deployments/qwen-chat/", body, content_type=content_type)
+        return _body_hash(Request(raw, parsers=[YamlParser(), JSONParser()]))
+
+    spec = b"name: qwen-chat\nmodel: qwen2.5-7b\nplacement: {node: sim-a2, npus: 2}\n"
+    commented = b"# CI spec\nmodel: qwen2.5-7b\nname: qwen-chat\nplacement:\n  npus: 2\n  node: sim-a2\n"
+    as_json = b'{"name": "qwen-chat", "model": "qwen2.5-7b", "placement": {"node": "sim-a2", "npus": 2}}'
+    assert hashed(spec, "application/yaml") == hashed(commented, "application/yaml")
+    assert hashed(spec, "application/yaml") == hashed(as_json, "application/json")
+    assert hashed(spec, "application/yaml") != hashed(
+        spec.replace(b"npus: 2", b"npus: 4"), "application/yaml"
+    )
+
+
 @pytest.mark.parametrize(
     ("path", "answer"),
     [
