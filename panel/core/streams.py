@@ -21,6 +21,7 @@ import time
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.core.handlers.asgi import ASGIRequest
 from django.utils import translation
 from django.utils.translation import gettext_lazy as _
 from drf_spectacular.types import OpenApiTypes
@@ -120,6 +121,9 @@ class StreamsMixin:
             query = WatchQuerySerializer(data=params)
             query.is_valid(raise_exception=True)
             self.watching = query.validated_data["watch"] and request.method == "GET"
+            if self.watching and not isinstance(request._request, ASGIRequest):
+                # Under WSGI a stream would hold a worker for as long as the client listens.
+                raise serializers.ValidationError({"watch": [_("Watching needs the panel's ASGI server.")]})
 
     def list(self, request, *args, **kwargs):
         if not self.watching:

@@ -34,8 +34,12 @@ class Inbox:
 
     async def __aenter__(self) -> "Inbox":
         self.channel = await self.layer.new_channel()
-        for group in self.groups:
-            await self.layer.group_add(group, self.channel)
+        try:
+            for group in self.groups:
+                await self.layer.group_add(group, self.channel)
+        except Exception:  # Redis away: the caller's own re-reads of the database carry on alone
+            log.warning("joining %s failed; nothing will arrive", ", ".join(self.groups), exc_info=True)
+            return self
         # One receive runs for the inbox's whole life: cancelling a channel-layer receive midway can drop
         # what it had buffered (channels_redis deletes the buffer), so timeouts wait on our own queue.
         self._pump = asyncio.create_task(self._receive_forever())
