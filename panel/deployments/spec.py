@@ -9,7 +9,7 @@ The same keys in JSON and YAML; unknown keys are errors. docs/deployment-spec.md
     placement: {node: sim-a2, npus: 2}   # npus: a count, "auto" or logic ids; node optional
     nodes: [{node: sim-a2, npus: [0, 1]}]  # or the explicit form (several nodes: multi-node)
     engine: {max_model_len: 4096, tensor_parallel_size: 2, ...}  # the planner fills what is left out
-    replicas: 1
+    replicas: 1                       # N: rows <name>, <name>-r2 … <name>-rN (panel/deployments/replicas.py)
     runtime: process
     state: running                    # or stopped
 
@@ -81,16 +81,11 @@ class DeploymentSpecSerializer(serializers.Serializer):
     placement = PlacementSerializer(required=False, allow_null=True, default=None)
     nodes = NodeChoiceSerializer(many=True, required=False, allow_empty=False)
     engine = EngineSettingsSerializer(required=False, default=dict)
-    replicas = serializers.IntegerField(required=False, default=1, min_value=1)
+    replicas = serializers.IntegerField(
+        required=False, default=1, min_value=1, max_value=64, help_text="Engine instances behind one name."
+    )
     runtime = serializers.ChoiceField(["process", "container"], required=False, default="process")
     state = serializers.ChoiceField(STATES, required=False, default=DesiredState.RUNNING)
-
-    def validate_replicas(self, value):
-        if value != 1:
-            raise serializers.ValidationError(
-                _("One replica per deployment until the serving gateway lands.")
-            )
-        return value
 
     def validate_runtime(self, value):
         if value == "container":
@@ -162,7 +157,7 @@ def spec_of(deployment: Deployment) -> dict[str, Any]:
     else:
         spec["nodes"] = nodes
     spec["engine"] = engine_settings_of(deployment)
-    spec["replicas"] = 1
+    spec["replicas"] = deployment.replicas_wanted
     spec["runtime"] = deployment.runtime_kind
     spec["state"] = deployment.desired_state if deployment.desired_state in STATES else DesiredState.RUNNING
     return spec
