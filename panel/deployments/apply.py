@@ -331,8 +331,9 @@ def _apply_to(current: Deployment, planned, spec, model, artifact, user, *, dry_
     outcome.replicas = {"wanted": wanted, "now": now}
     if changes and not dry_run:
         with transaction.atomic():
-            outcome.rollout = _change(current, plans, spec, effect, changes, user, stale)
+            # Scale first: the rollout's surge is a row above N that scaling must not take for a spare.
             _scale(current, spec, model, artifact, user, served)
+            outcome.rollout = _change(current, plans, spec, effect, changes, user, stale)
         outcome.deployment = Deployment.objects.get(pk=current.pk)
     return outcome
 
