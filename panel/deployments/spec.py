@@ -152,11 +152,17 @@ def spec_of(deployment: Deployment) -> dict[str, Any]:
         spec["artifact"] = deployment.artifact_id
     else:
         spec["path"] = (deployment.spec or {}).get("model_path", "")
-    if len(nodes) == 1:
+    engine = engine_settings_of(deployment)
+    if deployment.replicas_wanted > 1 and len(nodes) == 1:
+        # Each replica takes NPUs and a port of its own: a count (the primary's, so it stays where it
+        # is) and no port.
+        spec["placement"] = {"node": nodes[0]["node"], "npus": len(nodes[0]["npus"])}
+        engine.pop("port")
+    elif len(nodes) == 1:
         spec["placement"] = {"node": nodes[0]["node"], "npus": nodes[0]["npus"]}
     else:
         spec["nodes"] = nodes
-    spec["engine"] = engine_settings_of(deployment)
+    spec["engine"] = engine
     spec["replicas"] = deployment.replicas_wanted
     spec["runtime"] = deployment.runtime_kind
     spec["state"] = deployment.desired_state if deployment.desired_state in STATES else DesiredState.RUNNING
