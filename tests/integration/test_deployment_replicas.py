@@ -1,7 +1,7 @@
 """Replicas and rolling updates through `PUT /api/v1/deployments/{name}/`: scale 1 → 3 → 1, a rollout with
 a surge replica, one without room for a surge, a failed rollout, 409 during a rollout, the spec round trip.
 Agents are not involved: launches and stops are finished the way the ingest finishes them, and the
-reconcile tick's rollout step (`rollouts.advance_all`) is called by hand."""
+reconcile tick is called by hand."""
 
 import pytest
 
@@ -42,10 +42,12 @@ def held(row):
 
 
 def advance():
+    """One reconcile tick (it probes running engines too: those probes go unanswered here)."""
     from panel.deployments.models import Rollout
-    from panel.deployments.rollouts import advance_all
+    from panel.deployments.reconcile import tick
 
-    advance_all()
+    running_before = Rollout.objects.filter(status="running").count()
+    assert tick()["rollouts"] == running_before
     return Rollout.objects.order_by("-pk").first()
 
 
