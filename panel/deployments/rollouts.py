@@ -24,6 +24,7 @@ from django.db import transaction
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 from rest_framework import serializers
+from rest_framework.exceptions import APIException
 
 from panel.core.choices import DeploymentState, DesiredState
 from panel.deployments import reasons, replicas, services
@@ -63,7 +64,8 @@ def advance_all() -> int:
                 continue
             try:
                 _step(rollout)
-            except (serializers.ValidationError, services.DeploymentConflict) as error:
+            except (APIException, services.DeploymentConflict) as error:
+                # Permanent: the spec no longer plans (a 400/403 now) or the deployment is going.
                 _fail(rollout, _("The rollout cannot go on: {why}").format(why=_text(error)))
             rollout.save()
             count += 1
