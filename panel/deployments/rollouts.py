@@ -40,7 +40,7 @@ def begin(primary: Deployment, spec: dict[str, Any], stale: list[str], user) -> 
     """Record the rollout and take its first step at once (the surge starts with the apply)."""
     rollout = Rollout.objects.create(
         deployment=primary,
-        spec={key: value for key, value in spec.items()},
+        spec=dict(spec),
         todo=stale,
         total=len(stale),
         created_by=user if user is not None and user.is_authenticated else None,
