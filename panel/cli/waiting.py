@@ -27,11 +27,25 @@ def wait_for(client: Client, name: str, target: str, timeout: float) -> dict | N
         raise CliError(f"No deployment named {name!r}.")
     last_status = None
     seen = set()
+    seen_rollout: set = set()
+    # A rollout that was running when the wait began (or began during it) decides the outcome.
+    rolled = ((first or {}).get("rollout") or {}).get("status") == "running"
     for deployment in _states(client, first, deadline):
         status = "deleted" if deployment is None else deployment.get("status")
         if status != last_status:
             output.note(f"{name}: {status}")
             last_status = status
+        rollout = (deployment or {}).get("rollout") or {}
+        rolled = rolled or rollout.get("status") == "running"
+        if rollout.get("status") == "running" and rollout.get("message") not in seen_rollout:
+            seen_rollout.add(rollout.get("message"))
+            output.note(
+                f"{name}: rolling {rollout.get('done')}/{rollout.get('total')}: {rollout.get('message')}"
+            )
+        if status == target and target == "running" and rollout.get("status") == "running":
+            continue  # a rolling update runs: wait for its outcome
+        if status == target and target == "running" and rollout.get("status") == "failed" and rolled:
+            raise CliError(f"{name}: the rolling update failed: {rollout.get('message')}", FAILED)
         if status == target:
             return deployment
         _refuse_hopeless(name, target, deployment, started_here=bool(seen - {"unhealthy"}))

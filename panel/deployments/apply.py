@@ -22,8 +22,8 @@ from panel.audit import actions as audit
 from panel.audit.services import record
 from panel.catalog.models import SERVABLE_FORMATS, Model, ModelArtifact
 from panel.core.choices import DesiredState, ModelSource
-from panel.deployments import placement, reasons, services
-from panel.deployments.models import Deployment
+from panel.deployments import placement, reasons, replicas, services
+from panel.deployments.models import Deployment, Rollout
 from panel.deployments.planning import ENGINE_SETTINGS, DeploymentPlan, plan_request
 from panel.deployments.spec import engine_settings_of, nodes_of
 
@@ -38,11 +38,13 @@ HUB_ID = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
 @dataclass
 class Outcome:
     result: str  # created | unchanged | changed
-    effect: str  # none | create | restart | move_npus | start | stop
+    effect: str  # none | create | restart | move_npus | start | stop | scale | rolling
     changes: list[dict[str, Any]] = field(default_factory=list)
     planned: DeploymentPlan | None = None
     deployment: Deployment | None = None
     warnings: list[dict[str, Any]] = field(default_factory=list)
+    replicas: dict[str, int] = field(default_factory=dict)  # {"wanted": N, "now": M before the apply}
+    rollout: Rollout | None = None
 
 
 def _fail(field_name: str, message: str):
@@ -242,7 +244,7 @@ def diff(current: Deployment, planned: DeploymentPlan, model: Model, spec) -> li
 
 def effect_of(changes: list[dict], state: str) -> str:
     """What the change does to the engine: a stopped deployment only keeps its new settings for later."""
-    fields = {change["field"] for change in changes}
+    fields = {change["field"] for change in changes} - {"replicas"}
     if state == DesiredState.STOPPED:
         return "stop" if "state" in fields else "none"
     if "placement" in fields:
@@ -252,12 +254,34 @@ def effect_of(changes: list[dict], state: str) -> str:
     return "start" if "state" in fields else "none"
 
 
+def _effect(changes: list[dict], stale: list[Deployment], state: str, current: Deployment) -> str:
+    """A serving deployment whose launch changed rolls; a new replica count alone scales."""
+    if stale and state == DesiredState.RUNNING and current.desired_state == DesiredState.RUNNING:
+        return "rolling"
+    if {change["field"] for change in changes} == {"replicas"}:
+        return "scale"
+    return effect_of(changes, state)
+
+
 def apply(name: str, spec: dict[str, Any], user, *, dry_run: bool = False) -> Outcome:
     """Plan the spec and, unless `dry_run`, make it so. Raises ValidationError (400), AdminOnlyFlag (403)
-    and services.DeploymentConflict (409: a start or stop is under way, or the deployment is going)."""
+    and services.DeploymentConflict (409: a start, stop or rollout is under way, or the deployment is
+    going)."""
     current = Deployment.objects.visible_to(user).filter(name=name).first()
+    if current is not None and current.replica_of_id:
+        _fail(
+            "name",
+            _("{name} is a replica of {primary}: apply the spec of {primary}.").format(
+                name=name, primary=current.replica_of.name
+            ),
+        )
     if current is not None and current.desired_state == DesiredState.DELETED:
         raise services.DeploymentConflict(_("This deployment is being deleted; apply again once it is gone."))
+    replicas.check(spec, name)
+    if current is not None and current.rollouts.filter(status=Rollout.RUNNING).exists():
+        raise services.DeploymentConflict(
+            _("A rolling update of this deployment is under way; apply again once it has ended.")
+        )
     model, artifact = resolve_model(spec, user, dry_run=dry_run)
     if model is None:  # a dry run of a folder not registered yet
         return Outcome(
@@ -279,16 +303,47 @@ def apply(name: str, spec: dict[str, Any], user, *, dry_run: bool = False) -> Ou
     except serializers.ValidationError as error:
         raise _as_spec_fields(error, spec) from None
     if current is None:
-        return _create(planned, spec, user, dry_run=dry_run)
+        return _create(planned, spec, model, artifact, user, dry_run=dry_run)
+    return _apply_to(current, planned, spec, model, artifact, user, dry_run=dry_run)
+
+
+def plan_member(spec, model: Model, artifact, user, index: int, served: str, row: Deployment | None):
+    """The plan of replica `index` (2..N), in place of `row` or as a new row."""
+    request = build_request(replicas.spec_for(spec, index, served), model, artifact, user, row)
+    return plan_request(request, user=user, replacing=row)
+
+
+def _apply_to(current: Deployment, planned, spec, model, artifact, user, *, dry_run: bool) -> Outcome:
+    wanted = spec["replicas"]
+    served = replicas.served_name(spec, current)
+    others = replicas.members(current)
+    stays = [row for row in others if replicas.index_of(current.name, row.name) <= wanted]
     changes = diff(current, planned, model, spec)
+    plans = {current.pk: planned}
+    stale = [current] if changes else []
+    for row in stays:
+        index = replicas.index_of(current.name, row.name)
+        plans[row.pk] = plan_member(spec, model, artifact, user, index, served, row)
+        if diff(row, plans[row.pk], model, replicas.spec_for(spec, index, served)):
+            stale.append(row)
+    if stale and not changes:
+        changes.append({"field": "launch", "from": None, "to": None})  # a replica's launch differs
     if current.desired_state != spec["state"]:
         changes.append({"field": "state", "from": current.desired_state, "to": spec["state"]})
-    effect = effect_of(changes, spec["state"])
+    now = 1 + len(others)
+    if now != wanted:
+        changes.append({"field": "replicas", "from": now, "to": wanted})
+    effect = _effect(changes, stale, spec["state"], current)
     outcome = Outcome(
         "changed" if changes else "unchanged", effect, changes, planned, current, planned.warnings
     )
+    outcome.replicas = {"wanted": wanted, "now": now}
     if changes and not dry_run:
-        outcome.deployment = _change(current, planned, spec, effect, changes, user)
+        with transaction.atomic():
+            # Scale first: the rollout's surge is a row above N that scaling must not take for a spare.
+            _scale(current, spec, model, artifact, user, served)
+            outcome.rollout = _change(current, plans, spec, effect, changes, user, stale)
+        outcome.deployment = Deployment.objects.get(pk=current.pk)
     return outcome
 
 
@@ -307,30 +362,87 @@ def _as_spec_fields(error: serializers.ValidationError, spec: dict[str, Any]) ->
     return serializers.ValidationError(renamed)
 
 
-def _create(planned: DeploymentPlan, spec: dict[str, Any], user, *, dry_run: bool) -> Outcome:
+def _create(
+    planned: DeploymentPlan, spec: dict[str, Any], model, artifact, user, *, dry_run: bool
+) -> Outcome:
     outcome = Outcome("created", "create", [], planned, None, planned.warnings)
+    outcome.replicas = {"wanted": spec["replicas"], "now": 0}
     if not dry_run:
-        outcome.deployment = services.create_deployment(
-            planned, user=user, start=spec["state"] == DesiredState.RUNNING
-        )
+        with transaction.atomic():
+            deployment = services.create_deployment(
+                planned, user=user, start=spec["state"] == DesiredState.RUNNING
+            )
+            _scale(deployment, spec, model, artifact, user, replicas.served_name(spec, None))
+        outcome.deployment = Deployment.objects.get(pk=deployment.pk)
     return outcome
 
 
-def _change(current: Deployment, planned: DeploymentPlan, spec, effect: str, changes, user) -> Deployment:
-    with transaction.atomic():
-        deployment = Deployment.objects.select_for_update().get(pk=current.pk)
-        if effect in ("restart", "move_npus") and services.active_operations(deployment).exists():
-            raise services.DeploymentConflict(_("Wait for the current start or stop to finish, then apply."))
-        services.take_plan(deployment, planned)
-        record(user, audit.DEPLOYMENT_APPLIED, deployment.name, changes=[c["field"] for c in changes])
-        why = [reasons.part(gettext_noop("A new spec was applied by {user}"), user=_who(user))]
+def _scale(primary: Deployment, spec, model, artifact, user, served: str) -> None:
+    """Create the missing replicas (new rows, planned on free NPUs) or delete the highest ones."""
+    wanted = spec["replicas"]
+    Deployment.objects.filter(pk=primary.pk).update(replicas_wanted=wanted)
+    primary.replicas_wanted = wanted
+    there = {replicas.index_of(primary.name, row.name): row for row in replicas.members(primary)}
+    for index, row in there.items():
+        if index > wanted:
+            services.delete(row, user)
+    for index in range(2, wanted + 1):
+        if index in there:
+            continue
+        name = replicas.replica_name(primary.name, index)
+        if Deployment.objects.filter(name=name).exists():
+            raise services.DeploymentConflict(
+                _("{name} is still stopping after a scale-down; apply again once it is gone.").format(
+                    name=name
+                )
+            )
+        try:
+            planned = plan_member(spec, model, artifact, user, index, served, None)
+        except serializers.ValidationError as error:
+            _fail(
+                "replicas",
+                _("Replica {i} does not fit: {why}").format(i=index, why=flat_errors(error.detail)),
+            )
+        services.create_deployment(
+            planned, user=user, start=spec["state"] == DesiredState.RUNNING, replica_of=primary
+        )
+
+
+def flat_errors(detail) -> str:
+    if isinstance(detail, dict):
+        return " ".join(flat_errors(value) for value in detail.values())
+    if isinstance(detail, list):
+        return " ".join(flat_errors(value) for value in detail)
+    return str(detail)
+
+
+def _change(current: Deployment, plans, spec, effect: str, changes, user, stale) -> Rollout | None:
+    """Act on the rows that stay: a rollout for a serving deployment whose launch changed, else each row
+    takes its plan and is restarted, started or stopped as the effect says."""
+    deployment = Deployment.objects.select_for_update().get(pk=current.pk)
+    rows = [deployment, *replicas.members(deployment)]
+    rows = [row for row in rows if row.pk in plans]
+    if effect in ("restart", "move_npus", "rolling") and any(
+        services.active_operations(row).exists() for row in rows
+    ):
+        raise services.DeploymentConflict(_("Wait for the current start or stop to finish, then apply."))
+    record(user, audit.DEPLOYMENT_APPLIED, deployment.name, changes=[c["field"] for c in changes])
+    if effect == "rolling":
+        from panel.deployments import rollouts
+
+        return rollouts.begin(deployment, spec, [row.name for row in stale], user)
+    if effect == "scale":
+        return None
+    why = [reasons.part(gettext_noop("A new spec was applied by {user}"), user=_who(user))]
+    for row in rows:
+        services.take_plan(row, plans[row.pk])
         if effect in ("restart", "move_npus"):
-            services.restart(deployment, user, reason=why)
+            services.restart(row, user, reason=why)
         elif spec["state"] == DesiredState.STOPPED:
-            services.stop(deployment, user)
+            services.stop(row, user)
         elif effect == "start":
-            services.start(deployment, user)
-    return Deployment.objects.get(pk=current.pk)
+            services.start(row, user)
+    return None
 
 
 def _who(user) -> str:

@@ -64,6 +64,14 @@ class Deployment(TimestampedModel):
     metrics_at = models.DateTimeField(null=True, blank=True)
     log_seq = models.PositiveIntegerField(default=0)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
+    # Replicas 2..N of a spec are rows named `<name>-r<i>` pointing at the primary (replica 1). SET_NULL,
+    # not CASCADE: a replica row must outlive its primary until its own engine has stopped.
+    replica_of = models.ForeignKey(
+        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="replicas"
+    )
+    replicas_wanted = models.PositiveSmallIntegerField(
+        default=1, help_text="On the primary: the spec's replicas (the primary counts as one)."
+    )
 
     class Meta:
         ordering = ["name"]
@@ -87,6 +95,34 @@ class Deployment(TimestampedModel):
 
         self.reason_parts = as_parts(reason)
         self.reason = english(self.reason_parts)
+
+
+class Rollout(TimestampedModel):
+    """A changed spec rolled over a deployment's replicas one at a time by the reconcile tick
+    (panel/deployments/rollouts.py). Terminal states (succeeded, failed) are final."""
+
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    STATUSES = [(RUNNING, _("Running")), (SUCCEEDED, _("Succeeded")), (FAILED, _("Failed"))]
+
+    deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="rollouts")
+    spec = models.JSONField(default=dict, help_text="The spec as applied (parsed).")
+    status = models.CharField(max_length=16, choices=STATUSES, default=RUNNING)
+    phase = models.CharField(max_length=16, blank=True, help_text="surge, replace, cleanup or done")
+    todo = models.JSONField(default=list, help_text="Names of the stale replicas, in rolling order.")
+    current = models.CharField(max_length=63, blank=True, help_text="The replica being replaced.")
+    surge = models.CharField(max_length=63, blank=True, help_text="The extra replica started for it.")
+    message = models.TextField(blank=True)
+    done = models.PositiveSmallIntegerField(default=0)
+    total = models.PositiveSmallIntegerField(default=0)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self):
+        return f"rollout of {self.deployment_id} ({self.status})"
 
 
 class DeploymentLog(models.Model):

@@ -247,8 +247,11 @@ def _store_metrics(deployment: Deployment, node: str, metrics: dict, when: datet
 
 def tick(now: datetime | None = None) -> dict:
     """One pass of the loop; returns what it did (for logs and tests)."""
+    from panel.deployments import rollouts
+
     now = now or timezone.now()
-    done = {"probes": 0, "launches": 0, "stops": 0}
+    # Rollouts first: a surge that failed its launch is removed before this pass would relaunch it.
+    done = {"rollouts": rollouts.advance_all(), "probes": 0, "launches": 0, "stops": 0}
     probes: dict[str, list[dict]] = {}
     for deployment in Deployment.objects.exclude(observed_state=DeploymentState.STOPPED).order_by("pk"):
         with transaction.atomic():

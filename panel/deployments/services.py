@@ -123,13 +123,16 @@ def take_plan(deployment: Deployment, planned: DeploymentPlan) -> None:
     deployment.save(update_fields=["endpoint"])
 
 
-def create_deployment(planned: DeploymentPlan, user=None, start: bool = True) -> Deployment:
-    """`start` False: created stopped (a spec with `state: stopped`); its NPUs are held all the same."""
+def create_deployment(
+    planned: DeploymentPlan, user=None, start: bool = True, replica_of: Deployment | None = None
+) -> Deployment:
+    """`start` False: created stopped (a spec with `state: stopped`); its NPUs are held all the same.
+    `replica_of`: the primary of a spec with several replicas (panel/deployments/replicas.py)."""
     data = planned.data
     with transaction.atomic():
         # A deleted deployment's name may be taken again once its row is gone.
         Deployment.objects.filter(name=data["name"], desired_state=DesiredState.DELETED).delete()
-        deployment = Deployment(name=data["name"], created_by=user)
+        deployment = Deployment(name=data["name"], created_by=user, replica_of=replica_of)
         take_plan(deployment, planned)
         record(
             user,
@@ -303,8 +306,11 @@ def restart(deployment: Deployment, user=None, reason: list[dict] | None = None)
 
 
 def delete(deployment: Deployment, user=None) -> Deployment:
+    """Stop, release the NPUs, remove the row; a primary takes its replicas with it."""
     with transaction.atomic():
         deployment = _locked(deployment)
+        for replica in deployment.replicas.exclude(desired_state=DesiredState.DELETED):
+            delete(replica, user)
         deployment.desired_state = DesiredState.DELETED
         record(user, audit.DEPLOYMENT_DELETED, deployment.name, state=deployment.observed_state)
         if deployment.observed_state in (DeploymentState.STOPPED, DeploymentState.PENDING) and not (

@@ -9,7 +9,7 @@ The same keys in JSON and YAML; unknown keys are errors. docs/deployment-spec.md
     placement: {node: sim-a2, npus: 2}   # npus: a count, "auto" or logic ids; node optional
     nodes: [{node: sim-a2, npus: [0, 1]}]  # or the explicit form (several nodes: multi-node)
     engine: {max_model_len: 4096, tensor_parallel_size: 2, ...}  # the planner fills what is left out
-    replicas: 1
+    replicas: 1                       # N: rows <name>, <name>-r2 … <name>-rN (panel/deployments/replicas.py)
     runtime: process
     state: running                    # or stopped
 
@@ -81,16 +81,11 @@ class DeploymentSpecSerializer(serializers.Serializer):
     placement = PlacementSerializer(required=False, allow_null=True, default=None)
     nodes = NodeChoiceSerializer(many=True, required=False, allow_empty=False)
     engine = EngineSettingsSerializer(required=False, default=dict)
-    replicas = serializers.IntegerField(required=False, default=1, min_value=1)
+    replicas = serializers.IntegerField(
+        required=False, default=1, min_value=1, max_value=64, help_text="Engine instances behind one name."
+    )
     runtime = serializers.ChoiceField(["process", "container"], required=False, default="process")
     state = serializers.ChoiceField(STATES, required=False, default=DesiredState.RUNNING)
-
-    def validate_replicas(self, value):
-        if value != 1:
-            raise serializers.ValidationError(
-                _("One replica per deployment until the serving gateway lands.")
-            )
-        return value
 
     def validate_runtime(self, value):
         if value == "container":
@@ -159,12 +154,18 @@ def spec_of(deployment: Deployment) -> dict[str, Any]:
         spec["artifact"] = deployment.artifact_id
     else:
         spec["path"] = (deployment.spec or {}).get("model_path", "")
-    if len(nodes) == 1:
+    engine = engine_settings_of(deployment)
+    if deployment.replicas_wanted > 1 and len(nodes) == 1:
+        # Each replica takes NPUs and a port of its own: a count (the primary's, so it stays where it
+        # is) and no port.
+        spec["placement"] = {"node": nodes[0]["node"], "npus": len(nodes[0]["npus"])}
+        engine.pop("port")
+    elif len(nodes) == 1:
         spec["placement"] = {"node": nodes[0]["node"], "npus": nodes[0]["npus"]}
     else:
         spec["nodes"] = nodes
-    spec["engine"] = engine_settings_of(deployment)
-    spec["replicas"] = 1
+    spec["engine"] = engine
+    spec["replicas"] = deployment.replicas_wanted
     spec["runtime"] = deployment.runtime_kind
     spec["state"] = deployment.desired_state if deployment.desired_state in STATES else DesiredState.RUNNING
     return spec

@@ -143,7 +143,9 @@ def test_the_spec_round_trips_in_json_and_yaml(client, tiny):
     assert answer.json()["result"] == "unchanged"
 
 
-def test_a_changed_setting_restarts_with_the_new_launch(client, tiny):
+def test_a_changed_setting_rolls_with_a_surge_on_the_new_launch(client, tiny):
+    """With two free NPUs beside it, the change starts a surge replica first (docs/deployment-spec.md);
+    the whole rollout is tested in test_deployment_replicas.py."""
     from panel.deployments.models import Deployment
 
     put(client, "ci-qwen", spec())
@@ -151,16 +153,15 @@ def test_a_changed_setting_restarts_with_the_new_launch(client, tiny):
     changed = put(client, "ci-qwen", spec(engine={"max_model_len": 4096}))
     assert changed.status_code == 202, changed.json()
     body = changed.json()
-    assert body["result"] == "changed"
-    assert body["effect"] == "restart"
+    assert (body["result"], body["effect"]) == ("changed", "rolling")
     assert {"field": "engine.max_model_len", "from": 2048, "to": 4096} in body["changes"]
-    (stop,) = pending("stop")
-    deployment = Deployment.objects.get(name="ci-qwen")
-    assert deployment.observed_state == "stopping"
-    assert "A new spec was applied by bob" in deployment.reason
-    finish(stop)
+    assert (body["rollout"]["status"], body["rollout"]["phase"]) == ("running", "surge")
+    assert not pending("stop")  # the old engine keeps serving
     (launch,) = pending("deploy")
+    assert launch.target == "ci-qwen-r2"
     assert launch.task_kwargs["payload"]["spec"]["max_model_len"] == 4096
+    assert launch.task_kwargs["payload"]["spec"]["served_model_name"] == "ci-qwen"
+    assert Deployment.objects.get(name="ci-qwen").observed_state == "running"
 
 
 def test_a_dry_run_of_a_change_says_what_would_change_and_does_nothing(client, tiny):
@@ -168,8 +169,10 @@ def test_a_dry_run_of_a_change_says_what_would_change_and_does_nothing(client, t
     running("ci-qwen")
     answer = put(client, "ci-qwen", spec(engine={"max_model_len": 4096}), dry_run="true")
     assert answer.status_code == 202
-    assert answer.json()["effect"] == "restart"
+    assert answer.json()["effect"] == "rolling"
+    assert answer.json()["rollout"] is None
     assert not pending("stop")
+    assert not pending("deploy")
     assert client.get("/api/v1/deployments/ci-qwen/?format=spec").json()["engine"]["max_model_len"] == 2048
 
 
@@ -180,11 +183,14 @@ def test_more_npus_move_the_deployment(client, tiny):
     running("ci-qwen")
     moved = put(client, "ci-qwen", spec(placement={"node": "npu-a", "npus": 4}))
     assert moved.status_code == 202, moved.json()
-    assert moved.json()["effect"] == "move_npus"
+    assert moved.json()["effect"] == "rolling"
     fields = {change["field"] for change in moved.json()["changes"]}
     assert {"placement", "engine.tensor_parallel_size"} <= fields
+    # No four free NPUs for a surge: replaced in place, and the rollout says so.
+    assert "replaced in place" in moved.json()["rollout"]["message"]
     held = sorted(Deployment.objects.get(name="ci-qwen").npus.values_list("logic_id", flat=True))
     assert held == [0, 1, 2, 3]
+    assert len(pending("stop")) == 1
 
 
 def test_state_stopped_stops_and_running_starts_again(client, tiny):
@@ -226,7 +232,8 @@ def test_apply_while_a_start_runs_is_refused(client, tiny):
         (spec(engine={"tensor_parallel": 4}), "engine"),
         (spec(placement={"node": "npu-a", "npu": 2}), "placement"),
         (spec(runtime="container"), "runtime"),
-        (spec(replicas=3), "replicas"),
+        (spec(replicas=3, placement={"node": "npu-a", "npus": [0]}), "replicas"),
+        (spec(replicas=3), "replicas"),  # 3 x 2 NPUs on a node of 4
         (spec(name="other-name"), "name"),
         (spec(placement={"node": "npu-a", "npus": "many"}), "placement"),
         (spec(model="no-such-model", path=""), "model"),

@@ -59,12 +59,25 @@ def deployment_row(d: dict) -> list:
     npus = ", ".join(f"{n['node']}:{n['logic_id']}" for n in d.get("npus") or [])
     return [
         d["name"],
-        d.get("status", ""),
+        status_text(d),
         d.get("model_name", ""),
         npus,
         d.get("endpoint") or "",
         output.age(d.get("created")),
     ]
+
+
+def status_text(d: dict) -> str:
+    """The status, with the replicas running and a rolling update's progress when there are any."""
+    text = d.get("status", "")
+    replicas = d.get("replicas") or []
+    if replicas:
+        up = 1 + sum(r.get("status") == "running" for r in replicas) - (text != "running")
+        text += f" {up}/{1 + len(replicas)}"
+    rollout = d.get("rollout") or {}
+    if rollout.get("status") == "running":
+        text += f" (rolling {rollout.get('done', 0)}/{rollout.get('total', 0)}: {rollout.get('phase', '')})"
+    return text
 
 
 HEADERS = ["NAME", "STATUS", "MODEL", "NPUS", "ENDPOINT", "AGE"]

@@ -4,9 +4,10 @@ from typing import Any
 
 from rest_framework import serializers
 
-from panel.deployments.api.serializers import DeploymentSerializer
+from panel.deployments.api.serializers import DeploymentSerializer, RolloutSerializer
 from panel.deployments.apply import Outcome
 from panel.deployments.planning import ENGINE_SETTINGS
+from panel.deployments.rollouts import progress
 
 SPEC_ONLY_KEYS = ("engine", "placement", "replicas", "state")
 
@@ -18,17 +19,24 @@ class ChangeSerializer(serializers.Serializer):
     vars()["to"] = serializers.JSONField(allow_null=True)
 
 
+class ReplicaCountSerializer(serializers.Serializer):
+    wanted = serializers.IntegerField(help_text="The spec's replicas.")
+    now = serializers.IntegerField(help_text="Replicas there were before this apply (0: created).")
+
+
 class ApplyAnswerSerializer(serializers.Serializer):
     result = serializers.ChoiceField(["created", "unchanged", "changed"])
     dry_run = serializers.BooleanField()
     effect = serializers.ChoiceField(
-        ["none", "create", "restart", "move_npus", "start", "stop"],
+        ["none", "create", "restart", "move_npus", "start", "stop", "scale", "rolling"],
         help_text="What applying does to the engine.",
     )
     changes = ChangeSerializer(many=True)
     deployment = DeploymentSerializer(allow_null=True, help_text="Null on a dry run that would create it.")
     plan = serializers.DictField(allow_null=True, help_text="The review: fits, chip, plan, warnings, nodes.")
     warnings = serializers.ListField(child=serializers.DictField())
+    replicas = ReplicaCountSerializer()
+    rollout = RolloutSerializer(allow_null=True, help_text="The rolling update this apply started.")
 
 
 def answer_of(outcome: Outcome, dry_run: bool) -> dict[str, Any]:
@@ -41,6 +49,8 @@ def answer_of(outcome: Outcome, dry_run: bool) -> dict[str, Any]:
         "deployment": DeploymentSerializer(deployment).data if deployment is not None else None,
         "plan": outcome.planned.as_review() if outcome.planned is not None else None,
         "warnings": outcome.warnings,
+        "replicas": outcome.replicas,
+        "rollout": progress(outcome.rollout),
     }
 
 

@@ -1,10 +1,12 @@
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from panel.core.choices import DeploymentState, OperationStatus
+from panel.core.choices import DeploymentState, DesiredState, OperationStatus
 from panel.deployments.findings import findings_of
 from panel.deployments.models import Benchmark, Deployment, DeploymentLog
 from panel.deployments.planning import NodeChoiceSerializer
+from panel.deployments.replicas import index_of as replica_index
+from panel.deployments.rollouts import progress
 from panel.deployments.spec import nodes_of
 
 
@@ -81,6 +83,24 @@ class PlanReviewSerializer(serializers.Serializer):
     nodes = ReviewNodeSerializer(many=True)
 
 
+class ReplicaSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    status = serializers.CharField()
+    desired_state = serializers.CharField()
+
+
+class RolloutSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    status = serializers.ChoiceField(["running", "succeeded", "failed"])
+    phase = serializers.CharField(help_text="surge, replace, cleanup or done")
+    done = serializers.IntegerField(help_text="Replicas that run the new launch.")
+    total = serializers.IntegerField(help_text="Replicas the rollout replaces.")
+    current = serializers.CharField(help_text="The replica being replaced.")
+    surge = serializers.CharField(help_text="The extra replica started for it.")
+    message = serializers.CharField()
+    created = serializers.DateTimeField()
+
+
 class DeploymentSerializer(serializers.ModelSerializer):
     status = serializers.ChoiceField(
         choices=DeploymentState.choices, source="observed_state", read_only=True, help_text="Observed state."
@@ -95,6 +115,11 @@ class DeploymentSerializer(serializers.ModelSerializer):
     )
     operation = serializers.SerializerMethodField()
     findings = serializers.SerializerMethodField()
+    replica_of = serializers.SlugRelatedField(
+        slug_field="name", read_only=True, help_text="The primary, for replicas 2..N of a spec."
+    )
+    replicas = serializers.SerializerMethodField(help_text="On the primary: its other replicas.")
+    rollout = serializers.SerializerMethodField(help_text="On the primary: its latest rolling update.")
 
     class Meta:
         model = Deployment
@@ -102,9 +127,23 @@ class DeploymentSerializer(serializers.ModelSerializer):
             "id", "name", "model", "model_name", "artifact", "nodes", "npus", "placement", "status",
             "status_display", "desired_state", "reason", "reason_display", "endpoint", "runtime",
             "runtime_kind", "restart_count", "failed_restarts", "next_restart_at", "spec", "plan", "metrics",
-            "metrics_at", "operation", "findings", "created", "updated",
+            "metrics_at", "operation", "findings", "replica_of", "replicas_wanted", "replicas", "rollout",
+            "created", "updated",
         ]  # fmt: skip
         read_only_fields = fields
+
+    @extend_schema_field(ReplicaSerializer(many=True))
+    def get_replicas(self, deployment) -> list[dict]:
+        rows = [row for row in deployment.replicas.all() if row.desired_state != DesiredState.DELETED]
+        return [
+            {"name": row.name, "status": row.observed_state, "desired_state": row.desired_state}
+            for row in sorted(rows, key=lambda row: replica_index(deployment.name, row.name))
+        ]
+
+    @extend_schema_field(RolloutSerializer(allow_null=True))
+    def get_rollout(self, deployment) -> dict | None:
+        latest = max(deployment.rollouts.all(), key=lambda rollout: rollout.pk, default=None)
+        return progress(latest)
 
     def get_reason_display(self, deployment) -> str:
         from panel.core.templatetags.panel_text import deployment_reason

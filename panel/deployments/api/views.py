@@ -63,7 +63,9 @@ class DeploymentViewSet(StreamsMixin, mixins.ListModelMixin, mixins.RetrieveMode
     The contract is written at the top of panel/deployments/services.py; waiting and watching
     (`?wait=`, `?watch=true`) in docs/api-streams.md."""
 
-    queryset = Deployment.objects.select_related("model").prefetch_related("nodes", "npus__node")
+    queryset = Deployment.objects.select_related("model", "replica_of").prefetch_related(
+        "nodes", "npus__node", "replicas", "rollouts"
+    )
     serializer_class = DeploymentSerializer
     filterset_class = DeploymentFilterSet
     http_method_names = ["get", "post", "put", "delete", "head", "options"]
@@ -119,7 +121,8 @@ class DeploymentViewSet(StreamsMixin, mixins.ListModelMixin, mixins.RetrieveMode
             409: ErrorSerializer,
         },
         description="Make the deployment called {id} (its name) look like the spec: 201 created, 200 "
-        "unchanged, 202 changed (with each changed field and the effect: restart, move_npus, start, stop). "
+        "unchanged, 202 changed (with each changed field and the effect: restart, move_npus, start, stop, "
+        "scale, rolling; a rolling update answers its rollout). "
         "docs/deployment-spec.md describes the spec.",
     )
     @idempotent(creates=Deployment.objects.exclude(desired_state=DesiredState.DELETED))

@@ -1,0 +1,215 @@
+"""Rolling updates: a changed spec goes over a deployment's replicas one at a time.
+
+Apply records a `Rollout` (the spec as applied, the stale replicas in order) and the reconcile tick calls
+`advance_all()`, which moves each running rollout on as far as what it observes allows. For each stale
+replica:
+
+1. surge: when free NPUs allow, an extra replica (`<name>-r<k>`, k above every index) starts with the new
+   launch; the rollout waits until it runs (the agent's launch waits for the engine's first real request),
+   so the gateway pools it before anything old goes away;
+2. replace: the stale replica takes the new plan and restarts in place; wait until it runs again;
+3. cleanup: the surge is deleted (stop, release NPUs); wait until its row is gone.
+
+With no free NPUs for a surge the replica is replaced in place and the message says so. A new replica that
+fails (observed failed or unhealthy, or a failed launch) stops the rollout: the surge is removed, the other
+replicas keep serving, and the message says why. Terminal states are final.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.db import transaction
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
+from rest_framework import serializers
+from rest_framework.exceptions import APIException
+
+from panel.core.choices import DeploymentState, DesiredState
+from panel.deployments import reasons, replicas, services
+from panel.deployments.models import Deployment, Rollout
+
+log = logging.getLogger(__name__)
+
+SURGE, REPLACE, CLEANUP, DONE = "surge", "replace", "cleanup", "done"
+BROKEN = (DeploymentState.FAILED, DeploymentState.UNHEALTHY)
+
+
+def begin(primary: Deployment, spec: dict[str, Any], stale: list[str], user) -> Rollout:
+    """Record the rollout and take its first step at once (the surge starts with the apply)."""
+    rollout = Rollout.objects.create(
+        deployment=primary,
+        spec=dict(spec),
+        todo=stale,
+        total=len(stale),
+        created_by=user if user is not None and user.is_authenticated else None,
+    )
+    _step(rollout)
+    rollout.save()
+    return rollout
+
+
+def active(primary: Deployment) -> Rollout | None:
+    return primary.rollouts.filter(status=Rollout.RUNNING).first()
+
+
+def advance_all() -> int:
+    """One pass over every running rollout (the reconcile tick); returns how many were looked at."""
+    count = 0
+    for pk in Rollout.objects.filter(status=Rollout.RUNNING).values_list("pk", flat=True):
+        with transaction.atomic():
+            rollout = Rollout.objects.select_for_update().filter(pk=pk, status=Rollout.RUNNING).first()
+            if rollout is None:
+                continue
+            try:
+                _step(rollout)
+            except (APIException, services.DeploymentConflict) as error:
+                # Permanent: the spec no longer plans (a 400/403 now) or the deployment is going.
+                _fail(rollout, _("The rollout cannot go on: {why}").format(why=_text(error)))
+            rollout.save()
+            count += 1
+    return count
+
+
+def _step(rollout: Rollout) -> None:
+    """Move the rollout on from its phase as far as the observed states allow."""
+    if rollout.phase == SURGE:
+        surge = _row(rollout.surge)
+        if surge is None or _broken(surge):
+            _fail(rollout, _failure(_("The new launch did not start on {name}."), rollout.surge, surge))
+            return
+        if surge.observed_state == DeploymentState.RUNNING:
+            _replace(rollout)
+    elif rollout.phase == REPLACE:
+        row = _row(rollout.current)
+        if row is None or _broken(row):
+            _fail(rollout, _failure(_("{name} did not start with the new launch."), rollout.current, row))
+            return
+        if row.observed_state == DeploymentState.RUNNING and not services.active_operations(row).exists():
+            rollout.done += 1
+            surge = _row(rollout.surge) if rollout.surge else None
+            if surge is None:
+                _next(rollout)
+                return
+            services.delete(surge)
+            rollout.phase = CLEANUP
+    elif rollout.phase == CLEANUP:
+        if not Deployment.objects.filter(name=rollout.surge).exists():
+            rollout.surge = ""
+            _next(rollout)
+    elif rollout.phase == "":
+        _next(rollout)
+
+
+def _next(rollout: Rollout) -> None:
+    """The next stale replica: with a surge when free NPUs allow, else in place."""
+    while rollout.done < rollout.total and _row(rollout.todo[rollout.done]) is None:
+        rollout.done += 1  # deleted meanwhile: nothing to roll there
+    if rollout.done >= rollout.total:
+        rollout.status, rollout.phase, rollout.current = Rollout.SUCCEEDED, DONE, ""
+        rollout.message = _("All {n} replicas run the new launch.").format(n=rollout.total)
+        return
+    rollout.current = rollout.todo[rollout.done]
+    surge, why_not = _start_surge(rollout)
+    if surge is not None:
+        rollout.surge, rollout.phase = surge.name, SURGE
+        rollout.message = _("{surge} starts with the new launch; then {name} is replaced.").format(
+            surge=surge.name, name=rollout.current
+        )
+        return
+    rollout.message = _("{why} {name} is replaced in place: it does not serve while it restarts.").format(
+        why=why_not, name=rollout.current
+    )
+    _replace(rollout)
+
+
+def _start_surge(rollout: Rollout) -> tuple[Deployment | None, str]:
+    from panel.deployments.apply import plan_member
+
+    primary = rollout.deployment
+    index = replicas.next_free_index(primary)
+    if len(replicas.replica_name(primary.name, index)) > 63:
+        return None, _("The name is too long for a surge replica.")
+    spec, model, artifact, served = _inputs(rollout)
+    try:
+        planned = plan_member(spec, model, artifact, rollout.created_by, index, served, None)
+    except serializers.ValidationError as error:
+        return None, _("No free NPUs for a surge replica ({why}).").format(why=_text(error))
+    surge = services.create_deployment(planned, user=rollout.created_by, replica_of=primary)
+    return surge, ""
+
+
+def _replace(rollout: Rollout) -> None:
+    """Give the current replica the new plan and restart it (unless a start or stop is still running)."""
+    from panel.deployments.apply import plan_member
+
+    row = Deployment.objects.select_for_update().get(name=rollout.current)
+    if services.active_operations(row).exists():
+        return  # the next tick tries again
+    spec, model, artifact, served = _inputs(rollout)
+    index = replicas.index_of(rollout.deployment.name, row.name)
+    planned = plan_member(spec, model, artifact, rollout.created_by, index, served, row)
+    services.take_plan(row, planned)
+    user = rollout.created_by
+    why = [reasons.part(gettext_noop("Rolling update by {user}"), user=user.get_username() if user else "-")]
+    services.restart(row, user, reason=why)
+    rollout.phase = REPLACE
+
+
+def _inputs(rollout: Rollout):
+    from panel.deployments.apply import resolve_model
+
+    spec = rollout.spec
+    model, artifact = resolve_model(spec, rollout.created_by, dry_run=True)
+    return spec, model, artifact, replicas.served_name(spec, rollout.deployment)
+
+
+def _fail(rollout: Rollout, message: str) -> None:
+    """Stop rolling: remove the surge it started; the replicas not reached yet keep serving."""
+    rollout.status, rollout.message = Rollout.FAILED, message
+    surge = _row(rollout.surge) if rollout.surge else None
+    if surge is not None:
+        services.delete(surge)
+    log.warning("rollout %s of %s failed: %s", rollout.pk, rollout.deployment.name, message)
+
+
+def _row(name: str) -> Deployment | None:
+    return Deployment.objects.exclude(desired_state=DesiredState.DELETED).filter(name=name).first()
+
+
+def _broken(row: Deployment) -> bool:
+    return row.observed_state in BROKEN or row.failed_restarts > 0
+
+
+def _failure(head: str, name: str, row: Deployment | None) -> str:
+    text = head.format(name=name)
+    if row is not None and row.reason:
+        text = f"{text} {row.reason}"
+    return text
+
+
+def _text(error) -> str:
+    detail = getattr(error, "detail", None)
+    if detail is None:
+        return str(error)
+    from panel.deployments.apply import flat_errors
+
+    return flat_errors(detail)
+
+
+def progress(rollout: Rollout | None) -> dict[str, Any] | None:
+    """What the deployment's detail shows: {status, phase, done, total, message, current, surge}."""
+    if rollout is None:
+        return None
+    return {
+        "id": rollout.pk,
+        "status": rollout.status,
+        "phase": rollout.phase,
+        "done": rollout.done,
+        "total": rollout.total,
+        "current": rollout.current,
+        "surge": rollout.surge,
+        "message": rollout.message,
+        "created": rollout.created.isoformat() if rollout.created else None,
+    }
