@@ -105,3 +105,7 @@ def logs(engine: str, ref: str, *, follow: bool = True, since: str | None = None
     elif since:
         argv += ["--tail", "0"]  # iSula has no --since: only what comes from now on
     return [*argv, _container(ref)]
+
+
+def tag(engine: str, source: str, target: str) -> list[str]:
+    return [_engine(engine), "tag", _image(source), _image(target)]

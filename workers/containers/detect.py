@@ -9,7 +9,6 @@ are handed over with ASCEND_VISIBLE_DEVICES and its hook mounts the devices and 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from workers.containers import commands
 from workers.containers.hostconf import ContainerHost, choose_engine
@@ -23,34 +22,28 @@ NOT_INSTALLED = 127
 TIMEOUT_S = 30
 
 
-def ascend_runtime_use(host_root: str, engine: str) -> str:
+async def ascend_runtime_use(runner, host_root: str, engine: str) -> str:
     """How `engine` reaches the Ascend Docker Runtime: "default", "ascend" (registered) or "" (not)."""
     path = DAEMON_CONFIGS.get(engine)
-    if path is None:
-        return ""
+    text = await runner.read_text(on_host(host_root, path)) if path else None
     try:
-        config = json.loads(Path(on_host(host_root, path)).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        config = json.loads(text) if text else {}
+    except ValueError:
         return ""
     if not isinstance(config, dict) or "ascend" not in (config.get("runtimes") or {}):
         return ""
     return "default" if config.get("default-runtime") == "ascend" else "ascend"
 
 
-def ascend_docker_runtime(host_root: str) -> dict:
-    installed = Path(on_host(host_root, ADR_BINARY)).exists()
+async def ascend_docker_runtime(runner, host_root: str) -> dict:
+    installed = (await runner.run(["test", "-x", on_host(host_root, ADR_BINARY)], timeout=TIMEOUT_S)).ok
     version = ""
     for name in ("version.info", "VERSION"):
-        try:
-            version = Path(on_host(host_root, f"{ADR_DIR}/{name}")).read_text(encoding="utf-8").strip()
+        text = await runner.read_text(on_host(host_root, f"{ADR_DIR}/{name}"))
+        if text and text.strip():
+            version = text.strip().splitlines()[0]
             break
-        except OSError:
-            continue
-    return {
-        "installed": installed,
-        "path": ADR_DIR if installed else "",
-        "version": version.splitlines()[0] if version else "",
-    }
+    return {"installed": installed, "path": ADR_DIR if installed else "", "version": version}
 
 
 async def engine_images(runner, engine: str) -> tuple[list[dict], str]:
@@ -83,5 +76,5 @@ async def detect_containers(runner, host_root: str = "/", host: ContainerHost | 
     return {
         "engines": engines,
         "engine": choose_engine(host.engine, engines),
-        "ascend_docker_runtime": ascend_docker_runtime(host_root),
+        "ascend_docker_runtime": await ascend_docker_runtime(runner, host_root),
     }

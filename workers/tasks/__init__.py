@@ -1,3 +1,12 @@
 """Agent task functions, one module per kind of work. Importing this package registers them all."""
 
-from workers.tasks import deploy, install, install_agent, inventory, metrics, model_tools, models  # noqa: F401
+from workers.tasks import (  # noqa: F401
+    deploy,
+    images,
+    install,
+    install_agent,
+    inventory,
+    metrics,
+    model_tools,
+    models,
+)
