@@ -15,7 +15,6 @@ from workers.engine.command import (
     display_command,
     source_then_exec,
 )
-from workers.engine.container import ContainerSpec, build_container_run
 from workers.engine.flags import FlagError, flag_arguments, parse_flag_text
 
 CANN = "/usr/local/Ascend/ascend-toolkit/set_env.sh"
@@ -298,70 +297,3 @@ def test_display_command_quotes_for_the_shell():
     line = display_command(["python3", "-c", "print('a b')"], {"B": "x y", "A": "1"})
     assert line == "A=1 B='x y' python3 -c 'print('\"'\"'a b'\"'\"')'"
     assert shlex.split(line)[2:] == ["python3", "-c", "print('a b')"]
-
-
-CONTAINER = ContainerSpec(
-    launch=QWEN_72B,
-    name="ascend-panel-qwen72b",
-    image_tag="v0.9.1",
-    device_ids=(4, 5, 6, 7),
-    model_dir="/models/Qwen2.5-72B-Instruct",
-)
-
-
-def test_it_builds_the_docker_run_of_the_vllm_ascend_image():
-    argv = build_container_run(CONTAINER)
-    assert argv[:6] == ["docker", "run", "-d", "--name", "ascend-panel-qwen72b", "--shm-size"]
-    assert "--net=host" in argv
-    devices = [argv[i + 1] for i, item in enumerate(argv) if item == "--device"]
-    assert devices == [
-        "/dev/davinci4",
-        "/dev/davinci5",
-        "/dev/davinci6",
-        "/dev/davinci7",
-        "/dev/davinci_manager",
-        "/dev/devmm_svm",
-        "/dev/hisi_hdc",
-    ]
-    mounts = [argv[i + 1] for i, item in enumerate(argv) if item == "-v"]
-    assert "/usr/local/Ascend/driver/lib64:/usr/local/Ascend/driver/lib64:ro" in mounts
-    assert "/usr/local/bin/npu-smi:/usr/local/bin/npu-smi:ro" in mounts
-    assert "/etc/ascend_install.info:/etc/ascend_install.info:ro" in mounts
-    assert "/models/Qwen2.5-72B-Instruct:/models/Qwen2.5-72B-Instruct:ro" in mounts
-    image_at = argv.index("quay.io/ascend/vllm-ascend:v0.9.1")
-    inner = argv[image_at + 1 :]
-    assert inner[:2] == ["bash", "-c"]
-    assert "python3" in inner
-    assert "numactl" not in inner
-
-
-def test_the_container_leaves_device_numbering_to_the_runtime():
-    argv = build_container_run(CONTAINER)
-    env = [argv[i + 1] for i, item in enumerate(argv) if item == "-e"]
-    assert "PYTORCH_NPU_ALLOC_CONF=expandable_segments:True" in env
-    assert not any(item.startswith("ASCEND_RT_VISIBLE_DEVICES=") for item in env)
-
-
-def test_isula_with_a_port_mapping_listens_inside_and_publishes_on_the_asked_host():
-    argv = build_container_run(replace(CONTAINER, runtime="isula", host_network=False))
-    assert argv[0] == "isula"
-    assert value_after(argv, "-p") == "127.0.0.1:8000:8000"
-    assert value_after(argv[argv.index("quay.io/ascend/vllm-ascend:v0.9.1") :], "--host") == "0.0.0.0"  # noqa: S104
-
-
-@pytest.mark.parametrize(
-    ("change", "field"),
-    [
-        ({"device_ids": (4, 5)}, "device_ids"),
-        ({"device_ids": ()}, "device_ids"),
-        ({"name": "-rm"}, "name"),
-        ({"image_tag": "latest; reboot"}, "image_tag"),
-        ({"model_dir": "/data/other"}, "model_path must lie inside model_dir"),
-        ({"runtime": "podman"}, "runtime"),
-        ({"shm_size": "lots"}, "shm_size"),
-        ({"cpuset_cpus": "0-23 --privileged"}, "cpuset_cpus"),
-    ],
-)
-def test_it_rejects_wrong_container_fields(change, field):
-    with pytest.raises(LaunchSpecError, match=field):
-        build_container_run(replace(CONTAINER, **change))
