@@ -67,9 +67,8 @@ async def detect_containers(runner, host_root: str = "/", host: ContainerHost | 
         if result.exit_status == NOT_INSTALLED:
             continue
         found = parse_version(name, result.exit_status, result.stdout, result.stderr).as_dict()
-        found.update(
-            name=name, ascend_runtime=ascend_runtime_use(host_root, name), images=[], images_error=""
-        )
+        found.update(name=name, ascend_runtime=await ascend_runtime_use(runner, host_root, name))
+        found.update(images=[], images_error="")
         if found["reachable"]:
             found["images"], found["images_error"] = await engine_images(runner, name)
         engines.append(found)

@@ -18,6 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from workers.ascend.diagnose import diagnose_lines
+from workers.ascend.facts import parse_numa_cpulist
 from workers.containers import commands, lifecycle
 from workers.containers.detect import ascend_runtime_use, detect_containers, engine_images
 from workers.containers.hostconf import ContainerHost, HostConfigError
@@ -59,15 +60,34 @@ async def choose_engine(runner, config, host: ContainerHost) -> str:
     return found["engine"]
 
 
-def numa_cpus(host_root: str, numa_node: int | None) -> str | None:
-    """The CPU list of a NUMA node (sysfs), for --cpuset-cpus; None when unknown."""
+def numa_cpuset(host_root: str, numa_node: int | None) -> tuple[str | None, str | None]:
+    """(--cpuset-cpus, --cpuset-mems) for a NUMA node: its CPUs (the node's sysfs) that this agent may
+    use itself, and the node, when this machine's kernel has it. The kernel that enforces the cpuset is
+    this machine's, so a CPU or node it lacks (a simulated host's) is left out rather than refused."""
     if numa_node is None:
-        return None
+        return None, None
     path = host_path(host_root, f"/sys/devices/system/node/node{int(numa_node)}/cpulist")
     try:
-        return path.read_text(encoding="utf-8").strip() or None
-    except OSError:
-        return None
+        listed = parse_numa_cpulist(path.read_text(encoding="utf-8").strip())
+    except (OSError, ValueError):
+        return None, None
+    usable = sorted(set(listed) & os.sched_getaffinity(0))
+    if not usable:
+        return None, None
+    mems = str(int(numa_node)) if os.path.isdir(f"/sys/devices/system/node/node{int(numa_node)}") else None
+    return cpu_list(usable), mems
+
+
+def cpu_list(cpus: list[int]) -> str:
+    """[0, 1, 2, 5] -> "0-2,5"."""
+    ranges, start = [], None
+    for index, cpu in enumerate(cpus):
+        if start is None:
+            start = cpu
+        if index + 1 == len(cpus) or cpus[index + 1] != cpu + 1:
+            ranges.append(str(start) if start == cpu else f"{start}-{cpu}")
+            start = None
+    return ",".join(ranges)
 
 
 def model_source(host_root: str, model_path: str) -> str:
@@ -79,8 +99,7 @@ def model_source(host_root: str, model_path: str) -> str:
 async def container_spec(
     runner, config, host: ContainerHost, engine: str, spec: LaunchSpec, container: dict, name: str
 ) -> ContainerSpec:
-    numa = spec.numa_node if spec.chip != "cpu" else None
-    cpus = numa_cpus(config.host_root, numa)
+    cpus, mems = numa_cpuset(config.host_root, spec.numa_node if spec.chip != "cpu" else None)
     base = ContainerSpec(
         launch=spec,
         name=lifecycle.container_name(name),
@@ -90,7 +109,7 @@ async def container_spec(
         host_network=bool(container.get("host_network", True)),
         shm_size=host.shm_size,
         cpuset_cpus=cpus,
-        cpuset_mems=str(numa) if cpus else None,
+        cpuset_mems=mems if cpus else None,
         ascend_runtime=""
         if spec.chip == "cpu"
         else await ascend_runtime_use(runner, config.host_root, engine),
