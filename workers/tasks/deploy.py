@@ -79,7 +79,7 @@ async def _still_serves(emitter, runner, record, served_name: str) -> bool:
 
 
 async def _launch(emitter, config, payload: dict) -> dict:
-    if payload.get("runtime") == "container":
+    if payload.get("runtime_kind") == "container":
         return await deploy_container.launch_container(emitter, config, payload)
     await deploy_container.clear_container(emitter, config, payload)
     name = payload["name"]
@@ -209,7 +209,7 @@ def launch_deployment(operation_id: str, payload: dict, start_seq: int = 0) -> N
 
 
 async def _stop(emitter, config, payload: dict) -> dict:
-    if payload.get("runtime") == "container":
+    if payload.get("runtime_kind") == "container":
         return await deploy_container.stop_container(emitter, config, payload)
     name = payload["name"]
     runner = LocalRunner()
