@@ -80,6 +80,10 @@ class OperationKind(models.TextChoices):
     DEPLOY = "deploy", _("Deploy")
     STOP = "stop", _("Stop deployment")
     BENCHMARK = "benchmark", _("Benchmark")
+    IMAGE_LIST = "image_list", _("Image list")
+    IMAGE_PULL = "image_pull", _("Image pull")
+    IMAGE_LOAD = "image_load", _("Image load")
+    IMAGE_REMOVE = "image_remove", _("Image removal")
 
 
 class DeploymentState(ColouredChoices):
