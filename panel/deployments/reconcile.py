@@ -209,6 +209,8 @@ def _apply_probe(deployment, node, result, policy, now, when) -> None:
         # A container says how it ended: its exit code, or that the OOM killer ended it.
         summary = result["exit"].get("summary") or ""
         deployment.runtime = {**deployment.runtime, "exit": result["exit"]}
+        # The restart that follows resets the runtime; the log keeps how the container ended.
+        services.append_logs(deployment, node, [f"[panel] engine container stopped: {summary}"], when)
         verdict = Verdict(
             verdict.state,
             verdict.probe_failures,

@@ -47,7 +47,7 @@ WHEEL_PATTERN = re.compile(
 # `docker save` / `podman save` / `isula save` archives: name[_version].tar (or .tar.gz), for air-gapped
 # nodes that load their engine images instead of pulling them.
 IMAGE_ARCHIVE_PATTERN = re.compile(
-    r"^(?P<name>[A-Za-z0-9][A-Za-z0-9.-]*?)(?:_(?P<v>v?\d[A-Za-z0-9._-]*?))?\.(?:tar|tar\.gz|tgz)$"
+    r"^(?P<name>[A-Za-z0-9][A-Za-z0-9.-]*?)(?:_(?P<v>[A-Za-z0-9][A-Za-z0-9._-]*?))?\.(?:tar|tar\.gz|tgz)$"
 )
 CHUNK = 1024 * 1024
 
