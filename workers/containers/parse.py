@@ -23,7 +23,7 @@ def parse_size(text: str) -> int | None:
     match = SIZE_PATTERN.match(text or "")
     if not match:
         return None
-    return int(float(match.group(1)) * SIZE_UNITS.get(match.group(2) or "B", 1))
+    return round(float(match.group(1)) * SIZE_UNITS.get(match.group(2) or "B", 1))
 
 
 @dataclass
