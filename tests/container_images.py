@@ -123,7 +123,7 @@ def sim_engine_image(workdir: Path) -> str:
 
 
 def cpu_engine_image(workdir: Path, venv: Path) -> str:
-    changes = [f"ENV PATH={venv}/bin:/usr/bin", 'CMD ["/usr/bin/bash"]']
+    changes = [f"ENV PATH={venv.resolve()}/bin:/usr/bin", 'CMD ["/usr/bin/bash"]']
     return build_image(CPU_IMAGE, changes, workdir)
 
 
@@ -146,7 +146,7 @@ def sim_mounts(sim_root: Path) -> str:
 
 
 def cpu_mounts(venv: Path) -> str:
-    venv = venv.resolve() if venv.is_symlink() else venv
+    venv = venv.resolve()
     return ",".join([f"{multiarch_lib()}:ro", f"{python_prefix()}:ro", f"{venv}:ro"])
 
 
