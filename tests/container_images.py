@@ -23,6 +23,7 @@ PODMAN = shutil.which("podman")
 CONTAINERS_CONF = Path("/etc/containers/containers.conf")
 SIM_IMAGE = "localhost/ascend-panel-test/sim-engine:v1"
 CPU_IMAGE = "localhost/ascend-panel-test/vllm-cpu:v1"
+TOOLS = ("lscpu",)
 SET_ENV = {
     # What the vllm-ascend image's scripts set that the engines here read (nothing needs more).
     "usr/local/Ascend/ascend-toolkit/set_env.sh": (
@@ -88,6 +89,9 @@ def rootfs_tarball(path: Path) -> Path:
         for link, target in (("bin", "usr/bin"), ("lib", "usr/lib"), ("lib64", "usr/lib64")):
             _add_link(tar, link, target)
         _add_file(tar, "usr/bin/bash", Path("/usr/bin/bash").read_bytes(), 0o755)
+        for tool in TOOLS:  # what vLLM's CPU backend runs (lscpu --json, to place its threads)
+            if Path(f"/usr/bin/{tool}").exists():
+                _add_file(tar, f"usr/bin/{tool}", Path(f"/usr/bin/{tool}").read_bytes(), 0o755)
         _add_link(tar, "usr/bin/sh", "bash")
         _add_link(tar, "usr/bin/python3", str(base_python()))
         loaders = {*Path("/usr/lib64").glob("ld-linux*.so*"), *Path("/usr/lib").glob("ld-linux*.so*")}

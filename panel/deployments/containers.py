@@ -145,7 +145,7 @@ def review(node, payload: dict, container: dict, name: str) -> dict:
             cpuset_mems=str(spec.numa_node) if cpus else None,
             ascend_runtime="" if spec.chip == "cpu" else engine.get("ascend_runtime") or "",
             labels=((lifecycle.commands.LABEL_DEPLOYMENT, name), (lifecycle.commands.LABEL_NODE, node.name)),
-            env_file=LOG_PATH.format(name=f".{name}") + ".env",
+            env_file=lifecycle.env_file_path("/", name),
         )
     )
     return {"argv": run.argv, "command": shlex.join(run.argv), "engine": engine["name"]}
