@@ -9,13 +9,16 @@ the interpreter's installation and the engine's code are bind-mounted read-only 
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import sysconfig
 import tarfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -167,3 +170,50 @@ def remove_labelled_containers(node: str) -> None:
         subprocess.run(
             [PODMAN, "rm", "-f", "-t", "0", container], check=False, capture_output=True, timeout=60
         )
+
+
+REGISTRY = shutil.which("docker-registry")
+REGISTRY_ADDRESS = "127.0.0.1:5055"  # registries.conf.d marks it insecure (plain HTTP); .ci/run writes it
+REGISTRIES_CONF = Path("/etc/containers/registries.conf.d/50-ascend-panel-test.conf")
+
+
+def registry_ready() -> str:
+    """ "" when a local registry can serve the pull test, else why not."""
+    if REGISTRY is None:
+        return "docker-registry is not installed (apt-get install docker-registry; .ci/run does it)"
+    if not REGISTRIES_CONF.exists() or REGISTRY_ADDRESS not in REGISTRIES_CONF.read_text():
+        return f"{REGISTRIES_CONF} does not mark {REGISTRY_ADDRESS} insecure (.ci/run writes it)"
+    return ""
+
+
+@contextlib.contextmanager
+def local_registry(workdir: Path):
+    """A real image registry (the distribution registry, Debian's docker-registry) on REGISTRY_ADDRESS."""
+    config = workdir / "registry.yml"
+    config.write_text(
+        f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {workdir / 'data'}\n"
+        f"http:\n  addr: {REGISTRY_ADDRESS}\n"
+    )
+    server = subprocess.Popen(
+        [REGISTRY, "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
+    )
+    try:
+        host, port = REGISTRY_ADDRESS.split(":")
+        deadline = time.monotonic() + 20
+        while socket.socket().connect_ex((host, int(port))) != 0:
+            if time.monotonic() > deadline or server.poll() is not None:
+                raise RuntimeError(f"docker-registry did not listen on {REGISTRY_ADDRESS}")
+            time.sleep(0.1)
+        yield REGISTRY_ADDRESS
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+def push(reference: str, target: str) -> None:
+    subprocess.run(
+        [PODMAN, "push", "--tls-verify=false", reference, target],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )

@@ -237,3 +237,29 @@ def test_an_image_archive_from_the_package_store_is_loaded_on_the_node(
             assert podman("image", "exists", loaded, check=False).returncode == 1
     finally:
         podman("rmi", "-f", loaded, check=False)
+
+
+@pytest.mark.skipif(bool(container_images.registry_ready()), reason=container_images.registry_ready() or "ok")
+def test_an_image_is_pulled_through_the_mirror_with_progress_and_named_as_asked(box, bob, tmp_path, settings):
+    wanted = "localhost/ascend-panel-test/sim-engine:pulled"
+    client = api_client_for(bob)
+    with container_images.local_registry(tmp_path) as registry:
+        container_images.push(
+            container_images.SIM_IMAGE, f"{registry}/mirror/ascend-panel-test/sim-engine:pulled"
+        )
+        settings.PANEL_IMAGE_MIRROR = f"{registry}/mirror"
+        try:
+            with box.agent():
+                node = inventoried_node(client)
+                started = client.post(f"/api/v1/nodes/{node.pk}/images/pull/", {"image": wanted})
+                assert started.status_code == 202, started.json()
+                done = operation_done(client, started.json()["id"])
+                assert done["status"] == "succeeded", done
+                events = client.get(f"/api/v1/operations/{done['id']}/events/").json()["results"]
+                stages = [e["payload"].get("stage", "") for e in events if e["kind"] == "progress"]
+                assert any("layers" in stage for stage in stages), stages
+                assert podman("image", "exists", wanted, check=False).returncode == 0
+                listed = client.get(f"/api/v1/nodes/{node.pk}/images/").json()["images"]
+                assert wanted in [image["reference"] for image in listed]
+        finally:
+            podman("rmi", "-f", wanted, f"{registry}/mirror/ascend-panel-test/sim-engine:pulled", check=False)
