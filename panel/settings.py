@@ -309,6 +309,10 @@ PANEL_URL = env.str("PANEL_URL", default="")
 # Internal pip index (and extra indexes, comma-separated) that nodes install Python stacks from.
 PANEL_PIP_INDEX_URL = env.str("PANEL_PIP_INDEX_URL", default="")
 PANEL_PIP_EXTRA_INDEX_URLS = env.str("PANEL_PIP_EXTRA_INDEX_URLS", default="")
+# A registry mirror nodes pull container images through: "mirror.example.com/quay" makes
+# quay.io/ascend/vllm-ascend:v0.11.0 come from mirror.example.com/quay/ascend/vllm-ascend:v0.11.0 (and be
+# tagged with its official name on the node). Empty: pull from the image's own registry.
+PANEL_IMAGE_MIRROR = env.str("PANEL_IMAGE_MIRROR", default="")
 # Models: where model folders live on nodes (downloads, conversions; deletes never leave it) and the hub
 # endpoints the agents use (an internal mirror on air-gapped sites).
 PANEL_MODELS_ROOT = env.str("PANEL_MODELS_ROOT", default="/data/models")

@@ -9,6 +9,7 @@ import json
 from workers.ascend.facts import collect_host_facts, npu_numa_nodes
 from workers.ascend.npu_smi import npu_smi_argv, parse_mapping, parse_table, raise_for_error
 from workers.ascend.versions import find_versions
+from workers.containers.detect import detect_containers
 from workers.i18n import gettext_noop as _
 
 NPU_SMI_TIMEOUT_S = 30
@@ -90,6 +91,8 @@ async def gather_inventory(
     found = await find_versions(runner, ascend_root)
     progress(80, _("Reading Python stacks"))
     stacks = await python_stacks(runner, facts.get("pythons") or [])
+    progress(90, _("Reading container engines and images"))
+    facts["containers"] = await detect_containers(runner, host_root)
     versions = {component: info["version"] for component, info in found.items()}
     for packages in stacks.values():
         for name, version in packages.items():

@@ -21,6 +21,11 @@ AGENT_PROBE_DEPLOYMENTS = "agent.probe_deployments"
 AGENT_BENCHMARK_DEPLOYMENT = "agent.benchmark_deployment"
 INGEST_DEPLOYMENT_PROBE = "panel.ingest_deployment_probe"
 
+AGENT_LIST_IMAGES = "agent.list_images"
+AGENT_PULL_IMAGE = "agent.pull_image"
+AGENT_LOAD_IMAGE = "agent.load_image"
+AGENT_REMOVE_IMAGE = "agent.remove_image"
+
 AGENT_INSPECT_MODEL = "agent.inspect_model"
 AGENT_DOWNLOAD_MODEL = "agent.download_model"
 AGENT_CONVERT_MODEL = "agent.convert_model"

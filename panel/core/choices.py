@@ -82,6 +82,10 @@ class OperationKind(models.TextChoices):
     BENCHMARK = "benchmark", _("Benchmark")
     FABRIC_CHECK = "fabric_check", _("NPU network check")
     DIAGNOSTICS = "diagnostics", _("Diagnostics collection")
+    IMAGE_LIST = "image_list", _("Image list")
+    IMAGE_PULL = "image_pull", _("Image pull")
+    IMAGE_LOAD = "image_load", _("Image load")
+    IMAGE_REMOVE = "image_remove", _("Image removal")
 
 
 class DeploymentState(ColouredChoices):

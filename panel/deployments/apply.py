@@ -170,6 +170,7 @@ def build_request(
         path="" if artifact else spec["path"],
         nodes=nodes,
         runtime=spec["runtime"],
+        image=spec.get("image") or "",
     )
     return {key: value for key, value in request.items() if value is not None}
 
@@ -237,6 +238,7 @@ def diff(current: Deployment, planned: DeploymentPlan, model: Model, spec) -> li
         note(f"engine.{key}", tuning.get(key), planned.data.get(key))
     note("path", old.get("model_path"), new.get("model_path"))
     note("runtime", current.runtime_kind, spec["runtime"])
+    note("image", (current.spec or {}).get("container", {}).get("image", ""), spec.get("image") or "")
     if not changes and _launches(current.spec or {}) != [(p.node.name, p.payload) for p in planned.parts]:
         changes.append({"field": "launch", "from": None, "to": None})  # e.g. the node's facts moved on
     return changes

@@ -86,6 +86,27 @@ def choices_from_nodes(nodes: list[dict]) -> list[str]:
 
 
 class EngineStepForm(forms.Form):
+    runtime = forms.TypedChoiceField(
+        label=_("Runtime"),
+        choices=[
+            ("process", _("Process (the node's serving venv)")),
+            ("container", _("Container (an image)")),
+        ],
+        initial="process",
+        required=False,
+        empty_value="process",
+        help_text=_(
+            "A process runs vLLM from the venv the install made; a container runs it in an image (the "
+            "official vllm-ascend images bring their own CANN, so the host needs only the driver)."
+        ),
+    )
+    image = forms.CharField(
+        label=_("Image"),
+        required=False,
+        max_length=255,
+        widget=forms.TextInput(attrs={"list": "image-choices", "spellcheck": "false"}),
+        help_text=_("For the container runtime: an image on the node, or an official one to pull first."),
+    )
     tensor_parallel_size = forms.TypedChoiceField(
         label=_("Tensor parallel size (TP)"),
         choices=TENSOR_PARALLEL_CHOICES,

@@ -12,12 +12,12 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Q
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy as _lazy
 from rest_framework import exceptions, serializers
 
 from panel.accounts.roles import ADMIN, has_role
 from panel.catalog.models import SERVABLE_FORMATS, Model, ModelArtifact
 from panel.core.choices import DesiredState
+from panel.deployments import containers
 from panel.deployments.launch_tuning import TuningFields, node_stack, planner_inputs, tune_parts
 from panel.deployments.models import Deployment
 from panel.nodes.models import Node, Npu
@@ -78,9 +78,6 @@ class EngineSettingsSerializer(TuningFields):
 
 
 ENGINE_SETTINGS = tuple(EngineSettingsSerializer().fields)
-CONTAINER_NOT_YET = _lazy(
-    "The container runtime is not started by the panel yet; use runtime: process (the default)."
-)
 
 
 class DeploymentRequestSerializer(EngineSettingsSerializer):
@@ -97,6 +94,9 @@ class DeploymentRequestSerializer(EngineSettingsSerializer):
     path = serializers.CharField(required=False, allow_blank=True, default="")
     nodes = NodeChoiceSerializer(many=True, allow_empty=False)
     runtime = serializers.ChoiceField(["process", "container"], default="process")
+    image = serializers.CharField(
+        required=False, allow_blank=True, default="", max_length=255, help_text="runtime container: the image"
+    )
 
     def validate_name(self, value):
         others = Deployment.objects.filter(name=value).exclude(desired_state=DesiredState.DELETED)
@@ -105,11 +105,6 @@ class DeploymentRequestSerializer(EngineSettingsSerializer):
             others = others.exclude(pk=replacing.pk)
         if others.exists():
             raise serializers.ValidationError(_("A deployment with this name exists."))
-        return value
-
-    def validate_runtime(self, value):
-        if value == "container":
-            raise serializers.ValidationError(str(CONTAINER_NOT_YET))
         return value
 
     def validate_path(self, value):
@@ -141,6 +136,7 @@ class NodePart:
     npus: list[Npu]
     role: str = "single"  # single | head | follower
     payload: dict[str, Any] = field(default_factory=dict)
+    container: dict[str, Any] = field(default_factory=dict)  # runtime container: image, device ids
 
 
 @dataclass
@@ -155,6 +151,23 @@ class DeploymentPlan:
         """What the wizard's review step shows: the plan and, per node, the exact command and env."""
         nodes = []
         for part in self.parts:
+            if part.container:
+                shown = containers.review(part.node, part.payload, part.container, self.data["name"])
+                nodes.append(
+                    {
+                        "node": part.node.name,
+                        "role": part.role,
+                        "logic_ids": [npu.logic_id for npu in part.npus],
+                        "argv": shown["argv"],
+                        "env": {},
+                        "command": shown["command"],
+                        "launch": part.payload,
+                        "runtime": "container",
+                        "engine": shown["engine"],
+                        "container": part.container,
+                    }
+                )
+                continue
             launch = build_launch(
                 launch_spec_from_payload(
                     part.payload,
@@ -257,6 +270,13 @@ def plan_request(raw: dict[str, Any], user=None, replacing: Deployment | None = 
             }
         part.payload = payload
     warnings = warnings + tune_parts(data, parts, chip, plan_dict, user)
+    if data["runtime"] == "container":
+        errors, found = containers.check(data["image"], parts, chip)
+        if errors:
+            _fail(errors)
+        warnings = [*warnings, *found]
+        for part in parts:
+            part.container = containers.container_payload(data["image"], part.npus)
     result = DeploymentPlan(data=dict(data), parts=parts, plan=plan_dict, warnings=warnings, chip=chip)
     try:
         result.as_review()

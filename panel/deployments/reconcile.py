@@ -34,6 +34,8 @@ from workers.task_names import AGENT_PROBE_DEPLOYMENTS
 log = logging.getLogger(__name__)
 
 PROBED_STATES = (DeploymentState.RUNNING, DeploymentState.UNHEALTHY)
+# What a probe needs to find an engine: a process's pid, or a container's engine and id; where it listens.
+PROBED_RUNTIME_KEYS = ("pid", "port", "log_path", "host", "engine", "container_id", "container_name")
 
 
 @dataclass(frozen=True)
@@ -207,6 +209,18 @@ def _apply_probe(deployment, node, result, policy, now, when) -> None:
     deployment.probe_failures = verdict.probe_failures
     if result.get("findings"):
         deployment.runtime = {**deployment.runtime, "findings": result["findings"]}
+    if result.get("exit") and not result.get("alive"):
+        # A container says how it ended: its exit code, or that the OOM killer ended it.
+        summary = result["exit"].get("summary") or ""
+        deployment.runtime = {**deployment.runtime, "exit": result["exit"]}
+        # The restart that follows resets the runtime; the log keeps how the container ended.
+        services.append_logs(deployment, node, [f"[panel] engine container stopped: {summary}"], when)
+        verdict = Verdict(
+            verdict.state,
+            verdict.probe_failures,
+            verdict.restart,
+            [reasons.part(gettext_noop("The engine container stopped: {summary}."), summary=summary)],
+        )
     if verdict.restart:
         deployment.restart_count += 1
         if _ran_for_s(deployment, now) < settings.PANEL_DEPLOY_STABLE_S:
@@ -283,9 +297,8 @@ def tick(now: datetime | None = None) -> dict:
                 probes.setdefault(part["node"], []).append(
                     {
                         "name": deployment.name,
-                        "runtime": {
-                            k: runtime[k] for k in ("pid", "port", "log_path", "host") if k in runtime
-                        },
+                        "runtime": {k: runtime[k] for k in PROBED_RUNTIME_KEYS if k in runtime},
+                        "runtime_kind": deployment.runtime_kind,
                         "log_offset": runtime.get("log_offset", 0),
                         "follower": part["role"] == "follower",
                     }

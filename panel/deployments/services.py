@@ -106,7 +106,8 @@ def take_plan(deployment: Deployment, planned: DeploymentPlan) -> None:
     deployment.spec = {
         **planned.parts[0].payload,
         "parts": [
-            {"node": part.node.name, "role": part.role, "launch": part.payload} for part in planned.parts
+            {"node": part.node.name, "role": part.role, "launch": part.payload, "container": part.container}
+            for part in planned.parts
         ],
     }
     deployment.plan = {
@@ -115,6 +116,8 @@ def take_plan(deployment: Deployment, planned: DeploymentPlan) -> None:
         "chip": planned.chip,
         "tuning": {"env": data.get("env") or {}, "mtp_tokens": data.get("mtp_tokens") or 0},
     }
+    if planned.parts[0].container:
+        deployment.spec["container"] = {"image": planned.parts[0].container["image"]}
     deployment.runtime_kind = data["runtime"]
     deployment.save()
     deployment.nodes.set([part.node for part in planned.parts])
@@ -166,14 +169,6 @@ def active_operations(deployment: Deployment):
 
 def launch(deployment: Deployment, user=None) -> None:
     """Send one launch per node (the head last is not needed: followers dial the head and wait)."""
-    if deployment.runtime_kind == "container":
-        move(
-            deployment,
-            DeploymentState.FAILED,
-            _("The container runtime is not started by the panel yet; choose the process runtime."),
-        )
-        deployment.save()
-        return
     move(deployment, DeploymentState.STARTING, "")
     deployment.next_restart_at = None
     deployment.probe_failures = 0
@@ -198,11 +193,18 @@ def send_launches(deployment: Deployment, user=None) -> None:
             payload={
                 "name": deployment.name,
                 "spec": part["launch"],
+                **_runtime_of(deployment, part),
                 "start_timeout_s": settings.PANEL_DEPLOY_START_TIMEOUT_S,
                 "health_interval_s": settings.PANEL_DEPLOY_HEALTH_INTERVAL_S,
                 "stop_grace_s": settings.PANEL_DEPLOY_STOP_GRACE_S,
             },
         )
+
+
+def _runtime_of(deployment: Deployment, part: dict) -> dict:
+    if deployment.runtime_kind != "container":
+        return {}
+    return {"runtime_kind": "container", "container": part.get("container") or {}}
 
 
 def _start_on_node(
@@ -238,6 +240,10 @@ def send_stop(
             params={},
             payload={
                 "name": deployment.name,
+                "runtime_kind": deployment.runtime_kind,
+                # A deleted deployment's container goes too; a stopped one's stays, its exit code and log
+                # readable, until the next start replaces it.
+                "remove": deployment.desired_state == DesiredState.DELETED,
                 "grace_s": settings.PANEL_DEPLOY_STOP_GRACE_S,
                 "runtime": (deployment.runtime.get("nodes") or {}).get(part["node"]) or {},
             },

@@ -10,7 +10,7 @@ The same keys in JSON and YAML; unknown keys are errors. docs/deployment-spec.md
     nodes: [{node: sim-a2, npus: [0, 1]}]  # or the explicit form (several nodes: multi-node)
     engine: {max_model_len: 4096, tensor_parallel_size: 2, ...}  # the planner fills what is left out
     replicas: 1                       # N: rows <name>, <name>-r2 … <name>-rN (panel/deployments/replicas.py)
-    runtime: process
+    runtime: process                  # or container, with image: quay.io/ascend/vllm-ascend:v0.11.0
     state: running                    # or stopped
 
 `spec_of(deployment)` gives back what apply accepts: applying it again changes nothing.
@@ -26,7 +26,6 @@ from rest_framework import serializers
 from panel.core.choices import DesiredState
 from panel.deployments.models import Deployment
 from panel.deployments.planning import (
-    CONTAINER_NOT_YET,
     ENGINE_SETTINGS,
     EngineSettingsSerializer,
     NodeChoiceSerializer,
@@ -85,12 +84,10 @@ class DeploymentSpecSerializer(serializers.Serializer):
         required=False, default=1, min_value=1, max_value=64, help_text="Engine instances behind one name."
     )
     runtime = serializers.ChoiceField(["process", "container"], required=False, default="process")
+    image = serializers.CharField(
+        required=False, allow_blank=True, default="", max_length=255, help_text="runtime container: the image"
+    )
     state = serializers.ChoiceField(STATES, required=False, default=DesiredState.RUNNING)
-
-    def validate_runtime(self, value):
-        if value == "container":
-            raise serializers.ValidationError(str(CONTAINER_NOT_YET))
-        return value
 
     def validate_path(self, value):
         if value and not value.startswith("/"):
@@ -98,6 +95,12 @@ class DeploymentSpecSerializer(serializers.Serializer):
         return value
 
     def validate(self, attrs):
+        if attrs["runtime"] == "container" and not attrs["image"]:
+            raise serializers.ValidationError(
+                {"image": [_("Name the image to run with runtime: container.")]}
+            )
+        if attrs["runtime"] == "process" and attrs["image"]:
+            raise serializers.ValidationError({"image": [_("An image is for runtime: container only.")]})
         if not attrs["model"] and not attrs["path"] and attrs["artifact"] is None:
             raise serializers.ValidationError({"model": [_("Name the model, or give its path on the node.")]})
         if attrs.get("nodes") and attrs.get("placement"):
@@ -167,5 +170,7 @@ def spec_of(deployment: Deployment) -> dict[str, Any]:
     spec["engine"] = engine
     spec["replicas"] = deployment.replicas_wanted
     spec["runtime"] = deployment.runtime_kind
+    if deployment.runtime_kind == "container":
+        spec["image"] = (deployment.spec or {}).get("container", {}).get("image", "")
     spec["state"] = deployment.desired_state if deployment.desired_state in STATES else DesiredState.RUNNING
     return spec

@@ -55,7 +55,6 @@ FIELD_STEP = {
     "path": "model",
     "nodes": "placement",
     **{name: "engine" for name in EngineStepForm.base_fields},
-    "runtime": "engine",
 }
 # API field → form field where the two differ.
 FORM_FIELD = {"model": "artifact", "path": "artifact", "nodes": "npus"}
@@ -376,6 +375,7 @@ def _engine_step(request, state):
     context = {
         "form": form,
         "elsewhere": elsewhere,
+        "offers": runtime_offers(state),
         "allowed_flags": ALLOWED_FLAG_NAMES,
         "admin_only_flags": sorted(CODE_LOADING_FLAGS),
         "plan_errors": _form_errors(form),
@@ -383,6 +383,20 @@ def _engine_step(request, state):
     if plan is not None:
         context.update(review_context(plan))
     return _render(request, "engine", context)
+
+
+def runtime_offers(state: dict) -> list[dict]:
+    """What each chosen node offers the runtime step: its venv stack, container engines and images."""
+    from panel.deployments.containers import offer
+    from panel.deployments.planning import chip_of
+
+    offers = []
+    for choice in state.get("nodes") or []:
+        node = Node.objects.filter(name=choice.get("node")).first()
+        if node is not None:
+            npus = list(node.npus.filter(logic_id__in=choice.get("npus") or []))
+            offers.append(offer(node, chip_of(npus)))
+    return offers
 
 
 def _form_errors(form) -> list[tuple[str, str]]:

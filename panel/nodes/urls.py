@@ -1,6 +1,6 @@
 from django.urls import path
 
-from panel.nodes import views
+from panel.nodes import image_views, views
 
 app_name = "nodes"
 urlpatterns = [
@@ -12,6 +12,7 @@ urlpatterns = [
     path("agent/ascend-panel.tar.gz", views.agent_package, name="agent-package"),
     path("<slug:name>/", views.node_detail, name="detail"),
     path("<slug:name>/inventory/", views.run_inventory, name="inventory"),
+    path("<slug:name>/images/", image_views.node_images, name="images"),
     path("<slug:name>/confirm-host-key/", views.confirm_host_key, name="confirm-host-key"),
     path("<slug:name>/install-agent/", views.install_agent, name="install-agent"),
     path("<slug:name>/cordon/", views.cordon, name="cordon"),

@@ -18,6 +18,7 @@ from panel.nodes import lifecycle
 from panel.nodes.agent_package import INSTALL_SCRIPT, UNIT_FILE, agent_sdist
 from panel.nodes.filtersets import NodeFilterSet
 from panel.nodes.forms import NodeAddForm, NodeSettingsForm
+from panel.nodes.image_views import images_context
 from panel.nodes.join import JoinRefused, agent_broker, agent_broker_url, exchange_join_token
 from panel.nodes.models import JoinToken, Node
 from panel.nodes.operations import start_install_agent, start_inventory
@@ -73,6 +74,7 @@ def node_detail(request, name):
             "changes": inventory_changes_view(node.inventory_changes),
             "is_admin": has_role(request.user, ADMIN),
             "status_labels": {value: str(label) for value, label in NodeStatus.choices},
+            "containers": images_context(node),
         },
     )
 

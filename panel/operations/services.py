@@ -214,6 +214,10 @@ def on_terminal(operation: Operation) -> None:
         from panel.nodes.services import apply_inventory
 
         apply_inventory(operation.node, operation.result)
+    elif operation.kind.startswith("image_"):
+        from panel.nodes.images import apply_result
+
+        apply_result(operation)
     elif operation.kind in MODEL_OPERATION_KINDS:
         from panel.catalog.results import apply_model_operation
 

@@ -20,6 +20,7 @@ class PackageKind(models.TextChoices):
     OPS = "ops", _("CANN operator package (kernels)")
     NNAL = "nnal", _("NNAL (ATB)")
     WHEEL = "wheel", _("Python wheel")
+    IMAGE = "image", _("Container image archive")
 
 
 class StackStatus(ColouredChoices):

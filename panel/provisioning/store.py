@@ -44,6 +44,11 @@ RUN_PATTERNS = (
 WHEEL_PATTERN = re.compile(
     r"^(?P<name>[A-Za-z0-9_.]+)-(?P<v>[A-Za-z0-9_.!+]+)(-\d[^-]*)?-[^-]+-[^-]+-[^-]+\.whl$"
 )
+# `docker save` / `podman save` / `isula save` archives: name[_version].tar (or .tar.gz), for air-gapped
+# nodes that load their engine images instead of pulling them.
+IMAGE_ARCHIVE_PATTERN = re.compile(
+    r"^(?P<name>[A-Za-z0-9][A-Za-z0-9.-]*?)(?:_(?P<v>[A-Za-z0-9][A-Za-z0-9._-]*?))?\.(?:tar|tar\.gz|tgz)$"
+)
 CHUNK = 1024 * 1024
 
 
@@ -58,13 +63,17 @@ def classify(name: str) -> tuple[str, str]:
     match = WHEEL_PATTERN.match(name)
     if match:
         return PackageKind.WHEEL, match.group("v")
+    match = IMAGE_ARCHIVE_PATTERN.match(name)
+    if match:
+        return PackageKind.IMAGE, match.group("v") or "-"
     raise ValidationError(
         {
             "file": [
                 _(
-                    "%(name)s is neither a Huawei .run package nor a wheel. Keep the name Huawei gives it "
-                    "(e.g. Ascend-cann-toolkit_8.3.RC2_linux-aarch64.run) or a wheel's name "
-                    "(name-version-python-abi-platform.whl)."
+                    "%(name)s is neither a Huawei .run package, a wheel nor a container image archive. "
+                    "Keep the name Huawei gives it (e.g. Ascend-cann-toolkit_8.3.RC2_linux-aarch64.run), a "
+                    "wheel's name (name-version-python-abi-platform.whl), or name an image archive "
+                    "name_version.tar (e.g. vllm-ascend_v0.11.0.tar, from docker save)."
                 )
                 % {"name": name}
             ]

@@ -231,9 +231,11 @@ def test_apply_while_a_start_runs_is_refused(client, tiny):
         (spec(tensor_parallel=4), "tensor_parallel"),
         (spec(engine={"tensor_parallel": 4}), "engine"),
         (spec(placement={"node": "npu-a", "npu": 2}), "placement"),
-        (spec(runtime="container"), "runtime"),
         (spec(replicas=3, placement={"node": "npu-a", "npus": [0]}), "replicas"),
         (spec(replicas=3), "replicas"),  # 3 x 2 NPUs on a node of 4
+        (spec(runtime="container"), "image"),
+        (spec(runtime="container", image="quay.io/ascend/vllm-ascend:v0.11.0"), "runtime"),
+        (spec(image="quay.io/ascend/vllm-ascend:v0.11.0"), "image"),
         (spec(name="other-name"), "name"),
         (spec(placement={"node": "npu-a", "npus": "many"}), "placement"),
         (spec(model="no-such-model", path=""), "model"),
@@ -329,3 +331,67 @@ def test_a_spec_naming_only_a_model_without_a_copy_on_the_node_says_so(client, t
     answer = put(client, "model-only", {"model": "tiny-qwen", "placement": {"node": "empty-node"}})
     assert answer.status_code == 400
     assert "empty-node has no ready copy of tiny-qwen" in answer.json()["errors"]["model"][0]
+
+
+PODMAN_FACTS = {
+    "containers": {
+        "engine": "podman",
+        "engines": [
+            {
+                "name": "podman",
+                "reachable": True,
+                "client": "4.3.1",
+                "server": "",
+                "error": "",
+                "ascend_runtime": "",
+                "images": [{"reference": "quay.io/ascend/vllm-ascend:v0.11.0", "id": "0123456789ab"}],
+            }
+        ],
+    },
+    "numa_nodes": [{"node": 0, "cpulist": "0-23"}, {"node": 1, "cpulist": "24-47"}],
+}
+
+
+def test_a_container_spec_is_planned_with_its_run_line_and_round_trips(client, tiny, npu_node):
+    npu_node.facts = PODMAN_FACTS
+    npu_node.versions = {"driver": "25.2.0"}
+    npu_node.save()
+    body = spec(runtime="container", image="quay.io/ascend/vllm-ascend:v0.11.0")
+    answer = put(client, "in-a-box", body)
+    assert answer.status_code == 201, answer.json()
+    command = answer.json()["plan"]["nodes"][0]["command"]
+    assert command.startswith("podman run -d --name ascend-panel-in-a-box ")
+    assert "--device /dev/davinci0" in command
+    assert "--cpuset-cpus 0-23 --cpuset-mems 0" in command
+    assert " quay.io/ascend/vllm-ascend:v0.11.0 " in command
+    pk = answer.json()["deployment"]["id"]
+    again = client.get(f"/api/v1/deployments/{pk}/?format=spec").json()
+    assert (again["runtime"], again["image"]) == ("container", "quay.io/ascend/vllm-ascend:v0.11.0")
+    assert put(client, "in-a-box", again).json()["result"] == "unchanged"
+    (operation,) = pending("deploy")
+    launch = operation.task_kwargs["payload"]
+    assert launch["runtime_kind"] == "container"
+    assert launch["container"] == {
+        "image": "quay.io/ascend/vllm-ascend:v0.11.0",
+        "device_ids": [0, 1],
+        "host_network": True,
+    }
+
+
+def test_an_image_built_for_another_chip_is_refused_with_the_one_to_use(client, tiny, npu_node):
+    npu_node.facts = PODMAN_FACTS
+    npu_node.save()
+    answer = put(
+        client, "wrong-chip", spec(runtime="container", image="quay.io/ascend/vllm-ascend:v0.11.0-a3")
+    )
+    assert answer.status_code == 400
+    errors = answer.json()["errors"]["image"]
+    assert "quay.io/ascend/vllm-ascend:v0.11.0 or quay.io/ascend/vllm-ascend:v0.11.0-openeuler" in errors[0]
+
+
+def test_an_image_the_node_lacks_is_a_warning_not_a_refusal(client, tiny, npu_node):
+    npu_node.facts = PODMAN_FACTS
+    npu_node.save()
+    answer = put(client, "not-pulled", spec(runtime="container", image="quay.io/ascend/vllm-ascend:v0.13.0"))
+    assert answer.status_code == 201, answer.json()
+    assert "image_not_on_node" in [w["code"] for w in answer.json()["plan"]["warnings"]]

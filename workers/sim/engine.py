@@ -16,8 +16,10 @@ ends the engine with exit status 1.
 """
 
 import argparse
+import fcntl
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -59,11 +61,25 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def visible_logic_ids(tensor_parallel_size: int) -> list[int]:
+def visible_logic_ids(tensor_parallel_size: int, sim_root: str | None = None) -> list[int]:
     text = os.environ.get("ASCEND_RT_VISIBLE_DEVICES", "").strip()
-    if not text:
-        return list(range(tensor_parallel_size))
-    return [int(part) for part in text.split(",") if part.strip()]
+    if text:
+        return [int(part) for part in text.split(",") if part.strip()]
+    handed = passed_devices()
+    if handed and sim_root:
+        # In a container the NPUs are the /dev/davinci<phy id> it was given, numbered again from 0 there.
+        chips = get_profile(sim_state.load(sim_root)["profile"]).chips
+        return sorted(chip.logic_id for chip in chips if chip.phy_id in handed)
+    return list(range(tensor_parallel_size))
+
+
+def passed_devices(dev: str = "/dev") -> set[int]:
+    """Physical ids of the /dev/davinci<N> device nodes this process sees."""
+    try:
+        names = os.listdir(dev)
+    except OSError:
+        return set()
+    return {int(name[7:]) for name in names if name.startswith("davinci") and name[7:].isdigit()}
 
 
 class StartupError(Exception):
@@ -77,7 +93,10 @@ class Engine:
         self.ready = False
         self.sim_root = os.environ.get("ASCEND_PANEL_SIM_ROOT") or None
         self.pid = os.getpid()
-        self.logic_ids = visible_logic_ids(args.tensor_parallel_size)[: args.tensor_parallel_size]
+        self.lock_file = None
+        self.logic_ids = visible_logic_ids(args.tensor_parallel_size, self.sim_root)[
+            : args.tensor_parallel_size
+        ]
         self.hbm_target_mb, self.weights_mb = self._plan_memory()
         kv_mb = (self.hbm_target_mb - self.weights_mb) * args.tensor_parallel_size
         self.kv_cache_tokens = int(kv_mb / MB_PER_KV_TOKEN)
@@ -120,18 +139,34 @@ class Engine:
     def hold(self, hbm_mb: int) -> None:
         if self.sim_root:
             name = os.environ.get("SIM_ENGINE_PROCESS_NAME", "python")
-            sim_state.hold(self.sim_root, self.pid, self.logic_ids, hbm_mb, name)
+            lock = self.life_lock()
+            sim_state.hold(self.sim_root, self.pid, self.logic_ids, hbm_mb, name, lock=lock)
+
+    def life_lock(self) -> str:
+        """A file this engine holds an flock on until it ends: how the sim host sees that it lives, from
+        outside a container too (where its pid is its container's own)."""
+        if self.lock_file is None:
+            folder = os.path.join(self.sim_root, "holders")
+            os.makedirs(folder, exist_ok=True)
+            path = os.path.join(folder, f"{socket.gethostname()}-{self.pid}-{time.time_ns()}.lock")
+            self.lock_file = open(path, "w")  # noqa: SIM115 - held open for the engine's whole life
+            fcntl.flock(self.lock_file, fcntl.LOCK_EX)
+        return self.lock_file.name
 
     def release(self) -> None:
         if self.sim_root:
-            sim_state.release(self.sim_root, self.pid)
+            lock = self.lock_file.name if self.lock_file else None
+            sim_state.release(self.sim_root, self.pid, lock=lock)
+            if lock:
+                os.unlink(lock)
 
     def set_busy(self, busy: bool) -> None:
         """Tell the sim host how hard the chips work; only on change, to keep state writes rare."""
         if busy == self.busy or not self.sim_root:
             return
         self.busy = busy
-        sim_state.set_load(self.sim_root, self.pid, 0.85 if busy else 0.0)
+        lock = self.lock_file.name if self.lock_file else None
+        sim_state.set_load(self.sim_root, self.pid, 0.85 if busy else 0.0, lock=lock)
 
     def dies_at_this_request(self) -> bool:
         """The sim host's fault engine_dies_on_first_request, read per request so a test can set it late."""

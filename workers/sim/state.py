@@ -83,39 +83,78 @@ def pid_is_alive(pid: int) -> bool:
     return True
 
 
+def lock_is_held(path: str) -> bool:
+    """Whether some process holds an flock on path: a holder's life, seen from any pid namespace."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    else:
+        fcntl.flock(descriptor, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(descriptor)
+
+
+def holder_is_alive(holder: dict) -> bool:
+    # An engine in a container records its pid as its own namespace numbers it (often 1), which means
+    # nothing on the host; its lock file, held for its whole life, tells instead.
+    if holder.get("lock"):
+        return lock_is_held(holder["lock"])
+    return pid_is_alive(holder["pid"])
+
+
 def live_holders(state: dict) -> list[dict]:
     """Holders whose process still runs: like the real driver, a dead process frees its memory."""
-    return [holder for holder in state["holders"] if pid_is_alive(holder["pid"])]
+    return [holder for holder in state["holders"] if holder_is_alive(holder)]
 
 
-def hold(root, pid: int, logic_ids, hbm_mb_per_chip: int, name: str, load_fraction: float = 0.0) -> None:
-    """Record that process `pid` uses the chips with these logic ids and `hbm_mb_per_chip` MB on each."""
+def _is(holder: dict, pid: int, lock: str | None) -> bool:
+    return holder.get("lock") == lock if lock else holder["pid"] == pid and not holder.get("lock")
+
+
+def hold(
+    root,
+    pid: int,
+    logic_ids,
+    hbm_mb_per_chip: int,
+    name: str,
+    load_fraction: float = 0.0,
+    lock: str | None = None,
+) -> None:
+    """Record that process `pid` uses the chips with these logic ids and `hbm_mb_per_chip` MB on each.
+    `lock`: a file the process holds an flock on while it lives (how its liveness is judged then)."""
     logic_ids = [int(logic_id) for logic_id in logic_ids]
     with locked(root) as state:
-        state["holders"] = [h for h in state["holders"] if h["pid"] != pid and pid_is_alive(h["pid"])]
-        state["holders"].append(
-            {
-                "pid": int(pid),
-                "logic_ids": logic_ids,
-                "hbm_mb_per_chip": int(hbm_mb_per_chip),
-                "name": name,
-                "load": float(load_fraction),
-                "since": time.time(),
-            }
-        )
+        state["holders"] = [h for h in state["holders"] if not _is(h, pid, lock) and holder_is_alive(h)]
+        holder = {
+            "pid": int(pid),
+            "logic_ids": logic_ids,
+            "hbm_mb_per_chip": int(hbm_mb_per_chip),
+            "name": name,
+            "load": float(load_fraction),
+            "since": time.time(),
+        }
+        if lock:
+            holder["lock"] = lock
+        state["holders"].append(holder)
 
 
-def set_load(root, pid: int, load_fraction: float) -> None:
+def set_load(root, pid: int, load_fraction: float, lock: str | None = None) -> None:
     """How busy a holder's chips are (0..1); AICore and power follow it."""
     with locked(root) as state:
         for holder in state["holders"]:
-            if holder["pid"] == pid:
+            if _is(holder, pid, lock):
                 holder["load"] = max(0.0, min(1.0, float(load_fraction)))
 
 
-def release(root, pid: int) -> None:
+def release(root, pid: int, lock: str | None = None) -> None:
     with locked(root) as state:
-        state["holders"] = [h for h in state["holders"] if h["pid"] != pid]
+        state["holders"] = [h for h in state["holders"] if not _is(h, pid, lock)]
 
 
 def set_health(root, npu_id: int, chip_id: int, health: str) -> None:

@@ -10,10 +10,12 @@ The CANN toolkit carries the operator (kernels) package of the profile's chip on
 when asked for (`create --with-msmodelslim`), as on real hosts, where it is a separate install.
 """
 
+import contextlib
 import hashlib
 import os
 import shlex
 import shutil
+import stat
 import sys
 from pathlib import Path
 
@@ -98,6 +100,7 @@ def build_tree(root: Path, profile: Profile, node_name: str) -> None:
     write_sys(root, profile)
     write_ascend(root, profile)
     write_sim_venv(root)
+    write_devices(root, profile)
 
 
 def write_tools(root: Path) -> None:
@@ -106,6 +109,27 @@ def write_tools(root: Path) -> None:
     write(root, HCCN_TOOL, tool_script("hccn_tool", depth=len(HCCN_TOOL.parts) - 1), mode=0o755)
     # Tools that look for npu-smi where the driver installs it find it there too.
     link = root / ASCEND / "driver/tools/npu-smi"
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if not link.is_symlink():
+        link.symlink_to(root.resolve() / "bin/npu-smi")
+
+
+def write_devices(root: Path, profile: Profile) -> None:
+    """What an engine container is handed from the host: /dev/davinci<phy id> and the control devices as
+    character devices (copies of /dev/null, so nothing reaches hardware), and the driver's paths that
+    vllm-ascend's `docker run` mounts. Making device nodes needs root; elsewhere they are left out and
+    container launches on this sim host fail at `run`, as on a host whose driver is missing."""
+    names = [f"davinci{chip.phy_id}" for chip in profile.chips]
+    names += ["davinci_manager", "devmm_svm", "hisi_hdc"]
+    for name in names:
+        node = root / "dev" / name
+        node.parent.mkdir(parents=True, exist_ok=True)
+        if not node.exists():
+            with contextlib.suppress(PermissionError):
+                os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    (root / "usr/local/dcmi").mkdir(parents=True, exist_ok=True)
+    (root / ASCEND / "driver/lib64").mkdir(parents=True, exist_ok=True)
+    link = root / "usr/local/bin/npu-smi"
     link.parent.mkdir(parents=True, exist_ok=True)
     if not link.is_symlink():
         link.symlink_to(root.resolve() / "bin/npu-smi")

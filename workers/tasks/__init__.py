@@ -4,6 +4,7 @@ from workers.tasks import (  # noqa: F401
     deploy,
     diagnostics,
     fabric,
+    images,
     install,
     install_agent,
     inventory,

@@ -30,6 +30,7 @@ from workers.task_names import (
     AGENT_STOP_DEPLOYMENT,
     INGEST_DEPLOYMENT_PROBE,
 )
+from workers.tasks import deploy_container
 from workers.tasks.base import agent_task
 from workers.tasks.operation import run_operation
 
@@ -78,6 +79,9 @@ async def _still_serves(emitter, runner, record, served_name: str) -> bool:
 
 
 async def _launch(emitter, config, payload: dict) -> dict:
+    if payload.get("runtime_kind") == "container":
+        return await deploy_container.launch_container(emitter, config, payload)
+    await deploy_container.clear_container(emitter, config, payload)
     name = payload["name"]
     runner = LocalRunner()
     stack = find_stack(config.host_root)
@@ -205,6 +209,8 @@ def launch_deployment(operation_id: str, payload: dict, start_seq: int = 0) -> N
 
 
 async def _stop(emitter, config, payload: dict) -> dict:
+    if payload.get("runtime_kind") == "container":
+        return await deploy_container.stop_container(emitter, config, payload)
     name = payload["name"]
     runner = LocalRunner()
     record = runtime.load_record(config.host_root, name)
@@ -258,6 +264,8 @@ def _metrics_message(name: str, text: str) -> dict | None:
 
 
 async def _probe_one(runner: LocalRunner, config, item: dict) -> dict:
+    if item.get("runtime_kind") == "container":
+        return await deploy_container.probe_container(runner, config, item, _metrics_message)
     name = item["name"]
     record = runtime.load_record(config.host_root, name)
     if record is None and (item.get("runtime") or {}).get("pid"):

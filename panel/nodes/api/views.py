@@ -11,6 +11,7 @@ from panel.core.choices import NodeTransport
 from panel.core.schema import ErrorSerializer
 from panel.monitoring.api import views as monitoring_api
 from panel.nodes import lifecycle
+from panel.nodes.api.images import NodeImagesMixin
 from panel.nodes.api.serializers import (
     ConfirmHostKeySerializer,
     NodeCreateSerializer,
@@ -44,7 +45,7 @@ STARTED = {202: OperationSerializer}
 STARTED_OR_REFUSED = {**STARTED, 409: ErrorSerializer}
 
 
-class NodeViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, PanelViewSet):
+class NodeViewSet(NodeImagesMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, PanelViewSet):
     """Nodes. Admins add (agent: a join command; SSH: stored, host key to confirm), reconfigure and remove
     them; operators cordon, uncordon and inventory; viewers read."""
 
