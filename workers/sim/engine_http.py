@@ -3,6 +3,8 @@
 Standard library only (http.server). Access lines are printed in uvicorn's format, as vLLM's are.
 """
 
+import hashlib
+import hmac
 import json
 import os
 import time
@@ -17,6 +19,7 @@ REPLY_TEXT = (
 REPLY_WORDS = REPLY_TEXT.split()
 COMPLETION_DEFAULT_MAX_TOKENS = 16  # vLLM's default for /v1/completions
 ENGINE_DEAD_MESSAGE = "EngineCore encountered an issue. See stack trace (above) for the root cause."
+EMBEDDING_DIMENSIONS = 8
 
 
 def uvicorn(message: str) -> None:
@@ -68,12 +71,26 @@ class Handler(BaseHTTPRequestHandler):
         self.send_json(503, error_body(503, "The engine is still starting.", "ServiceUnavailableError"))
         return True
 
+    def unauthorized(self, path: str) -> bool:
+        """vLLM with --api-key (or VLLM_API_KEY) wants `Authorization: Bearer <key>` on /v1/* only; /health,
+        /metrics and the rest stay open. Its refusal is this body, status 401."""
+        key = self.engine.api_key
+        if not key or not path.startswith("/v1"):
+            return False
+        given = self.headers.get("Authorization", "")
+        if hmac.compare_digest(given.encode(), f"Bearer {key}".encode()):
+            return False
+        self.send_json(401, {"error": "Unauthorized"})
+        return True
+
     # --- routes ----------------------------------------------------------------------------------
 
     def do_GET(self):  # noqa: N802 - http.server's naming
         if self.not_ready():
             return
         path = self.path.split("?", 1)[0]
+        if self.unauthorized(path):
+            return
         if path in ("/health", "/ping"):
             self.send_text(200, "")
         elif path == "/version":
@@ -89,10 +106,12 @@ class Handler(BaseHTTPRequestHandler):
         if self.not_ready():
             return
         path = self.path.split("?", 1)[0]
+        if self.unauthorized(path):
+            return
         if path == "/ping":
             self.send_text(200, "")
             return
-        if path not in ("/v1/chat/completions", "/v1/completions"):
+        if path not in ("/v1/chat/completions", "/v1/completions", "/v1/embeddings"):
             self.send_json(404, {"detail": "Not Found"})
             return
         try:
@@ -106,6 +125,9 @@ class Handler(BaseHTTPRequestHandler):
         problem = self.validate(path, body)
         if problem:
             self.send_json(*problem)
+            return
+        if path == "/v1/embeddings":
+            self.send_json(200, self.embeddings(body))
             return
         if self.engine.dies_at_this_request():
             self.send_json(500, error_body(500, ENGINE_DEAD_MESSAGE, "InternalServerError"))
@@ -142,7 +164,28 @@ class Handler(BaseHTTPRequestHandler):
             return 400, error_body(400, "'messages' must be a list of {role, content}", "BadRequestError")
         if path == "/v1/completions" and not isinstance(body.get("prompt"), str | list):
             return 400, error_body(400, "'prompt' is required", "BadRequestError")
+        if path == "/v1/embeddings" and not isinstance(body.get("input"), str | list):
+            return 400, error_body(400, "'input' is required", "BadRequestError")
         return None
+
+    def embeddings(self, body: dict) -> dict:
+        """A fixed-size vector per input, the same for the same text (from its hash): no model, but the
+        shape, the order and the usage of vLLM's /v1/embeddings."""
+        texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        data = []
+        for index, text in enumerate(texts):
+            digest = hashlib.sha256(str(text).encode()).digest()
+            vector = [round(byte / 255 - 0.5, 4) for byte in digest[:EMBEDDING_DIMENSIONS]]
+            data.append({"index": index, "object": "embedding", "embedding": vector})
+        tokens = sum(count_tokens(str(text)) for text in texts)
+        return {
+            "id": "embd-" + uuid.uuid4().hex,
+            "object": "list",
+            "created": int(time.time()),
+            "model": self.engine.name,
+            "data": data,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens, "completion_tokens": 0},
+        }
 
     # --- generation --------------------------------------------------------------------------------
 
