@@ -12,6 +12,7 @@ from panel.catalog.api.views import ModelArtifactViewSet, ModelViewSet
 from panel.core.api_docs import DocsView, SchemaView
 from panel.deployments.api.chat import chat as deployment_chat
 from panel.deployments.api.views import BenchmarkViewSet, DeploymentViewSet
+from panel.gateway.api.views import UsageHourViewSet, UsageRecordViewSet
 from panel.monitoring.api.views import AlertViewSet, LatestMetricsView
 from panel.monitoring.views import prometheus_metrics
 from panel.nodes.api.views import NodeViewSet
@@ -32,12 +33,16 @@ router.register("alerts", AlertViewSet)
 router.register("deployments", DeploymentViewSet)
 router.register("benchmarks", BenchmarkViewSet)
 router.register("audit", AuditEntryViewSet)
+router.register("usage", UsageRecordViewSet, basename="usage")
+router.register("usage-hourly", UsageHourViewSet, basename="usage-hourly")
 
 urlpatterns = [
     path("api/v1/metrics/latest/", LatestMetricsView.as_view(), name="metrics-latest"),
     path("api/v1/deployments/<int:pk>/chat/", deployment_chat, name="deployment-chat"),
     path("api/v1/", include(router.urls)),
     path("metrics", prometheus_metrics, name="prometheus-metrics"),
+    path("v1/", include("panel.gateway.v1_urls")),
+    path("usage/", include("panel.gateway.urls")),
     path("alerts/", include("panel.monitoring.urls")),
     path("api/schema/", SchemaView.as_view(), name="schema"),
     path("api/docs/", DocsView.as_view(url_name="schema"), name="api-docs"),

@@ -27,6 +27,12 @@ class DeploymentSerializer(serializers.ModelSerializer):
     npus = serializers.SerializerMethodField()
     operation = serializers.SerializerMethodField()
     findings = serializers.SerializerMethodField()
+    endpoint = serializers.SerializerMethodField(
+        help_text="The OpenAI base URL to call (the panel's /v1 gateway); the model is `served_model_name`."
+    )
+    served_model_name = serializers.SerializerMethodField(
+        help_text="The `model` clients send to the gateway."
+    )
 
     class Meta:
         model = Deployment
@@ -34,9 +40,19 @@ class DeploymentSerializer(serializers.ModelSerializer):
             "id", "name", "model", "model_name", "artifact", "nodes", "npus", "status", "status_display",
             "desired_state", "reason", "reason_display", "endpoint", "runtime", "runtime_kind",
             "restart_count", "failed_restarts", "next_restart_at", "spec", "plan", "metrics", "metrics_at",
-            "operation", "findings", "created", "updated",
+            "operation", "findings", "created", "updated", "served_model_name",
         ]  # fmt: skip
         read_only_fields = fields
+
+    def get_endpoint(self, deployment) -> str:
+        from panel.gateway.links import gateway_url
+
+        return deployment.endpoint or gateway_url(self.context.get("request"))
+
+    def get_served_model_name(self, deployment) -> str:
+        from panel.deployments.services import served_name_of
+
+        return served_name_of(deployment)
 
     def get_reason_display(self, deployment) -> str:
         from panel.core.templatetags.panel_text import deployment_reason
