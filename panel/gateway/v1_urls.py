@@ -10,5 +10,6 @@ urlpatterns = [
     path("chat/completions", views.chat_completions, name="gateway-chat-completions"),
     path("completions", views.completions, name="gateway-completions"),
     path("embeddings", views.embeddings, name="gateway-embeddings"),
-    re_path(r"^(?P<rest>.*)$", views.unknown, name="gateway-unknown"),
+    # Unnamed: anything else under /v1/ gets an OpenAI-shaped 404 rather than the panel's HTML one.
+    re_path(r"^.*$", views.unknown),
 ]

@@ -290,7 +290,7 @@ def _model_object(name: str) -> dict:
 
 
 @csrf_exempt
-async def unknown(request, rest: str = ""):
+async def unknown(request):
     message = _(
         "No gateway route at {path}; the gateway serves /v1/models, /v1/chat/completions, "
         "/v1/completions and /v1/embeddings."

@@ -15,6 +15,7 @@ from panel.audit.models import AuditEntry
 from panel.catalog.models import Model, ModelArtifact
 from panel.core.choices import DeploymentState
 from panel.deployments.models import Benchmark, Deployment
+from panel.gateway.models import UsageHour, UsageRecord
 from panel.monitoring.models import Alert
 from panel.nodes.models import Node
 from panel.operations.models import Operation
@@ -37,6 +38,15 @@ PUBLIC = {
 # Refused without a per-operation download token instead of a session (agents fetch store files), or
 # without a join token (an install script trading it for its node's credential).
 TOKEN_GUARDED = {"provisioning:download", "nodes:agent-join"}
+# The OpenAI-compatible gateway: an API key with the inference scope, never a session (401 without one).
+GATEWAY = {
+    "gateway-models",
+    "gateway-model",
+    "gateway-chat-completions",
+    "gateway-completions",
+    "gateway-embeddings",
+}
+TOKEN_GUARDED |= GATEWAY
 # Where a viewer may write: their own API tokens and password, their language, signing out.
 VIEWER_WRITES = {
     "accounts:change-password",
@@ -47,6 +57,7 @@ VIEWER_WRITES = {
     "accounts:revoke-token",
     "apitoken-list",
     "apitoken-detail",
+    *GATEWAY,  # calling a model is not a write, and needs a key: a session gets 401 there
 }
 
 # Routes another route answers first (none today: the API router makes no `.json` twins any more).
@@ -104,6 +115,16 @@ def rows(world):
         ),
         "apitoken": world["charlie"].api_tokens.model.issue(world["charlie"], "perm")[0],
         "auditentry": AuditEntry.objects.create(action="node.added", target="perm-node"),
+        "usage": UsageRecord.objects.create(
+            request_id="perm",
+            time=now,
+            key="charlie/perm",
+            model="perm",
+            endpoint="completions",
+            status=200,
+            duration_ms=1,
+        ),
+        "usage-hourly": UsageHour.objects.create(hour=now, key="charlie/perm", model="perm"),
     }
 
 

@@ -12,7 +12,6 @@ class UsageRecordViewSet(ReadOnlyPanelViewSet):
     queryset = UsageRecord.objects.all()
     serializer_class = UsageRecordSerializer
     filterset_class = UsageRecordFilterSet
-    lookup_field = "request_id"
 
 
 class UsageHourViewSet(ReadOnlyPanelViewSet):
