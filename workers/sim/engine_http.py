@@ -199,8 +199,13 @@ class Handler(BaseHTTPRequestHandler):
             prompt_tokens = count_tokens(prompt if isinstance(prompt, str) else " ".join(map(str, prompt)))
         default = len(REPLY_WORDS) if chat else COMPLETION_DEFAULT_MAX_TOKENS
         limit = int(body.get("max_completion_tokens") or body.get("max_tokens") or default)
-        words = REPLY_WORDS[:limit]
-        finish_reason = "length" if limit < len(REPLY_WORDS) else "stop"
+        if body.get("ignore_eos"):
+            # As vLLM's ignore_eos: generate max_tokens whatever the text (benchmarks want equal lengths).
+            words = [REPLY_WORDS[i % len(REPLY_WORDS)] for i in range(limit)]
+            finish_reason = "length"
+        else:
+            words = REPLY_WORDS[:limit]
+            finish_reason = "length" if limit < len(REPLY_WORDS) else "stop"
         request_id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         started = time.monotonic()
         token_delay = float(os.environ.get("SIM_ENGINE_TOKEN_DELAY", "0.01"))
