@@ -9,8 +9,10 @@ registered as deployments serving one model name. Then, alternating for --rounds
   direct:  --streams clients, each streaming chat completions back to back straight to the engines (round
            robin, with the engines' key);
   gateway: the same through <panel>/v1 with an inference key (least outstanding requests picks the engine).
-Each phase warms up for a few seconds, then measures --seconds: generated tokens received in the window
-(tokens/s), the time to first token of requests started in it, and the web process's CPU (user + system).
+The sim engines and the clients run at nice 10 (they stand in for other machines); redis and the web process
+at the usual priority. Each phase warms up for a few seconds, then measures --seconds: generated tokens
+received in the window (tokens/s), the time to first token of requests started in it, and the web
+process's CPU (user + system).
 The added TTFT is the gateway's percentile minus the direct one. The usage rows of the gateway's requests are
 drained into the database at the end and counted. The last line is JSON.
 """
@@ -19,13 +21,14 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
-import httpx
 import psutil
 
 REPO = Path(__file__).resolve().parent.parent
@@ -33,6 +36,7 @@ sys.path.insert(0, str(REPO))
 PYTHON = sys.executable
 MODEL = "bench"
 WARMUP_S = 4.0
+HELPERS_NICE = 10
 SETUP = """
 import json
 from django.contrib.auth import get_user_model
@@ -61,6 +65,18 @@ print(json.dumps(keys))
 print(ApiToken.issue(user, "bench", scopes=["inference"])[1])
 """
 DRAIN = "from panel.gateway.usage import drain; print(drain())"
+PROFILED = """
+import cProfile, runpy, signal, sys, time
+profile = cProfile.Profile(time.process_time)
+sys.argv = ["daphne", *sys.argv[3:]]
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+profile.enable()
+try:
+    runpy.run_module("daphne", run_name="__main__")
+finally:
+    profile.disable()
+    profile.dump_stats({path!r})
+"""
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -89,6 +105,16 @@ class Stack:
         )
         *_, keys, self.token = out.strip().splitlines()
         self.engine_keys = {int(port): key for port, key in json.loads(keys).items()}
+        self.web_port = free_port()
+        daphne = ["-m", "daphne", "-b", "127.0.0.1", "-p", str(self.web_port), "panel.asgi:application"]
+        # Profiled in CPU time, not wall time: on a shared machine waiting for a core is not the gateway's.
+        profiled = ["-c", PROFILED.format(path=profile)] if profile else []
+        web = self.supervisor.start("web", [PYTHON, *profiled, *daphne], quiet=True)
+        self.web = psutil.Process(web.pid)
+        # The engines and the clients stand in for other machines (NPU hosts, applications): from here on
+        # this process and what it starts run at HELPERS_NICE, so that on a shared box they take as little
+        # CPU as they can from the web process under test. Both phases run with the same helpers.
+        os.nice(HELPERS_NICE)
         self.engines = []
         for port, key in self.engine_keys.items():
             engine_env = {
@@ -100,11 +126,6 @@ class Stack:
             argv = [PYTHON, "-m", "workers.sim.engine", "--port", str(port), "--model", MODEL]
             process = self.supervisor.start(f"engine {port}", argv, env=engine_env, quiet=True)
             self.engines.append(psutil.Process(process.pid))
-        self.web_port = free_port()
-        daphne = ["-m", "daphne", "-b", "127.0.0.1", "-p", str(self.web_port), "panel.asgi:application"]
-        profiled = ["-m", "cProfile", "-o", profile] if profile else []
-        web = self.supervisor.start("web", [PYTHON, *profiled, *daphne], quiet=True)
-        self.web = psutil.Process(web.pid)
         for port in [*self.engine_keys, self.web_port]:
             wait_for_port(port, timeout=60)
         self.url = f"http://127.0.0.1:{self.web_port}"
@@ -135,23 +156,49 @@ class Phase:
         return self.window[0] <= when <= self.window[1]
 
 
-async def one_stream(client, url, headers, body, phase: Phase) -> None:
+# A generated token in a chunk: `"content": "x` (the role chunk's content is empty, the last chunk has none).
+TOKEN = re.compile(rb'"content": ?"[^"]')
+TAIL = 64  # bytes of the previous read kept, so a token split between two reads is counted once
+
+
+def request_bytes(url: str, headers: dict, body: bytes) -> tuple[str, int, bytes]:
+    """(host, port, the HTTP/1.1 request): the client is a bare socket so that it costs far less than
+    what it measures (httpx's per-chunk cost is close to the gateway's own)."""
+    parts = urlsplit(url)
+    lines = [
+        f"POST {parts.path} HTTP/1.1",
+        f"Host: {parts.netloc}",
+        "Content-Type: application/json",
+        f"Content-Length: {len(body)}",
+        "Connection: close",
+        *(f"{name}: {value}" for name, value in headers.items()),
+    ]
+    return parts.hostname, parts.port, ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+async def one_stream(target: tuple[str, int, bytes], phase: Phase) -> None:
+    host, port, request = target
     started = time.monotonic()
-    first = None
-    async with client.stream("POST", url, json=body, headers=headers) as response:
-        if response.status_code != 200:
-            phase.errors.append(f"HTTP {response.status_code}: {(await response.aread())[:200]!r}")
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        writer.write(request)
+        status = await reader.readline()
+        if b" 200 " not in status:
+            phase.errors.append(f"{status.decode(errors='replace').strip()}: {(await reader.read(300))!r}")
             return
-        async for line in response.aiter_lines():
-            if not line.startswith("data: {"):
-                continue
-            if '"content": ""' in line or '"content":""' in line or '"content"' not in line:
-                continue  # the role chunk and the final one carry no generated text
+        first = None
+        tail = b""
+        while data := await reader.read(65536):
             now = time.monotonic()
-            if first is None:
+            buffer = tail + data
+            tokens = sum(1 for m in TOKEN.finditer(buffer) if m.end() > len(tail))
+            tail = buffer[-TAIL:]
+            if tokens and first is None:
                 first = now
-            if phase.counts(now):
-                phase.tokens += 1
+            if tokens and phase.counts(now):
+                phase.tokens += tokens
+    finally:
+        writer.close()
     if phase.counts(started):
         phase.requests += 1
         if first is not None:
@@ -162,32 +209,32 @@ async def run_phase(
     name: str, targets: list[tuple[str, dict]], streams: int, seconds: float, max_tokens: int
 ):
     """`streams` clients streaming back to back over `targets` ((url, headers), round robin)."""
-    body = {
-        "model": MODEL,
-        "messages": [{"role": "user", "content": "Tell me a long story about Ascend NPUs."}],
-        "max_tokens": max_tokens,
-        "ignore_eos": True,
-        "stream": True,
-    }
+    body = json.dumps(
+        {
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "Tell me a long story about Ascend NPUs."}],
+            "max_tokens": max_tokens,
+            "ignore_eos": True,
+            "stream": True,
+        }
+    ).encode()
+    requests = [request_bytes(url, headers, body) for url, headers in targets]
     phase = Phase(name, time.monotonic(), seconds)
     stop_at = phase.window[1]
-    limits = httpx.Limits(max_connections=streams * 2, max_keepalive_connections=streams * 2)
-    timeout = httpx.Timeout(120, connect=30)
-    async with httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False) as client:
-        turn = 0
+    turn = 0
 
-        async def worker(index: int):
-            nonlocal turn
-            await asyncio.sleep(index * WARMUP_S / 2 / streams)  # arrivals spread over the warm-up
-            while time.monotonic() < stop_at:
-                url, headers = targets[turn % len(targets)]
-                turn += 1
-                try:
-                    await one_stream(client, url, headers, body, phase)
-                except httpx.HTTPError as error:
-                    phase.errors.append(f"{type(error).__name__}: {error}")
+    async def worker(index: int):
+        nonlocal turn
+        await asyncio.sleep(index * WARMUP_S / 2 / streams)  # arrivals spread over the warm-up
+        while time.monotonic() < stop_at:
+            target = requests[turn % len(requests)]
+            turn += 1
+            try:
+                await one_stream(target, phase)
+            except OSError as error:
+                phase.errors.append(f"{type(error).__name__}: {error}")
 
-        await asyncio.gather(*(worker(i) for i in range(streams)))
+    await asyncio.gather(*(worker(i) for i in range(streams)))
     return phase
 
 

@@ -41,7 +41,6 @@ urlpatterns = [
     path("api/v1/deployments/<int:pk>/chat/", deployment_chat, name="deployment-chat"),
     path("api/v1/", include(router.urls)),
     path("metrics", prometheus_metrics, name="prometheus-metrics"),
-    path("v1/", include("panel.gateway.v1_urls")),
     path("usage/", include("panel.gateway.urls")),
     path("alerts/", include("panel.monitoring.urls")),
     path("api/schema/", SchemaView.as_view(), name="schema"),

@@ -1,18 +1,40 @@
 """Errors as OpenAI's API words them, so SDKs raise the exception they would raise against OpenAI:
 `{"error": {"message", "type", "param", "code"}}`."""
 
-from django.http import JsonResponse
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import orjson
 
 INVALID_REQUEST = "invalid_request_error"
+JSON = b"application/json"
 
 
-def error(status: int, message: str, kind: str = INVALID_REQUEST, code: str | None = None, **headers):
-    response = JsonResponse(
-        {"error": {"message": message, "type": kind, "param": None, "code": code}}, status=status
-    )
+@dataclass
+class Answer:
+    """What the gateway answers: a status, headers and either a body or a stream of chunks."""
+
+    status: int
+    body: bytes = b""
+    content_type: bytes = JSON
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    stream: AsyncIterator[bytes] | None = None
+
+    def header(self, name: str, value: str) -> Answer:
+        self.headers.append((name.lower().encode(), value.encode()))
+        return self
+
+
+def error(
+    status: int, message: str, kind: str = INVALID_REQUEST, code: str | None = None, **headers
+) -> Answer:
+    body = orjson.dumps({"error": {"message": message, "type": kind, "param": None, "code": code}})
+    answer = Answer(status, body)
     for name, value in headers.items():
-        response[name.replace("_", "-")] = value
-    return response
+        answer.header(name.replace("_", "-"), value)
+    return answer
 
 
 def as_openai_error(body, status: int) -> dict | None:

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from django.conf import settings
 from django.db.models import Q
 
 from panel.core.choices import DeploymentState, DesiredState
-from panel.deployments.engine_keys import engine_key_of
+from panel.deployments.engine_keys import opened
 from panel.deployments.models import Deployment
 from panel.deployments.services import engine_url, served_name_of
 from panel.gateway import store
@@ -55,16 +55,26 @@ class Instance:
     deployment_id: int
     deployment: str
     base_url: str  # the engine's OpenAI base, http://host:port/v1
-    api_key: str  # the deployment's engine key (panel.deployments.engine_keys)
+    sealed_key: str  # the deployment's engine key as the row keeps it (panel.deployments.engine_keys)
 
     def headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        return {"Authorization": f"Bearer {opened(self.sealed_key)}"} if self.sealed_key else {}
+
+    def as_dict(self) -> dict:
+        return asdict(self)
 
 
 @dataclass(frozen=True)
 class Pool:
     served_name: str
     instances: tuple[Instance, ...]  # the healthy ones; empty: the name is deployed but nothing serves now
+
+    def as_dict(self) -> dict:
+        return {"served_name": self.served_name, "instances": [i.as_dict() for i in self.instances]}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Pool:
+        return cls(data["served_name"], tuple(Instance(**i) for i in data["instances"]))
 
 
 def _instances_of(deployment: Deployment) -> list[Instance]:
@@ -74,7 +84,7 @@ def _instances_of(deployment: Deployment) -> list[Instance]:
             deployment_id=deployment.pk,
             deployment=deployment.name,
             base_url=engine_url(deployment),
-            api_key=engine_key_of(deployment),
+            sealed_key=deployment.engine_key,
         )
     ]
 

@@ -15,6 +15,8 @@ import httpx
 import orjson
 from django.conf import settings
 
+from panel.gateway.transport import EngineTransport
+
 EVENT_END = b"\n\n"
 DATA = b"data:"
 
@@ -24,18 +26,18 @@ _clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient
 
 
 def client() -> httpx.AsyncClient:
-    """This process's (event loop's) client: kept-alive connections to the engines, no pool limit below
-    what the engines take (a pool limit would queue streams inside the gateway)."""
+    """This process's (event loop's) client: kept-alive connections to the engines (panel.gateway.transport),
+    no limit on how many (a limit would queue streams inside the gateway)."""
     loop = asyncio.get_running_loop()
     found = _clients.get(loop)
     if found is None:
         found = _clients[loop] = httpx.AsyncClient(
+            transport=EngineTransport(),
             timeout=httpx.Timeout(
                 settings.PANEL_GATEWAY_READ_TIMEOUT_S,
                 connect=settings.PANEL_GATEWAY_CONNECT_TIMEOUT_S,
                 pool=None,
             ),
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=256, keepalive_expiry=30),
             trust_env=False,
         )
     return found

@@ -38,15 +38,6 @@ PUBLIC = {
 # Refused without a per-operation download token instead of a session (agents fetch store files), or
 # without a join token (an install script trading it for its node's credential).
 TOKEN_GUARDED = {"provisioning:download", "nodes:agent-join"}
-# The OpenAI-compatible gateway: an API key with the inference scope, never a session (401 without one).
-GATEWAY = {
-    "gateway-models",
-    "gateway-model",
-    "gateway-chat-completions",
-    "gateway-completions",
-    "gateway-embeddings",
-}
-TOKEN_GUARDED |= GATEWAY
 # Where a viewer may write: their own API tokens and password, their language, signing out.
 VIEWER_WRITES = {
     "accounts:change-password",
@@ -57,7 +48,6 @@ VIEWER_WRITES = {
     "accounts:revoke-token",
     "apitoken-list",
     "apitoken-detail",
-    *GATEWAY,  # calling a model is not a write, and needs a key: a session gets 401 there
 }
 
 # Routes another route answers first (none today: the API router makes no `.json` twins any more).

@@ -22,10 +22,9 @@ import signal
 import sys
 import threading
 import time
-from http.server import ThreadingHTTPServer
 
 from workers.sim import state as sim_state
-from workers.sim.engine_http import ENGINE_DEAD_MESSAGE, VLLM_VERSION, Handler, uvicorn
+from workers.sim.engine_http import ENGINE_DEAD_MESSAGE, VLLM_VERSION, Handler, Server, uvicorn
 from workers.sim.engine_metrics import EngineMetrics
 from workers.sim.profiles import get_profile
 
@@ -256,7 +255,7 @@ def serve(args: argparse.Namespace) -> int:
 
     handler = type("EngineHandler", (Handler,), {"engine": engine})
     try:
-        server = ThreadingHTTPServer((args.host, args.port), handler)
+        server = Server((args.host, args.port), handler)
     except OSError as error:
         log("ERROR", "api_server.py:1300", f"[Errno {error.errno}] error while attempting to bind on address "
             f"('{args.host}', {args.port}): {error.strerror}")  # fmt: skip

@@ -1,6 +1,8 @@
 """HTTP side of the stand-in engine: vLLM's OpenAI-compatible routes, health and metrics.
 
-Standard library only (http.server). Access lines are printed in uvicorn's format, as vLLM's are.
+Standard library only (http.server). Access lines are printed in uvicorn's format, as vLLM's are. Like
+uvicorn it speaks HTTP/1.1 with keep-alive (streams in chunked encoding) and has a deep listen backlog, so
+a client that keeps connections open (the panel's gateway) or opens many at once sees what vLLM would do.
 """
 
 import hashlib
@@ -9,7 +11,7 @@ import json
 import os
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 VLLM_VERSION = "0.9.1"
 REPLY_TEXT = (
@@ -34,10 +36,16 @@ def count_tokens(text: str) -> int:
     return max(1, len(text.split()))
 
 
+class Server(ThreadingHTTPServer):
+    request_queue_size = 2048  # uvicorn's backlog: a burst of connections queues instead of being dropped
+    daemon_threads = True
+
+
 class Handler(BaseHTTPRequestHandler):
     engine = None  # the Engine; set on the subclass that serve() makes
     server_version = "uvicorn"
     sys_version = ""
+    protocol_version = "HTTP/1.1"  # keep-alive; every answer has a length or is chunked
 
     def log_message(self, format, *args):  # noqa: A002 - BaseHTTPRequestHandler's signature
         pass  # access lines are printed by log_request in uvicorn's format
@@ -103,6 +111,9 @@ class Handler(BaseHTTPRequestHandler):
             self.send_json(404, {"detail": "Not Found"})
 
     def do_POST(self):  # noqa: N802 - http.server's naming
+        # The body is read whatever the answer: on a kept-alive connection it would be taken for the next
+        # request.
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         if self.not_ready():
             return
         path = self.path.split("?", 1)[0]
@@ -115,8 +126,7 @@ class Handler(BaseHTTPRequestHandler):
             self.send_json(404, {"detail": "Not Found"})
             return
         try:
-            length = int(self.headers.get("Content-Length") or 0)
-            body = json.loads(self.rfile.read(length) or b"{}")
+            body = json.loads(raw or b"{}")
         except (ValueError, json.JSONDecodeError) as error:
             self.send_json(
                 400, error_body(400, f"Request body is not valid JSON: {error}", "BadRequestError")
@@ -267,15 +277,19 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream; charset=utf-8")
         self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         created = int(time.time())
         kind = "chat.completion.chunk" if chat else "text_completion"
 
+        def write(data: bytes) -> None:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+
         def send(choices: list, **extra) -> None:
             chunk = {"id": request_id, "object": kind, "created": created, "model": self.engine.name}
             chunk.update(choices=choices, **extra)
-            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-            self.wfile.flush()
+            write(f"data: {json.dumps(chunk)}\n\n".encode())
 
         if chat:
             send(
@@ -314,5 +328,6 @@ class Handler(BaseHTTPRequestHandler):
                 "total_tokens": prompt_tokens + len(words),
             }
             send([], usage=usage)
-        self.wfile.write(b"data: [DONE]\n\n")
+        write(b"data: [DONE]\n\n")
+        self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
