@@ -365,3 +365,23 @@ def test_the_openai_sdk_works_against_the_panel(node, tiny_model, bob, gateway):
     assert len(rows) == 6
     assert {row.endpoint for row in rows} == {"chat/completions", "completions", "embeddings"}
     assert next(row for row in rows if row.endpoint == "embeddings").prompt_tokens == 2
+
+
+def test_a_client_that_leaves_mid_stream_ends_the_engine_request_and_is_recorded(
+    node, tiny_model, bob, gateway, monkeypatch
+):
+    from panel.gateway.pool import outstanding
+
+    monkeypatch.setenv("SIM_ENGINE_TOKEN_DELAY", "0.05")
+    model, folder = tiny_model
+    deploy(api_client_for(bob), model, folder, "chat-a", "chat", TEST_NODE, [0])
+    key = key_for(bob)
+    body = {"model": "chat", **CHAT, "max_tokens": 200, "ignore_eos": True, "stream": True}
+    with gateway.client(key) as http, http.stream("POST", "/v1/chat/completions", json=body) as response:
+        lines = response.iter_lines()
+        assert [next(lines) for _ in range(3)][0].startswith("data: ")
+        assert outstanding("chat-a/0") == 1
+    (row,) = drained(1)
+    assert (row.status, row.error, row.instance) == (499, "client_closed", "chat-a/0")
+    assert row.duration_ms < 5000  # not the 10 s the whole answer takes
+    assert outstanding("chat-a/0") == 0
