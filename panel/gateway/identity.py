@@ -1,7 +1,7 @@
 """Who is calling the gateway (an API token with the inference scope, of an active user with a role) and
 which pool serves the model it names.
 
-Both answers come from the database (`resolve`) and are kept in Redis for a few seconds (`resolve_cached`),
+Both answers come from the database and are kept in Redis for a few seconds (`resolve_cached`),
 so a request in the steady state reads one Redis round trip and never leaves the event loop. Whatever
 changes an answer drops it at once (panel.gateway.signals): a token saved (revoked), a user saved
 (deactivated) or regrouped, a deployment saved (a probe failed, a state changed) or deleted. The TTLs only
@@ -78,11 +78,6 @@ def unknown_key() -> Refusal:
     return Refusal(401, _("Invalid, expired or revoked API key."), "invalid_request_error", "invalid_api_key")
 
 
-def caller_for(raw: str) -> tuple[Caller | None, Refusal | None]:
-    caller, refusal, _expires = _caller_from_db(hash_token(raw))
-    return caller, refusal
-
-
 def _caller_from_db(key_hash: str):
     """(caller, refusal, expiry as epoch or None); no caller when the key is not a usable one."""
     token = ApiToken.objects.usable().select_related("user").filter(key_hash=key_hash).first()
@@ -108,14 +103,6 @@ def _checked(token: ApiToken) -> tuple[Caller, Refusal | None]:
     if role_of(token.user) is None:
         return caller, refused_key("no_role")
     return caller, None
-
-
-def resolve(raw: str, served_name: str | None) -> Resolved:
-    """The caller and, when `served_name` is given, the pool it may use; or why not. From the database."""
-    caller, refusal = caller_for(raw)
-    if refusal is not None or served_name is None:
-        return Resolved(caller=caller, refusal=refusal)
-    return _decide(caller, served_name, pools.pool_for(served_name))
 
 
 def _decide(caller: Caller, served_name: str, found: pools.Pool | None) -> Resolved:
@@ -177,7 +164,8 @@ def _read(key_hash: str, served_name: str | None, need_caller: bool, need_pool: 
 
 
 async def resolve_cached(raw: str, served_name: str | None) -> Resolved:
-    """`resolve`, answered from Redis when it can be."""
+    """The caller and, when `served_name` is given, the pool it may use, or why not: from Redis when it
+    can be, else from the database (and then kept in Redis)."""
     redis = store.aclient()
     key_hash = hash_token(raw)
     keys = [caller_key(key_hash)] + ([pool_key(served_name)] if served_name else [])

@@ -10,8 +10,11 @@ from panel.gateway import store
 from panel.gateway.usage import TTFT_BUCKETS
 
 
-def _split(field: str) -> list[str]:
-    return field.split(store.FIELD_SEPARATOR)
+def _labels(field: str, count: int) -> list[str] | None:
+    """The label values a hash field holds; None for one that does not split into `count` (a key named with
+    the separator in it), which is left out rather than break the whole scrape."""
+    values = field.split(store.FIELD_SEPARATOR)
+    return values if len(values) == count else None
 
 
 def collect():
@@ -26,7 +29,8 @@ def collect():
         "panel_gateway_requests", "requests through the /v1 gateway", labels=["model", "key", "status"]
     )
     for field, value in sorted(requests.items()):
-        counted.add_metric(_split(field), int(value))
+        if labels := _labels(field, 3):
+            counted.add_metric(labels, int(value))
     yield counted
 
     used = CounterMetricFamily(
@@ -35,7 +39,8 @@ def collect():
         labels=["model", "key", "kind"],
     )
     for field, value in sorted(tokens.items()):
-        used.add_metric(_split(field), int(value))
+        if labels := _labels(field, 3):
+            used.add_metric(labels, int(value))
     yield used
 
     histogram = HistogramMetricFamily(
@@ -43,7 +48,9 @@ def collect():
     )
     per_model: dict[str, dict[str, float]] = {}
     for field, value in ttft.items():
-        model, bucket = field.rsplit(store.FIELD_SEPARATOR, 1)
+        if not (labels := _labels(field, 2)):
+            continue
+        model, bucket = labels
         per_model.setdefault(model, {})[bucket] = float(value)
     for model, counts in sorted(per_model.items()):
         running = 0.0

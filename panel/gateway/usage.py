@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 # Upper bounds (seconds) of the time-to-first-token histogram on /metrics.
 TTFT_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 DRAIN_BATCH = 1000
+UNKNOWN_MODEL = "(unknown)"
 DRAIN_LOCK_S = 120
 
 
@@ -73,7 +74,9 @@ async def finish(
             if instance is not None:
                 pools.release(pipeline, instance, record.request_id)
             limits.spend(pipeline, caller, record.prompt_tokens + record.completion_tokens, now)
-            labels = f"{record.model}{sep}{record.key}"
+            # A name no deployment serves is the client's choice: it must not become a metric of its own.
+            model = UNKNOWN_MODEL if record.error == "model_not_found" else record.model
+            labels = f"{model}{sep}{record.key}"
             pipeline.hincrby(store.METRIC_REQUESTS, f"{labels}{sep}{record.status}", 1)
             if record.prompt_tokens:
                 pipeline.hincrby(store.METRIC_TOKENS, f"{labels}{sep}prompt", record.prompt_tokens)
@@ -81,8 +84,8 @@ async def finish(
                 pipeline.hincrby(store.METRIC_TOKENS, f"{labels}{sep}completion", record.completion_tokens)
             if record.ttft_ms is not None:
                 seconds = record.ttft_ms / 1000
-                pipeline.hincrby(store.METRIC_TTFT, f"{record.model}{sep}{ttft_bucket(seconds)}", 1)
-                pipeline.hincrbyfloat(store.METRIC_TTFT, f"{record.model}{sep}sum", seconds)
+                pipeline.hincrby(store.METRIC_TTFT, f"{model}{sep}{ttft_bucket(seconds)}", 1)
+                pipeline.hincrbyfloat(store.METRIC_TTFT, f"{model}{sep}sum", seconds)
             await pipeline.execute()
     except Exception:
         log.exception("usage of gateway request %s was not recorded", record.request_id)
@@ -156,17 +159,19 @@ def _row(record: dict, existing: dict[str, set[int]]):
     ids = {
         name: record.get(name) if record.get(name) in present else None for name, present in existing.items()
     }
+    # Cut to the columns' sizes: the model name is the client's, and one record too long for its column
+    # would fail every drain of the list it sits in.
     return UsageRecord(
-        request_id=record["request_id"],
+        request_id=record["request_id"][:32],
         time=parse_datetime(record["time"]),
-        key=record["key"],
-        model=record["model"],
-        deployment_name=record.get("deployment_name") or "",
-        instance=record.get("instance") or "",
-        endpoint=record["endpoint"],
+        key=record["key"][:255],
+        model=record["model"][:128],
+        deployment_name=(record.get("deployment_name") or "")[:63],
+        instance=(record.get("instance") or "")[:100],
+        endpoint=record["endpoint"][:32],
         stream=bool(record.get("stream")),
         status=int(record["status"]),
-        error=record.get("error") or "",
+        error=(record.get("error") or "")[:64],
         prompt_tokens=int(record.get("prompt_tokens") or 0),
         completion_tokens=int(record.get("completion_tokens") or 0),
         ttft_ms=record.get("ttft_ms"),

@@ -218,6 +218,20 @@ def test_scopes_and_model_lists_decide_what_a_key_reaches(node, tiny_model, bob,
         assert panel_api.get("/api/v1/deployments/").status_code == 200
         assert panel_api.get("/api/v1/tokens/").status_code == 403  # deploy keys hand out no credentials
 
+    # Keys are kept in Redis for a few seconds; revoking one (or taking its owner's role) drops it at once.
+    from django.contrib.auth.models import Group
+
+    from panel.accounts.models import ApiToken
+    from panel.accounts.services import revoke_token
+
+    charlie.groups.remove(Group.objects.get(name="viewer"))
+    assert (chat(gateway, inference).status_code, chat(gateway, inference).json()["error"]["code"]) == (
+        403,
+        "no_role",
+    )
+    revoke_token(ApiToken.objects.get(name="viewer-app"))
+    assert chat(gateway, inference).status_code == 401
+
 
 def _wait_for_a_fresh_minute(margin_s: float = 15) -> None:
     """Limits count per clock minute: start where the minute will not turn during the test."""
