@@ -26,6 +26,12 @@ app.conf.beat_schedule = {
     "monitoring-prune": {"task": "panel.monitoring.prune", "schedule": 3600.0},
     "audit-prune": {"task": "panel.audit.prune", "schedule": 86400.0},
     "idempotency-prune": {"task": "panel.accounts.prune_idempotent_answers", "schedule": 3600.0},
+    # Gateway usage: Redis list → rows and hourly roll-ups; raw rows and roll-ups pruned daily.
+    "gateway-drain-usage": {
+        "task": "panel.gateway.drain_usage",
+        "schedule": settings.PANEL_GATEWAY_USAGE_DRAIN_S,
+    },
+    "gateway-prune-usage": {"task": "panel.gateway.prune_usage", "schedule": 86400.0},
     "reconcile-deployments": {
         "task": "panel.reconcile_deployments",
         "schedule": settings.PANEL_DEPLOY_RECONCILE_S,
@@ -36,6 +42,7 @@ app.conf.beat_schedule_filename = str(settings.DATA_DIR / "celerybeat-schedule")
 import panel.accounts.tasks  # noqa: E402,F401
 import panel.audit.tasks  # noqa: E402,F401
 import panel.deployments.tasks  # noqa: E402,F401
+import panel.gateway.tasks  # noqa: E402,F401
 import panel.monitoring.tasks  # noqa: E402,F401
 import panel.nodes.tasks  # noqa: E402,F401
 import panel.operations.tasks  # noqa: E402,F401

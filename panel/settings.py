@@ -74,6 +74,7 @@ INSTALLED_APPS = [
     "panel.audit",
     "panel.fabric",
     "panel.forensics",
+    "panel.gateway",
 ]
 
 MIDDLEWARE = [
@@ -348,3 +349,14 @@ PANEL_DEPLOY_START_TIMEOUT_S = env.float("PANEL_DEPLOY_START_TIMEOUT_S", default
 PANEL_DEPLOY_HEALTH_INTERVAL_S = env.float("PANEL_DEPLOY_HEALTH_INTERVAL_S", default=0.5)
 PANEL_DEPLOY_BASE_PORT = env.int("PANEL_DEPLOY_BASE_PORT", default=18000)
 PANEL_DEPLOY_CPU_KVCACHE_GIB = env.int("PANEL_DEPLOY_CPU_KVCACHE_GIB", default=1)
+
+# The /v1 gateway (panel/gateway): engine timeouts, in-flight bookkeeping and how long usage is kept.
+PANEL_GATEWAY_CONNECT_TIMEOUT_S = env.float("PANEL_GATEWAY_CONNECT_TIMEOUT_S", default=5.0)
+# Between two chunks of an answer (a long prompt's prefill comes before the first one).
+PANEL_GATEWAY_READ_TIMEOUT_S = env.float("PANEL_GATEWAY_READ_TIMEOUT_S", default=600.0)
+# A request a web process counts as outstanding is forgotten after this long without news (a process that
+# died mid-stream); streams renew theirs every minute.
+PANEL_GATEWAY_INFLIGHT_TTL_S = env.float("PANEL_GATEWAY_INFLIGHT_TTL_S", default=900.0)
+PANEL_GATEWAY_USAGE_DRAIN_S = env.float("PANEL_GATEWAY_USAGE_DRAIN_S", default=2.0)
+PANEL_GATEWAY_USAGE_RAW_DAYS = env.int("PANEL_GATEWAY_USAGE_RAW_DAYS", default=30)
+PANEL_GATEWAY_USAGE_HOURLY_DAYS = env.int("PANEL_GATEWAY_USAGE_HOURLY_DAYS", default=365)

@@ -15,6 +15,7 @@ from panel.deployments.api.chat import chat as deployment_chat
 from panel.deployments.api.views import BenchmarkViewSet, DeploymentViewSet
 from panel.fabric.api.views import FabricCheckViewSet, NodeFabricViewSet
 from panel.forensics.api.views import DiagnosticsBundleViewSet
+from panel.gateway.api.views import UsageHourViewSet, UsageRecordViewSet
 from panel.monitoring.api.views import AlertViewSet, LatestMetricsView
 from panel.monitoring.views import prometheus_metrics
 from panel.nodes.api.views import NodeViewSet
@@ -38,12 +39,15 @@ router.register("audit", AuditEntryViewSet)
 router.register("fabric-checks", FabricCheckViewSet)
 router.register("node-fabrics", NodeFabricViewSet, basename="node-fabric")
 router.register("diagnostics", DiagnosticsBundleViewSet)
+router.register("usage", UsageRecordViewSet, basename="usage")
+router.register("usage-hourly", UsageHourViewSet, basename="usage-hourly")
 
 urlpatterns = [
     path("api/v1/metrics/latest/", LatestMetricsView.as_view(), name="metrics-latest"),
     path("api/v1/deployments/<str:ref>/chat/", deployment_chat, name="deployment-chat"),  # id or name
     path("api/v1/", include(router.urls)),
     path("metrics", prometheus_metrics, name="prometheus-metrics"),
+    path("usage/", include("panel.gateway.urls")),
     path("alerts/", include("panel.monitoring.urls")),
     path("api/schema/", SchemaView.as_view(), name="schema"),
     path("api/docs/", DocsView.as_view(url_name="schema"), name="api-docs"),

@@ -68,3 +68,16 @@ def key_material_from_env(environ=os.environ) -> str:
         with open(path) as handle:
             return handle.read().strip()
     return environ.get("PANEL_SECRETS_KEY", "") or environ.get("SECRET_KEY", "")
+
+
+# Engine API keys travel to a node's agent sealed with a key derived from that node's credential (or the
+# central key), so neither the operation row nor the broker holds them in the clear.
+NODE_SEAL_PURPOSE = "ascend-panel engine key v1"
+
+
+def seal_for_node(node_key: bytes, plaintext: str) -> str:
+    return seal(f"{NODE_SEAL_PURPOSE}:{node_key.decode()}", plaintext)
+
+
+def open_for_node(node_key: bytes, sealed: str) -> str:
+    return unseal(f"{NODE_SEAL_PURPOSE}:{node_key.decode()}", sealed)

@@ -8,6 +8,21 @@ from django.utils.translation import gettext_lazy as _
 
 TOKEN_PREFIX = "ap_"  # noqa: S105  (a visible marker, not a secret)
 
+# What a token may reach. `admin` is the owner's full rights (what every token had before scopes); `deploy`
+# is the panel's API and the CLI without users and tokens; `inference` is the /v1 gateway only.
+SCOPE_INFERENCE = "inference"
+SCOPE_DEPLOY = "deploy"
+SCOPE_ADMIN = "admin"
+SCOPES = (SCOPE_INFERENCE, SCOPE_DEPLOY, SCOPE_ADMIN)
+
+
+def full_rights() -> list[str]:
+    return [SCOPE_ADMIN]
+
+
+def scope_covers(scopes, needed: str) -> bool:
+    return SCOPE_ADMIN in scopes or needed in scopes
+
 
 def hash_token(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
@@ -34,6 +49,11 @@ class ApiToken(models.Model):
     expires = models.DateTimeField(_("expires"), null=True, blank=True)
     last_used = models.DateTimeField(_("last used"), null=True, blank=True)
     revoked = models.DateTimeField(_("revoked"), null=True, blank=True)
+    scopes = models.JSONField(_("scopes"), default=full_rights)
+    # Served model names the gateway lets this token use; empty means every model.
+    allowed_models = models.JSONField(_("models"), default=list, blank=True)
+    requests_per_minute = models.PositiveIntegerField(_("requests per minute"), null=True, blank=True)
+    tokens_per_minute = models.PositiveIntegerField(_("tokens per minute"), null=True, blank=True)
 
     objects = ApiTokenQuerySet.as_manager()
 
@@ -45,12 +65,24 @@ class ApiToken(models.Model):
         return f"{self.name} ({self.prefix}…)"
 
     @classmethod
-    def issue(cls, user, name: str, expires=None) -> tuple["ApiToken", str]:
+    def issue(cls, user, name: str, expires=None, **limits) -> tuple["ApiToken", str]:
+        """`limits`: scopes, allowed_models, requests_per_minute, tokens_per_minute (none: full rights)."""
         raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
         token = cls.objects.create(
-            user=user, name=name, key_hash=hash_token(raw), prefix=raw[:10], expires=expires
+            user=user, name=name, key_hash=hash_token(raw), prefix=raw[:10], expires=expires, **limits
         )
         return token, raw
+
+    def covers(self, scope: str) -> bool:
+        return scope_covers(self.scopes, scope)
+
+    def allows_model(self, served_name: str) -> bool:
+        return not self.allowed_models or served_name in self.allowed_models
+
+    @property
+    def label(self) -> str:
+        """How usage and metrics name the key: its owner and its name (unique per owner)."""
+        return f"{self.user.get_username()}/{self.name}"
 
     @property
     def is_usable(self) -> bool:

@@ -5,16 +5,16 @@ from django.contrib.auth import update_session_auth_hash
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.forms import PasswordChangeForm
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST, require_safe
 
 from panel.accounts import services
-from panel.accounts.models import ApiToken
+from panel.accounts.forms import ApiTokenForm
+from panel.accounts.models import SCOPE_INFERENCE, ApiToken
 from panel.accounts.roles import VIEWER
 from panel.core.views import role_required
-
-TOKEN_LIFETIMES = {"": None, "30": 30, "90": 90, "365": 365}
 
 
 class LoginView(auth_views.LoginView):
@@ -33,13 +33,13 @@ def settings_page(request):
     return _settings(request, PasswordChangeForm(request.user))
 
 
-def _settings(request, password_form):
+def _settings(request, password_form, token_form=None):
     new_token = request.session.pop("new_token", None)
     tokens = ApiToken.objects.filter(user=request.user)
     context = {
         "tokens": tokens,
         "new_token": new_token,
-        "lifetimes": TOKEN_LIFETIMES,
+        "token_form": token_form or ApiTokenForm(user=request.user, initial={"scopes": [SCOPE_INFERENCE]}),
         "password_form": password_form,
     }
     return render(request, "accounts/settings.html", context)
@@ -60,17 +60,14 @@ def change_password(request):
 @role_required(VIEWER)
 @require_POST
 def create_token(request):
-    name = request.POST.get("name", "").strip()
-    days = TOKEN_LIFETIMES.get(request.POST.get("lifetime", ""))
-    if not name or len(name) > 100:
-        messages.error(request, _("Give the token a name of at most 100 characters."))
-    elif ApiToken.objects.filter(user=request.user, name=name).exists():
-        messages.error(request, _("You already have a token named “%(name)s”.") % {"name": name})
-    else:
-        expires = timezone.now() + timedelta(days=days) if days else None
-        _token, raw = services.issue_token(request.user, name, expires)
-        request.session["new_token"] = raw
-    return redirect("accounts:settings")
+    form = ApiTokenForm(request.POST, user=request.user)
+    if not form.is_valid():
+        return _settings(request, PasswordChangeForm(request.user), form)
+    days = form.cleaned_data["lifetime"]
+    expires = timezone.now() + timedelta(days=int(days)) if days else None
+    _token, raw = services.issue_token(request.user, form.cleaned_data["name"], expires, form.grant())
+    request.session["new_token"] = raw
+    return redirect(reverse("accounts:settings") + "#tokens")
 
 
 @role_required(VIEWER)
@@ -79,4 +76,4 @@ def revoke_token(request, pk):
     token = get_object_or_404(ApiToken, pk=pk, user=request.user)
     if services.revoke_token(token):
         messages.success(request, _("Token “%(name)s” revoked.") % {"name": token.name})
-    return redirect("accounts:settings")
+    return redirect(reverse("accounts:settings") + "#tokens")

@@ -52,6 +52,9 @@ class Deployment(TimestampedModel):
     # The reason as translatable parts (panel/deployments/reasons.py); `reason` stays the English text.
     reason_parts = models.JSONField(default=list, blank=True)
     endpoint = models.CharField(max_length=255, blank=True)
+    # The API key its engines listen with (VLLM_API_KEY), sealed with the panel's secrets key: only the
+    # panel and its gateway call engines (panel/deployments/engine_keys.py).
+    engine_key = models.TextField(blank=True, editable=False)
     runtime = models.JSONField(default=dict, blank=True, help_text="pid, port, log file per node")
     restart_count = models.PositiveIntegerField(default=0)
     # Launches in a row that did not reach running; past PANEL_DEPLOY_MAX_RESTARTS the deployment fails.

@@ -46,6 +46,7 @@ from panel.audit import actions as audit
 from panel.audit.services import record
 from panel.core.choices import DeploymentState, DesiredState, OperationKind, OperationStatus
 from panel.deployments import metrics_history, reasons
+from panel.deployments.engine_keys import ensure_engine_key, sealed_for_node
 from panel.deployments.models import Benchmark, Deployment, DeploymentLog
 from panel.deployments.planning import DeploymentPlan
 from panel.fabric.services import gate_launch
@@ -93,9 +94,21 @@ def move(deployment: Deployment, state: str, reason: str | list[dict] = "") -> N
 
 
 def endpoint_of(deployment: Deployment) -> str:
+    """What users call: the panel's gateway (<PANEL_URL>/v1, model = the served name), never the engine,
+    which only the panel may reach. Empty without PANEL_URL: pages and the API then show the address the
+    viewer used (panel.gateway.urls.gateway_url)."""
+    return f"{settings.PANEL_URL.rstrip('/')}/v1" if settings.PANEL_URL else ""
+
+
+def engine_url(deployment: Deployment) -> str:
+    """The engine's own OpenAI base URL (its head node's address), for the panel's calls only."""
     head = deployment.nodes.order_by("pk").first()
     host = (head.address if head and head.address else "") or "127.0.0.1"
     return f"http://{host}:{deployment.spec.get('port')}/v1"
+
+
+def served_name_of(deployment: Deployment) -> str:
+    return deployment.spec.get("served_model_name") or deployment.name
 
 
 def take_plan(deployment: Deployment, planned: DeploymentPlan) -> None:
@@ -173,6 +186,7 @@ def launch(deployment: Deployment, user=None) -> None:
     deployment.next_restart_at = None
     deployment.probe_failures = 0
     deployment.runtime = {"nodes": {}}
+    ensure_engine_key(deployment)
     # Several nodes: their NPU network is checked first; the check sends the launches when it passes.
     waits_for_fabric = gate_launch(deployment, user)
     deployment.save()
@@ -182,6 +196,7 @@ def launch(deployment: Deployment, user=None) -> None:
 
 def send_launches(deployment: Deployment, user=None) -> None:
     """One launch operation per node of the deployment."""
+    nodes = {node.name: node for node in deployment.nodes.all()}
     for part in parts_of(deployment):
         _start_on_node(
             deployment,
@@ -194,6 +209,7 @@ def send_launches(deployment: Deployment, user=None) -> None:
                 "name": deployment.name,
                 "spec": part["launch"],
                 **_runtime_of(deployment, part),
+                "engine_key": sealed_for_node(deployment, nodes[part["node"]]),
                 "start_timeout_s": settings.PANEL_DEPLOY_START_TIMEOUT_S,
                 "health_interval_s": settings.PANEL_DEPLOY_HEALTH_INTERVAL_S,
                 "stop_grace_s": settings.PANEL_DEPLOY_STOP_GRACE_S,
@@ -392,6 +408,7 @@ def start_benchmark(deployment: Deployment, params: dict, user=None) -> Benchmar
     if deployment.observed_state != DeploymentState.RUNNING:
         raise DeploymentConflict(_("Benchmark a running deployment."))
     port = deployment.spec["port"]
+    head = deployment.nodes.get(name=parts_of(deployment)[0]["node"])
     with transaction.atomic():
         operation = _start_on_node(
             deployment,
@@ -403,7 +420,8 @@ def start_benchmark(deployment: Deployment, params: dict, user=None) -> Benchmar
             payload={
                 **params,
                 "base_url": f"http://127.0.0.1:{port}",
-                "model": deployment.spec.get("served_model_name") or deployment.name,
+                "model": served_name_of(deployment),
+                "engine_key": sealed_for_node(deployment, head),
             },
         )
         return Benchmark.objects.create(

@@ -19,6 +19,7 @@ from panel.deployments.findings import findings_of
 from panel.deployments.forms import BenchmarkForm
 from panel.deployments.models import Benchmark, Deployment
 from panel.deployments.wizard import flatten, memory_bars
+from panel.gateway.links import gateway_url
 from panel.operations.models import Operation
 from workers.engine.logstages import STAGE_TITLES
 
@@ -50,7 +51,12 @@ def deployment_list(request):
     return render(
         request,
         "deployments/list.html",
-        {"page": page, "filterset": filterset, "can_operate": has_role(request.user, OPERATOR)},
+        {
+            "page": page,
+            "filterset": filterset,
+            "can_operate": has_role(request.user, OPERATOR),
+            "gateway_url": gateway_url(request),
+        },
     )
 
 
@@ -101,6 +107,7 @@ def deployment_detail(request, name):
         "npus": sorted(deployment.npus.all(), key=lambda npu: (npu.node.name, npu.logic_id or 0)),
         "can_operate": has_role(request.user, OPERATOR),
         "served_model": spec.get("served_model_name") or deployment.name,
+        "gateway_url": deployment.endpoint or gateway_url(request),
         "benchmarks": benchmarks,
         "benchmark_form": BenchmarkForm(),
         "confirm_texts": _confirm_texts(deployment),

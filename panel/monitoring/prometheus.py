@@ -93,6 +93,9 @@ def panel_gauges():
     for kind, count in sorted(rejected_counts().items()):
         rejected.add_metric([kind], count)
     yield rejected
+    from panel.gateway.metrics import collect as gateway_metrics
+
+    yield from gateway_metrics()
 
 
 def _epoch(iso: str) -> float:

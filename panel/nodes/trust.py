@@ -179,6 +179,14 @@ def trusted_metrics(lines: list[tuple[str, str, bytes, str]]) -> list[bool]:
     return verdicts
 
 
+def task_signing_key(node) -> bytes:
+    """The key tasks for `node` are signed with: its agent's, or the central agent's for an SSH node. What
+    is sealed for the agent that runs a node's tasks is sealed with it too (workers.sealing.seal_for_node)."""
+    from panel.core.choices import NodeTransport
+
+    return panel_central_key() if node.transport == NodeTransport.SSH else agent_key(node)
+
+
 def send_agent_task(node, task_name: str, kwargs: dict, *, task_id: str | None = None, **options) -> None:
     """Send `task_name` to the agent of `node` (or the central agent for an SSH node), signed so that the
     receiving agent can tell it comes from the panel and is meant for that node."""
@@ -187,7 +195,7 @@ def send_agent_task(node, task_name: str, kwargs: dict, *, task_id: str | None =
     queue, route_kwargs = task_route(node)
     kwargs = {**kwargs, **route_kwargs}
     signer = CENTRAL if "target" in route_kwargs else node.name
-    key = panel_central_key() if signer == CENTRAL else agent_key(node)
+    key = task_signing_key(node)
     task_id = task_id or _new_task_id()
     kwargs[AUTH_KWARG] = task_auth(key, signer, task_name, task_id, node.name, kwargs)
     celery_app.send_task(task_name, kwargs=kwargs, task_id=task_id, queue=queue, **options)

@@ -21,11 +21,14 @@ def _user_for_token(raw):
 
 class TokenAuthMiddleware(BaseMiddleware):
     async def __call__(self, scope, receive, send):
+        from panel.accounts.models import SCOPE_DEPLOY
+
         headers = dict(scope.get("headers") or [])
         auth = headers.get(b"authorization", b"").decode("latin-1").split()
         if len(auth) == 2 and auth[0].lower() in ("bearer", "token"):
             user, token = await _user_for_token(auth[1])
-            if user is not None:
+            # Sockets carry the panel's live events: an inference-only key does not open one.
+            if user is not None and token.covers(SCOPE_DEPLOY):
                 scope = {**scope, "user": user, "api_token_id": token.pk}
         return await super().__call__(scope, receive, send)
 

@@ -83,3 +83,95 @@ def test_a_viewer_can_create_tokens_for_itself_from_the_settings_page(charlie, c
     token = ApiToken.objects.get(user=charlie, name="mine")
     assert token.expires is not None
     assert token.prefix in page
+
+
+def test_tokens_from_before_scopes_keep_the_owners_full_rights(charlie):
+    token, raw = ApiToken.issue(charlie, "old-script")
+    assert token.scopes == ["admin"]
+    assert bearer(raw).get("/api/v1/tokens/").status_code == 200
+    assert bearer(raw).post("/api/v1/tokens/", {"name": "child"}, format="json").status_code == 201
+
+
+def test_an_inference_key_reaches_only_the_gateway_and_a_deploy_key_no_credentials(bob):
+    _token, inference = ApiToken.issue(bob, "app", scopes=["inference"])
+    refused = bearer(inference).get("/api/v1/deployments/")
+    assert refused.status_code == 403
+    assert refused.json()["detail"].endswith("(it needs deploy).")
+    _token, deploy = ApiToken.issue(bob, "ci", scopes=["deploy"])
+    assert bearer(deploy).get("/api/v1/deployments/").status_code == 200
+    assert bearer(deploy).get("/api/v1/tokens/").status_code == 403
+    assert bearer(deploy).post("/api/v1/tokens/", {"name": "x"}, format="json").status_code == 403
+
+
+def test_a_token_cannot_mint_a_wider_token(alice):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    expires = timezone.now() + timedelta(days=7)
+    parent, raw = ApiToken.issue(
+        alice,
+        "limited",
+        expires=expires,
+        scopes=["admin"],
+        allowed_models=["qwen"],
+        requests_per_minute=60,
+        tokens_per_minute=1000,
+    )
+    client = bearer(raw)
+    wider = client.post(
+        "/api/v1/tokens/",
+        {"name": "wider", "models": ["qwen", "deepseek"], "requests_per_minute": 120},
+        format="json",
+    )
+    assert wider.status_code == 403
+    assert set(wider.json()["errors"]) == {"models", "requests_per_minute", "expires"}
+    narrower = client.post(
+        "/api/v1/tokens/",
+        {
+            "name": "narrower",
+            "scopes": ["inference"],
+            "models": ["qwen"],
+            "requests_per_minute": 10,
+            "tokens_per_minute": 500,
+            "expires": (expires - timedelta(days=1)).isoformat(),
+        },
+        format="json",
+    )
+    assert narrower.status_code == 201, narrower.json()
+    assert narrower.json()["scopes"] == ["inference"]
+    # Left out, a token's fields are its issuer's: the child is no wider than its parent.
+    inherited = client.post(
+        "/api/v1/tokens/", {"name": "same", "expires": expires.isoformat()}, format="json"
+    ).json()
+    assert (inherited["scopes"], inherited["models"], inherited["requests_per_minute"]) == (
+        ["admin"],
+        ["qwen"],
+        60,
+    )
+
+
+def test_a_session_may_give_any_scope_and_the_page_shows_scopes_models_and_limits(bob, client):
+    client.force_login(bob)
+    response = client.post(
+        "/accounts/tokens/",
+        {
+            "name": "chat-app",
+            "scopes-shown": "1",
+            "scopes": ["inference"],
+            "models": "qwen, deepseek",
+            "requests_per_minute": "30",
+        },
+    )
+    assert response.status_code == 302
+    token = ApiToken.objects.get(user=bob, name="chat-app")
+    assert (token.scopes, token.allowed_models, token.requests_per_minute) == (
+        ["inference"],
+        ["deepseek", "qwen"],
+        30,
+    )
+    page = client.get("/accounts/settings/").content.decode()
+    assert "deepseek, qwen" in page
+    empty = client.post("/accounts/tokens/", {"name": "none", "scopes-shown": "1"})
+    assert empty.status_code == 200
+    assert not ApiToken.objects.filter(name="none").exists()

@@ -17,6 +17,7 @@ from panel.core.choices import DeploymentState
 from panel.deployments.models import Benchmark, Deployment
 from panel.fabric.models import FabricCheck
 from panel.forensics.models import DiagnosticsBundle
+from panel.gateway.models import UsageHour, UsageRecord
 from panel.monitoring.models import Alert
 from panel.nodes.models import Node
 from panel.operations.models import Operation
@@ -112,6 +113,16 @@ def rows(world):
         "diagnosticsbundle": DiagnosticsBundle.objects.create(
             deployment="perm-deployment", trigger="on_demand"
         ),
+        "usage": UsageRecord.objects.create(
+            request_id="perm",
+            time=now,
+            key="charlie/perm",
+            model="perm",
+            endpoint="completions",
+            status=200,
+            duration_ms=1,
+        ),
+        "usage-hourly": UsageHour.objects.create(hour=now, key="charlie/perm", model="perm"),
     }
 
 
@@ -143,6 +154,8 @@ def _kwargs(name: str, pattern: URLPattern, rows) -> dict:
     for key in pattern.pattern.regex.groupindex:
         if key == "pk":
             kwargs[key] = row.pk
+        elif key == "ref":  # an id or a name: the id is the case that needs the row
+            kwargs[key] = str(row.pk)
         elif key == "name":
             # A slug naming a deployment on its pages, a stored file's name in a download, else a node.
             kwargs[key] = (

@@ -84,15 +84,22 @@ async def one_request(client: httpx.AsyncClient, url: str, model: str, prompt: s
 
 
 async def run_level(
-    base_url: str, model: str, concurrency: int, requests: int, prompt_len: int, output_len: int
+    base_url: str,
+    model: str,
+    concurrency: int,
+    requests: int,
+    prompt_len: int,
+    output_len: int,
+    api_key: str = "",
 ):
     """`requests` requests with at most `concurrency` in flight; the figures for this level."""
     url = f"{base_url}/v1/chat/completions"
     prompt = prompt_of(prompt_len)
     gate = asyncio.Semaphore(concurrency)
     limits = httpx.Limits(max_connections=concurrency + 2)
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     async with httpx.AsyncClient(
-        timeout=httpx.Timeout(600, connect=10), limits=limits, trust_env=False
+        timeout=httpx.Timeout(600, connect=10), limits=limits, trust_env=False, headers=headers
     ) as client:
 
         async def gated():
@@ -122,8 +129,9 @@ async def run_level(
     }
 
 
-async def run_benchmark(emitter, payload: dict) -> dict:
-    """The benchmark operation's body: one level after the other, each reported as it finishes."""
+async def run_benchmark(emitter, payload: dict, api_key: str = "") -> dict:
+    """The benchmark operation's body: one level after the other, each reported as it finishes. `api_key`:
+    the engine's, opened from the payload by the task."""
     levels = [int(level) for level in payload["concurrency"]]
     results = []
     for index, concurrency in enumerate(levels):
@@ -137,6 +145,7 @@ async def run_benchmark(emitter, payload: dict) -> dict:
             max(int(payload["requests"]), concurrency),
             int(payload["prompt_len"]),
             int(payload["output_len"]),
+            api_key,
         )
         emitter.log(json.dumps(level))
         results.append(level)

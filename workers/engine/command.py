@@ -93,6 +93,8 @@ class LaunchSpec:
     additional_config: dict[str, Any] = field(default_factory=dict)
     compilation_config: dict[str, Any] = field(default_factory=dict)
     speculative_config: dict[str, Any] = field(default_factory=dict)
+    # vLLM's --api-key, given as VLLM_API_KEY so it never shows in argv (ps, the operation log, the review).
+    api_key: str = field(default="", repr=False)
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,13 @@ class Launch:
 def build_launch(spec: LaunchSpec) -> Launch:
     """The command line and environment for `spec`; raises LaunchSpecError naming what is wrong."""
     check_spec(spec)
+    launch = _build_launch(spec)
+    if spec.api_key:
+        launch.env["VLLM_API_KEY"] = spec.api_key
+    return launch
+
+
+def _build_launch(spec: LaunchSpec) -> Launch:
     command = _python(spec) + _vllm_arguments(spec)
     if spec.chip == "cpu":
         return Launch(argv=command, env={**_cpu_env(spec), **spec.env}, log_path=spec.log_path)

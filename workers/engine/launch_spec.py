@@ -36,9 +36,15 @@ PANEL_FIELDS = (
 
 
 def launch_spec_from_payload(
-    payload: dict[str, Any], *, log_path: str, venv_path: str | None, set_env_scripts: tuple[str, ...] = ()
+    payload: dict[str, Any],
+    *,
+    log_path: str,
+    venv_path: str | None,
+    set_env_scripts: tuple[str, ...] = (),
+    api_key: str = "",
 ) -> LaunchSpec:
-    """LaunchSpec from the panel's JSON; raises LaunchSpecError for a field it does not know."""
+    """LaunchSpec from the panel's JSON; raises LaunchSpecError for a field it does not know. `api_key`
+    comes apart from the payload: the launch message carries it sealed for this node."""
     unknown = set(payload) - set(PANEL_FIELDS) - {"logic_ids", "multi_node"}
     if unknown:
         raise LaunchSpecError(f"unknown launch fields: {', '.join(sorted(unknown))}")
@@ -55,4 +61,5 @@ def launch_spec_from_payload(
         set_env_scripts=tuple(set_env_scripts),
         logic_ids=tuple(payload.get("logic_ids") or ()),
         multi_node=MultiNode(**multi_node) if multi_node else None,
+        api_key=api_key,
     )

@@ -35,12 +35,13 @@ class FirstRequest:
     detail: str = ""  # what went wrong, in a few words, for the operation log
 
 
-async def ask_for_one_token(base_url: str, served_name: str, timeout: float) -> str:
+async def ask_for_one_token(base_url: str, served_name: str, timeout: float, api_key: str = "") -> str:
     """Ask for a single completion token: "" when the engine answered, else what went wrong."""
     body = {"model": served_name, "prompt": READINESS_PROMPT, "max_tokens": 1}
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
         async with httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=5.0), trust_env=False) as client:
-            response = await client.post(f"{base_url}/v1/completions", json=body)
+            response = await client.post(f"{base_url}/v1/completions", json=body, headers=headers)
     except httpx.TimeoutException:
         return f"no answer within {timeout:.0f} s"
     except httpx.HTTPError as error:
@@ -67,10 +68,15 @@ def _error_message(response: httpx.Response) -> str:
 
 
 async def check_first_request(
-    runner: Runner, pid: int, base_url: str, served_name: str, timeout: float = FIRST_REQUEST_TIMEOUT_S
+    runner: Runner,
+    pid: int,
+    base_url: str,
+    served_name: str,
+    timeout: float = FIRST_REQUEST_TIMEOUT_S,
+    api_key: str = "",
 ) -> FirstRequest:
     """Ask the engine for one token while watching its process; ok only when it answered and still runs."""
-    request = asyncio.create_task(ask_for_one_token(base_url, served_name, timeout))
+    request = asyncio.create_task(ask_for_one_token(base_url, served_name, timeout, api_key))
     while not request.done():
         if not await runner.is_alive(pid):
             request.cancel()

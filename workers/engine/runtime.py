@@ -139,10 +139,15 @@ async def http_status(url: str, timeout: float = HTTP_TIMEOUT_S) -> int | None:
         return None
 
 
-async def http_text(url: str, timeout: float = HTTP_TIMEOUT_S) -> str | None:
+def auth_headers(api_key: str) -> dict[str, str]:
+    """What an engine started with VLLM_API_KEY wants on /v1/* (vLLM leaves /health and /metrics open)."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+async def http_text(url: str, timeout: float = HTTP_TIMEOUT_S, api_key: str = "") -> str | None:
     try:
         async with httpx.AsyncClient(timeout=timeout, trust_env=False) as client:
-            response = await client.get(url)
+            response = await client.get(url, headers=auth_headers(api_key))
     except httpx.HTTPError:
         return None
     return response.text if response.status_code == 200 else None
@@ -152,9 +157,9 @@ async def is_healthy(record: EngineRecord) -> bool:
     return await http_status(f"{record.base_url}/health") == 200
 
 
-async def serves_model(record: EngineRecord, served_name: str) -> bool:
+async def serves_model(record: EngineRecord, served_name: str, api_key: str = "") -> bool:
     """/v1/models lists served_name: the OpenAI API is really up, and it is this engine answering."""
-    text = await http_text(f"{record.base_url}/v1/models")
+    text = await http_text(f"{record.base_url}/v1/models", api_key=api_key)
     if text is None:
         return False
     try:

@@ -9,6 +9,7 @@ Standard library only, so it runs wherever Python does. Environment:
 - SIM_ENGINE_STATS_INTERVAL: seconds between throughput log lines (default 10)
 - ASCEND_RT_VISIBLE_DEVICES: logic ids this engine uses (default 0..tp-1)
 - ASCEND_PANEL_SIM_ROOT: a sim root; the engine then holds its chips' HBM there until it exits.
+- VLLM_API_KEY: as vLLM, /v1/* then answers 401 without `Authorization: Bearer <key>`.
 
 Before start-up completes every route answers 503; afterwards GET /health answers 200. With the sim fault
 engine_dies_on_first_request the first completion request logs vLLM's EngineCore death, answers 500 and
@@ -23,10 +24,9 @@ import socket
 import sys
 import threading
 import time
-from http.server import ThreadingHTTPServer
 
 from workers.sim import state as sim_state
-from workers.sim.engine_http import ENGINE_DEAD_MESSAGE, VLLM_VERSION, Handler, uvicorn
+from workers.sim.engine_http import ENGINE_DEAD_MESSAGE, VLLM_VERSION, Handler, Server, uvicorn
 from workers.sim.engine_metrics import EngineMetrics
 from workers.sim.profiles import get_profile
 
@@ -52,6 +52,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--max-model-len", type=int, default=4096)
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     parser.add_argument("--enforce-eager", action="store_true")
+    parser.add_argument("--api-key")
     # vllm takes many more flags; the panel may pass any of them, so unknown ones are accepted.
     args, _ignored = parser.parse_known_args([a for a in argv if a != "serve"])
     args.model = args.model or args.model_tag
@@ -90,6 +91,8 @@ class Engine:
     def __init__(self, args: argparse.Namespace):
         self.args = args
         self.name = args.served_model_name[0]
+        # vLLM takes the key from --api-key or VLLM_API_KEY; the panel passes the variable (never argv).
+        self.api_key = args.api_key or os.environ.get("VLLM_API_KEY") or ""
         self.ready = False
         self.sim_root = os.environ.get("ASCEND_PANEL_SIM_ROOT") or None
         self.pid = os.getpid()
@@ -287,7 +290,7 @@ def serve(args: argparse.Namespace) -> int:
 
     handler = type("EngineHandler", (Handler,), {"engine": engine})
     try:
-        server = ThreadingHTTPServer((args.host, args.port), handler)
+        server = Server((args.host, args.port), handler)
     except OSError as error:
         log("ERROR", "api_server.py:1300", f"[Errno {error.errno}] error while attempting to bind on address "
             f"('{args.host}', {args.port}): {error.strerror}")  # fmt: skip

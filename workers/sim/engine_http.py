@@ -1,13 +1,17 @@
 """HTTP side of the stand-in engine: vLLM's OpenAI-compatible routes, health and metrics.
 
-Standard library only (http.server). Access lines are printed in uvicorn's format, as vLLM's are.
+Standard library only (http.server). Access lines are printed in uvicorn's format, as vLLM's are. Like
+uvicorn it speaks HTTP/1.1 with keep-alive (streams in chunked encoding) and has a deep listen backlog, so
+a client that keeps connections open (the panel's gateway) or opens many at once sees what vLLM would do.
 """
 
+import hashlib
+import hmac
 import json
 import os
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 VLLM_VERSION = "0.9.1"
 REPLY_TEXT = (
@@ -17,6 +21,7 @@ REPLY_TEXT = (
 REPLY_WORDS = REPLY_TEXT.split()
 COMPLETION_DEFAULT_MAX_TOKENS = 16  # vLLM's default for /v1/completions
 ENGINE_DEAD_MESSAGE = "EngineCore encountered an issue. See stack trace (above) for the root cause."
+EMBEDDING_DIMENSIONS = 8
 
 
 def uvicorn(message: str) -> None:
@@ -31,10 +36,16 @@ def count_tokens(text: str) -> int:
     return max(1, len(text.split()))
 
 
+class Server(ThreadingHTTPServer):
+    request_queue_size = 2048  # uvicorn's backlog: a burst of connections queues instead of being dropped
+    daemon_threads = True
+
+
 class Handler(BaseHTTPRequestHandler):
     engine = None  # the Engine; set on the subclass that serve() makes
     server_version = "uvicorn"
     sys_version = ""
+    protocol_version = "HTTP/1.1"  # keep-alive; every answer has a length or is chunked
 
     def log_message(self, format, *args):  # noqa: A002 - BaseHTTPRequestHandler's signature
         pass  # access lines are printed by log_request in uvicorn's format
@@ -68,12 +79,26 @@ class Handler(BaseHTTPRequestHandler):
         self.send_json(503, error_body(503, "The engine is still starting.", "ServiceUnavailableError"))
         return True
 
+    def unauthorized(self, path: str) -> bool:
+        """vLLM with --api-key (or VLLM_API_KEY) wants `Authorization: Bearer <key>` on /v1/* only; /health,
+        /metrics and the rest stay open. Its refusal is this body, status 401."""
+        key = self.engine.api_key
+        if not key or not path.startswith("/v1"):
+            return False
+        given = self.headers.get("Authorization", "")
+        if hmac.compare_digest(given.encode(), f"Bearer {key}".encode()):
+            return False
+        self.send_json(401, {"error": "Unauthorized"})
+        return True
+
     # --- routes ----------------------------------------------------------------------------------
 
     def do_GET(self):  # noqa: N802 - http.server's naming
         if self.not_ready():
             return
         path = self.path.split("?", 1)[0]
+        if self.unauthorized(path):
+            return
         if path in ("/health", "/ping"):
             self.send_text(200, "")
         elif path == "/version":
@@ -86,18 +111,22 @@ class Handler(BaseHTTPRequestHandler):
             self.send_json(404, {"detail": "Not Found"})
 
     def do_POST(self):  # noqa: N802 - http.server's naming
+        # The body is read whatever the answer: on a kept-alive connection it would be taken for the next
+        # request.
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         if self.not_ready():
             return
         path = self.path.split("?", 1)[0]
+        if self.unauthorized(path):
+            return
         if path == "/ping":
             self.send_text(200, "")
             return
-        if path not in ("/v1/chat/completions", "/v1/completions"):
+        if path not in ("/v1/chat/completions", "/v1/completions", "/v1/embeddings"):
             self.send_json(404, {"detail": "Not Found"})
             return
         try:
-            length = int(self.headers.get("Content-Length") or 0)
-            body = json.loads(self.rfile.read(length) or b"{}")
+            body = json.loads(raw or b"{}")
         except (ValueError, json.JSONDecodeError) as error:
             self.send_json(
                 400, error_body(400, f"Request body is not valid JSON: {error}", "BadRequestError")
@@ -106,6 +135,9 @@ class Handler(BaseHTTPRequestHandler):
         problem = self.validate(path, body)
         if problem:
             self.send_json(*problem)
+            return
+        if path == "/v1/embeddings":
+            self.send_json(200, self.embeddings(body))
             return
         if self.engine.dies_at_this_request():
             self.send_json(500, error_body(500, ENGINE_DEAD_MESSAGE, "InternalServerError"))
@@ -142,7 +174,28 @@ class Handler(BaseHTTPRequestHandler):
             return 400, error_body(400, "'messages' must be a list of {role, content}", "BadRequestError")
         if path == "/v1/completions" and not isinstance(body.get("prompt"), str | list):
             return 400, error_body(400, "'prompt' is required", "BadRequestError")
+        if path == "/v1/embeddings" and not isinstance(body.get("input"), str | list):
+            return 400, error_body(400, "'input' is required", "BadRequestError")
         return None
+
+    def embeddings(self, body: dict) -> dict:
+        """A fixed-size vector per input, the same for the same text (from its hash): no model, but the
+        shape, the order and the usage of vLLM's /v1/embeddings."""
+        texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        data = []
+        for index, text in enumerate(texts):
+            digest = hashlib.sha256(str(text).encode()).digest()
+            vector = [round(byte / 255 - 0.5, 4) for byte in digest[:EMBEDDING_DIMENSIONS]]
+            data.append({"index": index, "object": "embedding", "embedding": vector})
+        tokens = sum(count_tokens(str(text)) for text in texts)
+        return {
+            "id": "embd-" + uuid.uuid4().hex,
+            "object": "list",
+            "created": int(time.time()),
+            "model": self.engine.name,
+            "data": data,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens, "completion_tokens": 0},
+        }
 
     # --- generation --------------------------------------------------------------------------------
 
@@ -156,8 +209,13 @@ class Handler(BaseHTTPRequestHandler):
             prompt_tokens = count_tokens(prompt if isinstance(prompt, str) else " ".join(map(str, prompt)))
         default = len(REPLY_WORDS) if chat else COMPLETION_DEFAULT_MAX_TOKENS
         limit = int(body.get("max_completion_tokens") or body.get("max_tokens") or default)
-        words = REPLY_WORDS[:limit]
-        finish_reason = "length" if limit < len(REPLY_WORDS) else "stop"
+        if body.get("ignore_eos"):
+            # As vLLM's ignore_eos: generate max_tokens whatever the text (benchmarks want equal lengths).
+            words = [REPLY_WORDS[i % len(REPLY_WORDS)] for i in range(limit)]
+            finish_reason = "length"
+        else:
+            words = REPLY_WORDS[:limit]
+            finish_reason = "length" if limit < len(REPLY_WORDS) else "stop"
         request_id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         started = time.monotonic()
         token_delay = float(os.environ.get("SIM_ENGINE_TOKEN_DELAY", "0.01"))
@@ -219,15 +277,19 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream; charset=utf-8")
         self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         created = int(time.time())
         kind = "chat.completion.chunk" if chat else "text_completion"
 
+        def write(data: bytes) -> None:
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+
         def send(choices: list, **extra) -> None:
             chunk = {"id": request_id, "object": kind, "created": created, "model": self.engine.name}
             chunk.update(choices=choices, **extra)
-            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-            self.wfile.flush()
+            write(f"data: {json.dumps(chunk)}\n\n".encode())
 
         if chat:
             send(
@@ -266,5 +328,6 @@ class Handler(BaseHTTPRequestHandler):
                 "total_tokens": prompt_tokens + len(words),
             }
             send([], usage=usage)
-        self.wfile.write(b"data: [DONE]\n\n")
+        write(b"data: [DONE]\n\n")
+        self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()

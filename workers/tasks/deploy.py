@@ -63,18 +63,37 @@ def _failure_findings(emitter, log_path: str, start_offset: int, fallback_hint: 
     return fallback_hint or _("Read the engine log above for the first error.")
 
 
-async def _answers_first_request(emitter, runner, record, served_name: str) -> readiness.FirstRequest:
+def engine_api_key(config, payload: dict) -> str:
+    """The deployment's engine API key, which the panel sealed for this node ("" from an older panel)."""
+    from workers.identity import CENTRAL, key_for
+    from workers.sealing import open_for_node
+
+    sealed = payload.get("engine_key") or ""
+    if not sealed:
+        return ""
+    key = key_for(config.node_name) or key_for(CENTRAL)
+    if key is None:
+        raise LaunchFailed(_("this agent holds no credential to open the engine's API key"))
+    return open_for_node(key, sealed)
+
+
+async def _answers_first_request(
+    emitter, runner, record, served_name: str, api_key: str
+) -> readiness.FirstRequest:
     emitter.log(f"first request: one token of {served_name} (/health alone does not show the model runs)")
-    check = await readiness.check_first_request(runner, record.pid, record.base_url, served_name)
+    check = await readiness.check_first_request(
+        runner, record.pid, record.base_url, served_name, api_key=api_key
+    )
     emitter.log("first request: answered" if check.ok else f"first request failed: {check.detail}")
     return check
 
 
-async def _still_serves(emitter, runner, record, served_name: str) -> bool:
-    """An engine found running is adopted only while it answers /health and a real request."""
+async def _still_serves(emitter, runner, record, served_name: str, api_key: str) -> bool:
+    """An engine found running is adopted only while it answers /health and a real request (with the key
+    the panel holds now: an engine started with another key is started again)."""
     return (
         await runtime.is_healthy(record)
-        and (await _answers_first_request(emitter, runner, record, served_name)).ok
+        and (await _answers_first_request(emitter, runner, record, served_name, api_key)).ok
     )
 
 
@@ -86,8 +105,13 @@ async def _launch(emitter, config, payload: dict) -> dict:
     runner = LocalRunner()
     stack = find_stack(config.host_root)
     log_path = runtime.log_path_for(config.host_root, name)
+    api_key = engine_api_key(config, payload)
     spec = launch_spec_from_payload(
-        payload["spec"], log_path=log_path, venv_path=stack.venv, set_env_scripts=stack.set_env_scripts
+        payload["spec"],
+        log_path=log_path,
+        venv_path=stack.venv,
+        set_env_scripts=stack.set_env_scripts,
+        api_key=api_key,
     )
     launch = build_launch(spec)
     follower = spec.multi_node is not None and spec.multi_node.role == "follower"
@@ -98,7 +122,7 @@ async def _launch(emitter, config, payload: dict) -> dict:
         await runtime.end_orphaned_group(runner, existing.pid)  # its workers may outlive a kill -9
     elif existing is not None:
         if existing.argv == launch.argv and (
-            follower or await _still_serves(emitter, runner, existing, spec.served_model_name)
+            follower or await _still_serves(emitter, runner, existing, spec.served_model_name, api_key)
         ):
             emitter.log(f"engine {name} already runs as pid {existing.pid}; adopting it")
             emitter.progress(100, STAGE_TITLES["ready"], stage_key="ready")
@@ -148,7 +172,9 @@ async def _launch(emitter, config, payload: dict) -> dict:
         if follower:
             if time.monotonic() - started >= FOLLOWER_SETTLE_S:
                 break
-        elif await runtime.is_healthy(record) and await runtime.serves_model(record, spec.served_model_name):
+        elif await runtime.is_healthy(record) and await runtime.serves_model(
+            record, spec.served_model_name, api_key
+        ):
             break
         if time.monotonic() - started > timeout:
             hint = _failure_findings(emitter, log_path, start_offset)
@@ -159,7 +185,7 @@ async def _launch(emitter, config, payload: dict) -> dict:
             )
         await asyncio.sleep(interval)
     if not follower:
-        check = await _answers_first_request(emitter, runner, record, spec.served_model_name)
+        check = await _answers_first_request(emitter, runner, record, spec.served_model_name, api_key)
         if not check.ok:
             # Stopped before its log is read, so the lines it wrote while dying are in the tail.
             await runtime.stop_engine(runner, record, payload.get("stop_grace_s", 10.0))
@@ -325,8 +351,7 @@ def probe_deployments(request: dict) -> None:
 def benchmark_deployment(operation_id: str, payload: dict, start_seq: int = 0) -> None:
     from workers.engine.benchmark import run_benchmark
 
-    run_operation(
-        operation_id,
-        start_seq,
-        lambda emitter, config: run_coroutine_sync(run_benchmark(emitter, payload)),
-    )
+    def body(emitter, config):
+        return run_coroutine_sync(run_benchmark(emitter, payload, engine_api_key(config, payload)))
+
+    run_operation(operation_id, start_seq, body)

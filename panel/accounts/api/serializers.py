@@ -2,15 +2,34 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
-from panel.accounts.models import ApiToken
+from panel.accounts.models import SCOPES, ApiToken
+from workers.engine.command import SERVED_NAME_PATTERN
 
 
 class ApiTokenSerializer(serializers.ModelSerializer):
     usable = serializers.BooleanField(source="is_usable", read_only=True)
+    scopes = serializers.ListField(
+        child=serializers.ChoiceField(choices=SCOPES),
+        min_length=1,
+        required=False,
+        help_text="inference (the /v1 gateway), deploy (the panel's API but users and tokens), admin (all "
+        "the owner may do). Left out: all the issuer may give.",
+    )
+    models = serializers.ListField(
+        source="allowed_models",
+        child=serializers.CharField(max_length=128),
+        required=False,
+        help_text="Served model names the gateway accepts from this token; empty: every model.",
+    )
+    requests_per_minute = serializers.IntegerField(min_value=1, allow_null=True, required=False)
+    tokens_per_minute = serializers.IntegerField(min_value=1, allow_null=True, required=False)
 
     class Meta:
         model = ApiToken
-        fields = ["id", "name", "prefix", "created", "expires", "last_used", "revoked", "usable"]
+        fields = [
+            "id", "name", "prefix", "created", "expires", "last_used", "revoked", "usable",
+            "scopes", "models", "requests_per_minute", "tokens_per_minute",
+        ]  # fmt: skip
         read_only_fields = ["prefix", "created", "last_used", "revoked"]
 
     def validate_expires(self, value):
@@ -22,6 +41,14 @@ class ApiTokenSerializer(serializers.ModelSerializer):
         user = self.context["request"].user
         if ApiToken.objects.filter(user=user, name=value).exists():
             raise serializers.ValidationError(_("You already have a token with this name."))
+        return value
+
+    def validate_models(self, value):
+        bad = [name for name in value if not SERVED_NAME_PATTERN.fullmatch(name)]
+        if bad:
+            raise serializers.ValidationError(
+                _("Not a served model name: {names}.").format(names=", ".join(bad))
+            )
         return value
 
 

@@ -1,14 +1,14 @@
 from django.contrib.auth import authenticate, user_logged_in
 from django.utils.translation import gettext as _
 from drf_spectacular.utils import extend_schema
-from rest_framework import mixins, permissions, status
+from rest_framework import exceptions, mixins, permissions, status
 from rest_framework.decorators import action
 from rest_framework.exceptions import APIException
 from rest_framework.response import Response
 
 from panel.accounts import services
 from panel.accounts.api.serializers import ApiTokenSerializer, NewApiTokenSerializer, SignInSerializer
-from panel.accounts.models import ApiToken
+from panel.accounts.models import SCOPE_ADMIN, ApiToken
 from panel.accounts.roles import VIEWER, has_role
 from panel.core.api import PanelViewSet
 from panel.core.schema import ErrorSerializer
@@ -28,10 +28,11 @@ class ApiTokenViewSet(
     PanelViewSet,
 ):
     """Your own API tokens, by id or by name. Creating returns the raw token once; deleting revokes it (the
-    record stays)."""
+    record stays). A token creating one (admin scope) may not give more than it has."""
 
     serializer_class = ApiTokenSerializer
     write_role = VIEWER  # everyone manages their own tokens; what a token may do is the user's role
+    token_scope = SCOPE_ADMIN  # deploy tokens run deployments, they do not hand out credentials
 
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):  # the schema generator asks with no user
@@ -42,9 +43,16 @@ class ApiTokenViewSet(
     def create(self, request, *args, **kwargs):
         serializer = self.get_serializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        token, raw = services.issue_token(
-            request.user, serializer.validated_data["name"], serializer.validated_data.get("expires")
-        )
+        data = serializer.validated_data
+        parent = request.auth if isinstance(request.auth, ApiToken) else None
+        grant = services.default_grant(parent)
+        for name in ("scopes", "allowed_models", "requests_per_minute", "tokens_per_minute"):
+            if name in data:
+                setattr(grant, name, data[name])
+        problems = services.wider_than_parent(grant, data.get("expires"), parent)
+        if problems:
+            raise exceptions.PermissionDenied({name: [text] for name, text in problems.items()})
+        token, raw = services.issue_token(request.user, data["name"], data.get("expires"), grant)
         token.token = raw
         return Response(NewApiTokenSerializer(token).data, status=status.HTTP_201_CREATED)
 

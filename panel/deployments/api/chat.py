@@ -14,11 +14,14 @@ from django.utils.translation import gettext as _
 from django.views.decorators.csrf import csrf_exempt
 
 from panel.accounts.authentication import user_for_token
+from panel.accounts.models import SCOPE_DEPLOY
 from panel.accounts.roles import OPERATOR, has_role
 from panel.core.api import is_id
 from panel.core.choices import DeploymentState
 from panel.core.exceptions import not_found_text
+from panel.deployments.engine_keys import auth_headers
 from panel.deployments.models import Deployment
+from panel.deployments.services import engine_url, served_name_of
 
 ENGINE_TIMEOUT = httpx.Timeout(600.0, connect=5.0)
 
@@ -31,9 +34,11 @@ def _authenticate(request):
     """(user, error response): a Bearer token, else the session user with a valid CSRF token."""
     header = request.headers.get("Authorization", "").split()
     if header and header[0].lower() in ("bearer", "token"):
-        user, _token = user_for_token(header[1]) if len(header) == 2 else (None, None)
+        user, token = user_for_token(header[1]) if len(header) == 2 else (None, None)
         if user is None:
             return None, _error(401, _("Invalid, expired or revoked API token."))
+        if not token.covers(SCOPE_DEPLOY):
+            return None, _error(403, _("The playground needs a token with the deploy scope; use /v1."))
         return user, None
     user = request.user
     if not user.is_authenticated:
@@ -42,12 +47,6 @@ def _authenticate(request):
     if rejected is not None:
         return None, _error(403, _("CSRF check failed: send the X-CSRFToken header."))
     return user, None
-
-
-def _engine_url(deployment: Deployment) -> str:
-    head = deployment.nodes.order_by("pk").first()
-    host = head.address if head is not None and head.address else "127.0.0.1"
-    return f"http://{host}:{deployment.spec.get('port')}/v1/chat/completions"
 
 
 def _target(request, ref: str):
@@ -62,7 +61,7 @@ def _target(request, ref: str):
         return None, _error(404, not_found_text(request))
     if deployment.observed_state != DeploymentState.RUNNING:
         return None, _error(409, _("The deployment is not running."))
-    return (deployment, _engine_url(deployment)), None
+    return (deployment, engine_url(deployment) + "/chat/completions", auth_headers(deployment)), None
 
 
 @csrf_exempt
@@ -72,17 +71,19 @@ async def chat(request, ref: str):
     found, error = await sync_to_async(_target)(request, ref)
     if error is not None:
         return error
-    deployment, url = found
+    deployment, url, headers = found
     try:
         body = json.loads(request.body or b"{}")
     except ValueError:
         return _error(400, _("The body is not JSON."))
     if not isinstance(body, dict):
         return _error(400, _("The body must be a JSON object."))
-    body.setdefault("model", deployment.spec.get("served_model_name") or deployment.name)
+    body.setdefault("model", served_name_of(deployment))
     client = httpx.AsyncClient(timeout=ENGINE_TIMEOUT, trust_env=False)
     try:
-        upstream = await client.send(client.build_request("POST", url, json=body), stream=True)
+        upstream = await client.send(
+            client.build_request("POST", url, json=body, headers=headers), stream=True
+        )
     except httpx.HTTPError as exc:
         await client.aclose()
         return _error(502, _("The engine did not answer: {error}").format(error=exc))

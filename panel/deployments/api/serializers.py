@@ -120,6 +120,12 @@ class DeploymentSerializer(serializers.ModelSerializer):
     )
     replicas = serializers.SerializerMethodField(help_text="On the primary: its other replicas.")
     rollout = serializers.SerializerMethodField(help_text="On the primary: its latest rolling update.")
+    endpoint = serializers.SerializerMethodField(
+        help_text="The OpenAI base URL to call (the panel's /v1 gateway); the model is `served_model_name`."
+    )
+    served_model_name = serializers.SerializerMethodField(
+        help_text="The `model` clients send to the gateway."
+    )
 
     class Meta:
         model = Deployment
@@ -128,7 +134,7 @@ class DeploymentSerializer(serializers.ModelSerializer):
             "status_display", "desired_state", "reason", "reason_display", "endpoint", "runtime",
             "runtime_kind", "restart_count", "failed_restarts", "next_restart_at", "spec", "plan", "metrics",
             "metrics_at", "operation", "findings", "replica_of", "replicas_wanted", "replicas", "rollout",
-            "created", "updated",
+            "created", "updated", "served_model_name",
         ]  # fmt: skip
         read_only_fields = fields
 
@@ -144,6 +150,16 @@ class DeploymentSerializer(serializers.ModelSerializer):
     def get_rollout(self, deployment) -> dict | None:
         latest = max(deployment.rollouts.all(), key=lambda rollout: rollout.pk, default=None)
         return progress(latest)
+
+    def get_endpoint(self, deployment) -> str:
+        from panel.gateway.links import gateway_url
+
+        return deployment.endpoint or gateway_url(self.context.get("request"))
+
+    def get_served_model_name(self, deployment) -> str:
+        from panel.deployments.services import served_name_of
+
+        return served_name_of(deployment)
 
     def get_reason_display(self, deployment) -> str:
         from panel.core.templatetags.panel_text import deployment_reason

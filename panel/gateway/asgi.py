@@ -1,0 +1,93 @@
+"""The gateway as an ASGI application, beside Django's in panel/asgi.py (which sends it /v1/).
+
+Not a Django view on purpose: the panel's middleware is for its pages (sessions, CSRF, messages, locale,
+clickjacking headers, django-axes) and, under ASGI, costs a thread hop per middleware and request; the
+gateway authenticates with API keys and answers JSON or a stream, so it needs none of it. Measured with
+bench/gateway.py, the middleware doubled the CPU a request costs. The gateway still uses Django's ORM,
+settings and translations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from django.conf import settings
+from django.utils import translation
+from django.utils.translation.trans_real import get_supported_language_variant, parse_accept_lang_header
+
+from panel.gateway.errors import Answer, error
+from panel.gateway.handler import Request, handle
+
+log = logging.getLogger(__name__)
+MAX_BODY_BYTES = 32 * 1024 * 1024  # a long prompt with images as data URLs, not a file upload
+
+
+def language_of(accept: str) -> str:
+    for code, _quality in parse_accept_lang_header(accept):
+        if code == "*":
+            break
+        with contextlib.suppress(LookupError):
+            return get_supported_language_variant(code)
+    return settings.LANGUAGE_CODE
+
+
+async def _body(receive) -> bytes | None:
+    """The request body, or None when the client left (or sent more than MAX_BODY_BYTES)."""
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunks.append(message.get("body", b""))
+        size += len(chunks[-1])
+        if size > MAX_BODY_BYTES:
+            return None
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+async def _send_stream(answer: Answer, send) -> None:
+    async with contextlib.aclosing(answer.stream) as chunks:
+        async for chunk in chunks:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    await send({"type": "http.response.body", "body": b""})
+
+
+async def _until_disconnect(receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def application(scope, receive, send) -> None:
+    if scope["type"] != "http":
+        return
+    body = await _body(receive)
+    if body is None:
+        return
+    headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope["headers"]}
+    request = Request(scope["method"], scope["path"], headers, body)
+    with translation.override(language_of(headers.get("accept-language", ""))):
+        try:
+            answer = await handle(request)
+        except Exception:
+            log.exception("gateway request %s %s failed", request.method, request.path)
+            answer = error(
+                500, "The gateway failed on this request; its log has the details.", "server_error"
+            )
+    start = [(b"content-type", answer.content_type), *answer.headers]
+    await send({"type": "http.response.start", "status": answer.status, "headers": start})
+    if answer.stream is None:
+        await send({"type": "http.response.body", "body": answer.body})
+        return
+    # A client that goes away mid-stream cancels the relay: the engine connection closes and the engine
+    # stops generating; the usage record says 499.
+    relay = asyncio.ensure_future(_send_stream(answer, send))
+    gone = asyncio.ensure_future(_until_disconnect(receive))
+    await asyncio.wait({relay, gone}, return_when=asyncio.FIRST_COMPLETED)
+    for task in (relay, gone):
+        if not task.done():
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

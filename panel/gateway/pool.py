@@ -1,0 +1,166 @@
+"""Which engine instance serves a request: the healthy instances of a served model name, least outstanding
+requests first.
+
+Membership comes from the database, as the reconcile loop leaves it: an instance is in the pool while its
+deployment is wanted running, is observed running and passed its last probe (a failed /health probe sets
+`probe_failures`, a dead process `unhealthy`, either takes it out at once). A deployment has one engine
+instance today (the API server of its head node); `_instances_of` is the one place that will list a
+deployment's replicas once it has several, and everything else already handles any number per name.
+
+Outstanding requests are counted in Redis (panel.gateway.store), so every web process sees the others'.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import asdict, dataclass
+
+from django.conf import settings
+from django.db.models import Q
+
+from panel.core.choices import DeploymentState, DesiredState
+from panel.deployments.engine_keys import opened
+from panel.deployments.models import Deployment
+from panel.deployments.services import engine_url, served_name_of
+from panel.gateway import store
+
+SUSPECT_S = 5.0  # how long an instance that just failed a request is avoided (about two probe intervals)
+REFRESH_S = 60.0  # a long stream says it is still outstanding this often
+SUSPECT_PENALTY = 1_000_000
+
+# KEYS: the instances' in-flight sets, then their suspect flags. ARGV: now, forget before, request id,
+# rotation (ties go to a random instance, not always the first), key lifetime.
+PICK_LEAST_OUTSTANDING = """
+local n = #KEYS / 2
+local best, best_load = 0, nil
+for i = 1, n do
+  local j = ((i - 1 + tonumber(ARGV[4])) % n) + 1
+  redis.call('ZREMRANGEBYSCORE', KEYS[j], '-inf', ARGV[2])
+  local load = redis.call('ZCARD', KEYS[j])
+  if redis.call('EXISTS', KEYS[n + j]) == 1 then load = load + tonumber(ARGV[6]) end
+  if best_load == nil or load < best_load then best, best_load = j, load end
+end
+redis.call('ZADD', KEYS[best], ARGV[1], ARGV[3])
+redis.call('EXPIRE', KEYS[best], ARGV[5])
+return best - 1
+"""
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One engine process that answers a served model name."""
+
+    id: str  # "<deployment>/<replica>": what usage rows and metrics call it
+    deployment_id: int
+    deployment: str
+    base_url: str  # the engine's OpenAI base, http://host:port/v1
+    sealed_key: str  # the deployment's engine key as the row keeps it (panel.deployments.engine_keys)
+
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {opened(self.sealed_key)}"} if self.sealed_key else {}
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Pool:
+    served_name: str
+    instances: tuple[Instance, ...]  # the healthy ones; empty: the name is deployed but nothing serves now
+
+    def as_dict(self) -> dict:
+        return {"served_name": self.served_name, "instances": [i.as_dict() for i in self.instances]}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Pool:
+        return cls(data["served_name"], tuple(Instance(**i) for i in data["instances"]))
+
+
+def _instances_of(deployment: Deployment) -> list[Instance]:
+    return [
+        Instance(
+            id=f"{deployment.name}/0",
+            deployment_id=deployment.pk,
+            deployment=deployment.name,
+            base_url=engine_url(deployment),
+            sealed_key=deployment.engine_key,
+        )
+    ]
+
+
+def _serving(deployment: Deployment) -> bool:
+    return (
+        deployment.desired_state == DesiredState.RUNNING
+        and deployment.observed_state == DeploymentState.RUNNING
+        and deployment.probe_failures == 0
+    )
+
+
+def deployments_named(served_name: str):
+    """Deployments wanted running that serve `served_name` (the served name defaults to the deployment's)."""
+    candidates = Deployment.objects.filter(desired_state=DesiredState.RUNNING).filter(
+        Q(spec__served_model_name=served_name) | Q(name=served_name)
+    )
+    return [d for d in candidates.order_by("pk") if served_name_of(d) == served_name]
+
+
+def pool_for(served_name: str) -> Pool | None:
+    """The pool of `served_name`, or None when no deployment serves that name (a 404, not a 503)."""
+    deployments = deployments_named(served_name)
+    if not deployments:
+        return None
+    healthy = [instance for d in deployments if _serving(d) for instance in _instances_of(d)]
+    return Pool(served_name, tuple(healthy))
+
+
+def served_names() -> list[str]:
+    """Every served model name of a deployment wanted running (GET /v1/models)."""
+    wanted = Deployment.objects.filter(desired_state=DesiredState.RUNNING).order_by("name")
+    return sorted({served_name_of(d) for d in wanted})
+
+
+async def acquire(redis, instances: list[Instance], request_id: str) -> Instance:
+    """Count `request_id` against the instance with the fewest outstanding requests and return it. One
+    round trip: the choice and the count happen together in Redis, so racing web processes spread out."""
+    keys = [store.inflight_key(i.id) for i in instances] + [store.suspect_key(i.id) for i in instances]
+    now = time.time()
+    ttl = settings.PANEL_GATEWAY_INFLIGHT_TTL_S
+    index = await redis.eval(
+        PICK_LEAST_OUTSTANDING,
+        len(keys),
+        *keys,
+        now,
+        now - ttl,
+        request_id,
+        random.randrange(len(instances)),
+        int(ttl) + 60,
+        SUSPECT_PENALTY,
+    )
+    return instances[int(index)]
+
+
+def release(pipeline, instance: Instance, request_id: str) -> None:
+    """Queue the end of `request_id` on `instance` on a pipeline (sent with the usage record)."""
+    pipeline.zrem(store.inflight_key(instance.id), request_id)
+
+
+async def failed(redis, instance: Instance, request_id: str) -> None:
+    """`instance` failed before its first byte: no longer count it, and avoid it for a few seconds."""
+    async with redis.pipeline(transaction=False) as pipeline:
+        release(pipeline, instance, request_id)
+        pipeline.set(store.suspect_key(instance.id), "1", px=int(SUSPECT_S * 1000))
+        await pipeline.execute()
+
+
+async def still_serving(redis, instance: Instance, request_id: str) -> None:
+    """A long stream renews its count, so a web process that died mid-stream stops counting after the TTL."""
+    await redis.zadd(store.inflight_key(instance.id), {request_id: time.time()}, xx=True)
+
+
+def outstanding(instance_id: str) -> int:
+    """Requests `instance_id` is serving now, across every web process (a drain waits for 0)."""
+    client = store.client()
+    key = store.inflight_key(instance_id)
+    client.zremrangebyscore(key, "-inf", time.time() - settings.PANEL_GATEWAY_INFLIGHT_TTL_S)
+    return int(client.zcard(key))

@@ -1,0 +1,123 @@
+"""Shared by the gateway's integration and engine tests: a real daphne serving the panel on the test
+database and Redis, deployments made through the API, and reading SSE answers."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.deployment_helpers import deployment_json, wait_for
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+class LiveGateway:
+    def __init__(self, url: str, process: subprocess.Popen, log_path: Path):
+        self.url = url
+        self.process = process
+        self.log_path = log_path
+
+    @property
+    def v1(self) -> str:
+        return f"{self.url}/v1"
+
+    def client(self, key: str | None = None, timeout: float = 60) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=timeout, trust_env=False)
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+@pytest.fixture(scope="module")
+def live_gateway(_wired_to_redis, tmp_path_factory):
+    """daphne serving panel.asgi on the test database and the test Redis, as production runs the gateway
+    (a separate process: what it knows comes from the database and Redis only)."""
+    from django.conf import settings
+    from django.db import connection
+
+    from panel.run import free_port, wait_for_port
+
+    name = connection.settings_dict["NAME"]
+    if connection.vendor != "sqlite":
+        pytest.skip("the live gateway fixture shares the test database as a SQLite file")
+    data = tmp_path_factory.mktemp("gateway-web")
+    port = free_port()
+    env = {
+        **os.environ,
+        "PANEL_MODE": "run",
+        "DEBUG": "0",
+        "DATABASE_URL": f"sqlite:///{name}",
+        "REDIS_URL": _wired_to_redis,
+        "PANEL_DATA_DIR": str(data),
+        "SECRET_KEY": settings.SECRET_KEY,
+        "PANEL_SECRETS_KEY": settings.PANEL_SECRETS_KEY,
+        "LOG_LEVEL": "WARNING",
+        "PYTHONUNBUFFERED": "1",
+    }
+    log_path = data / "daphne.log"
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "panel.asgi:application"],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_for_port(port, timeout=60)
+        yield LiveGateway(f"http://127.0.0.1:{port}", process, log_path)
+    finally:
+        process.terminate()
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def deploy(
+    client, model, folder, name: str, served: str, node: str, npus: list[int], timeout: float = 60
+) -> dict:
+    """A deployment made through the API, once it runs."""
+    body = {
+        "name": name,
+        "model": model.pk,
+        "path": str(folder),
+        "nodes": [{"node": node, "npus": npus}],
+        "served_model_name": served,
+    }
+    created = client.post("/api/v1/deployments/", body, format="json")
+    assert created.status_code == 201, created.json()
+    pk = created.json()["id"]
+    return wait_for(
+        lambda: (d := deployment_json(client, pk))["status"] == "running" and d, timeout, f"{name} running"
+    )
+
+
+def sse_events(text: str) -> list:
+    """The data of each SSE event: parsed JSON, or the raw string ([DONE])."""
+    events = []
+    for line in text.splitlines():
+        if line.startswith("data:"):
+            data = line[5:].strip()
+            events.append(data if not data.startswith("{") else json.loads(data))
+    return events
+
+
+def drained(expected: int, timeout: float = 10):
+    """Run the beat's drain until `expected` usage rows are stored; the rows, newest first."""
+    from panel.gateway.models import UsageRecord
+    from panel.gateway.usage import drain
+
+    deadline = time.monotonic() + timeout
+    while True:
+        drain()
+        rows = list(UsageRecord.objects.order_by("-time"))
+        if len(rows) >= expected or time.monotonic() > deadline:
+            return rows
+        time.sleep(0.2)
