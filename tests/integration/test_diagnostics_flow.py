@@ -142,3 +142,9 @@ def test_a_failed_start_asks_every_node_for_its_part(failed_deployment, settings
     request = collect.task_kwargs["request"]
     assert request["upload_url"] == "http://panel.example:8000/forensics/upload/"
     assert request["env"] == {"TASK_QUEUE_ENABLE": "2"}
+
+
+def test_the_api_names_an_unknown_deployment_on_its_field(bob):
+    refused = api_client_for(bob).post("/api/v1/diagnostics/", {"deployment": "nowhere"}, format="json")
+    assert refused.status_code == 400
+    assert refused.json()["errors"] == {"deployment": ["No deployment named nowhere."]}

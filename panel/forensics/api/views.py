@@ -1,6 +1,5 @@
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import FileResponse
-from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status
@@ -28,9 +27,10 @@ class DiagnosticsBundleViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
     def create(self, request):
         data = CollectSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        deployment = get_object_or_404(
-            Deployment.objects.visible_to(request.user), name=data.validated_data["deployment"]
-        )
+        name = data.validated_data["deployment"]
+        deployment = Deployment.objects.visible_to(request.user).filter(name=name).first()
+        if deployment is None:
+            raise ValidationError({"deployment": [f"No deployment named {name}."]})
         try:
             bundle = services.collect(
                 deployment, user=request.user, panel_url=request.build_absolute_uri("/")
