@@ -173,11 +173,13 @@ def test_a_failed_start_shows_the_toolkits_findings_and_backs_off(
     }
     pk = client.post("/api/v1/deployments/", body, format="json").json()["id"]
 
-    failed = wait_for(
-        lambda: deployment_json(client, pk)["failed_restarts"] == 1 and deployment_json(client, pk),
-        30,
-        "a failed start",
-    )
+    # The first failed start is tried again at once; the second failure backs off (base 60 s), so the
+    # deployment then stays unhealthy. One read per poll: two reads could straddle the retry.
+    def failed_twice():
+        current = deployment_json(client, pk)
+        return current if current["failed_restarts"] == 2 else None
+
+    failed = wait_for(failed_twice, 60, "two failed starts")
     assert failed["status"] == "unhealthy"
     assert "exited during start-up" in failed["reason"]
     assert any("-8005" in line for line in failed["findings"]["log_tail"]), failed["findings"]
