@@ -267,9 +267,11 @@ async def _recorded(runner, config, name: str, known: dict) -> lifecycle.Contain
         record = lifecycle.ContainerRecord.from_dict({**_blank(name), **known, "name": name})
     if record is not None:
         return record
+    from workers.tasks.deploy import LaunchFailed
+
     try:
         engine = await choose_engine(runner, config, ContainerHost.from_env())
-    except Exception:  # noqa: BLE001 - no engine here: nothing of this deployment can be running
+    except (HostConfigError, LaunchFailed):  # no engine here: nothing of this deployment can be running
         return None
     for state in await lifecycle.find_labelled(runner, engine, name):
         found = lifecycle.ContainerRecord.from_dict(
