@@ -110,10 +110,6 @@ def rootfs_tarball(path: Path) -> Path:
     return path
 
 
-def image_exists(reference: str) -> bool:
-    return subprocess.run([PODMAN, "image", "exists", reference], check=False).returncode == 0
-
-
 def build_image(reference: str, changes: list[str], workdir: Path) -> str:
     tarball = rootfs_tarball(workdir / "rootfs.tar")
     argv = [PODMAN, "import"]

@@ -19,6 +19,8 @@ environment variables only:
   ASCEND_PANEL_METRICS_S   NPU/host sampling interval in seconds (default 1; 0 turns sampling off)
   ASCEND_PANEL_SSH_KEY     private key this node's model copies log in to other nodes with (default: the
                            agent user's ~/.ssh keys)
+  ASCEND_PANEL_CONTAINER_* how engine containers run here (engine, extra mounts, passed variables, cache,
+                           shm size): see workers.containers.hostconf
 """
 
 import logging

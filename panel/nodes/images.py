@@ -10,7 +10,7 @@ from django.utils.translation import gettext as _
 
 from panel.core.choices import DesiredState, NodeTransport, OperationKind
 from panel.operations.services import create_operation
-from workers.containers.parse import _split_reference
+from workers.containers.parse import split_reference
 from workers.engine.container import IMAGE_PATTERN
 from workers.task_names import AGENT_LIST_IMAGES, AGENT_LOAD_IMAGE, AGENT_PULL_IMAGE, AGENT_REMOVE_IMAGE
 
@@ -142,7 +142,7 @@ def image_rows(node) -> list[dict]:
 
     rows = []
     for image in images_on(node):
-        repository, tag = _split_reference(image.get("reference") or "")
+        repository, tag = split_reference(image.get("reference") or "")
         rows.append(
             {**image, "repository": repository, "tag": tag, "used_by": users_of(node, image.get("reference"))}
         )

@@ -1,6 +1,7 @@
 """The compatibility matrix (workers/ascend/compat_matrix.yaml) as rows the pages and the API show."""
 
 from workers.ascend.compat import CHIP_NAMES, cpu_profile, load_matrix, profile_for
+from workers.containers.official import official_images
 
 CPU = "cpu"
 
@@ -27,6 +28,8 @@ def profile_rows() -> list[dict]:
                 "driver": profile.driver.describe() if profile.driver else None,
                 "driver_source": profile.driver.source if profile.driver else None,
                 "sources": list(profile.sources),
+                # The release's official images (workers/containers/official_images.yaml), for containers.
+                "images": [image.as_dict() for image in official_images(profile.vllm_ascend)],
             }
         )
     return rows

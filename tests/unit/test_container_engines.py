@@ -216,3 +216,19 @@ def test_the_preflight_names_a_wrong_chip_and_a_driver_older_than_the_images_can
         p.component for p in preflight("quay.io/ascend/vllm-ascend:v9.9.9", chip="910b", driver=None)
     ] == ["image"]
     assert preflight("localhost/site-build:v1", chip="910b", driver="1.0") == []
+
+
+def test_the_numa_cpuset_is_what_this_machines_kernel_lets_the_agent_use(tmp_path):
+    import os
+
+    from workers.containers.launchplan import cpu_list, numa_cpuset
+
+    assert cpu_list([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
+    node = tmp_path / "sys/devices/system/node/node0"
+    node.mkdir(parents=True)
+    node.joinpath("cpulist").write_text("0-4095\n")
+    cpus, mems = numa_cpuset(str(tmp_path), 0)
+    assert cpus == cpu_list(sorted(os.sched_getaffinity(0)))
+    assert mems == ("0" if os.path.isdir("/sys/devices/system/node/node0") else None)
+    assert numa_cpuset(str(tmp_path), 7) == (None, None)  # a node this host does not describe
+    assert numa_cpuset(str(tmp_path), None) == (None, None)

@@ -9,7 +9,6 @@ Its output is kept by a detached `logs -f` follower (workers.containers.follow) 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hashlib
 import json
@@ -249,12 +248,3 @@ def read_lines(
 
 def tail_lines(path: str, count: int = 40) -> list[str]:
     return [split_stamp(line)[1] for line in runtime.tail_lines(path, count)]
-
-
-async def wait_gone(runner, record: ContainerRecord, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        state = await inspect(runner, record.engine, record.container_id)
-        if state is None or not state.running:
-            return
-        await asyncio.sleep(0.2)

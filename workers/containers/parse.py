@@ -83,7 +83,7 @@ class Image:
         return {**asdict(self), "reference": self.reference}
 
 
-def _split_reference(name: str) -> tuple[str, str]:
+def split_reference(name: str) -> tuple[str, str]:
     # The tag follows the last ':' after the last '/' (a registry's port is before a '/').
     slash, colon = name.rfind("/"), name.rfind(":")
     if colon > slash:
@@ -127,7 +127,7 @@ def _podman_images(stdout: str) -> list[Image]:
         created = row.get("Created")
         when = datetime.fromtimestamp(created, UTC).isoformat() if isinstance(created, int | float) else ""
         for name in row.get("Names") or ["<none>:<none>"]:
-            repository, tag = _split_reference(name)
+            repository, tag = split_reference(name)
             images.append(
                 Image(repository, tag or "<none>", _short_id(row.get("Id") or ""), row.get("Size"), when)
             )

@@ -11,26 +11,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import shlex
 import time
-from dataclasses import replace
-from pathlib import Path
 
 from workers.ascend.diagnose import diagnose_lines
-from workers.ascend.facts import parse_numa_cpulist
-from workers.containers import commands, lifecycle
-from workers.containers.detect import ascend_runtime_use, detect_containers, engine_images
+from workers.containers import commands, launchplan, lifecycle
+from workers.containers.detect import detect_containers
 from workers.containers.hostconf import ContainerHost, HostConfigError
 from workers.engine import readiness, runtime
-from workers.engine.command import LaunchSpec
-from workers.engine.container import ContainerSpec, build_container_run, driver_sources
+from workers.engine.container import ContainerSpec, build_container_run
 from workers.engine.launch_spec import launch_spec_from_payload
 from workers.engine.logstages import STAGE_TITLES, StartupProgress
 from workers.hosts.base import CommandError
 from workers.hosts.local import LocalRunner
 from workers.i18n import gettext_noop as _
-from workers.models.node_paths import host_path
 
 log = logging.getLogger(__name__)
 
@@ -58,93 +52,6 @@ async def choose_engine(runner, config, host: ContainerHost) -> str:
             _("no container engine answers on this node (found: {seen})").format(seen=seen), NO_ENGINE_HINT
         )
     return found["engine"]
-
-
-def numa_cpuset(host_root: str, numa_node: int | None) -> tuple[str | None, str | None]:
-    """(--cpuset-cpus, --cpuset-mems) for a NUMA node: its CPUs (the node's sysfs) that this agent may
-    use itself, and the node, when this machine's kernel has it. The kernel that enforces the cpuset is
-    this machine's, so a CPU or node it lacks (a simulated host's) is left out rather than refused."""
-    if numa_node is None:
-        return None, None
-    path = host_path(host_root, f"/sys/devices/system/node/node{int(numa_node)}/cpulist")
-    try:
-        listed = parse_numa_cpulist(path.read_text(encoding="utf-8").strip())
-    except (OSError, ValueError):
-        return None, None
-    usable = sorted(set(listed) & os.sched_getaffinity(0))
-    if not usable:
-        return None, None
-    mems = str(int(numa_node)) if os.path.isdir(f"/sys/devices/system/node/node{int(numa_node)}") else None
-    return cpu_list(usable), mems
-
-
-def cpu_list(cpus: list[int]) -> str:
-    """[0, 1, 2, 5] -> "0-2,5"."""
-    ranges, start = [], None
-    for index, cpu in enumerate(cpus):
-        if start is None:
-            start = cpu
-        if index + 1 == len(cpus) or cpus[index + 1] != cpu + 1:
-            ranges.append(str(start) if start == cpu else f"{start}-{cpu}")
-            start = None
-    return ",".join(ranges)
-
-
-def model_source(host_root: str, model_path: str) -> str:
-    """The model folder on this machine: under a simulated host's root when it is there."""
-    under_root = host_path(host_root, model_path)
-    return str(under_root) if under_root.is_dir() else model_path
-
-
-async def container_spec(
-    runner, config, host: ContainerHost, engine: str, spec: LaunchSpec, container: dict, name: str
-) -> ContainerSpec:
-    cpus, mems = numa_cpuset(config.host_root, spec.numa_node if spec.chip != "cpu" else None)
-    base = ContainerSpec(
-        launch=spec,
-        name=lifecycle.container_name(name),
-        image=str(container.get("image") or ""),
-        device_ids=tuple(container.get("device_ids") or ()),
-        engine=engine,
-        host_network=bool(container.get("host_network", True)),
-        shm_size=host.shm_size,
-        cpuset_cpus=cpus,
-        cpuset_mems=mems if cpus else None,
-        ascend_runtime=""
-        if spec.chip == "cpu"
-        else await ascend_runtime_use(runner, config.host_root, engine),
-        cache_dir=host.cache_dir,
-        host_root=config.host_root,
-        model_source=model_source(config.host_root, spec.model_path),
-        extra_mounts=host.mounts,
-        env_from_host=host.env_names,
-        env_file=lifecycle.env_file_path(config.host_root, name),
-    )
-    digest = lifecycle.launch_digest(build_container_run(base, host.passed_env()).argv)
-    return replace(base, labels=lifecycle.labels(name, config.node_name, digest))
-
-
-def _check_host_paths(spec: ContainerSpec) -> None:
-    missing = [m.source for m in driver_sources(spec) if not os.path.exists(m.source)]
-    missing += [m.source for m in spec.extra_mounts if not os.path.exists(m.source)]
-    if missing:
-        raise _fail(
-            _("these host paths for the engine container do not exist: {paths}").format(
-                paths=", ".join(missing)
-            ),
-            _(
-                "The NPU driver is not fully installed (npu-smi, DCMI and the driver's lib64 come from the "
-                "host), or ASCEND_PANEL_CONTAINER_MOUNTS names a path that is not there."
-            ),
-        )
-    if spec.cache_dir:
-        Path(host_path(spec.host_root, spec.cache_dir)).mkdir(parents=True, exist_ok=True)
-
-
-async def _image_present(runner, engine: str, image: str) -> bool:
-    images, _error = await engine_images(runner, engine)
-    wanted = image if ":" in image.rsplit("/", 1)[-1] or "@" in image else f"{image}:latest"
-    return any(item["reference"] in (image, wanted) for item in images)
 
 
 def _findings(log_path: str, start_offset: int, state=None) -> tuple[list[dict], list[str]]:
@@ -237,14 +144,17 @@ async def launch_container(emitter, config, payload: dict) -> dict:
     follower = spec.multi_node is not None and spec.multi_node.role == "follower"
     _check_model_folder(config.host_root, spec.model_path)
     engine = await choose_engine(runner, config, host)
-    cspec = await container_spec(runner, config, host, engine, spec, payload.get("container") or {}, name)
-    _check_host_paths(cspec)
+    cspec = await launchplan.container_spec(
+        runner, config, host, engine, spec, payload.get("container") or {}, name
+    )
+    launchplan.check_host_paths(cspec)
+    await launchplan.preflight_here(runner, config, cspec)
     await _stop_process_engine(emitter, runner, config, name, grace)
     adopted = await _adopt_or_clear(emitter, runner, config, cspec, name, follower, grace)
     if adopted is not None:
         emitter.progress(100, STAGE_TITLES["ready"], stage_key="ready")
         return {"runtime": {**adopted.to_dict(), "adopted": True}}
-    if not await _image_present(runner, engine, cspec.image):
+    if not await launchplan.image_present(runner, engine, cspec.image):
         raise _fail(
             _("the image {image} is not on this node ({engine})").format(image=cspec.image, engine=engine),
             _("Pull it on the node's Images tab, or load it there from an archive in the package store."),
@@ -357,9 +267,11 @@ async def _recorded(runner, config, name: str, known: dict) -> lifecycle.Contain
         record = lifecycle.ContainerRecord.from_dict({**_blank(name), **known, "name": name})
     if record is not None:
         return record
+    from workers.tasks.deploy import LaunchFailed
+
     try:
         engine = await choose_engine(runner, config, ContainerHost.from_env())
-    except Exception:  # noqa: BLE001 - no engine here: nothing of this deployment can be running
+    except (HostConfigError, LaunchFailed):  # no engine here: nothing of this deployment can be running
         return None
     for state in await lifecycle.find_labelled(runner, engine, name):
         found = lifecycle.ContainerRecord.from_dict(
