@@ -101,8 +101,11 @@ def endpoint_of(deployment: Deployment) -> str:
 
 
 def engine_url(deployment: Deployment) -> str:
-    """The engine's own OpenAI base URL (its head node's address), for the panel's calls only."""
-    head = deployment.nodes.order_by("pk").first()
+    """The engine's own OpenAI base URL, for the panel's calls only: a multi-node deployment's API server
+    runs on its head node (its followers are headless)."""
+    head_name = next((part["node"] for part in parts_of(deployment) if part.get("role") != "follower"), None)
+    nodes = deployment.nodes.all()
+    head = nodes.filter(name=head_name).first() if head_name else nodes.order_by("pk").first()
     host = (head.address if head and head.address else "") or "127.0.0.1"
     return f"http://{host}:{deployment.spec.get('port')}/v1"
 

@@ -33,8 +33,12 @@ def language_of(accept: str) -> str:
     return settings.LANGUAGE_CODE
 
 
+class TooLarge(Exception):
+    pass
+
+
 async def _body(receive) -> bytes | None:
-    """The request body, or None when the client left (or sent more than MAX_BODY_BYTES)."""
+    """The request body, or None when the client left; TooLarge past MAX_BODY_BYTES."""
     chunks, size = [], 0
     while True:
         message = await receive()
@@ -43,15 +47,19 @@ async def _body(receive) -> bytes | None:
         chunks.append(message.get("body", b""))
         size += len(chunks[-1])
         if size > MAX_BODY_BYTES:
-            return None
+            raise TooLarge
         if not message.get("more_body"):
             return b"".join(chunks)
 
 
-async def _send_stream(answer: Answer, send) -> None:
-    async with contextlib.aclosing(answer.stream) as chunks:
-        async for chunk in chunks:
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+async def _send(answer: Answer, send) -> None:
+    start = [(b"content-type", answer.content_type), *answer.headers]
+    await send({"type": "http.response.start", "status": answer.status, "headers": start})
+    if answer.stream is None:
+        await send({"type": "http.response.body", "body": answer.body})
+        return
+    async for chunk in answer.stream:
+        await send({"type": "http.response.body", "body": chunk, "more_body": True})
     await send({"type": "http.response.body", "body": b""})
 
 
@@ -60,34 +68,47 @@ async def _until_disconnect(receive) -> None:
         pass
 
 
+async def _answer(request: Request) -> Answer:
+    with translation.override(language_of(request.headers.get("accept-language", ""))):
+        try:
+            return await handle(request)
+        except Exception:
+            log.exception("gateway request %s %s failed", request.method, request.path)
+            return error(500, "The gateway failed on this request; its log has the details.", "server_error")
+
+
 async def application(scope, receive, send) -> None:
     if scope["type"] != "http":
         return
-    body = await _body(receive)
+    try:
+        body = await _body(receive)
+    except TooLarge:
+        limit = MAX_BODY_BYTES // 2**20
+        await _send(error(413, f"The request body is over {limit} MiB.", "invalid_request_error"), send)
+        return
     if body is None:
         return
     headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope["headers"]}
-    request = Request(scope["method"], scope["path"], headers, body)
-    with translation.override(language_of(headers.get("accept-language", ""))):
-        try:
-            answer = await handle(request)
-        except Exception:
-            log.exception("gateway request %s %s failed", request.method, request.path)
-            answer = error(
-                500, "The gateway failed on this request; its log has the details.", "server_error"
-            )
-    start = [(b"content-type", answer.content_type), *answer.headers]
-    await send({"type": "http.response.start", "status": answer.status, "headers": start})
-    if answer.stream is None:
-        await send({"type": "http.response.body", "body": answer.body})
-        return
-    # A client that goes away mid-stream cancels the relay: the engine connection closes and the engine
-    # stops generating; the usage record says 499.
-    relay = asyncio.ensure_future(_send_stream(answer, send))
+    # A client that goes away cancels its request wherever it is: waiting for an engine's answer, or in the
+    # middle of a stream. The engine's connection then closes (and the engine stops generating); the usage
+    # record says 499.
     gone = asyncio.ensure_future(_until_disconnect(receive))
-    await asyncio.wait({relay, gone}, return_when=asyncio.FIRST_COMPLETED)
-    for task in (relay, gone):
-        if not task.done():
-            task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+    work = asyncio.ensure_future(_answer(Request(scope["method"], scope["path"], headers, body)))
+    answer = None
+    try:
+        await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+        if not work.done():
+            return
+        answer = work.result()
+        work = asyncio.ensure_future(_send(answer, send))
+        await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
+        if work.done():
+            work.result()
+    finally:
+        for task in (work, gone):
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        if answer is not None and answer.stream is not None:
+            await answer.stream.aclose()  # recorded once: a no-op when the stream ran its course

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterable
 from dataclasses import dataclass, field
 
 import orjson
@@ -20,7 +20,7 @@ class Answer:
     body: bytes = b""
     content_type: bytes = JSON
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)
-    stream: AsyncIterator[bytes] | None = None
+    stream: AsyncIterable[bytes] | None = None  # with an aclose() too (panel.gateway.handler.Relay)
 
     def header(self, name: str, value: str) -> Answer:
         self.headers.append((name.lower().encode(), value.encode()))

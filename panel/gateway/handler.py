@@ -155,14 +155,18 @@ async def _proxy(request: Request, route: str) -> Answer:
         content = orjson.dumps(body)
     else:
         content = request.body
-    upstream = await _open(call, redis, list(resolved.pool.instances), route, content)
+    try:
+        upstream = await _open(call, redis, list(resolved.pool.instances), route, content)
+    except asyncio.CancelledError:
+        await call.end(redis, CLIENT_CLOSED, "client_closed")
+        raise
     if upstream is None:
         message = _("No replica of `{model}` answered; retry shortly.").format(model=call.model)
         return await call.refuse(redis, 503, message, "server_error", "no_healthy_replica", Retry_After="5")
     content_type = upstream.headers.get("content-type", "")
     if stream and upstream.status_code == 200 and "text/event-stream" in content_type:
         watch = relay.StreamWatch(call.started, strip_usage=not wants_usage)
-        answer = Answer(200, content_type=content_type.encode(), stream=_relay(call, redis, upstream, watch))
+        answer = Answer(200, content_type=content_type.encode(), stream=Relay(call, redis, upstream, watch))
         answer.header("cache-control", "no-cache").header("x-accel-buffering", "no")
     else:
         answer = await _whole(call, redis, upstream)
@@ -202,6 +206,10 @@ async def _open(call: Call, redis, candidates: list[pools.Instance], route: str,
 async def _whole(call: Call, redis, upstream: httpx.Response) -> Answer:
     try:
         content = await upstream.aread()
+    except asyncio.CancelledError:
+        await upstream.aclose()
+        await call.end(redis, CLIENT_CLOSED, "client_closed")
+        raise
     except httpx.HTTPError:
         await upstream.aclose()
         await call.end(redis, 502, "upstream_broken")
@@ -227,31 +235,56 @@ async def _whole(call: Call, redis, upstream: httpx.Response) -> Answer:
     return Answer(status, content, upstream.headers.get("content-type", "application/json").encode())
 
 
-async def _relay(call: Call, redis, upstream: httpx.Response, watch: relay.StreamWatch):
-    status, code = 200, ""
-    renewed = time.monotonic()
-    try:
-        # The response's own byte stream rather than aiter_raw(): the chunks pass unchanged either way, and
-        # this is one layer less per chunk (panel.gateway.transport).
-        async for chunk in upstream.stream:
-            out = watch.feed(chunk)
-            if out:
-                yield out
-            if time.monotonic() - renewed > pools.REFRESH_S:
-                renewed = time.monotonic()
-                await pools.still_serving(redis, call.instance, call.request_id)
-        rest = watch.rest()
-        if rest:
-            yield rest
-    except httpx.HTTPError:
-        # Bytes already went out, so it cannot be retried: the client sees its stream end early.
-        status, code = 502, "upstream_broken"
-    except asyncio.CancelledError:
-        status, code = CLIENT_CLOSED, "client_closed"
-        raise
-    finally:
-        await upstream.aclose()  # the engine sees the connection go and stops generating
-        await call.end(redis, status, code, watch.usage, watch.ttft_ms)
+class Relay:
+    """A stream's answer: the engine's chunks as they come, then its usage record, exactly once, however
+    it ends (the last chunk, a broken engine, a client that left, or a client never read from at all)."""
+
+    def __init__(self, call: Call, redis, upstream: httpx.Response, watch: relay.StreamWatch):
+        self.call = call
+        self.redis = redis
+        self.upstream = upstream
+        self.watch = watch
+        self.ended = False
+
+    def __aiter__(self):
+        return self._chunks()
+
+    async def _chunks(self):
+        status, code = 200, ""
+        renewed = time.monotonic()
+        call, watch = self.call, self.watch
+        try:
+            # The response's own byte stream rather than aiter_raw(): the chunks pass unchanged either way,
+            # and this is one layer less per chunk (panel.gateway.transport).
+            async for chunk in self.upstream.stream:
+                out = watch.feed(chunk)
+                if out:
+                    yield out
+                if time.monotonic() - renewed > pools.REFRESH_S:
+                    renewed = time.monotonic()
+                    await pools.still_serving(self.redis, call.instance, call.request_id)
+            rest = watch.rest()
+            if rest:
+                yield rest
+        except httpx.HTTPError:
+            # Bytes already went out, so it cannot be retried: the client sees its stream end early.
+            status, code = 502, "upstream_broken"
+        except asyncio.CancelledError:
+            status, code = CLIENT_CLOSED, "client_closed"
+            raise
+        finally:
+            await self._end(status, code)
+
+    async def _end(self, status: int, code: str) -> None:
+        if self.ended:
+            return
+        self.ended = True
+        await self.upstream.aclose()  # the engine sees the connection go and stops generating
+        await self.call.end(self.redis, status, code, self.watch.usage, self.watch.ttft_ms)
+
+    async def aclose(self) -> None:
+        """For an answer whose stream was never read (its client left first)."""
+        await self._end(CLIENT_CLOSED, "client_closed")
 
 
 async def _models(request: Request) -> Answer:

@@ -399,3 +399,10 @@ def test_a_client_that_leaves_mid_stream_ends_the_engine_request_and_is_recorded
     assert (row.status, row.error, row.instance) == (499, "client_closed", "chat-a/0")
     assert row.duration_ms < 5000  # not the 10 s the whole answer takes
     assert outstanding("chat-a/0") == 0
+
+    # Waiting for a whole answer, the same: the client's going ends the engine request.
+    with gateway.client(key, timeout=1) as http, pytest.raises(httpx.ReadTimeout):
+        http.post("/v1/chat/completions", json={**body, "stream": False})
+    waited = wait_for(lambda: len(rows := drained(2, timeout=1)) == 2 and rows, 10, "the second record")
+    assert (waited[0].status, waited[0].stream) == (499, False)
+    assert outstanding("chat-a/0") == 0
