@@ -333,8 +333,8 @@ def staged_model(live_panel):
         ).raise_for_status()
 
         def ready():
-            found = client.get("/api/v1/models/", params={"search": MODEL_NAME}).json()["results"]
-            model = next((m for m in found if m["name"] == MODEL_NAME), None)
+            answer = client.get(f"/api/v1/models/{MODEL_NAME}/")
+            model = answer.json() if answer.status_code == 200 else None
             return model if model and model["facts"] and any(a["ready"] for a in model["artifacts"]) else None
 
         return wait_until(ready, 60, f"{MODEL_NAME} was not inspected on {node}")
