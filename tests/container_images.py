@@ -116,10 +116,18 @@ def rootfs_tarball(path: Path) -> Path:
 
 def build_image(reference: str, changes: list[str], workdir: Path) -> str:
     tarball = rootfs_tarball(workdir / "rootfs.tar")
+    earlier = subprocess.run(
+        [PODMAN, "image", "inspect", "--format", "{{.Id}}", reference],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
     argv = [PODMAN, "import"]
     for change in changes:
         argv += ["--change", change]
     subprocess.run([*argv, str(tarball), reference], check=True, capture_output=True, timeout=300)
+    if earlier:  # the last session's build, now untagged: not left behind as a dangling image
+        subprocess.run([PODMAN, "rmi", earlier], check=False, capture_output=True, timeout=120)
     return reference
 
 
