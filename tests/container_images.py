@@ -52,9 +52,13 @@ def multiarch_lib() -> str:
     return f"/usr/lib/{sysconfig.get_config_var('MULTIARCH')}"
 
 
-def python_prefix() -> str:
-    """The interpreter's installation (binary, libpython, standard library), mounted at the same path."""
-    return sys.base_prefix
+def python_mounts() -> list[str]:
+    """The interpreter's installation (binary, libpython, standard library), mounted at the same paths:
+    its whole prefix (pyenv, /opt/python), or for a system interpreter under /usr only its binary and
+    standard library, so the image's own /usr (bash, the set_env scripts) stays visible."""
+    if sys.base_prefix.rstrip("/") in ("", "/usr"):
+        return [f"{base_python().resolve()}:ro", f"{sysconfig.get_paths()['stdlib']}:ro"]
+    return [f"{sys.base_prefix}:ro"]
 
 
 def base_python() -> Path:
@@ -112,10 +116,18 @@ def rootfs_tarball(path: Path) -> Path:
 
 def build_image(reference: str, changes: list[str], workdir: Path) -> str:
     tarball = rootfs_tarball(workdir / "rootfs.tar")
+    earlier = subprocess.run(
+        [PODMAN, "image", "inspect", "--format", "{{.Id}}", reference],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
     argv = [PODMAN, "import"]
     for change in changes:
         argv += ["--change", change]
     subprocess.run([*argv, str(tarball), reference], check=True, capture_output=True, timeout=300)
+    if earlier:  # the last session's build, now untagged: not left behind as a dangling image
+        subprocess.run([PODMAN, "rmi", earlier], check=False, capture_output=True, timeout=120)
     return reference
 
 
@@ -143,14 +155,12 @@ def remove_image(reference: str) -> None:
 
 def sim_mounts(sim_root: Path) -> str:
     """ASCEND_PANEL_CONTAINER_MOUNTS for the sim engine image on a sim host."""
-    return ",".join(
-        [f"{multiarch_lib()}:ro", f"{python_prefix()}:ro", f"{REPO}:ro", f"{sim_root.resolve()}:rw"]
-    )
+    return ",".join([f"{multiarch_lib()}:ro", *python_mounts(), f"{REPO}:ro", f"{sim_root.resolve()}:rw"])
 
 
 def cpu_mounts(venv: Path) -> str:
     venv = venv.resolve()
-    return ",".join([f"{multiarch_lib()}:ro", f"{python_prefix()}:ro", f"{venv}:ro"])
+    return ",".join([f"{multiarch_lib()}:ro", *python_mounts(), f"{venv}:ro"])
 
 
 def remove_labelled_containers(node: str) -> None:

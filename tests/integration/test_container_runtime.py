@@ -7,6 +7,7 @@ Needs rootful podman set up as .ci/run does (runc, cgroupfs, no default ulimits)
 otherwise."""
 
 import contextlib
+import json
 import subprocess
 
 import pytest
@@ -167,6 +168,25 @@ def test_a_container_deployment_lives_restarts_is_adopted_and_goes(box, bob, tmp
             ]
 
         wait_for(lambda: "Application startup complete." in " ".join(log_lines()), 20, "the engine's log")
+        # The engine holds its API key, handed over by name only: the run line in the log never shows it.
+        env = json.loads(podman("inspect", "--format", "{{json .Config.Env}}", first["container_id"]).stdout)
+        key = next(item.split("=", 1)[1] for item in env if item.startswith("VLLM_API_KEY="))
+        from panel.operations.models import OperationEvent
+
+        run_lines = [e.payload.get("line", "") for e in OperationEvent.objects.filter(kind="log")]
+        assert any(" -e VLLM_API_KEY " in line for line in run_lines if line.startswith("$ podman run"))
+        assert key
+        assert not any(key in line for line in run_lines)
+        from panel.accounts.models import ApiToken
+
+        _token, raw = ApiToken.issue(bob, "playground")
+        chat = client.post(
+            f"/api/v1/deployments/{pk}/chat/",
+            {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 4},
+            format="json",
+            HTTP_AUTHORIZATION=f"Bearer {raw}",
+        )
+        assert chat.status_code == 200, chat.content
         refused = client.post(
             f"/api/v1/nodes/{node.pk}/images/remove/", {"image": container_images.SIM_IMAGE}
         )

@@ -67,9 +67,11 @@ def _report_failure(emitter, log_path: str, start_offset: int, state=None, fallb
     return fallback_hint or _("Read the engine log above for the first error.")
 
 
-async def _first_request(emitter, runner, record, served_name: str) -> readiness.FirstRequest:
+async def _first_request(emitter, runner, record, served_name: str, api_key: str) -> readiness.FirstRequest:
     emitter.log(f"first request: one token of {served_name} (/health alone does not show the model runs)")
-    check = await readiness.check_first_request(runner, record.pid, record.base_url, served_name)
+    check = await readiness.check_first_request(
+        runner, record.pid, record.base_url, served_name, api_key=api_key
+    )
     emitter.log("first request: answered" if check.ok else f"first request failed: {check.detail}")
     return check
 
@@ -77,9 +79,11 @@ async def _first_request(emitter, runner, record, served_name: str) -> readiness
 async def _adopt_or_clear(
     emitter, runner, config, cspec: ContainerSpec, name: str, follower: bool, grace: float
 ):
-    """A running container of this deployment with the same launch that still serves is kept (its record
-    written again when it was lost); anything else of this deployment is stopped and removed."""
+    """A running container of this deployment with the same launch that still serves (with the key the
+    panel holds now: one started with another key is started again) is kept, its record written again
+    when it was lost; anything else of this deployment is stopped and removed."""
     digest = dict(cspec.labels)[commands.LABEL_LAUNCH]
+    api_key = cspec.launch.api_key
     for state in await lifecycle.find_labelled(runner, cspec.engine, name):
         record = lifecycle.load_record(config.host_root, name)
         if record is None or record.container_id != state.id:
@@ -87,7 +91,9 @@ async def _adopt_or_clear(
         if state.running and state.labels.get(commands.LABEL_LAUNCH) == digest:
             serves = follower or (
                 await runtime.is_healthy(record)
-                and (await _first_request(emitter, runner, record, cspec.launch.served_model_name)).ok
+                and (
+                    await _first_request(emitter, runner, record, cspec.launch.served_model_name, api_key)
+                ).ok
             )
             if serves:
                 record.pid = state.pid
@@ -130,7 +136,7 @@ async def _stop_process_engine(emitter, runner, config, name: str, grace: float)
 
 
 async def launch_container(emitter, config, payload: dict) -> dict:
-    from workers.tasks.deploy import _check_model_folder, _log_size
+    from workers.tasks.deploy import _check_model_folder, _log_size, engine_api_key
 
     name = payload["name"]
     runner = LocalRunner()
@@ -140,7 +146,10 @@ async def launch_container(emitter, config, payload: dict) -> dict:
     except HostConfigError as error:
         raise _fail(str(error), _("Fix the agent's container settings in its environment file.")) from error
     log_path = runtime.log_path_for(config.host_root, name)
-    spec = launch_spec_from_payload(payload["spec"], log_path=log_path, venv_path=None)
+    # The engine's API key travels sealed for this node; in the container it is VLLM_API_KEY, passed by
+    # name only (never in argv), and every readiness check sends it.
+    api_key = engine_api_key(config, payload)
+    spec = launch_spec_from_payload(payload["spec"], log_path=log_path, venv_path=None, api_key=api_key)
     follower = spec.multi_node is not None and spec.multi_node.role == "follower"
     _check_model_folder(config.host_root, spec.model_path)
     engine = await choose_engine(runner, config, host)
@@ -230,7 +239,9 @@ async def _wait_ready(emitter, runner, config, payload, spec, record, start_offs
         if follower:
             if time.monotonic() - started >= FOLLOWER_SETTLE_S:
                 break
-        elif await runtime.is_healthy(record) and await runtime.serves_model(record, spec.served_model_name):
+        elif await runtime.is_healthy(record) and await runtime.serves_model(
+            record, spec.served_model_name, spec.api_key
+        ):
             break
         if time.monotonic() - started > timeout:
             hint = _report_failure(emitter, record.log_path, start_offset)
@@ -240,7 +251,7 @@ async def _wait_ready(emitter, runner, config, payload, spec, record, start_offs
             )
         await asyncio.sleep(interval)
     if not follower:
-        check = await _first_request(emitter, runner, record, spec.served_model_name)
+        check = await _first_request(emitter, runner, record, spec.served_model_name, spec.api_key)
         if not check.ok:
             _outcome, state = await lifecycle.stop(runner, record, grace)
             await asyncio.sleep(0.5)
