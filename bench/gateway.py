@@ -138,6 +138,16 @@ class Stack:
         self.supervisor.stop()
 
 
+def waited_s(process: psutil.Process) -> float:
+    """Seconds the process spent runnable but waiting for a CPU (Linux's schedstat): what a shared machine
+    takes from the gateway, apart from what the gateway itself costs."""
+    try:
+        with open(f"/proc/{process.pid}/schedstat") as stat:
+            return int(stat.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 def cpu_s(process: psutil.Process) -> float:
     times = process.cpu_times()
     return times.user + times.system
@@ -272,12 +282,12 @@ def main() -> int:
         # One request each way first: connections, imports and the first database read are not measured.
         asyncio.run(run_phase("prime", gateway_targets + direct_targets, 2, 0.5, 4))
         direct, gateway = [], []
-        web_cpu = redis_cpu = 0.0
+        web_cpu = redis_cpu = web_waited = 0.0
         for round_index in range(args.rounds):
             direct.append(
                 asyncio.run(run_phase("direct", direct_targets, args.streams, args.seconds, args.max_tokens))
             )
-            web_before, redis_before = cpu_s(stack.web), cpu_s(stack.redis)
+            web_before, redis_before, wait_before = cpu_s(stack.web), cpu_s(stack.redis), waited_s(stack.web)
             phase = asyncio.run(
                 run_phase("gateway", gateway_targets, args.streams, args.seconds, args.max_tokens)
             )
@@ -285,6 +295,7 @@ def main() -> int:
             # counted; the window's share is the fair one: the phase is steady after the warm-up.
             share = args.seconds / (args.seconds + WARMUP_S)
             web_cpu += (cpu_s(stack.web) - web_before) * share
+            web_waited += (waited_s(stack.web) - wait_before) * share
             redis_cpu += (cpu_s(stack.redis) - redis_before) * share
             gateway.append(phase)
             print(
@@ -305,7 +316,8 @@ def main() -> int:
     print(f"gateway: {json.dumps(g)}", file=sys.stderr)
     print(
         f"gateway requests in the windows: {sum(p.requests for p in gateway)}; usage rows recorded (whole "
-        f"run): {recorded}; redis cpu {redis_cpu:.2f} s",
+        f"run): {recorded}; redis cpu {redis_cpu:.2f} s; web process cpu {web_cpu:.2f} s, and "
+        f"{web_waited:.2f} s waiting for a cpu (load {os.getloadavg()[0]:.1f}, {os.cpu_count()} cpus)",
         file=sys.stderr,
     )
     result = {

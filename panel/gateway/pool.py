@@ -3,7 +3,8 @@ requests first.
 
 Membership comes from the database, as the reconcile loop leaves it: an instance is in the pool while its
 deployment is wanted running, is observed running and passed its last probe (a failed /health probe sets
-`probe_failures`, a dead process `unhealthy`, either takes it out at once). A deployment has one engine
+`probe_failures`, a dead process `unhealthy`, either takes it out at once: the gateway reads the pool through
+a Redis copy that the deployment's save drops, panel.gateway.identity). A deployment has one engine
 instance today (the API server of its head node); `_instances_of` is the one place that will list a
 deployment's replicas once it has several, and everything else already handles any number per name.
 

@@ -6,6 +6,8 @@ agree. Keys, all under `gw:`:
   suspect:<instance>    exists for a few seconds after an instance failed a request before its first byte:
                         others avoid it until the reconcile loop's probe has had its say
   rpm:<token>:<minute>  requests of a key in one clock minute; tpm:<token>:<minute> its tokens
+  caller:<key sha256>   what a key may do (panel.gateway.identity), for 30 s or until the key changes
+  pool:<served name>    the healthy instances of a model, for 5 s or until one of its deployments changes
   usage                 list of finished requests (JSON), drained into the database by a beat task
   drain-lock            held while one drain runs
   m:requests, m:tokens, m:ttft   hashes of counters for /metrics (panel.gateway.metrics)
