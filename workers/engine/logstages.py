@@ -131,3 +131,19 @@ class StartupProgress:
             )
         elif match := CONCURRENCY.search(line):
             self.max_concurrency = _number(match.group(2))
+
+
+def relay_startup_lines(emitter, progress: StartupProgress, lines: list[str]) -> None:
+    """Send an engine's start-up lines to the operation's log and each stage it reached as progress."""
+    for line in lines:
+        emitter.log(line)
+        update = progress.feed(line)
+        if update is not None:
+            emitter.progress(
+                update.percent,
+                STAGE_TITLES[update.stage],
+                stage_key=update.stage,
+                detail=update.detail,
+                kv_cache_tokens=progress.kv_cache_tokens,
+                weights_gib=progress.weights_gib,
+            )

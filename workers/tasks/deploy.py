@@ -16,7 +16,7 @@ from workers.ascend.diagnose import diagnose_lines
 from workers.engine import readiness, runtime
 from workers.engine.command import build_launch
 from workers.engine.launch_spec import launch_spec_from_payload
-from workers.engine.logstages import STAGE_TITLES, StartupProgress
+from workers.engine.logstages import STAGE_TITLES, StartupProgress, relay_startup_lines
 from workers.engine.metrics import EngineMetrics, MetricsFormatError, parse_metrics, rates
 from workers.engine.stack import find_stack
 from workers.hosts.local import LocalRunner
@@ -150,18 +150,7 @@ async def _launch(emitter, config, payload: dict) -> dict:
     interval = float(payload.get("health_interval_s") or DEFAULT_HEALTH_INTERVAL_S)
     while True:
         lines, offset = runtime.read_log(log_path, offset)
-        for line in lines:
-            emitter.log(line)
-            update = progress.feed(line)
-            if update is not None:
-                emitter.progress(
-                    update.percent,
-                    STAGE_TITLES[update.stage],
-                    stage_key=update.stage,
-                    detail=update.detail,
-                    kv_cache_tokens=progress.kv_cache_tokens,
-                    weights_gib=progress.weights_gib,
-                )
+        relay_startup_lines(emitter, progress, lines)
         if not await runner.is_alive(record.pid):
             lines, offset = runtime.read_log(log_path, offset)
             for line in lines:

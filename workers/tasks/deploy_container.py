@@ -21,7 +21,7 @@ from workers.containers.hostconf import ContainerHost, HostConfigError
 from workers.engine import readiness, runtime
 from workers.engine.container import ContainerSpec, build_container_run
 from workers.engine.launch_spec import launch_spec_from_payload
-from workers.engine.logstages import STAGE_TITLES, StartupProgress
+from workers.engine.logstages import STAGE_TITLES, StartupProgress, relay_startup_lines
 from workers.hosts.base import CommandError
 from workers.hosts.local import LocalRunner
 from workers.i18n import gettext_noop as _
@@ -213,18 +213,7 @@ async def _wait_ready(emitter, runner, config, payload, spec, record, start_offs
     def relay() -> None:
         nonlocal offset
         lines, offset = lifecycle.read_lines(record.log_path, offset)
-        for line in lines:
-            emitter.log(line)
-            update = progress.feed(line)
-            if update is not None:
-                emitter.progress(
-                    update.percent,
-                    STAGE_TITLES[update.stage],
-                    stage_key=update.stage,
-                    detail=update.detail,
-                    kv_cache_tokens=progress.kv_cache_tokens,
-                    weights_gib=progress.weights_gib,
-                )
+        relay_startup_lines(emitter, progress, lines)
 
     while True:
         relay()
