@@ -22,6 +22,7 @@ is the primary key, anything else the resource's `lookup_name_field` (a unique n
 addressed by id only). A name made of digits only is therefore reachable by its id only.
 """
 
+from django.core.exceptions import FieldDoesNotExist
 from rest_framework import mixins, viewsets
 from rest_framework.generics import get_object_or_404  # a value of the wrong type is a 404 too
 from rest_framework.renderers import JSONRenderer
@@ -53,6 +54,15 @@ class StrictRequestMixin:
         return super().finalize_response(request, response, *args, **kwargs)
 
 
+def _has_field(model, name: str) -> bool:
+    """A resource without that field (usage rows, bundles) is found by id only: a name is then a 404."""
+    try:
+        model._meta.get_field(name)
+    except FieldDoesNotExist:
+        return False
+    return True
+
+
 class NameLookupMixin:
     """get_object() by id (all digits) or by `lookup_name_field`."""
 
@@ -61,8 +71,10 @@ class NameLookupMixin:
 
     def get_object(self):
         value = str(self.kwargs[self.lookup_url_kwarg or self.lookup_field])
-        field = "pk" if is_id(value) or not self.lookup_name_field else self.lookup_name_field
-        obj = get_object_or_404(self.filter_queryset(self.get_queryset()), **{field: value})
+        queryset = self.filter_queryset(self.get_queryset())
+        named = self.lookup_name_field and _has_field(queryset.model, self.lookup_name_field)
+        field = "pk" if is_id(value) or not named else self.lookup_name_field
+        obj = get_object_or_404(queryset, **{field: value})
         self.check_object_permissions(self.request, obj)
         return obj
 

@@ -79,7 +79,7 @@ def test_vllm_cpu_deployed_through_the_panel_serves_is_scraped_and_comes_back_af
         format="json",
     )
     assert created.status_code == 201, created.json()
-    assert [w["code"] for w in created.json()["warnings"]] == ["cpu_node"]
+    assert "cpu_node" in [w["code"] for w in created.json()["warnings"]]
     pk = created.json()["id"]
 
     wait_for(lambda: deployment_json(client, pk)["status"] == "running", START_TIMEOUT_S, "running", every=1)

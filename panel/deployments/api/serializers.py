@@ -116,7 +116,10 @@ class DeploymentSerializer(serializers.ModelSerializer):
     operation = serializers.SerializerMethodField()
     findings = serializers.SerializerMethodField()
     replica_of = serializers.SlugRelatedField(
-        slug_field="name", read_only=True, help_text="The primary, for replicas 2..N of a spec."
+        slug_field="name",
+        read_only=True,
+        allow_null=True,
+        help_text="The primary, for replicas 2..N of a spec.",
     )
     replicas = serializers.SerializerMethodField(help_text="On the primary: its other replicas.")
     rollout = serializers.SerializerMethodField(help_text="On the primary: its latest rolling update.")
