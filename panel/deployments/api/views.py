@@ -70,7 +70,6 @@ class DeploymentViewSet(StreamsMixin, mixins.ListModelMixin, mixins.RetrieveMode
     filterset_class = DeploymentFilterSet
     http_method_names = ["get", "post", "put", "delete", "head", "options"]
     parser_classes = [*api_settings.DEFAULT_PARSER_CLASSES, *YAML_PARSERS]
-    renderer_classes = [*api_settings.DEFAULT_RENDERER_CLASSES, SpecJSONRenderer, SpecYAMLRenderer]
 
     # "update" is PUT apply: waitable as soon as the action exists.
     wait_actions = frozenset({"create", "update", "start", "stop", "restart", "destroy"})
@@ -85,6 +84,13 @@ class DeploymentViewSet(StreamsMixin, mixins.ListModelMixin, mixins.RetrieveMode
         # Probes save these every few seconds; live metrics are the websocket's (engine.metrics).
         volatile=("metrics", "metrics_at", "updated"),
     )
+
+    def get_renderers(self):
+        # `?format=spec` belongs to the detail GET only; elsewhere a format would be one more knob to refuse.
+        renderers = super().get_renderers()
+        if getattr(self, "action", None) == "retrieve":
+            renderers += [SpecJSONRenderer(), SpecYAMLRenderer()]
+        return renderers
 
     @extend_schema(
         parameters=[
