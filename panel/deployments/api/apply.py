@@ -39,6 +39,22 @@ class ApplyAnswerSerializer(serializers.Serializer):
     rollout = RolloutSerializer(allow_null=True, help_text="The rolling update this apply started.")
 
 
+class SpecAnswerSerializer(serializers.Serializer):
+    """`GET /deployments/{name}/?format=spec`: the spec PUT takes back (docs/deployment-spec.md)."""
+
+    name = serializers.CharField()
+    model = serializers.CharField()
+    path = serializers.CharField(required=False)
+    artifact = serializers.IntegerField(required=False)
+    placement = serializers.DictField(required=False, help_text="{node, npus: [logic ids]}")
+    nodes = serializers.ListField(child=serializers.DictField(), required=False)
+    engine = serializers.DictField()
+    replicas = serializers.IntegerField()
+    runtime = serializers.CharField()
+    image = serializers.CharField(required=False)
+    state = serializers.ChoiceField(["running", "stopped"])
+
+
 def answer_of(outcome: Outcome, dry_run: bool) -> dict[str, Any]:
     deployment = outcome.deployment
     return {

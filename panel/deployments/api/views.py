@@ -17,7 +17,7 @@ from panel.core.streams import StreamsMixin
 from panel.core.watch import WatchSpec
 from panel.core.yaml_api import YAML_PARSERS, SpecJSONRenderer, SpecYAMLRenderer
 from panel.deployments import metrics_history, services
-from panel.deployments.api.apply import ApplyAnswerSerializer, answer_of, is_spec
+from panel.deployments.api.apply import ApplyAnswerSerializer, SpecAnswerSerializer, answer_of, is_spec
 from panel.deployments.api.serializers import (
     BenchmarkListSerializer,
     BenchmarkRequestSerializer,
@@ -103,7 +103,13 @@ class DeploymentViewSet(StreamsMixin, mixins.ListModelMixin, mixins.RetrieveMode
                 "`Accept: application/yaml`).",
             )
         ],
-        responses={200: DeploymentSerializer},
+        responses={
+            200: PolymorphicProxySerializer(
+                component_name="DeploymentOrSpec",
+                serializers=[DeploymentSerializer, SpecAnswerSerializer],
+                resource_type_field_name=None,
+            )
+        },
     )
     def retrieve(self, request, pk=None):
         deployment = self.get_object()
