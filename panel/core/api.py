@@ -18,17 +18,25 @@ view under /api/ (an async one) is not a DRF view: it calls panel.core.strict.ch
 (through sync_to_async) to refuse undocumented query parameters.
 
 Lookups (NameLookupMixin, part of PanelViewSet): `/api/v1/<resource>/<id or name>/`. A value of digits only
-is the primary key, anything else the resource's `lookup_name_field` (a unique name; None for resources
-addressed by id only). A name made of digits only is therefore reachable by its id only.
+is the primary key, anything else the resource's `lookup_name_field` (a unique name; "name" unless set; a
+model without that field, or None, makes a resource addressed by id only). A name made of digits only is
+therefore reachable by its id only.
 """
 
 from django.core.exceptions import FieldDoesNotExist
+<<<<<<< HEAD
+=======
+from django.http import Http404
+from django.utils.translation import gettext as _
+>>>>>>> strict
 from rest_framework import mixins, viewsets
 from rest_framework.generics import get_object_or_404  # a value of the wrong type is a 404 too
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
+from rest_framework.settings import api_settings
 
 from panel.core import strict
+from panel.core.exceptions import InputError
 
 # A name may hold dots (`qwen2.5-7b`, `toolkit_8.0.run`); DRF's default refuses them.
 LOOKUP_VALUE_REGEX = r"[^/]+"
@@ -36,6 +44,17 @@ LOOKUP_VALUE_REGEX = r"[^/]+"
 
 def is_id(value: str) -> bool:
     return value.isascii() and value.isdigit()
+
+
+def name_field_of(model, wanted: str | None) -> str | None:
+    """`wanted` when `model` has such a field, else None: the resource is then found by id only."""
+    if not wanted:
+        return None
+    try:
+        model._meta.get_field(wanted)
+    except FieldDoesNotExist:
+        return None
+    return wanted
 
 
 class StrictRequestMixin:
@@ -47,6 +66,15 @@ class StrictRequestMixin:
     def initial(self, request, *args, **kwargs):
         super().initial(request, *args, **kwargs)
         strict.check_request(request)
+
+    def perform_content_negotiation(self, request, force=False):
+        """`?format=` naming no format of this endpoint is a 400 naming it (DRF answers 404)."""
+        try:
+            return super().perform_content_negotiation(request, force)
+        except Http404:
+            formats = ", ".join(sorted({renderer.format for renderer in self.get_renderers()}))
+            message = _("Unknown format; this endpoint answers in: {formats}.").format(formats=formats)
+            raise InputError(message, {api_settings.URL_FORMAT_OVERRIDE: [message]}) from None
 
     def finalize_response(self, request, response, *args, **kwargs):
         if isinstance(response, Response) and response.status_code >= 400:
@@ -72,8 +100,13 @@ class NameLookupMixin:
     def get_object(self):
         value = str(self.kwargs[self.lookup_url_kwarg or self.lookup_field])
         queryset = self.filter_queryset(self.get_queryset())
+<<<<<<< HEAD
         named = self.lookup_name_field and _has_field(queryset.model, self.lookup_name_field)
         field = "pk" if is_id(value) or not named else self.lookup_name_field
+=======
+        name_field = name_field_of(queryset.model, self.lookup_name_field)
+        field = "pk" if is_id(value) or not name_field else name_field
+>>>>>>> strict
         obj = get_object_or_404(queryset, **{field: value})
         self.check_object_permissions(self.request, obj)
         return obj

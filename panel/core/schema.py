@@ -10,6 +10,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema_field
 from rest_framework import permissions, serializers
 from rest_framework.schemas.utils import get_pk_description
 
+from panel.core.api import name_field_of
 from panel.core.idempotency import HEADER, MAX_KEY_LENGTH, REPLAY_HEADER
 
 
@@ -104,7 +105,7 @@ class PanelAutoSchema(AutoSchema):
         model = get_view_model(self.view, emit_warnings=False)
         if model is None or not hasattr(self.view, "lookup_name_field"):
             return parameters
-        name_field = self.view.lookup_name_field
+        name_field = name_field_of(model, self.view.lookup_name_field)
         lookup = {"id", "pk", self.view.lookup_url_kwarg or self.view.lookup_field}
         for parameter in parameters:
             if parameter["name"] not in lookup:

@@ -162,9 +162,16 @@ def test_an_unknown_query_parameter_is_refused_naming_it_and_what_the_endpoint_t
 
 
 def test_the_message_lists_the_parameters_the_endpoint_does_take(alice):
+<<<<<<< HEAD
     body = refused(api_client_for(alice).get("/api/v1/operations/?stauts=failed"), "stauts")
     assert body["errors"]["stauts"] == [
         "Unknown query parameter; this endpoint takes: kind, node, page, page_size, status, watch."
+=======
+    body = refused(api_client_for(alice).get("/api/v1/alerts/?sevrity=critical"), "sevrity")
+    assert body["errors"]["sevrity"] == [
+        "Unknown query parameter; this endpoint takes: "
+        "acknowledged, kind, node, open, page, page_size, severity."
+>>>>>>> strict
     ]
 
 
@@ -172,6 +179,11 @@ def test_documented_parameters_and_format_are_taken(alice, a2):
     client = api_client_for(alice)
     assert client.get("/api/v1/nodes/?name=sim-a2&page=1&page_size=5&format=json").status_code == 200
     assert client.delete(f"/api/v1/nodes/{a2.name}/?force=true").status_code == 204
+
+
+def test_a_format_the_endpoint_does_not_answer_in_is_a_400_naming_format(alice):
+    body = refused(api_client_for(alice).get("/api/v1/nodes/?format=xml"), "format")
+    assert body["errors"]["format"] == ["Unknown format; this endpoint answers in: api, json."]
 
 
 def test_a_misspelt_parameter_on_a_delete_deletes_nothing(alice, a2):

@@ -12,6 +12,5 @@ class AuditEntryViewSet(ReadOnlyPanelViewSet):
     queryset = AuditEntry.objects.all()
     serializer_class = AuditEntrySerializer
     filterset_class = AuditEntryFilterSet
-    lookup_name_field = None
     read_role = ADMIN
     write_role = ADMIN

@@ -284,4 +284,3 @@ class BenchmarkViewSet(ReadOnlyPanelViewSet):
     queryset = Benchmark.objects.all()
     serializer_class = BenchmarkSerializer
     filterset_class = BenchmarkFilterSet
-    lookup_name_field = None

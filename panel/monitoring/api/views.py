@@ -34,7 +34,6 @@ class AlertViewSet(ReadOnlyPanelViewSet):
     queryset = Alert.objects.select_related("node", "acknowledged_by")
     serializer_class = AlertSerializer
     filterset_class = AlertFilterSet
-    lookup_name_field = None
 
     @extend_schema(request=None, responses=AlertSerializer)
     @action(detail=True, methods=["post"])
