@@ -24,11 +24,8 @@ therefore reachable by its id only.
 """
 
 from django.core.exceptions import FieldDoesNotExist
-<<<<<<< HEAD
-=======
 from django.http import Http404
 from django.utils.translation import gettext as _
->>>>>>> strict
 from rest_framework import mixins, viewsets
 from rest_framework.generics import get_object_or_404  # a value of the wrong type is a 404 too
 from rest_framework.renderers import JSONRenderer
@@ -82,15 +79,6 @@ class StrictRequestMixin:
         return super().finalize_response(request, response, *args, **kwargs)
 
 
-def _has_field(model, name: str) -> bool:
-    """A resource without that field (usage rows, bundles) is found by id only: a name is then a 404."""
-    try:
-        model._meta.get_field(name)
-    except FieldDoesNotExist:
-        return False
-    return True
-
-
 class NameLookupMixin:
     """get_object() by id (all digits) or by `lookup_name_field`."""
 
@@ -100,13 +88,8 @@ class NameLookupMixin:
     def get_object(self):
         value = str(self.kwargs[self.lookup_url_kwarg or self.lookup_field])
         queryset = self.filter_queryset(self.get_queryset())
-<<<<<<< HEAD
-        named = self.lookup_name_field and _has_field(queryset.model, self.lookup_name_field)
-        field = "pk" if is_id(value) or not named else self.lookup_name_field
-=======
         name_field = name_field_of(queryset.model, self.lookup_name_field)
         field = "pk" if is_id(value) or not name_field else name_field
->>>>>>> strict
         obj = get_object_or_404(queryset, **{field: value})
         self.check_object_permissions(self.request, obj)
         return obj

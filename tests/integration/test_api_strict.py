@@ -162,16 +162,10 @@ def test_an_unknown_query_parameter_is_refused_naming_it_and_what_the_endpoint_t
 
 
 def test_the_message_lists_the_parameters_the_endpoint_does_take(alice):
-<<<<<<< HEAD
-    body = refused(api_client_for(alice).get("/api/v1/operations/?stauts=failed"), "stauts")
-    assert body["errors"]["stauts"] == [
-        "Unknown query parameter; this endpoint takes: kind, node, page, page_size, status, watch."
-=======
     body = refused(api_client_for(alice).get("/api/v1/alerts/?sevrity=critical"), "sevrity")
     assert body["errors"]["sevrity"] == [
         "Unknown query parameter; this endpoint takes: "
         "acknowledged, kind, node, open, page, page_size, severity."
->>>>>>> strict
     ]
 
 
