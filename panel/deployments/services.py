@@ -380,19 +380,19 @@ def append_logs(deployment: Deployment, node: str, lines: list[str], when=None) 
 def log_start_events(operation: Operation, events: list, failed: bool) -> None:
     """A start's stages and, when it fails, its agent's lines and the error go into the deployment's log:
     a start that failed before any probe read the engine's log still leaves its evidence there."""
-    deployment = Deployment.objects.select_for_update().filter(name=operation.target).first()
-    if deployment is None or operation.node is None:
+    if operation.node is None:
         return
     lines = []
+    staged = [event for event in events if event.kind == "progress" and event.payload.get("stage_key")]
     earlier = (
-        operation.events.filter(kind="progress", seq__lt=events[0].seq).order_by("-seq").first()
-        if events
+        operation.events.filter(kind="progress", seq__lt=staged[0].seq).order_by("-seq").first()
+        if staged
         else None
     )
     stage = (earlier.payload.get("stage_key") if earlier else None) or ""
-    for event in events:
-        key = event.payload.get("stage_key") or ""
-        if event.kind == "progress" and key and key != stage:
+    for event in staged:
+        key = event.payload["stage_key"]
+        if key != stage:
             stage = key
             title, percent = event.payload.get("stage", key), event.payload.get("percent", 0)
             lines.append(f"[panel] start: {title} ({percent}%)")
@@ -402,7 +402,10 @@ def log_start_events(operation: Operation, events: list, failed: bool) -> None:
         lines.append(f"[panel] start failed: {operation.error}")
         if operation.hint:
             lines.append(f"[panel] hint: {operation.hint}")
-    if lines:
+    if not lines:
+        return  # most batches of a start are its engine's lines: no lock, no row read for them
+    deployment = Deployment.objects.select_for_update().filter(name=operation.target).first()
+    if deployment is not None:
         append_logs(deployment, operation.node.name, lines)
         deployment.save(update_fields=["log_seq"])
 

@@ -16,7 +16,6 @@ from tests.conftest import api_client_for
 from tests.deployment_helpers import (
     deployment_json,
     free_port_pair,
-    kill_recorded_engines,
     reconcile_loop,  # noqa: F401  a fixture, used by name
     wait_for,
 )
@@ -60,23 +59,10 @@ def tiny_model(tmp_path_factory):
 
 
 @pytest.fixture
-def node(celery_worker, monkeypatch):
-    from panel.nodes.models import Node, Npu
-
+def node(node_with_npus, monkeypatch):
+    """The shared node with eight NPUs (tests/integration/conftest.py); its engines start quickly."""
     monkeypatch.setenv("SIM_ENGINE_START_DELAY", "0.3")
-    node = Node.objects.create(name=TEST_NODE, transport="agent")
-    for logic_id in range(8):
-        Npu.objects.create(
-            node=node,
-            npu_id=logic_id,
-            chip_id=0,
-            logic_id=logic_id,
-            name="910B3",
-            hbm_total_mb=65536,
-            health="OK",
-        )
-    yield node
-    kill_recorded_engines(celery_worker.sim_root)
+    return node_with_npus
 
 
 def key_for(user, name="app", **limits):
