@@ -197,6 +197,10 @@ def _apply_probe(deployment, node, result, policy, now, when) -> None:
         _store_metrics(deployment, node, result["metrics"], when)
     if deployment.desired_state != DesiredState.RUNNING or deployment.observed_state not in PROBED_STATES:
         return
+    if not _node_runtime(deployment, node).get("ready"):
+        # No engine of this deployment ever became ready here since its last launch: a failed launch
+        # waits for its back-off, which a probe finding "no engine" must not cut short.
+        return
     if services.active_operations(deployment).exists():
         return
     verdict = after_probe(
@@ -294,6 +298,8 @@ def tick(now: datetime | None = None) -> dict:
         if deployment.observed_state in PROBED_STATES:
             for part in services.parts_of(deployment):
                 runtime = _node_runtime(deployment, part["node"])
+                if not runtime.get("ready"):
+                    continue  # nothing started there since the last launch (it failed): nothing to probe
                 probes.setdefault(part["node"], []).append(
                     {
                         "name": deployment.name,

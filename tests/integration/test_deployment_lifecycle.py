@@ -188,6 +188,10 @@ def test_a_failed_start_shows_the_toolkits_findings_and_backs_off(
     lines = [row["line"] for row in client.get(f"/api/v1/deployments/{pk}/logs/").json()["results"]]
     assert any(line.startswith("[panel] start failed: the engine exited during start-up") for line in lines)
     assert any("-8005" in line for line in lines), lines
+    # The reconcile loop probes every second; a probe finding no engine must not cut the back-off short.
+    time.sleep(3)
+    after_probes = deployment_json(client, pk)
+    assert (after_probes["status"], after_probes["failed_restarts"]) == ("unhealthy", 2)
     # Stop it, so the back-off's second attempt does not start an engine after this test has ended.
     assert client.post(f"/api/v1/deployments/{pk}/stop/").status_code == 202
 
