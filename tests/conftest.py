@@ -60,12 +60,22 @@ def test_prefix():
     return f"t{uuid.uuid4().hex[:8]}"
 
 
-@pytest.fixture(scope="session")
-def _wired_to_redis(redis_url, test_prefix, django_db_setup):
-    """Point the channel layer and Celery at the test Redis."""
-    from django.conf import settings
-
+@pytest.fixture(scope="session", autouse=True)
+def _celery_on_test_redis(redis_url, test_prefix):
+    """Every task any test sends goes to the test Redis under this session's prefix, from the first test on.
+    Set once, before anything is published: Celery keeps its broker connections and producers for the
+    process, so a task sent before (a reconcile tick in a plain database test) would pin the unprefixed
+    broker and a later in-process worker, which reads the prefix, would never see the panel's tasks."""
     from workers.celery_app import app
+
+    app.conf.broker_url = redis_url
+    app.conf.broker_transport_options = {"global_keyprefix": f"{test_prefix}:"}
+
+
+@pytest.fixture(scope="session")
+def _wired_to_redis(redis_url, test_prefix, django_db_setup, _celery_on_test_redis):
+    """Point the channel layer (and, through _celery_on_test_redis, Celery) at the test Redis."""
+    from django.conf import settings
 
     settings.CHANNEL_LAYERS = {
         "default": {
@@ -80,8 +90,6 @@ def _wired_to_redis(redis_url, test_prefix, django_db_setup):
     import channels.layers
 
     channels.layers.channel_layers.backends.clear()
-    app.conf.broker_url = redis_url
-    app.conf.broker_transport_options = {"global_keyprefix": f"{test_prefix}:"}
     os.environ["REDIS_URL"] = redis_url
     settings.REDIS_URL = redis_url  # the live-metrics store and frames (read once at settings import)
     return redis_url
