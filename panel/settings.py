@@ -255,6 +255,9 @@ CACHES = {
 if PANEL_MODE == "test":
     # In-process tests share one memory cache; the browser tier's servers get REDIS_URL and use Redis.
     CACHES["default"] = {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    # Most tests make three users; PBKDF2's cost per password (about a second on CI's cores for the three)
+    # buys a test nothing.
+    PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 PANEL_IDEMPOTENCY_TTL_S = env.int("PANEL_IDEMPOTENCY_TTL_S", default=86400)
 # Largest multipart upload the API takes (the package store holds CANN .run files of a few GB); any other
 # request body is limited by DATA_UPLOAD_MAX_MEMORY_SIZE. Larger bodies get 413 before they are read.
@@ -358,5 +361,8 @@ PANEL_GATEWAY_READ_TIMEOUT_S = env.float("PANEL_GATEWAY_READ_TIMEOUT_S", default
 # died mid-stream); streams renew theirs every minute.
 PANEL_GATEWAY_INFLIGHT_TTL_S = env.float("PANEL_GATEWAY_INFLIGHT_TTL_S", default=900.0)
 PANEL_GATEWAY_USAGE_DRAIN_S = env.float("PANEL_GATEWAY_USAGE_DRAIN_S", default=2.0)
+# How long stopping a deployment (stop, restart, delete, a rolling update, scaling down) waits for the
+# requests in flight on it through the gateway to finish before its engine is stopped anyway.
+PANEL_GATEWAY_DRAIN_GRACE_S = env.float("PANEL_GATEWAY_DRAIN_GRACE_S", default=120.0)
 PANEL_GATEWAY_USAGE_RAW_DAYS = env.int("PANEL_GATEWAY_USAGE_RAW_DAYS", default=30)
 PANEL_GATEWAY_USAGE_HOURLY_DAYS = env.int("PANEL_GATEWAY_USAGE_HOURLY_DAYS", default=365)
