@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from tests.deployment_helpers import deployment_json, wait_for
+from tests.live_daphne import database_url
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -43,16 +44,13 @@ def live_gateway(_wired_to_redis, tmp_path_factory):
 
     from panel.run import free_port, wait_for_port
 
-    name = connection.settings_dict["NAME"]
-    if connection.vendor != "sqlite":
-        pytest.skip("the live gateway fixture shares the test database as a SQLite file")
     data = tmp_path_factory.mktemp("gateway-web")
     port = free_port()
     env = {
         **os.environ,
         "PANEL_MODE": "run",
         "DEBUG": "0",
-        "DATABASE_URL": f"sqlite:///{name}",
+        "DATABASE_URL": database_url(connection.settings_dict),
         "REDIS_URL": _wired_to_redis,
         "PANEL_DATA_DIR": str(data),
         "SECRET_KEY": settings.SECRET_KEY,
