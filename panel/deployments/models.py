@@ -61,6 +61,9 @@ class Deployment(TimestampedModel):
     failed_restarts = models.PositiveIntegerField(default=0)
     probe_failures = models.PositiveIntegerField(default=0)
     next_restart_at = models.DateTimeField(null=True, blank=True)
+    # Set while its stop waits for the gateway's requests in flight on it to end (panel.deployments.drain):
+    # the stop is sent then, or at this time at the latest.
+    drain_until = models.DateTimeField(null=True, blank=True)
     runtime_kind = models.CharField(max_length=16, default="process")
     plan = models.JSONField(default=dict, blank=True, help_text="planner output and warnings at creation")
     metrics = models.JSONField(default=dict, blank=True, help_text="latest scraped engine metrics")

@@ -275,6 +275,11 @@ def tick(now: datetime | None = None) -> dict:
         with transaction.atomic():
             deployment = Deployment.objects.select_for_update().get(pk=deployment.pk)
             busy = services.active_operations(deployment).exists()
+            if deployment.drain_until is not None and not busy:
+                # Its stop waits for the gateway's requests in flight: sent once they ended or time is up.
+                services.send_stop(deployment, change_state=False)
+                done["stops"] += 1
+                continue
             if deployment.desired_state == DesiredState.RUNNING and not busy:
                 due = deployment.next_restart_at is None or deployment.next_restart_at <= now
                 if deployment.observed_state == DeploymentState.PENDING or (

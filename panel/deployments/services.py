@@ -187,6 +187,7 @@ def launch(deployment: Deployment, user=None) -> None:
     """Send one launch per node (the head last is not needed: followers dial the head and wait)."""
     move(deployment, DeploymentState.STARTING, "")
     deployment.next_restart_at = None
+    deployment.drain_until = None
     deployment.probe_failures = 0
     deployment.runtime = {"nodes": {}}
     ensure_engine_key(deployment)
@@ -246,8 +247,17 @@ def _start_on_node(
 def send_stop(
     deployment: Deployment, user=None, reason: str | list[dict] = "", change_state: bool = True
 ) -> None:
+    """Stop the engines; while the gateway still has requests in flight on them, only mark the deployment
+    stopping (out of the pool) and leave the stop to the reconcile tick once they ended
+    (panel.deployments.drain)."""
+    from panel.deployments.drain import holds_stop
+
     if change_state and deployment.observed_state not in (DeploymentState.STOPPED, DeploymentState.STOPPING):
         move(deployment, DeploymentState.STOPPING, reason)
+    if holds_stop(deployment):
+        deployment.save()
+        return
+    deployment.drain_until = None
     deployment.save()
     for part in parts_of(deployment):
         _start_on_node(

@@ -5,8 +5,8 @@ Membership comes from the database, as the reconcile loop leaves it: an instance
 deployment is wanted running, is observed running and passed its last probe (a failed /health probe sets
 `probe_failures`, a dead process `unhealthy`, either takes it out at once: the gateway reads the pool through
 a Redis copy that the deployment's save drops, panel.gateway.identity). A deployment has one engine
-instance today (the API server of its head node); `_instances_of` is the one place that will list a
-deployment's replicas once it has several, and everything else already handles any number per name.
+instance (the API server of its head node); replicas are deployments of their own that share the served
+name, and everything here handles any number of instances per name.
 
 Outstanding requests are counted in Redis (panel.gateway.store), so every web process sees the others'.
 """
@@ -78,15 +78,21 @@ class Pool:
         return cls(data["served_name"], tuple(Instance(**i) for i in data["instances"]))
 
 
+def instance_ids(deployment: Deployment) -> list[str]:
+    """What the pool calls the deployment's engine instances (one today: its head node's API server)."""
+    return [f"{deployment.name}/0"]
+
+
 def _instances_of(deployment: Deployment) -> list[Instance]:
     return [
         Instance(
-            id=f"{deployment.name}/0",
+            id=instance_id,
             deployment_id=deployment.pk,
             deployment=deployment.name,
             base_url=engine_url(deployment),
             sealed_key=deployment.engine_key,
         )
+        for instance_id in instance_ids(deployment)
     ]
 
 
