@@ -27,6 +27,20 @@ from panel.gateway.errors import INVALID_REQUEST, Answer, as_openai_error, error
 # than the panel's (started before the key changed), which is the gateway's problem, not the client's.
 RETRY_STATUSES = frozenset({401, 500, 502, 503, 504})
 CLIENT_CLOSED = 499  # nginx's number for a client that went away mid-answer
+BROKEN_STREAM_EVENT = (
+    b"data: "
+    + orjson.dumps(
+        {
+            "error": {
+                "message": "The engine stopped answering mid-stream; the answer is incomplete.",
+                "type": "server_error",
+                "param": None,
+                "code": "upstream_broken",
+            }
+        }
+    )
+    + b"\n\n"
+)
 GENERATING = {"/v1/chat/completions": "chat/completions", "/v1/completions": "completions"}
 ROUTES = {**GENERATING, "/v1/embeddings": "embeddings"}
 
@@ -267,8 +281,10 @@ class Relay:
             if rest:
                 yield rest
         except httpx.HTTPError:
-            # Bytes already went out, so it cannot be retried: the client sees its stream end early.
+            # Bytes already went out, so it cannot be retried: the stream ends with an error event, which
+            # the OpenAI SDKs raise, instead of stopping short without [DONE] as if it had finished.
             status, code = 502, "upstream_broken"
+            yield BROKEN_STREAM_EVENT
         except asyncio.CancelledError:
             status, code = CLIENT_CLOSED, "client_closed"
             raise
