@@ -7,12 +7,21 @@ from django.core.paginator import Paginator
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST, require_safe
 
 from panel.accounts.roles import OPERATOR, VIEWER, has_role
-from panel.core.choices import DeploymentState, OperationKind
+from panel.core.choices import (
+    COLOUR_ALARM,
+    COLOUR_OFFLINE,
+    COLOUR_OK,
+    COLOUR_RUNNING,
+    DeploymentState,
+    DesiredState,
+    OperationKind,
+)
 from panel.core.views import TRANSITION, role_required
-from panel.deployments import services
+from panel.deployments import replicas, services
 from panel.deployments.api.serializers import BenchmarkRequestSerializer
 from panel.deployments.filtersets import BenchmarkFilterSet, DeploymentFilterSet
 from panel.deployments.findings import findings_of
@@ -30,6 +39,13 @@ ACTIONS = {
     "delete": services.delete,
 }
 LOG_LINES_ON_PAGE = 500
+ROLLOUT_COLOURS = {"running": COLOUR_RUNNING, "succeeded": COLOUR_OK, "failed": COLOUR_ALARM}
+ROLLOUT_PHASES = {
+    "surge": gettext_lazy("a surge replica starts with the new launch"),
+    "replace": gettext_lazy("a replica restarts with the new launch"),
+    "cleanup": gettext_lazy("the surge replica is removed"),
+    "done": gettext_lazy("done"),
+}
 # The states in which each action is offered (deployment.js applies the same list on live status changes).
 ACTION_STATES = {
     "start": ("pending", "stopped", "failed"),
@@ -43,7 +59,7 @@ ACTION_STATES = {
 def deployment_list(request):
     queryset = (
         Deployment.objects.visible_to(request.user)
-        .select_related("model")
+        .select_related("model", "replica_of")
         .prefetch_related("nodes", "npus__node")
     )
     filterset = DeploymentFilterSet(request.GET, queryset=queryset)
@@ -82,6 +98,27 @@ def _stored_review(deployment) -> dict:
     return {"memory_per_npu": plan.get("memory_per_npu"), "nodes": nodes, "plan": plan}
 
 
+def _replica_set(deployment) -> dict:
+    """The primary and its replicas with the latest rolling update, for the detail page of any of them."""
+    primary = deployment.replica_of or deployment
+    members = [primary, *primary.replicas.exclude(desired_state=DesiredState.DELETED)]
+    members.sort(key=lambda row: replicas.index_of(primary.name, row.name))
+    rollout = primary.rollouts.order_by("-pk").first()
+    if len(members) == 1 and rollout is None:
+        return {}
+    npus = {
+        row.pk: ", ".join(f"{npu.node.name}:{npu.logic_id}" for npu in row.npus.select_related("node"))
+        for row in members
+    }
+    return {
+        "primary": primary,
+        "members": [{"row": row, "npus": npus[row.pk]} for row in members],
+        "rollout": rollout,
+        "phase": ROLLOUT_PHASES.get(rollout.phase, "") if rollout else "",
+        "rollout_colour": ROLLOUT_COLOURS.get(rollout.status, COLOUR_OFFLINE) if rollout else "",
+    }
+
+
 @role_required(VIEWER)
 @require_safe
 def deployment_detail(request, name):
@@ -109,6 +146,7 @@ def deployment_detail(request, name):
         "served_model": spec.get("served_model_name") or deployment.name,
         "gateway_url": deployment.endpoint or gateway_url(request),
         "benchmarks": benchmarks,
+        "replica_set": _replica_set(deployment),
         "benchmark_form": BenchmarkForm(),
         "confirm_texts": _confirm_texts(deployment),
         "action_buttons": [

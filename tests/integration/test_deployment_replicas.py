@@ -236,3 +236,36 @@ def test_a_replica_is_not_applied_on_its_own(client, tiny):
     answer = put(client, "chat-r2", one_npu())
     assert answer.status_code == 400
     assert "replica of chat" in answer.json()["errors"]["name"][0]
+
+
+def test_the_pages_show_the_replicas_and_the_rolling_update(client, tiny, charlie):
+    from django.test import Client
+
+    browser = Client()
+    browser.force_login(charlie)
+    put(client, "solo", one_npu())
+    put(client, "chat", one_npu(replicas=2))
+    settle()
+    # A deployment of one replica that never rolled has no such section.
+    assert 'data-testid="replicas"' not in browser.get("/deployments/solo/").content.decode()
+    put(client, "chat", one_npu(replicas=2, engine={"max_model_len": 4096}))
+
+    page = browser.get("/deployments/chat/").content.decode()
+    assert 'data-testid="replicas"' in page
+    for name in ("chat", "chat-r2", "chat-r3"):  # chat-r3: the surge
+        assert f'data-replica="{name}"' in page, name
+    assert 'data-testid="rollout" data-status="running"' in page
+    assert "0 of 2 replicas" in page
+    assert "a surge replica starts with the new launch" in page
+
+    replica = browser.get("/deployments/chat-r2/").content.decode()
+    assert "a replica of chat" in replica
+    assert 'data-replica="chat-r2" aria-current="true"' in replica
+    listed = browser.get("/deployments/").content.decode()
+    assert listed.count("replica of chat") == 2
+
+    chinese = Client(headers={"accept-language": "zh-hans"})
+    chinese.force_login(charlie)
+    page = chinese.get("/deployments/chat/").content.decode()
+    assert "副本" in page
+    assert "最近一次滚动更新" in page
