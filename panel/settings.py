@@ -364,5 +364,7 @@ PANEL_GATEWAY_USAGE_DRAIN_S = env.float("PANEL_GATEWAY_USAGE_DRAIN_S", default=2
 # How long stopping a deployment (stop, restart, delete, a rolling update, scaling down) waits for the
 # requests in flight on it through the gateway to finish before its engine is stopped anyway.
 PANEL_GATEWAY_DRAIN_GRACE_S = env.float("PANEL_GATEWAY_DRAIN_GRACE_S", default=120.0)
+# Unknown API keys one client address may send per minute before the gateway answers it 429 unread.
+PANEL_GATEWAY_BAD_KEYS_PER_MINUTE = env.int("PANEL_GATEWAY_BAD_KEYS_PER_MINUTE", default=30)
 PANEL_GATEWAY_USAGE_RAW_DAYS = env.int("PANEL_GATEWAY_USAGE_RAW_DAYS", default=30)
 PANEL_GATEWAY_USAGE_HOURLY_DAYS = env.int("PANEL_GATEWAY_USAGE_HOURLY_DAYS", default=365)

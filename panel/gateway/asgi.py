@@ -12,11 +12,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from types import SimpleNamespace
 
 from django.conf import settings
 from django.utils import translation
 from django.utils.translation.trans_real import get_supported_language_variant, parse_accept_lang_header
 
+from panel.core.client_ip import client_ip
 from panel.gateway.errors import Answer, error
 from panel.gateway.handler import Request, handle
 
@@ -77,6 +79,14 @@ async def _answer(request: Request) -> Answer:
             return error(500, "The gateway failed on this request; its log has the details.", "server_error")
 
 
+def _client_address(scope, headers: dict[str, str]) -> str:
+    meta = {
+        "REMOTE_ADDR": (scope.get("client") or ("", 0))[0],
+        "HTTP_X_FORWARDED_FOR": headers.get("x-forwarded-for", ""),
+    }
+    return client_ip(SimpleNamespace(META=meta)) or "unknown"
+
+
 async def application(scope, receive, send) -> None:
     if scope["type"] != "http":
         return
@@ -93,7 +103,8 @@ async def application(scope, receive, send) -> None:
     # middle of a stream. The engine's connection then closes (and the engine stops generating); the usage
     # record says 499.
     gone = asyncio.ensure_future(_until_disconnect(receive))
-    work = asyncio.ensure_future(_answer(Request(scope["method"], scope["path"], headers, body)))
+    request = Request(scope["method"], scope["path"], headers, body, _client_address(scope, headers))
+    work = asyncio.ensure_future(_answer(request))
     answer = None
     try:
         await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)

@@ -51,6 +51,7 @@ class Request:
     path: str
     headers: dict[str, str]  # lower-case names
     body: bytes
+    client: str = "unknown"  # the caller's address, as panel.core.client_ip reads it behind proxies
 
     def bearer(self) -> str | None:
         parts = self.headers.get("authorization", "").split()
@@ -122,8 +123,17 @@ async def _caller(request: Request, model: str | None):
     if not raw:
         message = _("Send an API key with the inference scope: Authorization: Bearer <key>.")
         return None, error(401, message, INVALID_REQUEST, "invalid_api_key")
+    redis = store.aclient()
+    guessing = await limits.guessing(redis, request.client)
+    # A key that called recently (still in the cache) goes on: one broken client does not block its
+    # neighbours behind the same address. Keys not in the cache would each cost the database a read.
+    if guessing is not None and not await identity.recently_seen(redis, raw):
+        answer = error(429, guessing.message, guessing.kind, "too_many_unknown_keys")
+        return None, answer.header("Retry-After", str(guessing.retry_after))
     resolved = await identity.resolve_cached(raw, model)
     if resolved.caller is None:
+        if resolved.refusal.code == "invalid_api_key":
+            await limits.unknown_key_sent(redis, request.client)
         refusal = resolved.refusal
         return None, error(refusal.status, refusal.message, refusal.kind, refusal.code)
     return resolved, None

@@ -163,6 +163,11 @@ def _read(key_hash: str, served_name: str | None, need_caller: bool, need_pool: 
     return found
 
 
+async def recently_seen(redis, raw: str) -> bool:
+    """Whether `raw` is a key the cache knows (it called within CALLER_TTL_S): one Redis read, no database."""
+    return bool(await redis.exists(caller_key(hash_token(raw))))
+
+
 async def resolve_cached(raw: str, served_name: str | None) -> Resolved:
     """The caller and, when `served_name` is given, the pool it may use, or why not: from Redis when it
     can be, else from the database (and then kept in Redis)."""

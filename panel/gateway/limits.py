@@ -2,7 +2,7 @@
 
 Requests are counted when they arrive; tokens when they are known (the engine's usage at the end), so a key
 over its token budget is refused from its next request until the minute turns. A refusal carries
-Retry-After: the seconds left in the minute.
+Retry-After: the seconds left in the minute. Addresses that send unknown keys are limited the same way.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from django.conf import settings
 from django.utils.translation import gettext as _
 
 from panel.gateway import store
@@ -59,6 +60,26 @@ async def check(redis, caller: Caller, now: float | None = None) -> OverLimit | 
             retry_after,
         )
     return None
+
+
+async def guessing(redis, address: str, now: float | None = None) -> OverLimit | None:
+    """Refuse an address that sent PANEL_GATEWAY_BAD_KEYS_PER_MINUTE unknown keys this minute, before its
+    key is looked up: guessing keys costs a database read each, and a guesser must not get them for free."""
+    now = time.time() if now is None else now
+    failures = await redis.get(store.bad_keys_key(address, minute(now)))
+    if int(failures or 0) < settings.PANEL_GATEWAY_BAD_KEYS_PER_MINUTE:
+        return None
+    retry_after = max(1, int(WINDOW_S - now % WINDOW_S + 0.999))
+    message = _("Too many requests with unknown API keys from this address. Retry in {seconds} s.")
+    return OverLimit("requests", message.format(seconds=retry_after), retry_after)
+
+
+async def unknown_key_sent(redis, address: str, now: float | None = None) -> None:
+    key = store.bad_keys_key(address, minute(time.time() if now is None else now))
+    async with redis.pipeline(transaction=False) as pipeline:
+        pipeline.incr(key)
+        pipeline.expire(key, KEY_LIFETIME_S)
+        await pipeline.execute()
 
 
 def spend(pipeline, caller: Caller, tokens: int, now: float) -> None:

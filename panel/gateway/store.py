@@ -45,6 +45,10 @@ def tokens_key(token_id: int, minute: int) -> str:
     return f"{PREFIX}tpm:{token_id}:{minute}"
 
 
+def bad_keys_key(address: str, minute: int) -> str:
+    return f"{PREFIX}badkeys:{address}:{minute}"
+
+
 # Connection pools belong to one event loop; daphne runs one, tests and benches make more.
 _async_clients: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict]" = weakref.WeakKeyDictionary()
 

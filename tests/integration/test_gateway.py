@@ -219,6 +219,22 @@ def test_scopes_and_model_lists_decide_what_a_key_reaches(node, tiny_model, bob,
     assert chat(gateway, inference).status_code == 401
 
 
+def test_an_address_sending_unknown_keys_is_refused_before_they_are_looked_up(node, tiny_model, bob, gateway):
+    model, folder = tiny_model
+    deploy(api_client_for(bob), model, folder, "chat-a", "chat", TEST_NODE, [0])
+    known = key_for(bob)
+    _wait_for_a_fresh_minute(margin_s=10)
+    assert chat(gateway, known).status_code == 200
+    limit = 30  # PANEL_GATEWAY_BAD_KEYS_PER_MINUTE's default, which the live gateway runs with
+    assert {chat(gateway, f"ap_guess-{i}").status_code for i in range(limit)} == {401}
+    refused = chat(gateway, "ap_guess-next")
+    assert refused.status_code == 429
+    assert refused.json()["error"]["code"] == "too_many_unknown_keys"
+    assert 1 <= int(refused.headers["Retry-After"]) <= 60
+    assert chat(gateway, known).status_code == 200  # a key that called recently is not the guesser
+    assert chat(gateway, key_for(bob, "new-app")).status_code == 429  # unseen keys wait out the minute
+
+
 def _wait_for_a_fresh_minute(margin_s: float = 15) -> None:
     """Limits count per clock minute: start where the minute will not turn during the test."""
     left = 60 - time.time() % 60
