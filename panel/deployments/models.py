@@ -119,6 +119,9 @@ class Rollout(TimestampedModel):
     todo = models.JSONField(default=list, help_text="Names of the stale replicas, in rolling order.")
     current = models.CharField(max_length=63, blank=True, help_text="The replica being replaced.")
     surge = models.CharField(max_length=63, blank=True, help_text="The extra replica started for it.")
+    previous = models.JSONField(
+        default=dict, blank=True, help_text="The current replica's launch before it took the new one."
+    )
     message = models.TextField(blank=True)
     done = models.PositiveSmallIntegerField(default=0)
     total = models.PositiveSmallIntegerField(default=0)

@@ -11,8 +11,10 @@ replica:
 3. cleanup: the surge is deleted (stop, release NPUs); wait until its row is gone.
 
 With no free NPUs for a surge the replica is replaced in place and the message says so. A new replica that
-fails (observed failed or unhealthy, or a failed launch) stops the rollout: the surge is removed, the other
-replicas keep serving, and the message says why. Terminal states are final.
+fails (observed failed or unhealthy, or a failed launch) stops the rollout: the surge is removed, a replica
+that failed with the new launch goes back to the launch it had (kept in `Rollout.previous` when it took the
+new plan) and starts again, the other replicas keep serving, and the message says why. Terminal states are
+final.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from rest_framework.exceptions import APIException
 from panel.core.choices import DeploymentState, DesiredState
 from panel.deployments import reasons, replicas, services
 from panel.deployments.models import Deployment, Rollout
+from panel.nodes.models import Npu
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +87,12 @@ def _step(rollout: Rollout) -> None:
     elif rollout.phase == REPLACE:
         row = _row(rollout.current)
         if row is None or _broken(row):
-            _fail(rollout, _failure(_("{name} did not start with the new launch."), rollout.current, row))
+            if row is not None and services.active_operations(row).exists():
+                return  # a retry of the new launch is under way: its outcome decides
+            message = _failure(_("{name} did not start with the new launch."), rollout.current, row)
+            if row is not None:
+                message = f"{message} {_roll_back(rollout, row)}".strip()
+            _fail(rollout, message)
             return
         if row.observed_state == DeploymentState.RUNNING and not services.active_operations(row).exists():
             rollout.done += 1
@@ -150,11 +158,45 @@ def _replace(rollout: Rollout) -> None:
     spec, model, artifact, served = _inputs(rollout)
     index = replicas.index_of(rollout.deployment.name, row.name)
     planned = plan_member(spec, model, artifact, rollout.created_by, index, served, row)
+    rollout.previous = _launch_of(row)
     services.take_plan(row, planned)
     user = rollout.created_by
     why = [reasons.part(gettext_noop("Rolling update by {user}"), user=user.get_username() if user else "-")]
     services.restart(row, user, reason=why)
     rollout.phase = REPLACE
+
+
+def _launch_of(row: Deployment) -> dict[str, Any]:
+    """What take_plan replaces, so a replica that fails with the new launch can go back to its old one."""
+    return {
+        "model": row.model_id,
+        "artifact": row.artifact_id,
+        "spec": row.spec,
+        "plan": row.plan,
+        "runtime_kind": row.runtime_kind,
+        "endpoint": row.endpoint,
+        "nodes": list(row.nodes.values_list("pk", flat=True)),
+        "npus": list(row.npus.values_list("pk", flat=True)),
+    }
+
+
+def _roll_back(rollout: Rollout, row: Deployment) -> str:
+    """Give `row` its launch from before the rollout and start it again; what happened, for the message."""
+    previous = rollout.previous or {}
+    if not previous:
+        return ""
+    taken = Npu.objects.filter(pk__in=previous["npus"], deployments__isnull=False).exclude(deployments=row)
+    if taken.exists():
+        return _("Its old NPUs are in use by another deployment now, so it keeps the new launch.")
+    row.model_id, row.artifact_id = previous["model"], previous["artifact"]
+    row.spec, row.plan = previous["spec"], previous["plan"]
+    row.runtime_kind, row.endpoint = previous["runtime_kind"], previous["endpoint"]
+    row.save()
+    row.nodes.set(previous["nodes"])
+    row.npus.set(previous["npus"])
+    why = [reasons.part(gettext_noop("Rolled back: the new launch did not start."))]
+    services.restart(row, rollout.created_by, reason=why)
+    return _("{name} went back to its previous launch and starts again.").format(name=row.name)
 
 
 def _inputs(rollout: Rollout):

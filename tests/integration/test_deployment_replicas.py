@@ -28,6 +28,12 @@ def settle():
             finish(operation, result=RUNTIME if operation.kind == "deploy" else None)
 
 
+def settle_stops_only():
+    """Finish every pending stop (a restart then sends its launch), leaving launches pending."""
+    for operation in pending("stop"):
+        finish(operation)
+
+
 def rows(name):
     from panel.deployments.models import Deployment
 
@@ -269,3 +275,28 @@ def test_the_pages_show_the_replicas_and_the_rolling_update(client, tiny, charli
     page = chinese.get("/deployments/chat/").content.decode()
     assert "副本" in page
     assert "最近一次滚动更新" in page
+
+
+def test_a_replica_that_fails_with_the_new_launch_goes_back_to_its_old_one(client, tiny):
+    from panel.deployments.models import Deployment
+
+    put(client, "chat", spec(replicas=2))  # 2 x 2 NPUs: no room for a surge, so in place
+    settle()
+    held_before = held(Deployment.objects.get(name="chat"))
+    answer = put(client, "chat", spec(replicas=2, engine={"max_model_len": 4096}))
+    assert answer.json()["rollout"]["phase"] == "replace"
+    settle_stops_only()
+    (launch,) = pending("deploy")  # chat restarts with the new launch, which fails
+    finish(launch, status="failed")
+    rollout = advance()
+    assert rollout.status == "failed"
+    assert "chat did not start with the new launch" in rollout.message
+    assert "went back to its previous launch" in rollout.message
+    chat = Deployment.objects.get(name="chat")
+    assert chat.spec["max_model_len"] == 2048
+    assert held(chat) == held_before
+    assert "Rolled back" in chat.reason
+    settle()
+    now = rows("chat")
+    assert {row.observed_state for row in now.values()} == {"running"}
+    assert {row.spec["max_model_len"] for row in now.values()} == {2048}  # chat-r2 was never reached
