@@ -3,8 +3,9 @@
 A rolling update under load: a client streams chats without a pause while `PUT /api/v1/deployments/chat/`
 rolls a changed spec over two replicas of sim engines (a surge replica, each old replica drained and
 restarted in place, the surge drained and removed). Not one request may fail or end early; the surge must
-have served some of them. And an engine killed mid-stream: the client's stream ends with an error event the
-OpenAI SDKs raise, not silently as if the answer were complete."""
+have served some of them. Scaling 1 → 3 → 1 under the same client: the new replicas take requests, the
+removed ones are drained first. And an engine killed mid-stream: the client's stream ends with an error
+event the OpenAI SDKs raise, not silently as if the answer were complete."""
 
 import os
 import signal
@@ -64,6 +65,23 @@ class StreamingClient:
         return [r for r in self.results if r[0] != 200 or not r[1]]
 
 
+def replicas_running(client, name: str, count: int) -> bool:
+    """Whether `name` has exactly `count` replicas (itself included), all running."""
+    primary = client.get(f"/api/v1/deployments/{name}/").json()
+    states = [primary["status"]] + [r["status"] for r in primary["replicas"]]
+    return len(states) == count and set(states) == {"running"}
+
+
+def sim_spec(model, folder, **overrides) -> dict:
+    return {
+        "model": model.name,
+        "path": str(folder),
+        "placement": {"node": TEST_NODE, "npus": 1},
+        "engine": {"max_model_len": 2048},
+        **overrides,
+    }
+
+
 @pytest.mark.usefixtures("reconcile_loop")
 def test_a_rolling_update_under_a_streaming_client_fails_no_request(
     node_with_npus, tiny_model, bob, gateway, monkeypatch
@@ -72,22 +90,11 @@ def test_a_rolling_update_under_a_streaming_client_fails_no_request(
     monkeypatch.setenv("SIM_ENGINE_TOKEN_DELAY", "0.05")  # each answer streams for about half a second
     model, folder = tiny_model
     client = api_client_for(bob)
-    spec = {
-        "model": model.name,
-        "path": str(folder),
-        "placement": {"node": TEST_NODE, "npus": 1},
-        "replicas": 2,
-        "engine": {"max_model_len": 2048},
-    }
+    spec = sim_spec(model, folder, replicas=2)
     created = client.put("/api/v1/deployments/chat/", spec, format="json")
     assert created.status_code == 201, created.json()
 
-    def all_running():
-        primary = client.get("/api/v1/deployments/chat/").json()
-        others = primary["replicas"]
-        return primary["status"] == "running" and len(others) == 1 and others[0]["status"] == "running"
-
-    wait_for(lambda: all_running(), 60, "two replicas running")
+    wait_for(lambda: replicas_running(client, "chat", 2), 60, "two replicas running")
     key = key_for(bob)
 
     with StreamingClient(gateway, key) as streaming:
@@ -116,6 +123,34 @@ def test_a_rolling_update_under_a_streaming_client_fails_no_request(
     rows = drained(len(streaming.results), timeout=30)
     instances = {row.instance for row in rows}
     assert "chat-r3/0" in instances, instances  # the surge served while the others were replaced
+    assert all(row.status == 200 for row in rows)
+
+
+@pytest.mark.usefixtures("reconcile_loop")
+def test_scaling_one_to_three_and_back_under_a_streaming_client_fails_no_request(
+    node_with_npus, tiny_model, bob, gateway, monkeypatch
+):
+    monkeypatch.setenv("SIM_ENGINE_START_DELAY", "0.3")
+    monkeypatch.setenv("SIM_ENGINE_TOKEN_DELAY", "0.05")
+    model, folder = tiny_model
+    client = api_client_for(bob)
+    assert client.put("/api/v1/deployments/chat/", sim_spec(model, folder), format="json").status_code == 201
+    wait_for(lambda: replicas_running(client, "chat", 1), 60, "chat running")
+
+    with StreamingClient(gateway, key_for(bob)) as streaming:
+        wait_for(lambda: len(streaming.results) >= 3, 30, "the client streaming")
+        up = client.put("/api/v1/deployments/chat/", sim_spec(model, folder, replicas=3), format="json")
+        assert (up.status_code, up.json()["effect"]) == (202, "scale"), up.json()
+        wait_for(lambda: replicas_running(client, "chat", 3), 60, "three replicas running")
+        before = len(streaming.results)
+        wait_for(lambda: len(streaming.results) >= before + 9, 60, "answers from three replicas")
+        down = client.put("/api/v1/deployments/chat/", sim_spec(model, folder, replicas=1), format="json")
+        assert (down.status_code, down.json()["effect"]) == (202, "scale"), down.json()
+        wait_for(lambda: replicas_running(client, "chat", 1), 60, "back to one replica")
+        time.sleep(1)
+    assert streaming.failures() == [], streaming.failures()[:3]
+    rows = drained(len(streaming.results), timeout=30)
+    assert {row.instance for row in rows} == {"chat/0", "chat-r2/0", "chat-r3/0"}
     assert all(row.status == 200 for row in rows)
 
 
