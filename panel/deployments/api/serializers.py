@@ -135,9 +135,9 @@ class DeploymentSerializer(serializers.ModelSerializer):
         fields = [
             "id", "name", "model", "model_name", "artifact", "nodes", "npus", "placement", "status",
             "status_display", "desired_state", "reason", "reason_display", "endpoint", "runtime",
-            "runtime_kind", "restart_count", "failed_restarts", "next_restart_at", "spec", "plan", "metrics",
-            "metrics_at", "operation", "findings", "replica_of", "replicas_wanted", "replicas", "rollout",
-            "created", "updated", "served_model_name",
+            "runtime_kind", "restart_count", "failed_restarts", "next_restart_at", "drain_until", "spec",
+            "plan", "metrics", "metrics_at", "operation", "findings", "replica_of", "replicas_wanted",
+            "replicas", "rollout", "created", "updated", "served_model_name",
         ]  # fmt: skip
         read_only_fields = fields
 
