@@ -75,14 +75,17 @@ def served_name(spec: dict[str, Any], primary: Deployment | None) -> str:
 
 
 def spec_for(spec: dict[str, Any], index: int, served: str) -> dict[str, Any]:
-    """The spec of replica `index`: its own name, the shared served model name."""
+    """The spec of replica `index`: its own name, the shared served model name, a port of its own (a spec
+    of one replica may pin the primary's port; a surge replica beside it must not take it too)."""
     if index == 1:
         return spec
+    engine = {key: value for key, value in spec["engine"].items() if key != "port"}
+    given = {*spec["engine_given"], "served_model_name"} - {"port"}
     return {
         **spec,
         "name": replica_name(spec["name"], index),
-        "engine": {**spec["engine"], "served_model_name": served},
-        "engine_given": sorted({*spec["engine_given"], "served_model_name"}),
+        "engine": {**engine, "served_model_name": served},
+        "engine_given": sorted(given),
     }
 
 

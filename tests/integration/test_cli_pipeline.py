@@ -114,15 +114,17 @@ def test_the_spec_round_trips_through_get_and_apply(cli):
     ok(cli.run("apply", "-f", "-", input=exported), f"{NAME}: unchanged\n")
 
 
-def test_a_change_is_shown_by_a_dry_run_then_applied_with_a_restart(cli, spec):
+def test_a_change_is_shown_by_a_dry_run_then_rolled_out(cli, spec):
     path = spec(max_model_len=2048)
     dry = ok(cli.run("apply", "-f", path, "--dry-run"))
+    # The node has room for a surge replica: the change rolls, the old engine serves until the new one does.
     assert dry.stdout.splitlines() == [
-        f"{NAME}: changed: engine.max_model_len (restart) (dry run)",
+        f"{NAME}: changed: engine.max_model_len (rolling) (dry run)",
         "  engine.max_model_len: 1024 -> 2048",
     ]
-    ok(cli.run("apply", "-f", path, "--wait", "--timeout", "3m"),
-       f"{NAME}: changed: engine.max_model_len (restart)\n{NAME}: running\n")  # fmt: skip
+    applied = ok(cli.run("apply", "-f", path, "--wait", "--timeout", "3m"))
+    assert applied.stdout.splitlines()[0] == f"{NAME}: changed: engine.max_model_len (rolling)"
+    ok(cli.run("wait", NAME, "--for", "running", "--timeout", "3m"))  # until the rollout ended
     assert (
         json.loads(cli.run("get", "deployments", NAME, "-o", "json").stdout)["spec"]["max_model_len"] == 2048
     )

@@ -300,3 +300,16 @@ def test_a_replica_that_fails_with_the_new_launch_goes_back_to_its_old_one(clien
     now = rows("chat")
     assert {row.observed_state for row in now.values()} == {"running"}
     assert {row.spec["max_model_len"] for row in now.values()} == {2048}  # chat-r2 was never reached
+
+
+def test_a_surge_beside_a_pinned_port_gets_a_port_of_its_own(client, tiny):
+    from panel.deployments.models import Deployment
+
+    pinned = one_npu(engine={"max_model_len": 2048, "port": 18555})
+    put(client, "chat", pinned)
+    settle()
+    answer = put(client, "chat", one_npu(engine={"max_model_len": 4096, "port": 18555}))
+    assert answer.json()["rollout"]["surge"] == "chat-r2", answer.json()
+    surge = Deployment.objects.get(name="chat-r2")
+    assert surge.spec["port"] != 18555
+    assert Deployment.objects.get(name="chat").spec["port"] == 18555
