@@ -4,6 +4,7 @@ from django.utils.translation import gettext_lazy as _
 
 from panel.audit.actions import AuditAction
 from panel.audit.models import AuditEntry
+from panel.core.filters import moment_filter
 
 
 class AddressFilter(django_filters.CharFilter):
@@ -19,18 +20,8 @@ class AuditEntryFilterSet(django_filters.FilterSet):
     action = django_filters.ChoiceFilter(choices=AuditAction.choices, label=_("Action"))
     target = django_filters.CharFilter(lookup_expr="icontains", label=_("Target"))
     ip = AddressFilter(label=_("Address"))
-    since = django_filters.DateTimeFilter(
-        field_name="time",
-        lookup_expr="gte",
-        label=_("Since"),
-        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
-    )
-    until = django_filters.DateTimeFilter(
-        field_name="time",
-        lookup_expr="lt",
-        label=_("Until"),
-        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
-    )
+    since = moment_filter("time", "gte", _("Since"))
+    until = moment_filter("time", "lt", _("Until"))
 
     class Meta:
         model = AuditEntry

@@ -1,18 +1,9 @@
 import django_filters
-from django import forms
 from django.utils.translation import gettext_lazy as _
 
 from panel.core.filters import StrictBooleanFilter
+from panel.core.filters import moment_filter as _when
 from panel.gateway.models import UsageHour, UsageRecord
-
-
-def _when(field: str, lookup: str, label):
-    return django_filters.DateTimeFilter(
-        field_name=field,
-        lookup_expr=lookup,
-        label=label,
-        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
-    )
 
 
 class UsageRecordFilterSet(django_filters.FilterSet):

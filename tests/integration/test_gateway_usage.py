@@ -11,6 +11,7 @@ from panel.accounts.models import ApiToken
 from panel.gateway import store, usage
 from panel.gateway.identity import Caller
 from panel.gateway.models import UsageHour, UsageRecord
+from tests.conftest import api_client_for
 
 pytestmark = pytest.mark.django_db
 
@@ -93,3 +94,14 @@ def test_rows_outlive_their_key_and_the_old_ones_are_pruned(bob):
     assert usage.prune(now) == {"raw": 1, "hourly": 1}
     assert list(UsageRecord.objects.values_list("request_id", flat=True)) == ["new"]
     assert UsageHour.objects.count() == 2  # the hours of both rows stay
+
+
+@pytest.mark.parametrize("url", ["/api/v1/usage/", "/api/v1/usage-hourly/", "/api/v1/audit/"])
+def test_moments_with_any_iso_offset_filter_in_utc(url, alice):
+    """PostgreSQL refuses offsets past ±15:59 that ISO 8601 allows: they are turned into UTC first."""
+    client = api_client_for(alice)
+    assert client.get(url, {"until": "3677-01-20T16:04:25-23:11"}).status_code == 200
+    assert client.get(url, {"since": "2026-12-03T10:00:00+14:45"}).status_code == 200
+    overflow = client.get(url, {"until": "9999-12-31T23:59:59-23:59"})
+    assert overflow.status_code == 400
+    assert "until" in overflow.json()["errors"]

@@ -108,7 +108,13 @@ def test_make_run_serves_its_generated_model_and_ctrl_c_stops_the_engine_too(tmp
         api.close()
 
         run.process.send_signal(signal.SIGINT)
-        assert run.process.wait(180) == 0  # stops programs, Redis, then engines; slow under load
+        try:
+            code = run.process.wait(180)  # stops programs, Redis, then engines; slow under load
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                "make run did not stop; its output ends:\n" + "\n".join(run.lines[-40:])
+            ) from None
+        assert code == 0, run.lines[-40:]
         assert not listening(served_on), "the engine outlived make run"
         records = list((tmp_path / "sim/sim-a2/var/lib/ascend-panel/deployments").glob("*.json"))
         assert [r.stem for r in records] == ["first"]  # kept: the next start restarts what should run
@@ -121,7 +127,13 @@ def test_make_run_serves_its_generated_model_and_ctrl_c_stops_the_engine_too(tmp
         wait_for(lambda: api.get(f"/api/v1/deployments/{pk}/").json()["status"] == "running", 60, "running")
         api.close()
         run.process.send_signal(signal.SIGINT)
-        assert run.process.wait(180) == 0  # stops programs, Redis, then engines; slow under load
+        try:
+            code = run.process.wait(180)  # stops programs, Redis, then engines; slow under load
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                "make run did not stop; its output ends:\n" + "\n".join(run.lines[-40:])
+            ) from None
+        assert code == 0, run.lines[-40:]
         assert not listening(served_on)
     finally:
         run.kill()
