@@ -68,12 +68,18 @@ def wait_until(check, timeout: float, what: str, every: float = 0.5):
 def ready_model(client: httpx.Client) -> dict:
     """The demo model once its copy on sim-a2 is inspected and ready to deploy."""
 
+    last = {}
+
     def ready():
         answer = client.get(f"/api/v1/models/{MODEL}/")
+        last["answer"] = f"{answer.status_code} {answer.text[:600]}"
         model = answer.json() if answer.status_code == 200 else None
         return model if model and any(a["ready"] for a in model["artifacts"]) else None
 
-    return wait_until(ready, 120, f"{MODEL} was not ready on {SIM_NODE}")
+    try:
+        return wait_until(ready, 120, f"{MODEL} was not ready on {SIM_NODE}")
+    except AssertionError as error:
+        raise AssertionError(f"{error}; the last answer: {last.get('answer')}") from None
 
 
 def free_npu(client: httpx.Client) -> int:

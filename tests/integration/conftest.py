@@ -6,6 +6,11 @@ from datetime import UTC, datetime
 
 import pytest
 
+# The browser tier's live panel (panel.run's programs, agents on the simulated hosts) for the CLI tests, one
+# for the whole session. Imported here once: each module importing it got a panel of its own, whose agents
+# shared queue names and the Redis database with the first one's and took each other's tasks.
+from tests.browser.conftest import live_panel as browser_tier_panel  # noqa: F401  (a fixture)
+
 TEST_NODE = "it-node"
 
 

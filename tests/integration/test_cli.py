@@ -9,7 +9,6 @@ import time
 import pytest
 import yaml
 
-from tests.browser.conftest import live_panel as browser_tier_panel  # noqa: F401  (a fixture)
 from tests.integration.cli_live import (
     MODEL,
     SIM_NODE,
