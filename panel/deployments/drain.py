@@ -2,8 +2,9 @@
 
 A deployment leaves the gateway's pool the moment it is asked to stop, restart or go (it is no longer
 observed running), so no new request reaches it. Requests already in flight through the gateway are counted
-in Redis (panel.gateway.pool.outstanding); the stop sent to the agent waits until that count is 0, up to
-PANEL_GATEWAY_DRAIN_GRACE_S, and the reconcile tick sends it once either happens. Rolling updates, scaling
+in Redis (panel.gateway.pool.outstanding); the stop sent to the agent waits until that count is 0 and no
+web process has picked the engine for a few seconds (one may still route by a pool copy read just before),
+up to PANEL_GATEWAY_DRAIN_GRACE_S; the reconcile tick sends it once that happens. Rolling updates, scaling
 down, stop, restart and delete all go through here, so an in-flight stream ends normally instead of
 breaking when its engine is stopped."""
 
@@ -22,16 +23,19 @@ from panel.deployments.models import Deployment
 log = logging.getLogger(__name__)
 
 
-def in_flight(deployment: Deployment) -> int:
-    """Gateway requests its engine serves now, across every web process. 0 when Redis cannot say: a broken
-    Redis must not keep a deployment from stopping (the gateway cannot route without it either)."""
-    from panel.gateway.pool import instance_ids, outstanding
+def still_served(deployment: Deployment) -> bool:
+    """Whether the gateway serves requests on its engine now, or sent it one within the last few seconds
+    (a web process may still route by a copy of the pool from before it left). False when Redis cannot
+    say: a broken Redis must not keep a deployment from stopping (the gateway cannot route without it)."""
+    from panel.gateway.pool import instance_ids, outstanding, recently_picked
 
     try:
-        return sum(outstanding(instance) for instance in instance_ids(deployment))
+        return any(outstanding(i) > 0 or recently_picked(i) for i in instance_ids(deployment))
     except Exception:  # redis-py raises several unrelated types; any of them means "cannot tell"
-        log.warning("could not count %s's requests in flight; stopping it without a drain", deployment.name)
-        return 0
+        log.warning(
+            "could not ask Redis whether %s still serves; stopping it without a drain", deployment.name
+        )
+        return False
 
 
 def holds_stop(deployment: Deployment, now: datetime | None = None) -> bool:
@@ -40,20 +44,13 @@ def holds_stop(deployment: Deployment, now: datetime | None = None) -> bool:
     now = now or timezone.now()
     if deployment.drain_until is not None and now >= deployment.drain_until:
         return False
-    count = in_flight(deployment)
-    if count == 0:
+    if not still_served(deployment):
         return False
     if deployment.drain_until is None:
         grace = settings.PANEL_GATEWAY_DRAIN_GRACE_S
         deployment.drain_until = now + timedelta(seconds=grace)
-        deployment.set_reason(
-            [
-                *reasons.current(deployment),
-                reasons.part(
-                    gettext_noop("Draining: {n} requests in flight finish first (up to {s} s)."),
-                    n=count,
-                    s=int(grace),
-                ),
-            ]
+        draining = gettext_noop(
+            "Draining: the requests in flight through the gateway finish first (up to {s} s)."
         )
+        deployment.set_reason([*reasons.current(deployment), reasons.part(draining, s=int(grace))])
     return True

@@ -29,11 +29,15 @@ from panel.gateway import store
 SUSPECT_S = 5.0  # how long an instance that just failed a request is avoided (about two probe intervals)
 REFRESH_S = 60.0  # a long stream says it is still outstanding this often
 SUSPECT_PENALTY = 1_000_000
+# A web process may route by a copy of the pool read just before an instance left it (identity.POOL_TTL_S),
+# so an instance counts as still routed to for this long after its last pick: a drain waits that out too.
+PICKED_S = 8
 
-# KEYS: the instances' in-flight sets, then their suspect flags. ARGV: now, forget before, request id,
-# rotation (ties go to a random instance, not always the first), key lifetime.
+# KEYS: the instances' in-flight sets, their suspect flags, then their last-picked flags. ARGV: now, forget
+# before, request id, rotation (ties go to a random instance, not always the first), key lifetime, the
+# suspect penalty, how long a pick is remembered.
 PICK_LEAST_OUTSTANDING = """
-local n = #KEYS / 2
+local n = #KEYS / 3
 local best, best_load = 0, nil
 for i = 1, n do
   local j = ((i - 1 + tonumber(ARGV[4])) % n) + 1
@@ -44,6 +48,7 @@ for i = 1, n do
 end
 redis.call('ZADD', KEYS[best], ARGV[1], ARGV[3])
 redis.call('EXPIRE', KEYS[best], ARGV[5])
+redis.call('SET', KEYS[2 * n + best], '1', 'EX', ARGV[7])
 return best - 1
 """
 
@@ -130,7 +135,11 @@ def served_names() -> list[str]:
 async def acquire(redis, instances: list[Instance], request_id: str) -> Instance:
     """Count `request_id` against the instance with the fewest outstanding requests and return it. One
     round trip: the choice and the count happen together in Redis, so racing web processes spread out."""
-    keys = [store.inflight_key(i.id) for i in instances] + [store.suspect_key(i.id) for i in instances]
+    keys = (
+        [store.inflight_key(i.id) for i in instances]
+        + [store.suspect_key(i.id) for i in instances]
+        + [store.picked_key(i.id) for i in instances]
+    )
     now = time.time()
     ttl = settings.PANEL_GATEWAY_INFLIGHT_TTL_S
     index = await redis.eval(
@@ -143,6 +152,7 @@ async def acquire(redis, instances: list[Instance], request_id: str) -> Instance
         random.randrange(len(instances)),
         int(ttl) + 60,
         SUSPECT_PENALTY,
+        PICKED_S,
     )
     return instances[int(index)]
 
@@ -171,3 +181,9 @@ def outstanding(instance_id: str) -> int:
     key = store.inflight_key(instance_id)
     client.zremrangebyscore(key, "-inf", time.time() - settings.PANEL_GATEWAY_INFLIGHT_TTL_S)
     return int(client.zcard(key))
+
+
+def recently_picked(instance_id: str) -> bool:
+    """Whether a web process sent `instance_id` a request within PICKED_S (it may still route by a stale
+    copy of the pool, so a drain waits until this is over too)."""
+    return bool(store.client().exists(store.picked_key(instance_id)))

@@ -37,6 +37,10 @@ def suspect_key(instance: str) -> str:
     return f"{PREFIX}suspect:{instance}"
 
 
+def picked_key(instance: str) -> str:
+    return f"{PREFIX}picked:{instance}"
+
+
 def requests_key(token_id: int, minute: int) -> str:
     return f"{PREFIX}rpm:{token_id}:{minute}"
 

@@ -23,7 +23,10 @@ def gateway_counts(_wired_to_redis):
     from panel.gateway import store
 
     def clear():
-        stale = list(store.client().scan_iter(f"{store.inflight_key('')}*"))
+        stale = [
+            *store.client().scan_iter(f"{store.inflight_key('')}*"),
+            *store.client().scan_iter(f"{store.picked_key('')}*"),
+        ]
         if stale:
             store.client().delete(*stale)
 
@@ -67,7 +70,7 @@ def test_a_stop_waits_for_the_requests_in_flight_and_the_pool_drops_it_at_once(c
     row = Deployment.objects.get(name="chat")
     assert row.observed_state == "stopping"
     assert row.drain_until is not None
-    assert "Draining: 1 requests in flight finish first" in row.reason
+    assert "Draining: the requests in flight through the gateway finish first" in row.reason
     assert stops_for("chat") == []  # the engine still answers the stream it serves
     assert pool_for("chat") is None  # but takes no new request
 
@@ -97,6 +100,22 @@ def test_the_grace_period_ends_a_drain_that_does_not(client, tiny):
     assert len(stops_for("chat")) == 1
     settle()
     assert not Deployment.objects.filter(name="chat").exists()
+
+
+def test_a_stop_also_waits_while_web_processes_may_still_route_by_an_older_pool(client, tiny):
+    """No request in flight, but one was sent a moment ago: a web process may hold a pool copy read just
+    before the stop, so the engine keeps answering until no process has picked it for a few seconds."""
+    from panel.gateway import store
+
+    put(client, "chat", spec())
+    settle()
+    store.client().set(store.picked_key("chat/0"), "1", ex=30)
+    assert client.post("/api/v1/deployments/chat/stop/").status_code == 202
+    tick()
+    assert stops_for("chat") == []
+    store.client().delete(store.picked_key("chat/0"))  # what the flag's expiry does a few seconds later
+    tick()
+    assert len(stops_for("chat")) == 1
 
 
 def test_nothing_in_flight_stops_at_once(client, tiny):

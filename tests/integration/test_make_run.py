@@ -20,6 +20,14 @@ pytestmark = pytest.mark.timeout(400)
 PASSWORD = "make-run-test-password"
 
 
+def _hears_ctrl_c():
+    """In the child, before exec: SIGINT as a terminal's Ctrl-C delivers it. A child inherits its parent's
+    ignored signals and signal mask, and after the rest of the suite the test process may have either (in the
+    full run make run never heard the test's SIGINT; alone it did)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 class RunCommand:
     """panel.run in its own session, its output (and its children's) collected line by line."""
 
@@ -42,6 +50,7 @@ class RunCommand:
             stderr=subprocess.STDOUT,
             text=True,
             start_new_session=True,
+            preexec_fn=_hears_ctrl_c,
         )
         threading.Thread(target=self._collect, daemon=True).start()
 
