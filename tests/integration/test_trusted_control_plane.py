@@ -10,6 +10,7 @@ import uuid
 from datetime import timedelta
 
 import pytest
+from django.db import transaction
 from django.utils import timezone
 
 from tests.conftest import api_client_for
@@ -188,9 +189,12 @@ def test_a_lost_attempt_is_sent_again_and_its_log_keeps_both_attempts_in_order(c
     from workers.task_names import AGENT_INVENTORY
 
     node = Node.objects.create(name=TEST_NODE, transport="agent")
-    operation = start(node, AGENT_INVENTORY)
-    lease = OperationLease(str(operation.id))
-    lease.acquire()  # attempt 1 holds the lease: the delivery the outbox sent runs nothing
+    # Attempt 1 holds the lease, so the delivery the outbox sends runs nothing. Taken before the commit
+    # sends the task: the in-process worker would otherwise win the lease on a quick machine.
+    with transaction.atomic():
+        operation = start(node, AGENT_INVENTORY)
+        lease = OperationLease(str(operation.id))
+        lease.acquire()
     wait_for(lambda: operation_field(operation, "sent_at"), 10, "the operation to be sent")
     ingest_events(event_batch(operation, (1, "state", {"state": "running"}), (2, "log", {"line": "one"})))
     time.sleep(1)
