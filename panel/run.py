@@ -195,6 +195,9 @@ def main() -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_signal)
+    # Ctrl-C (or kill -INT) stops it even when a shell started it as a background job, which leaves SIGINT
+    # ignored, and Python then never turns it into KeyboardInterrupt.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     agents: list[tuple[str, Path]] = []
     try:
         embedded_redis = not env.get("REDIS_URL")
