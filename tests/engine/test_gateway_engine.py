@@ -94,4 +94,13 @@ def test_the_openai_sdk_through_the_gateway_gets_vllm_answers_and_usage_has_the_
     assert all(row.ttft_ms > 0 for row in rows[1:])
 
     assert client.post(f"/api/v1/deployments/{pk}/stop/").status_code == 202
-    wait_for(lambda: deployment_json(client, pk)["status"] == "stopped", 60, "stopped")
+
+    def stopped():
+        from panel.deployments.reconcile import tick
+
+        # The beat's job: the stop waits until the gateway no longer routes to the engine (a few seconds
+        # after the last request), and the reconcile tick then sends it.
+        tick()
+        return deployment_json(client, pk)["status"] == "stopped"
+
+    wait_for(stopped, 60, "stopped", every=1)
