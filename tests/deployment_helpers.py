@@ -10,8 +10,10 @@ import pytest
 
 
 @pytest.fixture
-def reconcile_loop():
-    """The beat's job (panel.reconcile_deployments), every second, for the length of the test."""
+def reconcile_loop(transactional_db):
+    """The beat's job (panel.reconcile_deployments), every second, for the length of the test. It needs the
+    database fixture so that it stops before the database is flushed: a tick's row locks and the flush's
+    TRUNCATE deadlocked on PostgreSQL."""
     from django.db import close_old_connections
 
     from panel.deployments.reconcile import tick
