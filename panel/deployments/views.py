@@ -101,18 +101,17 @@ def _stored_review(deployment) -> dict:
 def _replica_set(deployment) -> dict:
     """The primary and its replicas with the latest rolling update, for the detail page of any of them."""
     primary = deployment.replica_of or deployment
-    members = [primary, *primary.replicas.exclude(desired_state=DesiredState.DELETED)]
-    members.sort(key=lambda row: replicas.index_of(primary.name, row.name))
+    others = primary.replicas.exclude(desired_state=DesiredState.DELETED).prefetch_related("npus__node")
+    members = sorted([primary, *others], key=lambda row: replicas.index_of(primary.name, row.name))
     rollout = primary.rollouts.order_by("-pk").first()
     if len(members) == 1 and rollout is None:
         return {}
-    npus = {
-        row.pk: ", ".join(f"{npu.node.name}:{npu.logic_id}" for npu in row.npus.select_related("node"))
-        for row in members
-    }
     return {
         "primary": primary,
-        "members": [{"row": row, "npus": npus[row.pk]} for row in members],
+        "members": [
+            {"row": row, "npus": ", ".join(f"{npu.node.name}:{npu.logic_id}" for npu in row.npus.all())}
+            for row in members
+        ],
         "rollout": rollout,
         "phase": ROLLOUT_PHASES.get(rollout.phase, "") if rollout else "",
         "rollout_colour": ROLLOUT_COLOURS.get(rollout.status, COLOUR_OFFLINE) if rollout else "",

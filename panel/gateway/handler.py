@@ -124,13 +124,13 @@ async def _caller(request: Request, model: str | None):
         message = _("Send an API key with the inference scope: Authorization: Bearer <key>.")
         return None, error(401, message, INVALID_REQUEST, "invalid_api_key")
     redis = store.aclient()
-    guessing = await limits.guessing(redis, request.client)
-    # A key that called recently (still in the cache) goes on: one broken client does not block its
-    # neighbours behind the same address. Keys not in the cache would each cost the database a read.
-    if guessing is not None and not await identity.recently_seen(redis, raw):
-        answer = error(429, guessing.message, guessing.kind, "too_many_unknown_keys")
-        return None, answer.header("Retry-After", str(guessing.retry_after))
-    resolved = await identity.resolve_cached(raw, model)
+    # Checked only for keys the cache does not know (each would cost the database a read): keys that called
+    # recently go on, so one broken client does not block its neighbours behind the same address.
+    resolved = await identity.resolve_cached(raw, model, guard=lambda: limits.guessing(redis, request.client))
+    if resolved.held is not None:
+        over = resolved.held
+        answer = error(429, over.message, over.kind, "too_many_unknown_keys")
+        return None, answer.header("Retry-After", str(over.retry_after))
     if resolved.caller is None:
         if resolved.refusal.code == "invalid_api_key":
             await limits.unknown_key_sent(redis, request.client)

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import orjson
 from asgiref.sync import sync_to_async
@@ -72,6 +74,7 @@ class Resolved:
     caller: Caller | None = None
     pool: pools.Pool | None = None
     refusal: Refusal | None = None
+    held: Any = None  # what `resolve_cached`'s guard answered when it kept the key from the database
 
 
 def unknown_key() -> Refusal:
@@ -163,20 +166,23 @@ def _read(key_hash: str, served_name: str | None, need_caller: bool, need_pool: 
     return found
 
 
-async def recently_seen(redis, raw: str) -> bool:
-    """Whether `raw` is a key the cache knows (it called within CALLER_TTL_S): one Redis read, no database."""
-    return bool(await redis.exists(caller_key(hash_token(raw))))
-
-
-async def resolve_cached(raw: str, served_name: str | None) -> Resolved:
+async def resolve_cached(
+    raw: str, served_name: str | None, guard: Callable[[], Awaitable[Any]] | None = None
+) -> Resolved:
     """The caller and, when `served_name` is given, the pool it may use, or why not: from Redis when it
-    can be, else from the database (and then kept in Redis)."""
+    can be, else from the database (and then kept in Redis). A key the cache does not know is looked up only
+    if `guard()` answers None; else the answer is `Resolved(held=<what it answered>)`. Keys that called
+    recently never reach the guard, so it costs the steady state nothing."""
     redis = store.aclient()
     key_hash = hash_token(raw)
     keys = [caller_key(key_hash)] + ([pool_key(served_name)] if served_name else [])
     cached = await redis.mget(keys)
     caller_entry = orjson.loads(cached[0]) if cached[0] else None
     pool_entry = orjson.loads(cached[1]) if served_name and cached[1] else None
+    if caller_entry is None and guard is not None:
+        held = await guard()
+        if held is not None:
+            return Resolved(held=held)
     if caller_entry is None or (served_name and pool_entry is None):
         loaded = await _single_flight(
             (key_hash, served_name, caller_entry is None, bool(served_name) and pool_entry is None),

@@ -31,13 +31,18 @@ def minute(now: float) -> int:
     return int(now // WINDOW_S)
 
 
+def seconds_left(now: float) -> int:
+    """Retry-After for a limit of this minute: the seconds until it turns."""
+    return max(1, int(WINDOW_S - now % WINDOW_S + 0.999))
+
+
 async def check(redis, caller: Caller, now: float | None = None) -> OverLimit | None:
     """Count this request against the key's minute and say whether a limit refuses it."""
     if caller.requests_per_minute is None and caller.tokens_per_minute is None:
         return None
     now = time.time() if now is None else now
     this_minute = minute(now)
-    retry_after = max(1, int(WINDOW_S - now % WINDOW_S + 0.999))
+    retry_after = seconds_left(now)
     async with redis.pipeline(transaction=False) as pipeline:
         pipeline.incr(store.requests_key(caller.token_id, this_minute))
         pipeline.expire(store.requests_key(caller.token_id, this_minute), KEY_LIFETIME_S)
@@ -69,7 +74,7 @@ async def guessing(redis, address: str, now: float | None = None) -> OverLimit |
     failures = await redis.get(store.bad_keys_key(address, minute(now)))
     if int(failures or 0) < settings.PANEL_GATEWAY_BAD_KEYS_PER_MINUTE:
         return None
-    retry_after = max(1, int(WINDOW_S - now % WINDOW_S + 0.999))
+    retry_after = seconds_left(now)
     message = _("Too many requests with unknown API keys from this address. Retry in {seconds} s.")
     return OverLimit("requests", message.format(seconds=retry_after), retry_after)
 

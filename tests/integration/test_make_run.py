@@ -66,6 +66,17 @@ class RunCommand:
         ends = [i for i, line in enumerate(block) if i > 0 and line.startswith("─")]
         return block[: ends[0] + 1] if ends else []
 
+    def interrupt(self):
+        """Ctrl-C, and wait until make run has stopped programs, Redis, then engines (slow under load)."""
+        self.process.send_signal(signal.SIGINT)
+        try:
+            code = self.process.wait(180)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                "make run did not stop; its output ends:\n" + "\n".join(self.lines[-40:])
+            ) from None
+        assert code == 0, self.lines[-40:]
+
     def kill(self):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.process.pid, signal.SIGKILL)
@@ -116,14 +127,7 @@ def test_make_run_serves_its_generated_model_and_ctrl_c_stops_the_engine_too(tmp
         assert listening(served_on)
         api.close()
 
-        run.process.send_signal(signal.SIGINT)
-        try:
-            code = run.process.wait(180)  # stops programs, Redis, then engines; slow under load
-        except subprocess.TimeoutExpired:
-            raise AssertionError(
-                "make run did not stop; its output ends:\n" + "\n".join(run.lines[-40:])
-            ) from None
-        assert code == 0, run.lines[-40:]
+        run.interrupt()
         assert not listening(served_on), "the engine outlived make run"
         records = list((tmp_path / "sim/sim-a2/var/lib/ascend-panel/deployments").glob("*.json"))
         assert [r.stem for r in records] == ["first"]  # kept: the next start restarts what should run
@@ -135,14 +139,7 @@ def test_make_run_serves_its_generated_model_and_ctrl_c_stops_the_engine_too(tmp
         wait_for(lambda: listening(served_on), 90, "the deployment's engine started again", every=1)
         wait_for(lambda: api.get(f"/api/v1/deployments/{pk}/").json()["status"] == "running", 60, "running")
         api.close()
-        run.process.send_signal(signal.SIGINT)
-        try:
-            code = run.process.wait(180)  # stops programs, Redis, then engines; slow under load
-        except subprocess.TimeoutExpired:
-            raise AssertionError(
-                "make run did not stop; its output ends:\n" + "\n".join(run.lines[-40:])
-            ) from None
-        assert code == 0, run.lines[-40:]
+        run.interrupt()
         assert not listening(served_on)
     finally:
         run.kill()
