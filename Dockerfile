@@ -1,4 +1,4 @@
-# The panel image: web (daphne), panel worker and beat run from it with different commands.
+# The panel image: web (uvicorn, python -m panel.web), panel worker and beat run from it with different commands.
 FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PANEL_DATA_DIR=/var/lib/ascend-panel
 WORKDIR /app
@@ -17,4 +17,4 @@ RUN useradd --system --home /var/lib/ascend-panel panel && mkdir -p /var/lib/asc
     && chown panel /var/lib/ascend-panel
 USER panel
 EXPOSE 8000
-CMD ["daphne", "-b", "0.0.0.0", "-p", "8000", "panel.asgi:application"]
+CMD ["python", "-m", "panel.web", "--host", "0.0.0.0", "--port", "8000"]

@@ -2,7 +2,8 @@
 
     .venv/bin/python bench/faults.py [--only NAME ...]
 
-Starts one stack (tests/faults/stack.py: redis-server with its append-only file, daphne, the panel worker,
+Starts one stack (tests/faults/stack.py: redis-server with its append-only file, the web server, the panel
+worker,
 beat; one agent per scenario on a simulated Ascend host of its own) and runs every scenario of
 tests/faults/scenarios.py on it: the agent, the panel worker, the web process, Redis or the engine is killed
 with SIGKILL and restarted as systemd would. One JSON line per scenario, then the summary as the last line:

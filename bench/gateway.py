@@ -3,9 +3,10 @@
     .venv/bin/python bench/gateway.py [--streams 128] [--tokens-per-s 30] [--max-tokens 128]
                                       [--engines 2] [--seconds 15] [--rounds 2]
 
-Starts an embedded redis-server, a daphne (the panel, gateway included) on a scratch database and N sim
-engines (workers.sim.engine, each with its engine API key, paced like an NPU: --tokens-per-s per stream),
-registered as deployments serving one model name. Then, alternating for --rounds rounds:
+Starts an embedded redis-server, the web server (panel.web: the panel, gateway included) on a scratch
+database and N sim engines (workers.sim.engine, each with its engine API key, paced like an NPU:
+--tokens-per-s per stream), registered as deployments serving one model name. Then, alternating for --rounds
+rounds:
   direct:  --streams clients, each streaming chat completions back to back straight to the engines (round
            robin, with the engines' key);
   gateway: the same through <panel>/v1 with an inference key (least outstanding requests picks the engine).
@@ -68,11 +69,11 @@ DRAIN = "from panel.gateway.usage import drain; print(drain())"
 PROFILED = """
 import cProfile, runpy, signal, sys, time
 profile = cProfile.Profile(time.process_time)
-sys.argv = ["daphne", *sys.argv[3:]]
+sys.argv = ["panel.web", *sys.argv[3:]]
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 profile.enable()
 try:
-    runpy.run_module("daphne", run_name="__main__")
+    runpy.run_module("panel.web", run_name="__main__")
 finally:
     profile.disable()
     profile.dump_stats({path!r})
@@ -87,9 +88,10 @@ def percentile(values: list[float], q: float) -> float | None:
 
 
 class Stack:
-    """redis-server, daphne and the sim engines on a scratch directory; stopped together."""
+    """redis-server, the web server and the sim engines on a scratch directory; stopped together."""
 
     def __init__(self, engines: int, tokens_per_s: float, profile: str = ""):
+        from panel import web
         from panel.run import Supervisor, free_port, start_embedded_redis, wait_for_port
 
         self.dir = Path(tempfile.mkdtemp(prefix="bench-gateway-"))
@@ -106,11 +108,11 @@ class Stack:
         *_, keys, self.token = out.strip().splitlines()
         self.engine_keys = {int(port): key for port, key in json.loads(keys).items()}
         self.web_port = free_port()
-        daphne = ["-m", "daphne", "-b", "127.0.0.1", "-p", str(self.web_port), "panel.asgi:application"]
+        _python, *server = [*web.argv("127.0.0.1", self.web_port), "--no-access-log"]
         # Profiled in CPU time, not wall time: on a shared machine waiting for a core is not the gateway's.
         profiled = ["-c", PROFILED.format(path=profile)] if profile else []
-        web = self.supervisor.start("web", [PYTHON, *profiled, *daphne], quiet=True)
-        self.web = psutil.Process(web.pid)
+        started = self.supervisor.start("web", [PYTHON, *profiled, *server], quiet=True)
+        self.web = psutil.Process(started.pid)
         # The engines and the clients stand in for other machines (NPU hosts, applications): from here on
         # this process and what it starts run at HELPERS_NICE, so that on a shared box they take as little
         # CPU as they can from the web process under test. Both phases run with the same helpers.

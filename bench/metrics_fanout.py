@@ -2,7 +2,8 @@
 
     .venv/bin/python bench/metrics_fanout.py [--nodes 32] [--clients 8] [--seconds 20] [--pool threads]
 
-Starts an embedded redis-server, a daphne and the panel worker (as `make run` does, panel/run.py) on a scratch
+Starts an embedded redis-server, the web server (panel.web) and the panel worker (as `make run` does,
+panel/run.py) on a scratch
 database, then N simulated agents in a separate publisher process (real MetricBatch messages pushed to the
 metrics inbox as agents push them, 1 Hz per node, spread over the second; the figures come from workers.sim
 read through the sampler's own table parser, one reading per tick shared by all nodes so the publisher stays
@@ -34,6 +35,7 @@ import httpx
 import psutil
 import websockets
 
+from panel import web
 from workers.sim.profiles import get_profile
 
 REPO = Path(__file__).resolve().parent.parent
@@ -62,7 +64,8 @@ def node_names(nodes: int) -> list[str]:
 
 
 class Panel:
-    """redis-server, daphne, the panel worker and the publisher on a scratch directory; stopped together."""
+    """redis-server, the web server, the panel worker and the publisher on a scratch directory; stopped
+    together."""
 
     def __init__(self, nodes: int, pool: str, concurrency: int):
         from panel.run import Supervisor, free_port, panel_worker_argv, start_embedded_redis, wait_for_port
@@ -83,9 +86,9 @@ class Panel:
         )
         *_, keys, self.token = out.stdout.strip().splitlines()
         self.web_port = free_port()
-        web = self.supervisor.start(
+        server = self.supervisor.start(
             "web",
-            [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.web_port), "panel.asgi:application"],
+            web.argv("127.0.0.1", self.web_port, PYTHON),
             quiet=True,
         )
         worker = self.supervisor.start("panel-worker", panel_worker_argv(pool, concurrency), quiet=True)
@@ -97,7 +100,7 @@ class Panel:
             quiet=True,
         )
         wait_for_port(self.web_port, timeout=60)
-        self.processes = [psutil.Process(web.pid), psutil.Process(worker.pid)]
+        self.processes = [psutil.Process(server.pid), psutil.Process(worker.pid)]
         self.publisher = psutil.Process(publisher.pid)
 
     def cpu_seconds(self) -> dict[str, float]:

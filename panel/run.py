@@ -18,6 +18,8 @@ import sys
 import time
 from pathlib import Path
 
+from panel import web
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 DEMO_NODES = (("sim-a2", "atlas-800i-a2"), ("sim-duo", "atlas-300i-duo"))
@@ -231,9 +233,7 @@ def main() -> None:
         supervisor.run_once([PYTHON, "manage.py", "ensure_demo_nodes", *nodes])
         supervisor.run_once(sim_credentials(nodes, data_dir / "sim"))
         supervisor.run_once([PYTHON, "manage.py", "seed_sim_packages"])  # sim .run files and wheels
-        supervisor.start(
-            "web", [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "panel.asgi:application"]
-        )
+        supervisor.start("web", web.argv("127.0.0.1", port, PYTHON))
         supervisor.start("panel-worker", panel_worker_argv())
         supervisor.start(
             "beat",
@@ -302,7 +302,7 @@ def summary(
         rule,
         f"  Ascend Panel is running at http://127.0.0.1:{port}/",
         f"  Sign in:   {sign_in}",
-        f"  Running:   web (daphne), panel worker, beat, central agent, {redis}"
+        f"  Running:   web (uvicorn), panel worker, beat, central agent, {redis}"
         f"agents of the simulated Ascend hosts {', '.join(nodes)}",
         f"  Data:      {data_dir}",
         f"  Try:       Deployments → New deployment → tiny-chat (generated on {', '.join(nodes)})",

@@ -1,18 +1,18 @@
-"""Shared by the gateway's integration and engine tests: a real daphne serving the panel on the test
-database and Redis, deployments made through the API, and reading SSE answers."""
+"""Shared by the gateway's integration and engine tests: a real web server (panel.web) serving the
+panel on the test database and Redis, deployments made through the API, and reading SSE answers."""
 
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import httpx
 import pytest
 
+from panel import web
 from tests.deployment_helpers import deployment_json, wait_for
-from tests.live_daphne import database_url
+from tests.live_web import database_url
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -37,8 +37,8 @@ class LiveGateway:
 
 @pytest.fixture(scope="module")
 def live_gateway(_wired_to_redis, tmp_path_factory):
-    """daphne serving panel.asgi on the test database and the test Redis, as production runs the gateway
-    (a separate process: what it knows comes from the database and Redis only)."""
+    """The web server (panel.web) serving panel.asgi on the test database and the test Redis, as production
+    runs the gateway (a separate process: what it knows comes from the database and Redis only)."""
     from django.conf import settings
     from django.db import connection
 
@@ -58,10 +58,10 @@ def live_gateway(_wired_to_redis, tmp_path_factory):
         "LOG_LEVEL": "WARNING",
         "PYTHONUNBUFFERED": "1",
     }
-    log_path = data / "daphne.log"
+    log_path = data / "web.log"
     with log_path.open("ab") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "panel.asgi:application"],
+            web.argv("127.0.0.1", port),
             cwd=REPO,
             env=env,
             stdout=log,

@@ -1,8 +1,8 @@
 """Request guards that belong at the edge, before any view runs, and the static files.
 
-Every middleware of the panel runs async under daphne as well as sync: a single sync-only one makes Django
-run the rest of the request, views included, beneath a thread that it blocks until the response is done,
-so a `?wait=` or `?watch=true` (panel/core/streams.py) would hold that thread for its whole wait.
+Every middleware of the panel runs async under the ASGI server as well as sync: a single sync-only one makes
+Django run the rest of the request, views included, beneath a thread that it blocks until the response is
+done, so a `?wait=` or `?watch=true` (panel/core/streams.py) would hold that thread for its whole wait.
 """
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async

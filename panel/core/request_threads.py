@@ -1,10 +1,10 @@
 """Sync work of long-lived requests without a thread per request.
 
-Under daphne, Django runs a request's sync code (middleware, DRF views) in a thread of that request's own
-(asgiref's per-request ThreadSensitiveContext) and keeps the thread until the response is sent. A `?wait=`
-or `?watch=true` keeps its response open for minutes or hours, so once its DRF part is done it hands that
-thread back (`release_request_thread`) and does its later database reads on a small pool that every wait
-and watch of the process shares (`on_shared_threads`). A thousand waiting requests are a thousand
+Under the ASGI server (panel.web), Django runs a request's sync code (middleware, DRF views) in a thread of
+that request's own (asgiref's per-request ThreadSensitiveContext) and keeps the thread until the response is
+sent. A `?wait=` or `?watch=true` keeps its response open for minutes or hours, so once its DRF part is done
+it hands that thread back (`release_request_thread`) and does its later database reads on a small pool that
+every wait and watch of the process shares (`on_shared_threads`). A thousand waiting requests are a thousand
 coroutines awaiting the channel layer, not a thousand parked threads.
 """
 

@@ -53,7 +53,7 @@ def bad_keys_key(address: str, minute: int) -> str:
     return f"{PREFIX}badkeys:{address}:{minute}"
 
 
-# Connection pools belong to one event loop; daphne runs one, tests and benches make more.
+# Connection pools belong to one event loop; the web server runs one, tests and benches make more.
 _async_clients: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict]" = weakref.WeakKeyDictionary()
 
 

@@ -1,12 +1,12 @@
 """The gateway's HTTP/1.1 to the engines: an httpx transport written for this one job.
 
 The gateway talks to vLLM's API servers (uvicorn) only: plain HTTP/1.1 on the cluster network, JSON bodies,
-answers framed by Content-Length or chunked (the SSE streams). A stream of 128 chats at 30 tokens/s is
-~4,000 chunks a second through one web process; httpx's default transport (httpcore, h11 and anyio, some
-eight layers of generators per chunk) cost as much CPU per chunk as daphne itself (bench/gateway.py). This
-transport keeps httpx's client API, request building and exception types, and reads each chunk with one
-buffer and one future: an asyncio Protocol per connection, kept-alive connections per engine, the read
-timeout a timer rather than a task.
+answers framed by Content-Length or chunked (the SSE streams). A stream of 128 chats at 30 tokens/s is ~4,000
+chunks a second through one web process; httpx's default transport (httpcore, h11 and anyio, some eight layers
+of generators per chunk) cost as much CPU per chunk as the web server itself (bench/gateway.py). This
+transport keeps httpx's client API, request building and exception types, and reads each chunk with one buffer
+and one future: an asyncio Protocol per connection, kept-alive connections per engine, the read timeout a
+timer rather than a task.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Browser tier: a real panel (daphne, panel worker + beat, one agent per simulated host) driven by Debian's
-chromium through Playwright's sync API.
+"""Browser tier: a real panel (web server, panel worker + beat, one agent per simulated host) driven by
+Debian's chromium through Playwright's sync API.
 
 Fixtures other browser tests reuse:
 
@@ -38,6 +38,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 import pytest
 
+from panel import web
 from panel.run import (
     DEMO_MODEL_PATH,
     Supervisor,
@@ -205,8 +206,7 @@ def _prepare(supervisor: _LoggingSupervisor, data_dir: Path) -> None:
 def _start_servers(supervisor: _LoggingSupervisor, data_dir: Path, port: int) -> None:
     """The same processes `make run` starts (panel/run.py), each logging to its own file."""
     celery = [PYTHON, "-m", "celery", "-A", "panel.celery"]
-    daphne = [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "panel.asgi:application"]
-    supervisor.start("web", daphne)
+    supervisor.start("web", web.argv("127.0.0.1", port, PYTHON))
     supervisor.start(
         "panel-worker",
         [

@@ -29,7 +29,7 @@ START_TIMEOUT_S = 600  # ~35 s on an idle machine; several times that on a busy 
 
 
 async def stream_chat(url, token):
-    """Stream through the async view in one event loop, as daphne serves it."""
+    """Stream through the async view in one event loop, as the web server (uvicorn) serves it."""
     from asgiref.sync import sync_to_async
     from django.db import connections
     from django.test import AsyncClient
@@ -39,8 +39,8 @@ async def stream_chat(url, token):
         url, chat_body(stream=True), content_type="application/json", headers=headers
     )
     chunks = [chunk async for chunk in response.streaming_content]
-    # The view reached the ORM from asgiref's executor thread; daphne closes that connection when the request
-    # finishes, the test client does not (it keeps its own transaction open), so close it here.
+    # The view reached the ORM from asgiref's executor thread; the server closes that connection when the
+    # request finishes, the test client does not (it keeps its own transaction open), so close it here.
     await sync_to_async(connections.close_all)()
     return response, b"".join(chunks).decode()
 

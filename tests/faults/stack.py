@@ -1,6 +1,6 @@
-"""A real panel for the fault scenarios: redis-server with its append-only file, daphne, the panel worker,
-beat, and one agent per simulated Ascend host, each a process of its own that a scenario may SIGKILL and
-restart (as systemd would: same argv, same environment, same port).
+"""A real panel for the fault scenarios: redis-server with its append-only file, the web server, the panel
+worker, beat, and one agent per simulated Ascend host, each a process of its own that a scenario may SIGKILL
+and restart (as systemd would: same argv, same environment, same port).
 
 Processes are started through panel.run's Supervisor with the argv `make run` uses (panel_worker_argv,
 sim_agent_env). Each child's output goes to <dir>/logs/<name>.log, kept for diagnosis. Driven over REST with
@@ -24,6 +24,7 @@ from pathlib import Path
 
 import httpx
 
+from panel import web
 from panel.run import (
     BASE_DIR,
     PYTHON,
@@ -259,8 +260,7 @@ class FaultStack:
         self.token, self.model_pk = answer["token"], answer["model"]
         # Each node's own credential beside its sim tree, where sim_agent_env points its agent.
         self.manage(*sim_credentials(self.nodes, self.dir / "sim")[2:])
-        port = str(self.web_port)
-        self.add("web", [PYTHON, "-m", "daphne", "-b", "127.0.0.1", "-p", port, "panel.asgi:application"])
+        self.add("web", web.argv("127.0.0.1", self.web_port, PYTHON))
         self.add("panel-worker", panel_worker_argv(concurrency=2))
         beat_file = str(self.dir / "data" / "celerybeat-schedule")
         self.add(

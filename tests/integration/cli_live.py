@@ -1,6 +1,6 @@
 """What the CLI's integration tests share: the real `ascend-panel`, run as a subprocess the way a CI job
 runs it (`python -m panel.cli`, the console script's main), against the browser tier's live panel (real
-daphne, panel worker, beat and an agent on the simulated A2 host sim-a2; tests/browser/conftest.py)."""
+web server, panel worker, beat and an agent on the simulated A2 host sim-a2; tests/browser/conftest.py)."""
 
 import os
 import subprocess

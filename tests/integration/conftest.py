@@ -1,6 +1,6 @@
 """Integration tier: a real Celery worker (threads pool, in this process) consuming the panel queue and the
 test node's agent queue, with a real Redis broker and channel layer; the worker's node with NPUs and a tiny
-model for deployments. A real daphne in front of them: tests/live_daphne.py."""
+model for deployments. A real web server in front of them: tests/live_web.py."""
 
 from datetime import UTC, datetime
 

@@ -1,4 +1,4 @@
-"""The real `ascend-panel` CLI as a subprocess against a live panel (daphne, worker, beat, an agent on a
+"""The real `ascend-panel` CLI as a subprocess against a live panel (web server, worker, beat, an agent on a
 simulated A2 host) for what the panel has today: login, nodes, models, get, wait, logs, chat, delete. The
 apply pipeline is tests/integration/test_cli_pipeline.py."""
 

@@ -1,5 +1,5 @@
-"""A CI pipeline through the real `ascend-panel`, against a live panel (daphne, worker, beat, a sim agent),
-written to the issue 13 contract: plan, apply (dry run, create with --wait, unchanged, change, stop),
+"""A CI pipeline through the real `ascend-panel`, against a live panel (web server, worker, beat, a sim
+agent), written to the issue 13 contract: plan, apply (dry run, create with --wait, unchanged, change, stop),
 the spec round trip, the Idempotency-Key rerun, a failed start, a wait that times out, strict errors,
 models by name, delete --wait.
 

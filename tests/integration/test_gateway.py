@@ -1,5 +1,5 @@
-"""The /v1 gateway on a real daphne in front of sim engines the panel deployed (API → Celery → the sim
-host's agent): routing by served name, least outstanding requests, failover before the first byte, an
+"""The /v1 gateway on a real web server (panel.web) in front of sim engines the panel deployed (API → Celery →
+the sim host's agent): routing by served name, least outstanding requests, failover before the first byte, an
 instance leaving the pool when its probe fails, scopes, per-key limits and usage rows (streamed and not)."""
 
 import os
@@ -43,7 +43,7 @@ def fresh_gateway_state(_wired_to_redis):
 
 
 @pytest.fixture
-def gateway(live_gateway):  # noqa: F811  the module-scoped daphne, under a shorter name
+def gateway(live_gateway):  # noqa: F811  the module-scoped web server, under a shorter name
     return live_gateway
 
 

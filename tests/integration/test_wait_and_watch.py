@@ -1,4 +1,4 @@
-"""Waiting and watching against a real daphne (tests/live_daphne.py), the in-process Celery worker and the
+"""Waiting and watching against a real web server (tests/live_web.py), the in-process Celery worker and the
 simulated A2 host: `?wait=` answers when the deployment runs, stops or is gone, 409 with the evidence when a
 start fails, 408 when time runs out, and holds no thread of the server while it waits; `?watch=true` streams
 the objects and then each change; the websocket opens with a token and no Origin, never with a cookie and no
@@ -29,7 +29,7 @@ from panel.deployments.models import Deployment
 from panel.realtime.broadcast import DEPLOYMENTS, FLEET, abroadcast
 from tests.deployment_helpers import reconcile_loop, wait_for  # noqa: F401  reconcile_loop: a fixture
 from tests.integration.conftest import TEST_NODE, event_batch
-from tests.live_daphne import live_daphne  # noqa: F401  a fixture, used by name
+from tests.live_web import live_web  # noqa: F401  a fixture, used by name
 from workers.task_names import AGENT_INVENTORY
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
@@ -40,9 +40,9 @@ def token_of(user) -> str:
 
 
 @pytest.fixture
-def api(live_daphne, bob):  # noqa: F811  (the fixture imported above)
+def api(live_web, bob):  # noqa: F811  (the fixture imported above)
     headers = {"Authorization": f"Token {token_of(bob)}"}
-    with httpx.Client(base_url=live_daphne.url, headers=headers, timeout=90) as client:
+    with httpx.Client(base_url=live_web.url, headers=headers, timeout=90) as client:
         yield client
 
 
@@ -76,7 +76,7 @@ def test_waits_answer_once_it_runs_stops_runs_again_restarts_and_is_gone(
     assert "warnings" in body  # create's own answer, its deployment read again
     pk, first_pid = body["id"], body["runtime"]["nodes"][TEST_NODE]["pid"]
     assert [holder["pid"] for holder in live_holders(celery_worker.sim_root)] == [first_pid]
-    # The audit middleware, async under daphne, still hands the request to the service that records.
+    # The audit middleware, async under the ASGI server, still hands the request to the service that records.
     created_entry = AuditEntry.objects.get(action=audit.DEPLOYMENT_CREATED, target="w")
     assert (created_entry.actor_name, created_entry.ip) == ("bob", "127.0.0.1")
 
@@ -144,7 +144,7 @@ def test_a_wait_that_runs_out_answers_408_and_a_delete_waits_until_the_row_is_go
     assert not Deployment.objects.filter(pk=pk).exists()
 
 
-def test_wait_and_watch_parameters_are_checked_before_anything_acts(api, live_daphne):  # noqa: F811
+def test_wait_and_watch_parameters_are_checked_before_anything_acts(api, live_web):  # noqa: F811
     model = Model.objects.create(name="m")
     kept = Deployment.objects.create(
         name="kept", model=model, observed_state=DeploymentState.STOPPED, desired_state=DesiredState.STOPPED
@@ -168,26 +168,26 @@ def test_wait_and_watch_parameters_are_checked_before_anything_acts(api, live_da
     assert Deployment.objects.get(pk=kept.pk).desired_state == DesiredState.STOPPED
 
     assert api.get("/api/v1/deployments/", params={"watch": "maybe"}).status_code == 400
-    anonymous = httpx.get(f"{live_daphne.url}/api/v1/deployments/", params={"watch": "true"})
+    anonymous = httpx.get(f"{live_web.url}/api/v1/deployments/", params={"watch": "true"})
     assert anonymous.status_code == 401
     assert anonymous.headers["content-type"] == "application/json"
 
 
-def test_the_async_middleware_chain_serves_pages_static_files_and_refusals(live_daphne):  # noqa: F811
-    """Every middleware runs async under daphne now (panel/core/middleware.py): what each one does still
-    happens there."""
-    static = httpx.get(f"{live_daphne.url}/static/favicon.svg")
+def test_the_async_middleware_chain_serves_pages_static_files_and_refusals(live_web):  # noqa: F811
+    """Every middleware runs async under the ASGI server (panel/core/middleware.py): what each one does
+    still happens there."""
+    static = httpx.get(f"{live_web.url}/static/favicon.svg")
     assert static.status_code == 200
     assert static.headers["content-type"].startswith("image/svg+xml")
-    page = httpx.get(f"{live_daphne.url}/accounts/login/")
+    page = httpx.get(f"{live_web.url}/accounts/login/")
     assert page.status_code == 200
     assert page.headers["x-frame-options"] == "DENY"
-    nul = httpx.get(f"{live_daphne.url}/api/v1/deployments/", params={"name": "a\x00b"})
+    nul = httpx.get(f"{live_web.url}/api/v1/deployments/", params={"name": "a\x00b"})
     assert nul.status_code == 400
     assert nul.json()["detail"] == "Query parameters must not contain NUL characters."
 
 
-def test_waiting_requests_hold_no_thread_of_the_server(live_daphne, bob):  # noqa: F811
+def test_waiting_requests_hold_no_thread_of_the_server(live_web, bob):  # noqa: F811
     """Forty requests wait at once; the server's thread count stays where it was, and all forty answer when
     their timeout ends, not one after another."""
     model = Model.objects.create(name="m")
@@ -197,7 +197,7 @@ def test_waiting_requests_hold_no_thread_of_the_server(live_daphne, bob):  # noq
     headers = {"Authorization": f"Token {token_of(bob)}"}
     waiters, timeout = 40, 8
     client = httpx.Client(
-        base_url=live_daphne.url, headers=headers, timeout=60, limits=httpx.Limits(max_connections=waiters)
+        base_url=live_web.url, headers=headers, timeout=60, limits=httpx.Limits(max_connections=waiters)
     )
 
     def stop_and_wait_for_deleted(wait_s):
@@ -208,13 +208,13 @@ def test_waiting_requests_hold_no_thread_of_the_server(live_daphne, bob):  # noq
 
     with client, concurrent.futures.ThreadPoolExecutor(waiters) as pool:
         assert stop_and_wait_for_deleted(0.5).status_code == 408  # warm: Redis connections, the shared pool
-        before = live_daphne.thread_count()
+        before = live_web.thread_count()
         began = time.monotonic()
         answers = [pool.submit(stop_and_wait_for_deleted, timeout) for _ in range(waiters)]
         time.sleep(timeout / 2)  # every stop done, every request waiting
         during = []
         while time.monotonic() - began < timeout - 1:
-            during.append(live_daphne.thread_count())
+            during.append(live_web.thread_count())
             time.sleep(0.2)
         statuses = [answer.result().status_code for answer in answers]
         took = time.monotonic() - began
@@ -283,7 +283,7 @@ def group_members(redis_url: str, prefix: str, group: str) -> int:
 
 
 def test_a_watched_list_streams_each_deployment_then_each_change_until_the_client_leaves(
-    live_daphne,  # noqa: F811
+    live_web,  # noqa: F811
     api,
     charlie,
     redis_url,
@@ -294,7 +294,7 @@ def test_a_watched_list_streams_each_deployment_then_each_change_until_the_clien
     Deployment.objects.create(
         name="beta", model=model, observed_state=DeploymentState.STOPPED, desired_state=DesiredState.STOPPED
     )
-    stream = EventStream(f"{live_daphne.url}/api/v1/deployments/", token_of(charlie), {"watch": "true"})
+    stream = EventStream(f"{live_web.url}/api/v1/deployments/", token_of(charlie), {"watch": "true"})
     try:
         assert stream.response.status_code == 200
         assert stream.response.headers["content-type"].startswith("text/event-stream")
@@ -335,7 +335,7 @@ def test_a_watched_list_streams_each_deployment_then_each_change_until_the_clien
 
 
 def test_a_watched_operation_streams_its_progress_and_a_watched_list_sees_new_ones(
-    live_daphne,  # noqa: F811
+    live_web,  # noqa: F811
     charlie,
 ):
     from panel.nodes.models import Node
@@ -345,9 +345,9 @@ def test_a_watched_operation_streams_its_progress_and_a_watched_list_sees_new_on
     # Nobody serves this node's queue: its task waits in Redis, and the test plays the agent's events.
     operation = create_operation(kind="inventory", node=node, task_name=AGENT_INVENTORY)
     token = token_of(charlie)
-    detail = EventStream(f"{live_daphne.url}/api/v1/operations/{operation.pk}/", token, {"watch": "true"})
+    detail = EventStream(f"{live_web.url}/api/v1/operations/{operation.pk}/", token, {"watch": "true"})
     listing = EventStream(
-        f"{live_daphne.url}/api/v1/operations/", token, {"watch": "true", "node": "watch-node"}
+        f"{live_web.url}/api/v1/operations/", token, {"watch": "true", "node": "watch-node"}
     )
     try:
         kind, data = detail.next_event()
@@ -379,12 +379,12 @@ def test_a_watched_operation_streams_its_progress_and_a_watched_list_sees_new_on
 
 
 def test_a_token_opens_the_websocket_without_origin_and_a_cookie_alone_does_not(
-    live_daphne,  # noqa: F811
+    live_web,  # noqa: F811
     charlie,
 ):
     from django.test import Client
 
-    endpoint = f"{live_daphne.ws_url}/ws/"
+    endpoint = f"{live_web.ws_url}/ws/"
     token = {"Authorization": f"Token {token_of(charlie)}"}
     with connect(endpoint, additional_headers=token) as socket:  # a script: no Origin header
         socket.send(json.dumps({"type": "subscribe", "groups": [FLEET]}))
@@ -398,7 +398,7 @@ def test_a_token_opens_the_websocket_without_origin_and_a_cookie_alone_does_not(
     with pytest.raises(InvalidStatus) as refused:
         connect(endpoint, additional_headers=cookie)
     assert refused.value.response.status_code == 403
-    with connect(endpoint, additional_headers={**cookie, "Origin": live_daphne.url}) as socket:  # its page
+    with connect(endpoint, additional_headers={**cookie, "Origin": live_web.url}) as socket:  # its page
         socket.send(json.dumps({"type": "subscribe", "groups": [FLEET]}))
         assert json.loads(socket.recv(timeout=10))["groups"] == [FLEET]
     # A token does not excuse a page elsewhere.

@@ -1,4 +1,4 @@
-"""Settings of the daphne server tests/live_daphne.py starts: panel.settings on the test session's
+"""Settings of the web server tests/live_web.py starts: panel.settings on the test session's
 channel-layer and Celery key prefixes, as tests/conftest.py's `_wired_to_redis` sets them in the test
 process, so the server and the in-process Celery worker hear each other's messages."""
 

@@ -1,11 +1,12 @@
-"""A real daphne serving panel.asgi for the integration tier, beside its in-process Celery worker (see
-tests/integration/conftest.py): the same test database (the session's SQLite file, or CI's PostgreSQL test
-database), the same Redis, the same channel-layer and Celery key prefixes. What the server asks of an
-agent reaches the worker, and what the worker broadcasts reaches the server's waiting requests.
+"""A real web server (panel.web: uvicorn) serving panel.asgi for the integration tier, beside its
+in-process Celery worker (see tests/integration/conftest.py): the same test database (the session's SQLite
+file, or CI's PostgreSQL test database), the same Redis, the same channel-layer and Celery key prefixes. What
+the server asks of an agent reaches the worker, and what the worker broadcasts reaches the server's waiting
+requests.
 
-    def test_it(live_daphne, ...):
-        httpx.get(f"{live_daphne.url}/api/v1/deployments/", headers=...)
-        live_daphne.thread_count()      # threads of the server process now
+    def test_it(live_web, ...):
+        httpx.get(f"{live_web.url}/api/v1/deployments/", headers=...)
+        live_web.thread_count()      # threads of the server process now
 
 Module-scoped: the server starts once per test module (a few seconds); rows come and go with each test's
 transactional database. Use it from tests marked `django_db(transaction=True)`, since the server only
@@ -14,13 +15,13 @@ sees committed rows.
 
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 from urllib.parse import quote
 
 import pytest
 
+from panel import web
 from panel.run import _die_with_parent, free_port
 from tests.deployment_helpers import free_port_pair
 
@@ -28,7 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 START_TIMEOUT_S = 60
 
 
-class LiveDaphne:
+class LiveWeb:
     def __init__(self, process: subprocess.Popen, port: int, log_path: Path):
         self.process = process
         self.url = f"http://127.0.0.1:{port}"
@@ -57,18 +58,18 @@ def database_url(settings_dict: dict) -> str:
         credentials = f"{user}:{password}@" if user else ""
         port = f":{settings_dict['PORT']}" if settings_dict.get("PORT") else ""
         return f"postgres://{credentials}{settings_dict.get('HOST') or 'localhost'}{port}/{name}"
-    raise NotImplementedError(f"no live daphne for {engine}")
+    raise NotImplementedError(f"no live web server for {engine}")
 
 
 @pytest.fixture(scope="module")
-def live_daphne(_wired_to_redis, test_prefix, django_db_setup, tmp_path_factory):
+def live_web(_wired_to_redis, test_prefix, django_db_setup, tmp_path_factory):
     from django.db import connection
 
     port = free_port()
-    log_path = tmp_path_factory.mktemp("daphne") / "daphne.log"
+    log_path = tmp_path_factory.mktemp("web") / "web.log"
     env = {
         **os.environ,
-        "DJANGO_SETTINGS_MODULE": "tests.live_daphne_settings",
+        "DJANGO_SETTINGS_MODULE": "tests.live_web_settings",
         "PANEL_MODE": "test",
         "DATABASE_URL": database_url(connection.settings_dict),
         "REDIS_URL": _wired_to_redis,
@@ -85,14 +86,14 @@ def live_daphne(_wired_to_redis, test_prefix, django_db_setup, tmp_path_factory)
     env.pop("PYTEST_CURRENT_TEST", None)
     with log_path.open("ab") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "panel.asgi:application"],
+            web.argv("127.0.0.1", port),
             cwd=REPO,
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
             preexec_fn=_die_with_parent,
         )
-    server = LiveDaphne(process, port, log_path)
+    server = LiveWeb(process, port, log_path)
     try:
         _wait_until_it_answers(server)
         yield server
@@ -105,16 +106,16 @@ def live_daphne(_wired_to_redis, test_prefix, django_db_setup, tmp_path_factory)
             process.wait(10)
 
 
-def _wait_until_it_answers(server: LiveDaphne) -> None:
+def _wait_until_it_answers(server: LiveWeb) -> None:
     import httpx
 
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if server.process.poll() is not None:
-            raise RuntimeError(f"daphne exited with {server.process.returncode}:\n{server.log_tail()}")
+            raise RuntimeError(f"the server exited with {server.process.returncode}:\n{server.log_tail()}")
         try:
             httpx.get(f"{server.url}/api/v1/", timeout=2)
             return
         except httpx.TransportError:
             time.sleep(0.2)
-    raise RuntimeError(f"daphne did not answer within {START_TIMEOUT_S} s:\n{server.log_tail()}")
+    raise RuntimeError(f"the web server did not answer within {START_TIMEOUT_S} s:\n{server.log_tail()}")
