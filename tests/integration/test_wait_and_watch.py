@@ -7,6 +7,7 @@ Origin."""
 import concurrent.futures
 import json
 import queue
+import re
 import threading
 import time
 
@@ -405,3 +406,21 @@ def test_a_token_opens_the_websocket_without_origin_and_a_cookie_alone_does_not(
     with pytest.raises(InvalidStatus) as foreign:
         connect(endpoint, additional_headers={**token, "Origin": "http://elsewhere.example"})
     assert foreign.value.response.status_code == 403
+
+
+def test_the_server_leaves_the_client_address_to_the_panel(live_web):  # noqa: F811
+    """uvicorn would believe X-Forwarded-For from a loopback peer; panel.web turns that off, so with
+    PANEL_TRUSTED_PROXIES = 0 a failed sign-in is recorded (and locked out) by the address that connected,
+    whatever the client wrote in the header. The server does not name itself either."""
+    with httpx.Client(base_url=live_web.url) as browser:
+        page = browser.get("/accounts/login/")
+        assert "server" not in page.headers
+        csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
+        answer = browser.post(
+            "/accounts/login/",
+            data={"username": "nobody", "password": "wrong", "csrfmiddlewaretoken": csrf},
+            headers={"X-Forwarded-For": "203.0.113.9", "Referer": f"{live_web.url}/accounts/login/"},
+        )
+    assert answer.status_code == 200  # the form again, with its error
+    failed = AuditEntry.objects.get(action=audit.SIGNIN_FAILED)
+    assert failed.ip == "127.0.0.1"
