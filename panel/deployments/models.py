@@ -123,6 +123,7 @@ class Rollout(TimestampedModel):
         default=dict, blank=True, help_text="The current replica's launch before it took the new one."
     )
     message = models.TextField(blank=True)
+    message_parts = models.JSONField(default=list, blank=True)  # as Deployment.reason_parts
     done = models.PositiveSmallIntegerField(default=0)
     total = models.PositiveSmallIntegerField(default=0)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
@@ -132,6 +133,12 @@ class Rollout(TimestampedModel):
 
     def __str__(self):
         return f"rollout of {self.deployment_id} ({self.status})"
+
+    def set_message(self, parts: list[dict]) -> None:
+        from panel.deployments.reasons import english
+
+        self.message_parts = parts
+        self.message = english(parts)
 
 
 class DeploymentLog(models.Model):

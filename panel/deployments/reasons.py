@@ -1,4 +1,4 @@
-"""A deployment's reason, kept in parts so pages can show it in the viewer's language.
+"""A deployment's reason and a rollout's message, kept in parts so pages show them in the viewer's language.
 
 Each part is an English template (a msgid, `{name}` placeholders) and its parameters; the parts joined by
 spaces spell `Deployment.reason`, the English text the API, the websocket and the logs carry. Writers that
@@ -24,11 +24,15 @@ def english(parts: list[dict]) -> str:
     return " ".join(p["text"].format(**p["params"]) if p["params"] else p["text"] for p in parts)
 
 
+def spelled(parts: list[dict] | None, text: str) -> list[dict]:
+    """`text` as parts: the stored `parts` while they still spell it, else the text as one part (someone set
+    only the text)."""
+    return parts if parts and english(parts) == text else as_parts(text)
+
+
 def current(deployment) -> list[dict]:
-    """The deployment's reason as parts: its stored parts while they still spell `reason`, else `reason`
-    as one part (someone set only the text)."""
-    parts = deployment.reason_parts or []
-    return parts if parts and english(parts) == deployment.reason else as_parts(deployment.reason)
+    """The deployment's reason as parts."""
+    return spelled(deployment.reason_parts, deployment.reason)
 
 
 def gave_up(reason: str | list[dict], failed_restarts: int) -> list[dict]:

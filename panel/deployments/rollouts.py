@@ -23,7 +23,6 @@ import logging
 from typing import Any
 
 from django.db import transaction
-from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 from rest_framework import serializers
 from rest_framework.exceptions import APIException
@@ -31,6 +30,7 @@ from rest_framework.exceptions import APIException
 from panel.core.choices import DeploymentState, DesiredState
 from panel.deployments import reasons, replicas, services
 from panel.deployments.models import Deployment, Rollout
+from panel.deployments.reasons import part
 from panel.nodes.models import Npu
 
 log = logging.getLogger(__name__)
@@ -69,7 +69,7 @@ def advance_all() -> int:
                 _step(rollout)
             except (APIException, services.DeploymentConflict) as error:
                 # Permanent: the spec no longer plans (a 400/403 now) or the deployment is going.
-                _fail(rollout, _("The rollout cannot go on: {why}").format(why=_text(error)))
+                _fail(rollout, [part(gettext_noop("The rollout cannot go on: {why}"), why=_text(error))])
             rollout.save()
             count += 1
     return count
@@ -80,7 +80,10 @@ def _step(rollout: Rollout) -> None:
     if rollout.phase == SURGE:
         surge = _row(rollout.surge)
         if surge is None or _broken(surge):
-            _fail(rollout, _failure(_("The new launch did not start on {name}."), rollout.surge, surge))
+            _fail(
+                rollout,
+                _failure(gettext_noop("The new launch did not start on {name}."), rollout.surge, surge),
+            )
             return
         if surge.observed_state == DeploymentState.RUNNING:
             _replace(rollout)
@@ -89,9 +92,11 @@ def _step(rollout: Rollout) -> None:
         if row is None or _broken(row):
             if row is not None and services.active_operations(row).exists():
                 return  # a retry of the new launch is under way: its outcome decides
-            message = _failure(_("{name} did not start with the new launch."), rollout.current, row)
+            message = _failure(
+                gettext_noop("{name} did not start with the new launch."), rollout.current, row
+            )
             if row is not None:
-                message = f"{message} {_roll_back(rollout, row)}".strip()
+                message += _roll_back(rollout, row)
             _fail(rollout, message)
             return
         if row.observed_state == DeploymentState.RUNNING and not services.active_operations(row).exists():
@@ -116,36 +121,42 @@ def _next(rollout: Rollout) -> None:
         rollout.done += 1  # deleted meanwhile: nothing to roll there
     if rollout.done >= rollout.total:
         rollout.status, rollout.phase, rollout.current = Rollout.SUCCEEDED, DONE, ""
-        rollout.message = _("All {n} replicas run the new launch.").format(n=rollout.total)
+        rollout.set_message([part(gettext_noop("All {n} replicas run the new launch."), n=rollout.total)])
         return
     rollout.current = rollout.todo[rollout.done]
     surge, why_not = _start_surge(rollout)
     if surge is not None:
         rollout.surge, rollout.phase = surge.name, SURGE
-        rollout.message = _("{surge} starts with the new launch; then {name} is replaced.").format(
-            surge=surge.name, name=rollout.current
+        rollout.set_message(
+            [
+                part(
+                    gettext_noop("{surge} starts with the new launch; then {name} is replaced."),
+                    surge=surge.name,
+                    name=rollout.current,
+                )
+            ]
         )
         return
-    rollout.message = _("{why} {name} is replaced in place: it does not serve while it restarts.").format(
-        why=why_not, name=rollout.current
-    )
+    in_place = gettext_noop("{name} is replaced in place: it does not serve while it restarts.")
+    rollout.set_message([why_not, part(in_place, name=rollout.current)])
     _replace(rollout)
 
 
-def _start_surge(rollout: Rollout) -> tuple[Deployment | None, str]:
+def _start_surge(rollout: Rollout) -> tuple[Deployment | None, dict | None]:
+    """The surge replica started, or None and why not (a reason part)."""
     from panel.deployments.apply import plan_member
 
     primary = rollout.deployment
     index = replicas.next_free_index(primary)
     if len(replicas.replica_name(primary.name, index)) > 63:
-        return None, _("The name is too long for a surge replica.")
+        return None, part(gettext_noop("The name is too long for a surge replica."))
     spec, model, artifact, served = _inputs(rollout)
     try:
         planned = plan_member(spec, model, artifact, rollout.created_by, index, served, None)
     except serializers.ValidationError as error:
-        return None, _("No free NPUs for a surge replica ({why}).").format(why=_text(error))
+        return None, part(gettext_noop("No free NPUs for a surge replica ({why})."), why=_text(error))
     surge = services.create_deployment(planned, user=rollout.created_by, replica_of=primary)
-    return surge, ""
+    return surge, None
 
 
 def _replace(rollout: Rollout) -> None:
@@ -161,7 +172,7 @@ def _replace(rollout: Rollout) -> None:
     rollout.previous = _launch_of(row)
     services.take_plan(row, planned)
     user = rollout.created_by
-    why = [reasons.part(gettext_noop("Rolling update by {user}"), user=user.get_username() if user else "-")]
+    why = [part(gettext_noop("Rolling update by {user}"), user=user.get_username() if user else "-")]
     services.restart(row, user, reason=why)
     rollout.phase = REPLACE
 
@@ -180,23 +191,27 @@ def _launch_of(row: Deployment) -> dict[str, Any]:
     }
 
 
-def _roll_back(rollout: Rollout, row: Deployment) -> str:
+def _roll_back(rollout: Rollout, row: Deployment) -> list[dict]:
     """Give `row` its launch from before the rollout and start it again; what happened, for the message."""
     previous = rollout.previous or {}
     if not previous:
-        return ""
+        return []
     taken = Npu.objects.filter(pk__in=previous["npus"], deployments__isnull=False).exclude(deployments=row)
     if taken.exists():
-        return _("Its old NPUs are in use by another deployment now, so it keeps the new launch.")
+        return [
+            part(
+                gettext_noop("Its old NPUs are in use by another deployment now, so it keeps the new launch.")
+            )
+        ]
     row.model_id, row.artifact_id = previous["model"], previous["artifact"]
     row.spec, row.plan = previous["spec"], previous["plan"]
     row.runtime_kind, row.endpoint = previous["runtime_kind"], previous["endpoint"]
     row.save()
     row.nodes.set(previous["nodes"])
     row.npus.set(previous["npus"])
-    why = [reasons.part(gettext_noop("Rolled back: the new launch did not start."))]
+    why = [part(gettext_noop("Rolled back: the new launch did not start."))]
     services.restart(row, rollout.created_by, reason=why)
-    return _("{name} went back to its previous launch and starts again.").format(name=row.name)
+    return [part(gettext_noop("{name} went back to its previous launch and starts again."), name=row.name)]
 
 
 def _inputs(rollout: Rollout):
@@ -207,13 +222,14 @@ def _inputs(rollout: Rollout):
     return spec, model, artifact, replicas.served_name(spec, rollout.deployment)
 
 
-def _fail(rollout: Rollout, message: str) -> None:
+def _fail(rollout: Rollout, message: list[dict]) -> None:
     """Stop rolling: remove the surge it started; the replicas not reached yet keep serving."""
-    rollout.status, rollout.message = Rollout.FAILED, message
+    rollout.status = Rollout.FAILED
+    rollout.set_message(message)
     surge = _row(rollout.surge) if rollout.surge else None
     if surge is not None:
         services.delete(surge)
-    log.warning("rollout %s of %s failed: %s", rollout.pk, rollout.deployment.name, message)
+    log.warning("rollout %s of %s failed: %s", rollout.pk, rollout.deployment.name, rollout.message)
 
 
 def _row(name: str) -> Deployment | None:
@@ -224,11 +240,9 @@ def _broken(row: Deployment) -> bool:
     return row.observed_state in BROKEN or row.failed_restarts > 0
 
 
-def _failure(head: str, name: str, row: Deployment | None) -> str:
-    text = head.format(name=name)
-    if row is not None and row.reason:
-        text = f"{text} {row.reason}"
-    return text
+def _failure(head: str, name: str, row: Deployment | None) -> list[dict]:
+    """`head` about the replica `name`, then the replica's own reason."""
+    return [part(head, name=name), *(reasons.current(row) if row is not None else [])]
 
 
 def _text(error) -> str:
@@ -241,7 +255,10 @@ def _text(error) -> str:
 
 
 def progress(rollout: Rollout | None) -> dict[str, Any] | None:
-    """What the deployment's detail shows: {status, phase, done, total, message, current, surge}."""
+    """What the deployment's detail shows: {status, phase, done, total, message, current, surge}; `message`
+    in English as the logs have it, `message_display` in the request's language (as `reason_display`)."""
+    from panel.core.templatetags.panel_text import rollout_message
+
     if rollout is None:
         return None
     return {
@@ -253,5 +270,6 @@ def progress(rollout: Rollout | None) -> dict[str, Any] | None:
         "current": rollout.current,
         "surge": rollout.surge,
         "message": rollout.message,
+        "message_display": rollout_message(rollout),
         "created": rollout.created.isoformat() if rollout.created else None,
     }

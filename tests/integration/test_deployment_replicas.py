@@ -275,6 +275,8 @@ def test_the_pages_show_the_replicas_and_the_rolling_update(client, tiny, charli
     page = chinese.get("/deployments/chat/").content.decode()
     assert "副本" in page
     assert "最近一次滚动更新" in page
+    # The rollout's message was written by the apply in English; the page shows it in the viewer's language.
+    assert "chat-r3 以新的启动配置启动；之后替换 chat。" in page
 
 
 def test_a_replica_that_fails_with_the_new_launch_goes_back_to_its_old_one(client, tiny):
@@ -292,6 +294,10 @@ def test_a_replica_that_fails_with_the_new_launch_goes_back_to_its_old_one(clien
     assert rollout.status == "failed"
     assert "chat did not start with the new launch" in rollout.message
     assert "went back to its previous launch" in rollout.message
+    shown = client.get("/api/v1/deployments/chat/", HTTP_ACCEPT_LANGUAGE="zh-hans").json()["rollout"]
+    assert shown["message"] == rollout.message  # English, as the logs have it
+    assert "chat 未能以新的启动配置启动。" in shown["message_display"]
+    assert "chat 已恢复为之前的启动配置并重新启动。" in shown["message_display"]
     chat = Deployment.objects.get(name="chat")
     assert chat.spec["max_model_len"] == 2048
     assert held(chat) == held_before

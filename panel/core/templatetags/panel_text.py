@@ -62,7 +62,20 @@ def deployment_reason(deployment) -> str:
     translated where the catalog knows it, then filled with its values."""
     from panel.deployments.reasons import current
 
-    return " ".join(filled(p["text"], p["params"], fallback=p["text"]) for p in current(deployment))
+    return in_language(current(deployment))
+
+
+@register.filter
+def rollout_message(rollout) -> str:
+    """A rollout's message in the viewer's language, as `deployment_reason`."""
+    from panel.deployments.reasons import spelled
+
+    return in_language(spelled(rollout.message_parts, rollout.message))
+
+
+def in_language(parts: list[dict]) -> str:
+    """Reason parts (panel/deployments/reasons.py), each translated where the catalog knows it and filled."""
+    return " ".join(filled(p["text"], p["params"], fallback=p["text"]) for p in parts)
 
 
 def filled(template: str, params: dict, fallback: str) -> str:

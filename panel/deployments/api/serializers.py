@@ -97,7 +97,8 @@ class RolloutSerializer(serializers.Serializer):
     total = serializers.IntegerField(help_text="Replicas the rollout replaces.")
     current = serializers.CharField(help_text="The replica being replaced.")
     surge = serializers.CharField(help_text="The extra replica started for it.")
-    message = serializers.CharField()
+    message = serializers.CharField(help_text="What the rollout does or why it stopped, in English.")
+    message_display = serializers.CharField(help_text="`message` in the request's language.")
     created = serializers.DateTimeField()
 
 
