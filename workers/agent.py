@@ -19,6 +19,9 @@ environment variables only:
   ASCEND_PANEL_METRICS_S   NPU/host sampling interval in seconds (default 1; 0 turns sampling off)
   ASCEND_PANEL_SSH_KEY     private key this node's model copies log in to other nodes with (default: the
                            agent user's ~/.ssh keys)
+  ASCEND_PANEL_COPY_BWLIMIT_KIB_S
+                           model copies from this node send at most this many KiB/s (default 0: no limit),
+                           so a copy leaves room on the network the engines serve over
   ASCEND_PANEL_CONTAINER_* how engine containers run here (engine, extra mounts, passed variables, cache,
                            shm size): see workers.containers.hostconf
 """
@@ -42,6 +45,7 @@ class AgentConfig:
     heartbeat_s: float = 5.0
     metrics_s: float = 1.0
     ssh_key: str = ""
+    copy_bwlimit_kib_s: int = 0  # model copies from this node: rsync's --bwlimit, 0 for none
     models_root: str = "/data/models"
     # Set for tasks the central agent runs over SSH for a node without an agent (workers.remote.SshTarget).
     ssh_target: dict | None = None
@@ -84,7 +88,15 @@ class AgentConfig:
             metrics_s=float(os.environ.get("ASCEND_PANEL_METRICS_S", "1")),
             models_root=os.environ.get("ASCEND_PANEL_MODELS_ROOT", "/data/models"),
             ssh_key=os.environ.get("ASCEND_PANEL_SSH_KEY", ""),
+            copy_bwlimit_kib_s=_whole_number("ASCEND_PANEL_COPY_BWLIMIT_KIB_S"),
         )
+
+
+def _whole_number(name: str) -> int:
+    value = os.environ.get(name, "").strip() or "0"
+    if not value.isdigit():
+        raise SystemExit(f"{name} must be a whole number (0 or more), not {value!r}.")
+    return int(value)
 
 
 def heartbeat_loop(config: AgentConfig, stop: threading.Event) -> None:

@@ -245,7 +245,10 @@ def during_copy(stack: FaultStack, scenario: Scenario, node: str, outcome: Outco
 
     with copy_target(stack) as server:
         stack.stop_program(agent(node))  # the agent logs in to the target with the sshd's client key
-        stack.start_agent(node, {"ASCEND_PANEL_SSH_KEY": str(server.workdir / "client_key")})
+        # Capped at 50 MiB/s: over loopback the 300 MB copy would end within rsync's first progress redraw,
+        # before the kill could land mid-copy.
+        limit = {"ASCEND_PANEL_COPY_BWLIMIT_KIB_S": "51200"}
+        stack.start_agent(node, {"ASCEND_PANEL_SSH_KEY": str(server.workdir / "client_key"), **limit})
         operation_id = start_copy(stack, node, server)
         wait_running(stack, operation_id, outcome, progress_above=1)
         killed_at = kill_and_restart(stack, scenario, node)

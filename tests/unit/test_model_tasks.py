@@ -187,6 +187,27 @@ def test_msmodelslim_and_rsync_argv():
         rsync_argv("/data/models/q", "ascend", "-oProxyCommand=x", "/data/models/q")
 
 
+def test_a_copy_keeps_to_its_bandwidth_limit():
+    assert not any(a.startswith("--bwlimit") for a in rsync_argv("/m/q", "root", "10.0.0.2", "/m/q"))
+    limited = rsync_argv("/m/q", "root", "10.0.0.2", "/m/q", bwlimit_kib_s=51200)
+    assert "--bwlimit=51200" in limited
+    assert limited.index("--bwlimit=51200") < limited.index("-e")  # an option, before the paths
+    with pytest.raises(CommandInputError, match="bandwidth limit"):
+        rsync_argv("/m/q", "root", "10.0.0.2", "/m/q", bwlimit_kib_s=-1)
+
+
+def test_the_agent_reads_its_copy_limit(monkeypatch):
+    from workers.agent import AgentConfig
+
+    monkeypatch.setenv("ASCEND_PANEL_NODE_NAME", "n1")
+    assert AgentConfig.from_env().copy_bwlimit_kib_s == 0
+    monkeypatch.setenv("ASCEND_PANEL_COPY_BWLIMIT_KIB_S", "102400")
+    assert AgentConfig.from_env().copy_bwlimit_kib_s == 102400
+    monkeypatch.setenv("ASCEND_PANEL_COPY_BWLIMIT_KIB_S", "100M")
+    with pytest.raises(SystemExit, match="whole number"):
+        AgentConfig.from_env()
+
+
 def test_a_pinned_copy_trusts_only_its_known_hosts_file_and_offers_only_its_key():
     argv = rsync_argv(
         "/m/q", "root", "10.0.0.2", "/m/q", known_hosts_file="/tmp/c/known_hosts", identity_file="/etc/k"

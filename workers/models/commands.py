@@ -130,19 +130,24 @@ def rsync_argv(
     *,
     known_hosts_file: str = "",
     identity_file: str = "",
+    bwlimit_kib_s: int = 0,
 ) -> list[str]:
     """rsync pushing folder source_path to host:target_path over SSH, keeping partial files on a drop.
 
     known_hosts_file, when given, is the only file the target's host key is looked up in (see
     workers.models.host_keys); identity_file is the one key offered. Without them ssh uses the agent user's
-    ~/.ssh, still refusing an unknown host key."""
+    ~/.ssh, still refusing an unknown host key. bwlimit_kib_s > 0 caps the copy's rate (KiB/s), so copying a
+    700 GB model does not take the network the engines serve and talk over."""
     remote = ssh_login(user, host, ssh_port)
+    if bwlimit_kib_s < 0:
+        raise CommandInputError(f"the copy's bandwidth limit must be 0 or more, not {bwlimit_kib_s}")
     return [
         "rsync",
         "-a",
         "--partial",
         "--info=progress2",
         "--mkpath",
+        *([f"--bwlimit={int(bwlimit_kib_s)}"] if bwlimit_kib_s else []),
         # The remote path goes over rsync's protocol, not through the remote login shell: rsync before
         # 3.2.4 (openEuler 22.03 has 3.2.3) hands it to that shell, where `;` or `$(...)` in a name would run.
         "--protect-args",

@@ -362,6 +362,7 @@ def copy_body(
                 target_port,
                 known_hosts_file=known_hosts,
                 identity_file=config.ssh_key,
+                bwlimit_kib_s=config.copy_bwlimit_kib_s,
             )
         except CommandInputError as error:
             raise ModelTaskError(
