@@ -319,3 +319,50 @@ def test_a_surge_beside_a_pinned_port_gets_a_port_of_its_own(client, tiny):
     surge = Deployment.objects.get(name="chat-r2")
     assert surge.spec["port"] != 18555
     assert Deployment.objects.get(name="chat").spec["port"] == 18555
+
+
+def test_a_wait_for_running_waits_for_every_replica_and_the_rollout(client, tiny, bob):
+    """`?wait=running` (apply --wait) answers once the spec's replicas run and no rolling update moves
+    them, not as soon as the primary runs."""
+    from panel.deployments.api.waiting import DeploymentWaiter
+    from panel.deployments.models import Deployment
+
+    def waited():
+        chat = Deployment.objects.get(name="chat")
+        return DeploymentWaiter().check(("chat", chat.pk), "running", bob)[0]
+
+    from panel.core.streams import REACHED
+
+    put(client, "chat", one_npu(replicas=2))
+    finish(next(op for op in pending("deploy") if op.target == "chat"), result=RUNTIME)
+    assert Deployment.objects.get(name="chat").observed_state == "running"
+    assert waited() is None  # chat-r2 is still starting
+    settle()
+    assert waited() == REACHED
+
+    put(client, "chat", one_npu(replicas=2, engine={"max_model_len": 4096}))
+    assert waited() is None  # a rolling update is under way, though every replica runs now
+    for _ in range(12):
+        settle()
+        if advance().status != "running":
+            break
+    assert advance().status == "succeeded"
+    assert waited() == REACHED
+
+
+def test_apply_wait_exits_1_when_the_rollout_it_started_failed():
+    from panel.cli.commands.apply import failed_rollout
+    from panel.cli.errors import CliError
+
+    started = {"id": 7, "status": "running"}
+    failed_rollout("chat", {"rollout": started, "deployment": {"rollout": {"id": 7, "status": "succeeded"}}})
+    failed_rollout("chat", {"rollout": None, "deployment": {"rollout": {"id": 6, "status": "failed"}}})
+    with pytest.raises(CliError, match="the rolling update failed: chat did not start") as raised:
+        failed_rollout(
+            "chat",
+            {
+                "rollout": started,
+                "deployment": {"rollout": {"id": 7, "status": "failed", "message": "chat did not start."}},
+            },
+        )
+    assert raised.value.code == 1

@@ -7,6 +7,7 @@ from panel.cli import output
 from panel.cli.client import WAIT_MARGIN_S, Client, connect, path_of
 from panel.cli.commands import add_command, file_option, output_option, timeout_option
 from panel.cli.commands.deployments import server_wait
+from panel.cli.errors import FAILED, CliError
 from panel.cli.specs import read_specs
 
 IDEMPOTENCY_ENV = "ASCEND_PANEL_IDEMPOTENCY_KEY"
@@ -83,6 +84,15 @@ def plan_lines(name: str, review: dict) -> list[str]:
     return lines
 
 
+def failed_rollout(name: str, answer: dict) -> None:
+    """Exit 1 when the rolling update this apply started ended failed (the panel's wait answers 200 then:
+    the deployment runs, on its old launch)."""
+    started = answer.get("rollout") or {}
+    latest = (answer.get("deployment") or {}).get("rollout") or {}
+    if started and latest.get("id") == started.get("id") and latest.get("status") == "failed":
+        raise CliError(f"{name}: the rolling update failed: {latest.get('message')}", FAILED)
+
+
 def apply_command(args) -> int:
     specs = read_specs(args.file)
     wait_seconds = server_wait(args.timeout) if args.wait and not args.dry_run else None
@@ -99,6 +109,8 @@ def apply_command(args) -> int:
                 print(result_line(str(spec["name"]), answer), flush=True)
                 if wait_seconds is not None and isinstance(answer.get("deployment"), dict):
                     print(f"{spec['name']}: {answer['deployment'].get('status')}", flush=True)
+            if wait_seconds is not None:
+                failed_rollout(str(spec["name"]), answer)
                 for warning in answer.get("warnings") or []:
                     output.warn(f"{spec['name']}: {output.message_of(warning)}")
     if args.output != "text":

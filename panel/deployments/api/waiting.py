@@ -1,8 +1,10 @@
 """What `?wait=running|stopped|deleted` means for a deployment; panel/core/streams.py does the waiting.
 
-- running: reached when it runs. Failed when it is `failed`, or `unhealthy` (a start that did not come up;
-  the reconcile loop may retry it after a back-off, but a script wants to know now), when it is no longer
-  meant to run (stopped or deleted by someone else meanwhile), or when it is gone.
+- running: reached when it runs, with every replica of its spec running and no rolling update under way (a
+  rollout that ends failed still answers 200, its `rollout` saying so; the CLI exits 1 on it). Failed when it
+  is `failed`, or `unhealthy` (a start that did not come up; the reconcile loop may retry it after a
+  back-off, but a script wants to know now), when it is no longer meant to run (stopped or deleted by
+  someone else meanwhile), or when it is gone.
 - stopped: reached when it is stopped and meant to be (a restart passes through stopped on its way back
   up). Failed when it is meant to run again, or when it is gone.
 - deleted: reached when its row is gone. A DELETE waits for nothing else.
@@ -17,7 +19,7 @@ from rest_framework import serializers
 from panel.core.choices import DeploymentState, DesiredState
 from panel.core.streams import FAILED, REACHED, TIMED_OUT
 from panel.deployments.api.serializers import DeploymentSerializer
-from panel.deployments.models import Deployment
+from panel.deployments.models import Deployment, Rollout
 from panel.realtime.broadcast import deployment_group
 
 RUNNING, STOPPED, DELETED = "running", "stopped", "deleted"
@@ -87,7 +89,10 @@ class DeploymentWaiter:
         deployment = found.select_related("model").prefetch_related("nodes", "npus__node").first()
         if deployment is None:
             return outcome(target, None, None), None
-        return outcome(target, deployment.observed_state, deployment.desired_state), deployment
+        result = outcome(target, deployment.observed_state, deployment.desired_state)
+        if result == REACHED and target == RUNNING and not all_replicas_settled(deployment):
+            return None, deployment
+        return result, deployment
 
     def answer(self, data, target: str, timeout: float, result: str, deployment) -> tuple[int, dict]:
         fresh = DeploymentSerializer(deployment).data if deployment is not None else None
@@ -114,6 +119,15 @@ def refreshed(data: dict, fresh: dict | None) -> dict:
     if isinstance(data.get("deployment"), dict):  # apply: {result, changes, deployment, ...}
         return {**data, "deployment": fresh}
     return {**data, **fresh}  # the deployment itself (create keeps its planner warnings)
+
+
+def all_replicas_settled(deployment: Deployment) -> bool:
+    """Whether a running primary's replicas run too and no rollout moves them (read again at each recheck,
+    PANEL_WAIT_RECHECK_S: their changes are not on the primary's group)."""
+    if deployment.rollouts.filter(status=Rollout.RUNNING).exists():
+        return False
+    replicas = deployment.replicas.filter(desired_state=DesiredState.RUNNING)
+    return not replicas.exclude(observed_state=DeploymentState.RUNNING).exists()
 
 
 def failure_detail(name: str, target: str, deployment) -> str:
