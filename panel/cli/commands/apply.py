@@ -109,10 +109,10 @@ def apply_command(args) -> int:
                 print(result_line(str(spec["name"]), answer), flush=True)
                 if wait_seconds is not None and isinstance(answer.get("deployment"), dict):
                     print(f"{spec['name']}: {answer['deployment'].get('status')}", flush=True)
-            if wait_seconds is not None:
-                failed_rollout(str(spec["name"]), answer)
                 for warning in answer.get("warnings") or []:
                     output.warn(f"{spec['name']}: {output.message_of(warning)}")
+            if wait_seconds is not None:
+                failed_rollout(str(spec["name"]), answer)
     if args.output != "text":
         print(output.render(answers if len(answers) > 1 else answers[0], args.output))
     return 0

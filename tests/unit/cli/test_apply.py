@@ -82,6 +82,17 @@ def test_wait_asks_the_panel_to_wait_for_running_and_prints_the_state(api, spec_
     assert api.sent("PUT", PUT)[0].query == {"wait": "running", "timeout": "300"}
 
 
+def test_wait_exits_1_when_the_rolling_update_it_started_failed(api, spec_file, capsys):
+    rolled_back = {"id": 7, "status": "failed", "message": "qwen-chat did not start with the new launch."}
+    body = applied("changed", rollout={"id": 7, "status": "running"})
+    body["deployment"]["rollout"] = rolled_back
+    api.on("PUT", PUT, Answer(200, body))
+    assert main(["apply", "-f", spec_file, "--wait"]) == 1
+    captured = capsys.readouterr()
+    assert "qwen-chat: running" in captured.out
+    assert "the rolling update failed: qwen-chat did not start with the new launch." in captured.err
+
+
 def test_wait_on_a_stopped_spec_waits_for_stopped(api, tmp_path):
     path = tmp_path / "stopped.yaml"
     path.write_text(SPEC + "state: stopped\n")
