@@ -10,11 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from panel import web
 from tests.deployment_helpers import deployment_json, wait_for
-from tests.live_web import database_url
-
-REPO = Path(__file__).resolve().parent.parent
+from tests.live_web import database_url, start_web
 
 
 class LiveGateway:
@@ -59,14 +56,7 @@ def live_gateway(_wired_to_redis, tmp_path_factory):
         "PYTHONUNBUFFERED": "1",
     }
     log_path = data / "web.log"
-    with log_path.open("ab") as log:
-        process = subprocess.Popen(
-            web.argv("127.0.0.1", port),
-            cwd=REPO,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+    process = start_web(port, env, log_path)
     try:
         wait_for_port(port, timeout=60)
         yield LiveGateway(f"http://127.0.0.1:{port}", process, log_path)

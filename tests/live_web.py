@@ -61,6 +61,19 @@ def database_url(settings_dict: dict) -> str:
     raise NotImplementedError(f"no live web server for {engine}")
 
 
+def start_web(port: int, env: dict, log_path: Path) -> subprocess.Popen:
+    """The panel's web server (panel.web) on 127.0.0.1:`port`, its output appended to `log_path`."""
+    with log_path.open("ab") as log:
+        return subprocess.Popen(
+            web.argv("127.0.0.1", port),
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent,
+        )
+
+
 @pytest.fixture(scope="module")
 def live_web(_wired_to_redis, test_prefix, django_db_setup, tmp_path_factory):
     from django.db import connection
@@ -84,15 +97,7 @@ def live_web(_wired_to_redis, test_prefix, django_db_setup, tmp_path_factory):
         "LOG_LEVEL": "WARNING",
     }
     env.pop("PYTEST_CURRENT_TEST", None)
-    with log_path.open("ab") as log:
-        process = subprocess.Popen(
-            web.argv("127.0.0.1", port),
-            cwd=REPO,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent,
-        )
+    process = start_web(port, env, log_path)
     server = LiveWeb(process, port, log_path)
     try:
         _wait_until_it_answers(server)
