@@ -8,8 +8,8 @@ from django.db import close_old_connections, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from panel.catalog.copies import start_inspection
 from panel.catalog.models import Model, ModelArtifact
-from panel.catalog.services import start_inspection
 from panel.core.choices import ModelSource, NodeStatus, OperationKind, OperationStatus
 from panel.nodes.models import Node
 from panel.operations.models import Operation

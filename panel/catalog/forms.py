@@ -1,7 +1,7 @@
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
-from panel.catalog.services import BACKENDS, CONVERSION_TARGETS
+from panel.catalog.copies import BACKENDS, CONVERSION_TARGETS
 from panel.core.choices import ModelSource, NodeTransport
 from workers.models.commands import ATC_INPUT_FORMATS
 

@@ -5,7 +5,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST, require_safe
 
 from panel.accounts.roles import OPERATOR, VIEWER
-from panel.catalog import services
+from panel.catalog import copies, services
 from panel.catalog.forms import AtcForm, ConvertForm, CopyForm, DownloadForm, RegisterModelForm
 from panel.catalog.models import Model, ModelArtifact
 from panel.catalog.planning import fit_on_typical_node
@@ -146,7 +146,7 @@ def _artifact_action(request, pk, action):
 @role_required(OPERATOR)
 @require_POST
 def artifact_inspect(request, pk):
-    return _artifact_action(request, pk, lambda a: services.start_inspection(a, request.user))
+    return _artifact_action(request, pk, lambda a: copies.start_inspection(a, request.user))
 
 
 @role_required(OPERATOR)
@@ -154,7 +154,7 @@ def artifact_inspect(request, pk):
 def artifact_convert(request, pk):
     def action(artifact):
         data = _post_form(request, ConvertForm)
-        return services.start_conversion(
+        return copies.start_conversion(
             artifact,
             data["target"],
             request.user,
@@ -172,7 +172,7 @@ def artifact_convert(request, pk):
 def artifact_atc(request, pk):
     def action(artifact):
         data = _post_form(request, AtcForm)
-        return services.start_atc(
+        return copies.start_atc(
             artifact,
             request.user,
             input_shape=data["input_shape"],
@@ -189,7 +189,7 @@ def artifact_atc(request, pk):
 def artifact_copy(request, pk):
     def action(artifact):
         data = _post_form(request, CopyForm)
-        return services.start_copy(artifact, data["target_node"], request.user, data["target_user"])
+        return copies.start_copy(artifact, data["target_node"], request.user, data["target_user"])
 
     return _artifact_action(request, pk, action)
 
@@ -197,4 +197,4 @@ def artifact_copy(request, pk):
 @role_required(OPERATOR)
 @require_POST
 def artifact_delete(request, pk):
-    return _artifact_action(request, pk, lambda a: services.start_artifact_delete(a, request.user))
+    return _artifact_action(request, pk, lambda a: copies.start_artifact_delete(a, request.user))

@@ -16,7 +16,7 @@ START_COPY = """
 import json, os
 from django.contrib.auth import get_user_model
 from panel.catalog.models import Model, ModelArtifact
-from panel.catalog.services import start_copy
+from panel.catalog.copies import start_copy
 from panel.nodes.models import Node
 from panel.nodes.ssh import host_key_fingerprint
 spec = json.loads(os.environ["FAULTS_SPEC"])

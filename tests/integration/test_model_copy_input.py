@@ -4,7 +4,7 @@ instead of queueing an operation that the agent then fails."""
 import pytest
 from django.core.exceptions import ValidationError
 
-from panel.catalog import services
+from panel.catalog import copies
 from panel.catalog.models import Model, ModelArtifact
 from panel.nodes.models import Node
 
@@ -23,7 +23,7 @@ def test_a_copy_refuses_an_ssh_user_that_is_not_a_user_name(artifact, bob, user,
     settings.PANEL_MODELS_ROOT = "/data/models"
     target = Node.objects.create(name="copy-to", address="10.0.0.2")
     with pytest.raises(ValidationError) as refused:
-        services.start_copy(artifact, target, bob, user)
+        copies.start_copy(artifact, target, bob, user)
     assert "target_user" in refused.value.message_dict
     assert not artifact.node.operations.exists()
 
@@ -32,5 +32,5 @@ def test_a_copy_with_a_plain_user_is_queued(artifact, bob, settings, django_capt
     settings.PANEL_MODELS_ROOT = "/data/models"
     target = Node.objects.create(name="copy-to", address="10.0.0.2")
     with django_capture_on_commit_callbacks(execute=False):
-        operation = services.start_copy(artifact, target, bob, "ascend")
+        operation = copies.start_copy(artifact, target, bob, "ascend")
     assert operation.params["target_node"] == target.pk

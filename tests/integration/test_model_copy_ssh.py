@@ -86,8 +86,9 @@ def target_node(sshd, name, *, port=None, fingerprint=""):
 def test_a_model_is_copied_over_ssh_byte_for_byte_and_recorded_on_the_target(
     source, sshd_server, celery_worker, bob
 ):
+    from panel.catalog.copies import start_copy
     from panel.catalog.models import ModelArtifact
-    from panel.catalog.services import register_model, start_copy
+    from panel.catalog.services import register_model
     from panel.nodes.ssh import host_key_fingerprint
 
     # The source's own inspection first, as the panel does it: format, facts and size come from the agent.
@@ -129,7 +130,7 @@ def test_a_model_is_copied_over_ssh_byte_for_byte_and_recorded_on_the_target(
 
 
 def test_a_target_presenting_another_host_key_gets_nothing(source, sshd_server, bob):
-    from panel.catalog.services import start_copy
+    from panel.catalog.copies import start_copy
 
     # A real fingerprint, of a key the target does not hold: as if the address now led elsewhere.
     other_key = (sshd_server.workdir / "client_key.pub").read_text().split()[1]
@@ -153,7 +154,7 @@ def test_a_target_presenting_another_host_key_gets_nothing(source, sshd_server, 
     ],
 )
 def test_a_copy_that_cannot_log_in_says_why_and_what_to_do(source, sshd_server, bob, case, said, hint):
-    from panel.catalog.services import start_copy
+    from panel.catalog.copies import start_copy
 
     # No confirmed fingerprint: the agent user's known_hosts decides, and it does not know this sshd.
     port = closed_port() if case == "closed port" else None
@@ -205,7 +206,7 @@ def tight_models_root(source):
 
 
 def test_a_target_without_room_is_refused_before_a_byte_is_copied(source, full_models_root, sshd_server, bob):
-    from panel.catalog.services import start_copy
+    from panel.catalog.copies import start_copy
     from panel.nodes.ssh import host_key_fingerprint
 
     shown = host_key_fingerprint(sshd_server.host, sshd_server.port)
@@ -225,7 +226,7 @@ def test_a_target_without_room_is_refused_before_a_byte_is_copied(source, full_m
 def test_a_retry_after_a_cut_off_copy_needs_room_only_for_what_is_missing(
     source, tight_models_root, sshd_server, celery_worker, bob
 ):
-    from panel.catalog.services import start_copy
+    from panel.catalog.copies import start_copy
     from panel.nodes.ssh import host_key_fingerprint
 
     # What a copy cut off near its end left on the target: every file but the config, times kept (rsync -a).

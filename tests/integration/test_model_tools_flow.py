@@ -105,8 +105,8 @@ def test_atc_converts_the_onnx_model_with_its_log_streamed(onnx_artifact, bob, c
     ],
 )
 def test_a_failed_atc_run_is_explained(onnx_artifact, bob, celery_worker, kwargs, title, quoted):
+    from panel.catalog.copies import start_atc
     from panel.catalog.models import ModelArtifact
-    from panel.catalog.services import start_atc
 
     operation = wait_for(start_atc(onnx_artifact, bob, **kwargs))
     assert operation.status == "failed"
@@ -135,7 +135,7 @@ def test_an_onnx_model_shows_its_graph_not_llm_facts(onnx_artifact, bob, client)
 def test_atc_into_an_existing_folder_is_refused_with_a_free_one_named(onnx_artifact, bob, celery_worker):
     from django.core.exceptions import ValidationError
 
-    from panel.catalog.services import start_atc
+    from panel.catalog.copies import start_atc
 
     first = wait_for(start_atc(onnx_artifact, bob, input_shape="images:1,3,8,8", soc_version="Ascend910B3"))
     assert first.status == "succeeded", (first.error, first.hint)
@@ -183,7 +183,7 @@ def test_msmodelslim_quantizes_on_a_node_that_has_it(hf_artifact, bob, celery_wo
 
 
 def test_msmodelslim_missing_on_the_node_is_explained(hf_artifact, bob):
-    from panel.catalog.services import start_conversion
+    from panel.catalog.copies import start_conversion
 
     operation = wait_for(start_conversion(hf_artifact, "w8a8_dynamic", bob, backend="msmodelslim"))
     assert operation.status == "failed"

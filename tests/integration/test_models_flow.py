@@ -31,8 +31,9 @@ def node(celery_worker, settings):
 
 
 def test_a_registered_folder_is_inspected_quantized_and_deleted_on_the_node(node, bob, celery_worker):
+    from panel.catalog.copies import start_artifact_delete, start_conversion
     from panel.catalog.models import ModelArtifact
-    from panel.catalog.services import register_model, start_artifact_delete, start_conversion
+    from panel.catalog.services import register_model
 
     model, operation = register_model(source="local", node=node, path="/data/models/tiny", user=bob)
     assert wait_for(operation).status == "succeeded", operation.error
@@ -78,8 +79,8 @@ def test_the_starter_catalog_loads_once_and_gives_planner_fits(db):
 def test_deleting_outside_the_models_root_is_refused(node, bob):
     from django.core.exceptions import ValidationError
 
+    from panel.catalog.copies import start_artifact_delete
     from panel.catalog.models import Model, ModelArtifact
-    from panel.catalog.services import start_artifact_delete
 
     model = Model.objects.create(name="elsewhere", source="local")
     artifact = ModelArtifact.objects.create(model=model, node=node, path="/home/user/model", ready=True)

@@ -5,7 +5,7 @@ from rest_framework.decorators import action
 from rest_framework.exceptions import APIException, ValidationError
 from rest_framework.response import Response
 
-from panel.catalog import services
+from panel.catalog import copies, services
 from panel.catalog.api.serializers import (
     AppliedModelSerializer,
     ConvertSerializer,
@@ -126,7 +126,7 @@ class ModelArtifactViewSet(mixins.DestroyModelMixin, ReadOnlyPanelViewSet):
     @extend_schema(responses={202: OperationSerializer, 400: ErrorSerializer})
     def destroy(self, request, pk=None):
         """Delete the copy's folder on its node (refused while a deployment uses it); answers 202."""
-        return _started(_call(services.start_artifact_delete, self.get_object(), request.user))
+        return _started(_call(copies.start_artifact_delete, self.get_object(), request.user))
 
     @extend_schema(request=ConvertSerializer, responses={202: OperationSerializer})
     @action(detail=True, methods=["post"])
@@ -136,7 +136,7 @@ class ModelArtifactViewSet(mixins.DestroyModelMixin, ReadOnlyPanelViewSet):
         v = data.validated_data
         return _started(
             _call(
-                services.start_conversion,
+                copies.start_conversion,
                 self.get_object(),
                 v["target"],
                 request.user,
@@ -150,4 +150,4 @@ class ModelArtifactViewSet(mixins.DestroyModelMixin, ReadOnlyPanelViewSet):
     @extend_schema(request=None, responses={202: OperationSerializer})
     @action(detail=True, methods=["post"])
     def inspect(self, request, pk=None):
-        return _started(_call(services.start_inspection, self.get_object(), request.user))
+        return _started(_call(copies.start_inspection, self.get_object(), request.user))
