@@ -1,4 +1,4 @@
-"""Record what a finished model operation found (called by on_terminal inside the ingest transaction)."""
+"""Record what a finished model operation found (on operation_ended, inside the ingest transaction)."""
 
 from django.utils import timezone
 

@@ -453,7 +453,7 @@ def start_benchmark(deployment: Deployment, params: dict, user=None) -> Benchmar
 
 
 def on_operation_terminal(operation: Operation) -> None:
-    """Called by panel.operations.services.on_terminal for deploy, stop and benchmark operations."""
+    """A deploy, stop or benchmark operation ended (panel.operations.signals.operation_ended)."""
     from panel.deployments.reconcile import apply_launch_result, apply_stop_result
 
     if operation.kind == OperationKind.BENCHMARK:

@@ -124,7 +124,7 @@ def _needs_second_round(check: FabricCheck, fresh: dict[str, list]) -> bool:
 
 
 def on_operation_terminal(operation: Operation) -> None:
-    """Called by panel.operations.services.on_terminal when a fabric check operation ends."""
+    """A fabric check operation ended (panel.operations.signals.operation_ended)."""
     check = (
         FabricCheck.objects.select_for_update()
         .filter(pk=(operation.params or {}).get("fabric_check"))

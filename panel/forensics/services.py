@@ -151,7 +151,7 @@ def store_upload(operation: Operation, stream) -> int:
 
 
 def on_operation_terminal(operation: Operation) -> None:
-    """Called by panel.operations.services.on_terminal when a diagnostics operation ends."""
+    """A diagnostics operation ended (panel.operations.signals.operation_ended)."""
     bundle = (
         DiagnosticsBundle.objects.select_for_update()
         .filter(pk=(operation.params or {}).get("bundle"))

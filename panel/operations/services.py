@@ -8,6 +8,7 @@ from django.utils import timezone
 
 from panel.core.choices import OperationStatus
 from panel.operations.models import Operation, OperationEvent
+from panel.operations.signals import events_stored, operation_ended
 from panel.realtime.broadcast import OPERATIONS, broadcast, node_group, operation_group
 from workers.contracts import EventBatch
 
@@ -134,10 +135,13 @@ def ingest_events(batch_data: dict, *, sender: str | None = None) -> list[Operat
                 operation.final_seq = operation.last_seq
         became_terminal = operation.is_terminal and was_open
         operation.save()
-        if operation.kind == "deploy" and current and new_events:
-            from panel.deployments.services import log_start_events
-
-            log_start_events(operation, new_events, failed=became_terminal and operation.status == "failed")
+        if current and new_events:
+            events_stored.send(
+                Operation,
+                operation=operation,
+                events=new_events,
+                failed=became_terminal and operation.status == "failed",
+            )
         if became_terminal:
             on_terminal(operation)
         transaction.on_commit(lambda: _broadcast_events(operation, new_events))
@@ -183,31 +187,10 @@ def mark_lost(operation: Operation, error: str, hint: str = "") -> bool:
     return True
 
 
-MODEL_OPERATION_KINDS = ("model_inspect", "download", "convert", "model_atc", "model_copy", "model_delete")
-
-
 def on_terminal(operation: Operation) -> None:
-    """Record what a finished operation found (inside the ingest transaction)."""
-    if operation.kind in ("preflight", "install"):  # failed and cancelled installs are recorded too
-        from panel.provisioning.services import record_outcome
-
-        record_outcome(operation)
-        return
-    if operation.kind in ("deploy", "stop", "benchmark"):  # failed launches restart with back-off
-        from panel.deployments.services import on_operation_terminal
-
-        on_operation_terminal(operation)
-        return
-    if operation.kind == "fabric_check":  # failed ones too: the check then says which node did not answer
-        from panel.fabric.services import on_operation_terminal as fabric_operation_ended
-
-        fabric_operation_ended(operation)
-        return
-    if operation.kind == "diagnostics":  # failed ones too: the bundle is packed from the nodes that sent
-        from panel.forensics.services import on_operation_terminal as diagnostics_operation_ended
-
-        diagnostics_operation_ended(operation)
-        return
+    """Record what a finished operation found (inside the ingest transaction): the node's own results here,
+    everything else by the apps that own the kind (panel.operations.signals.operation_ended)."""
+    operation_ended.send(Operation, operation=operation)
     if operation.status != OperationStatus.SUCCEEDED or operation.node_id is None:
         return
     if operation.kind == "inventory":
@@ -218,7 +201,3 @@ def on_terminal(operation: Operation) -> None:
         from panel.nodes.images import apply_result
 
         apply_result(operation)
-    elif operation.kind in MODEL_OPERATION_KINDS:
-        from panel.catalog.results import apply_model_operation
-
-        apply_model_operation(operation)

@@ -273,7 +273,7 @@ def cancel(operation: Operation) -> None:
     request_cancel(str(operation.pk))
 
 
-# --- results (panel.operations.services.on_terminal, inside the ingest transaction) ------------------
+# --- results (panel.operations.signals.operation_ended, inside the ingest transaction) ---------------
 
 
 def _logged(operation, key: str) -> list[dict]:

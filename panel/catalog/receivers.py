@@ -1,0 +1,27 @@
+"""What the catalog does when something below it happens (connected in CatalogConfig.ready())."""
+
+from panel.catalog.results import apply_model_operation
+from panel.core.choices import OperationKind, OperationStatus
+from panel.operations.signals import operation_ended
+
+MODEL_OPERATION_KINDS = (
+    OperationKind.INSPECT_MODEL,
+    OperationKind.DOWNLOAD,
+    OperationKind.CONVERT,
+    OperationKind.ATC,
+    OperationKind.COPY_MODEL,
+    OperationKind.DELETE_MODEL,
+)
+
+
+def connect() -> None:
+    operation_ended.connect(_operation_ended, dispatch_uid="catalog-operation-ended")
+
+
+def _operation_ended(sender, operation, **kwargs) -> None:
+    if (
+        operation.kind in MODEL_OPERATION_KINDS
+        and operation.status == OperationStatus.SUCCEEDED
+        and operation.node_id
+    ):
+        apply_model_operation(operation)
