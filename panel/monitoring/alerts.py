@@ -174,7 +174,7 @@ def announce(event: str, alert: Alert, node_name: str) -> None:
 
 
 def node_went_offline(node) -> None:
-    """Called by the offline sweep when an agent missed its heartbeats."""
+    """The offline sweep found the node silent (panel.nodes.signals.node_offline)."""
     apply_changes(
         node.pk,
         node.name,

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from panel.core.choices import NodeStatus, NodeTransport, NpuHealth
 from panel.nodes.models import SILENT_INTERVALS_BEFORE_OFFLINE, Node, Npu
+from panel.nodes.signals import node_offline, node_online
 from panel.realtime.broadcast import FLEET, broadcast, node_group
 from workers.contracts import Heartbeat
 
@@ -56,12 +57,7 @@ def record_heartbeat(data: dict, *, signer: str | None = None) -> Node | None:
         node.save(update_fields=changed)  # one UPDATE per heartbeat
         if was != NodeStatus.ONLINE:
             _announce(node)
-            from panel.monitoring.alerts import node_came_back
-
-            node_came_back(node)
-            from panel.provisioning.services import resume_after_reboot
-
-            resume_after_reboot(node)
+            node_online.send(Node, node=node)
         if node.inventoried_at is None and settings.PANEL_INVENTORY_ON_FIRST_HEARTBEAT:
             _inventory_once(node)
     return node
@@ -96,9 +92,7 @@ def mark_silent_nodes_offline(now=None) -> list[str]:
                 if updated:
                     node.status = NodeStatus.OFFLINE
                     _announce(node)
-                    from panel.monitoring.alerts import node_went_offline
-
-                    node_went_offline(node)
+                    node_offline.send(Node, node=node)
                     changed.append(node.name)
     return changed
 
