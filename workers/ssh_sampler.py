@@ -15,7 +15,7 @@ error, as an agent's would.
 import logging
 import threading
 
-from workers.agent import AgentConfig
+from workers.agent_config import AgentConfig
 from workers.ascend.npu_smi import NpuSmiError
 from workers.contracts import HostSample, MetricBatch, MetricSample, utcnow
 from workers.hosts.sync_loop import run_coroutine_sync

@@ -202,7 +202,7 @@ def test_interfaces_are_read_from_ip_one_line_output():
 
 
 def test_the_install_preflight_lists_the_hosts_nic_findings(hosts, monkeypatch):
-    from workers.agent import AgentConfig
+    from workers.agent_config import AgentConfig
     from workers.tasks.install import fabric_items
 
     root = hosts["fab-head"]

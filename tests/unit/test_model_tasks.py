@@ -197,7 +197,7 @@ def test_a_copy_keeps_to_its_bandwidth_limit():
 
 
 def test_the_agent_reads_its_copy_limit(monkeypatch):
-    from workers.agent import AgentConfig
+    from workers.agent_config import AgentConfig
 
     monkeypatch.setenv("ASCEND_PANEL_NODE_NAME", "n1")
     assert AgentConfig.from_env().copy_bwlimit_kib_s == 0

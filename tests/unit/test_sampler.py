@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from workers.agent import AgentConfig
+from workers.agent_config import AgentConfig
 from workers.contracts import MetricBatch
 from workers.sampler import Sampler, current_interval, run_command, sampler_loop, set_interval
 from workers.sim import state as sim_state

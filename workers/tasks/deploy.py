@@ -319,7 +319,7 @@ async def _probe(config, deployments: list[dict]) -> list[dict]:
 @agent_task(AGENT_PROBE_DEPLOYMENTS)
 def probe_deployments(request: dict) -> None:
     """Probe the engines the panel lists and send what was seen back (pid alive, /health, log, metrics)."""
-    from workers.agent import AgentConfig
+    from workers.agent_config import AgentConfig
     from workers.contracts import utcnow
     from workers.events import send_to_panel
 

@@ -3,7 +3,7 @@
 import logging
 import traceback
 
-from workers.agent import AgentConfig
+from workers.agent_config import AgentConfig
 from workers.events import EventEmitter
 from workers.identity import CENTRAL
 from workers.leases import LeaseUnavailable, OperationLease
