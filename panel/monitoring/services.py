@@ -241,7 +241,7 @@ def _effective_status(row: dict) -> str:
 
 def set_metrics_interval(node: Node, seconds: float, user=None) -> float:
     """Save the node's sampling interval and, after commit, tell its agent (task on the node's queue). An
-    SSH node has no agent: its probes read the saved interval (panel.nodes.ssh_probes)."""
+    SSH node has no agent: its probes read the saved interval (panel.monitoring.ssh_probes)."""
     from workers.sampler import MIN_INTERVAL_S
 
     seconds = float(seconds)

@@ -1,12 +1,14 @@
-"""Panel tasks of monitoring: the minute downsampler and pruning (beat) and the alert webhook (with retries,
-never in the ingest path), all on the panel queue (the default). Metrics themselves do not come as tasks:
-every panel worker drains the metrics inbox in a thread (panel.monitoring.inbox), registered here."""
+"""Panel tasks of monitoring: the minute downsampler, pruning and SSH nodes' probes (beat) and the alert
+webhook (with retries, never in the ingest path), all on the panel queue (the default). Metrics themselves
+do not come as tasks: every panel worker drains the metrics inbox in a thread (panel.monitoring.inbox),
+registered here."""
 
 import logging
 from datetime import UTC, datetime, timedelta
 
 import httpx
 
+from panel.monitoring import ssh_probes
 from panel.monitoring.inbox import MetricsIngestStep
 from workers.celery_app import app
 
@@ -73,3 +75,8 @@ def _retry(task, url: str, error: Exception) -> int:
         return 0
     log.warning("alert webhook %s failed (%s); retrying", url, error)
     raise task.retry(exc=error, countdown=2 ** (task.request.retries + 1))
+
+
+@app.task(name="panel.dispatch_ssh_probes", acks_late=False)
+def dispatch_ssh_probes() -> list[str]:
+    return ssh_probes.dispatch_ssh_probes()

@@ -121,7 +121,7 @@ def confirm_host_key(node: Node, fingerprint: str, user=None):
     with transaction.atomic():
         node.ssh_host_key_fingerprint = confirmed
         node.status = NodeStatus.ONLINE
-        # The host just answered; from now on its SSH probes keep this fresh (panel.nodes.ssh_probes).
+        # The host just answered; from now on its SSH probes keep this fresh (panel.monitoring.ssh_probes).
         node.last_heartbeat = timezone.now()
         node.save(update_fields=["ssh_host_key_fingerprint", "status", "last_heartbeat", "updated"])
         _announce(node)

@@ -75,7 +75,7 @@ class Node(TimestampedModel):
     def effective_status(self) -> str:
         """Offline as soon as the node missed three heartbeats, without waiting for the sweeper. An SSH
         node's heartbeats are its metric samples, taken once its host key is confirmed (see
-        panel.nodes.ssh_probes); before that nothing reaches it and its stored status stands."""
+        panel.monitoring.ssh_probes); before that nothing reaches it and its stored status stands."""
         if not self.is_watched:
             return self.status
         if self.last_heartbeat is None:

@@ -78,7 +78,7 @@ def _inventory_once(node: Node) -> None:
 
 def mark_silent_nodes_offline(now=None) -> list[str]:
     """Nodes that missed three heartbeats become offline (the sweep behind effective_status): agents' own
-    heartbeats and metrics, and SSH nodes' samples (panel.nodes.ssh_probes)."""
+    heartbeats and metrics, and SSH nodes' samples (panel.monitoring.ssh_probes)."""
     now = now or timezone.now()
     changed = []
     unwatched = Q(transport=NodeTransport.SSH, ssh_host_key_fingerprint="")

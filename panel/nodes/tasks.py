@@ -19,10 +19,3 @@ def mark_silent_nodes_offline() -> list[str]:
     from panel.nodes.services import mark_silent_nodes_offline as sweep
 
     return sweep()
-
-
-@app.task(name="panel.dispatch_ssh_probes", acks_late=False)
-def dispatch_ssh_probes() -> list[str]:
-    from panel.nodes.ssh_probes import dispatch_ssh_probes as dispatch
-
-    return dispatch()

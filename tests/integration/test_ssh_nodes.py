@@ -153,8 +153,8 @@ def probe_round(node):
     """What beat does every second (dispatch the due SSH probes) and every two (sweep silent nodes), then the
     node as the panel shows it and its latest metrics."""
     from panel.monitoring import store
+    from panel.monitoring.ssh_probes import dispatch_ssh_probes
     from panel.nodes.services import mark_silent_nodes_offline
-    from panel.nodes.ssh_probes import dispatch_ssh_probes
 
     dispatch_ssh_probes()
     mark_silent_nodes_offline()
