@@ -8,7 +8,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import CollectorRegistry
 
 from panel.core.choices import NodeStatus, NodeTransport
-from panel.monitoring import store
+from panel.monitoring import refusals, store
 
 NPU_LABELS = ["id", "chip_id", "model_name", "node", "logic_id"]
 # (npu-exporter name, help, field of the "metrics" message). HBM and memory are in MB, like npu-exporter.
@@ -84,13 +84,11 @@ def panel_gauges():
     for row in Operation.objects.values("status").annotate(n=Count("id")).order_by("status"):
         operations.add_metric([row["status"]], row["n"])
     yield operations
-    from panel.nodes.trust import rejected_counts
-
     # Messages refused because their signature or their node did not check out (panel.nodes.trust).
     rejected = CounterMetricFamily(
         "panel_rejected_messages", "agent messages the panel refused, by kind", labels=["kind"]
     )
-    for kind, count in sorted(rejected_counts().items()):
+    for kind, count in sorted(refusals.rejected_counts().items()):
         rejected.add_metric([kind], count)
     yield rejected
     from panel.gateway.metrics import collect as gateway_metrics

@@ -1,13 +1,17 @@
 """What nodes tell the apps above them (docs/architecture.md: a lower app never imports a higher one).
 
-Sent inside the transaction that changed the node's status; receivers connect in their own app's
-`AppConfig.ready()` and run right there, as the direct calls they replace did. sender is the Node class,
-kwargs: node."""
+A status change is sent inside the transaction that made it (sender: the Node class); receivers connect in
+their own app's `AppConfig.ready()` and run right there, as the direct calls they replace did."""
 
 from django.dispatch import Signal
 
-# A heartbeat arrived from a node that was not online (panel.nodes.services.record_heartbeat).
+# A heartbeat arrived from a node that was not online (panel.nodes.services.record_heartbeat). Kwargs: node.
 node_online = Signal()
 
 # The offline sweep found a node that missed its heartbeats (panel.nodes.services.mark_silent_nodes_offline).
+# Kwargs: node.
 node_offline = Signal()
+
+# panel.nodes.trust refused an agent's message (bad signature, another node's, malformed); sender is that
+# module's name. Kwargs: kind.
+message_refused = Signal()

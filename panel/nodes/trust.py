@@ -12,6 +12,7 @@ import threading
 import time
 from functools import lru_cache
 
+from panel.nodes.signals import message_refused
 from workers.celery_app import app as celery_app
 from workers.identity import (
     AUTH_KWARG,
@@ -25,8 +26,6 @@ from workers.identity import (
 )
 
 log = logging.getLogger(__name__)
-
-REJECTED_KEY = "panel:rejected-messages"
 
 
 class Refused(Exception):
@@ -64,18 +63,9 @@ def refuse(kind: str, sender: str, reason: str) -> None:
     """Log and count a refused message; never raises (a broken Redis must not hide the refusal's log)."""
     log.warning("refused %s from %r: %s", kind, sender, reason)
     try:
-        from panel.monitoring import store
-
-        store.client().hincrby(REJECTED_KEY, kind, 1)
+        message_refused.send(__name__, kind=kind)
     except Exception:  # counting is best effort; the log line above is the record
         log.exception("could not count a refused message")
-
-
-def rejected_counts() -> dict[str, int]:
-    from panel.monitoring import store
-
-    counts = store.client().hgetall(REJECTED_KEY)
-    return {(k.decode() if isinstance(k, bytes) else k): int(v) for k, v in counts.items()}
 
 
 def _key_of(signer: str, node) -> bytes:

@@ -37,7 +37,7 @@ def as_node_a(two_nodes):
 
 
 def rejected(kind: str) -> int:
-    from panel.nodes.trust import rejected_counts
+    from panel.monitoring.refusals import rejected_counts
 
     return rejected_counts().get(kind, 0)
 
