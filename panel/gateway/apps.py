@@ -6,6 +6,9 @@ class GatewayConfig(AppConfig):
     label = "gateway"
 
     def ready(self):
-        from panel.gateway import signals
+        from panel.gateway import metrics, signals  # models load only once the app registry is ready
+        from panel.monitoring.prometheus import EXTRA_COLLECTORS
 
         signals.connect()
+        if metrics.collect not in EXTRA_COLLECTORS:
+            EXTRA_COLLECTORS.append(metrics.collect)

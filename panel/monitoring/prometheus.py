@@ -2,6 +2,7 @@
 plus the panel's own figures. Read from the Redis latest values on each scrape, never from samples."""
 
 import time
+from collections.abc import Callable, Iterable
 
 from django.db.models import Count
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -21,6 +22,10 @@ NPU_GAUGES = (
     ("npu_chip_info_power", "the npu power (W)", "power_w"),
     ("npu_chip_info_temperature", "the npu temperature (Celsius)", "temp_c"),
 )
+
+# Metric families of apps above monitoring (the gateway's request figures): each app adds its collect
+# function in its AppConfig.ready(), so monitoring does not import them.
+EXTRA_COLLECTORS: list[Callable[[], Iterable]] = []
 
 
 def _label(value) -> str:
@@ -91,9 +96,8 @@ def panel_gauges():
     for kind, count in sorted(refusals.rejected_counts().items()):
         rejected.add_metric([kind], count)
     yield rejected
-    from panel.gateway.metrics import collect as gateway_metrics
-
-    yield from gateway_metrics()
+    for collect in EXTRA_COLLECTORS:
+        yield from collect()
 
 
 def _epoch(iso: str) -> float:
