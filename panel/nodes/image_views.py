@@ -8,7 +8,7 @@ from django.views.decorators.http import require_POST
 
 from panel.accounts.roles import OPERATOR
 from panel.core.views import role_required
-from panel.nodes import images
+from panel.deployments import images
 from panel.nodes.models import Node
 
 

@@ -197,7 +197,3 @@ def on_terminal(operation: Operation) -> None:
         from panel.nodes.services import apply_inventory
 
         apply_inventory(operation.node, operation.result)
-    elif operation.kind.startswith("image_"):
-        from panel.nodes.images import apply_result
-
-        apply_result(operation)

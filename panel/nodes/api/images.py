@@ -9,7 +9,7 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from panel.core.schema import ErrorSerializer
-from panel.nodes import images
+from panel.deployments import images
 from panel.operations.api.serializers import OperationSerializer
 
 STARTED_OR_REFUSED = {202: OperationSerializer, 409: ErrorSerializer}

@@ -5,11 +5,19 @@ Each is an agent operation; its result carries the node's container facts afterw
 an image a deployment on that node runs with is refused: the deployment would not start again.
 """
 
+import secrets
+
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.utils.translation import gettext as _
 
 from panel.core.choices import DesiredState, NodeTransport, OperationKind
+from panel.deployments.containers import images_on
+from panel.deployments.models import Deployment
 from panel.operations.services import create_operation
+from panel.provisioning import conf
+from panel.provisioning.models import PackageKind
+from panel.provisioning.services import download_token, package_offer
 from workers.containers.parse import split_reference
 from workers.engine.container import IMAGE_PATTERN
 from workers.task_names import AGENT_LIST_IMAGES, AGENT_LOAD_IMAGE, AGENT_PULL_IMAGE, AGENT_REMOVE_IMAGE
@@ -27,8 +35,6 @@ class ImageRefused(Exception):
 
 
 def _checked(node, image: str | None = None) -> None:
-    from django.core.exceptions import ValidationError
-
     if node.transport != NodeTransport.AGENT:
         raise ImageRefused(
             _("%(node)s has no agent; container images are handled by the node's own agent.")
@@ -71,14 +77,6 @@ def start_pull(node, image: str, user=None):
 
 def start_load(node, package, *, panel_url: str, user=None):
     """Load an image archive of the package store (its sha256 is checked on the node before loading)."""
-    import secrets
-
-    from django.core.exceptions import ValidationError
-
-    from panel.provisioning import conf
-    from panel.provisioning.models import PackageKind
-    from panel.provisioning.services import download_token, package_offer
-
     _checked(node)
     if package.kind != PackageKind.IMAGE:
         raise ValidationError(
@@ -99,8 +97,6 @@ def start_load(node, package, *, panel_url: str, user=None):
 
 def users_of(node, image: str) -> list[str]:
     """Deployments on this node that run (or will run again) with this image."""
-    from panel.deployments.models import Deployment
-
     live = Deployment.objects.filter(nodes=node, runtime_kind="container").exclude(
         desired_state=DesiredState.DELETED
     )
@@ -138,8 +134,6 @@ def apply_result(operation) -> None:
 
 def image_rows(node) -> list[dict]:
     """The node's images with the deployments that use each."""
-    from panel.deployments.containers import images_on
-
     rows = []
     for image in images_on(node):
         repository, tag = split_reference(image.get("reference") or "")
