@@ -1,5 +1,6 @@
-"""Use-cases that change the fleet: add a node (agent or SSH), confirm an SSH host key, cordon, drain,
-remove."""
+"""Use-cases that change the fleet: add a node (agent or SSH), change its settings, cordon. Confirming an SSH
+host key starts an inventory (panel.operations.node_operations); drain and remove reach the node's
+deployments (panel.deployments.node_actions)."""
 
 from dataclasses import dataclass
 from datetime import datetime
@@ -7,20 +8,17 @@ from datetime import datetime
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Q
-from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from panel.audit import actions as audit
 from panel.audit.services import record
-from panel.core.choices import DeploymentState, DesiredState, NodeStatus, NodeTransport, OperationStatus
+from panel.core.choices import DeploymentState, DesiredState, NodeTransport
 from panel.nodes.agent_package import agent_sdist_sha256, install_script_sha256
 from panel.nodes.join import issue_join_token, join_command
 from panel.nodes.models import JoinToken, Node
-from panel.nodes.services import _announce
 from panel.nodes.ssh import (
     check_address,
     check_env,
-    check_fingerprint,
     host_key_fingerprint,
     sealed_credentials,
 )
@@ -97,37 +95,6 @@ def add_ssh_node(
     return node, fingerprint
 
 
-def confirm_host_key(node: Node, fingerprint: str, user=None):
-    """Pin the fingerprint the admin confirmed, if the host still presents it, then inventory the node."""
-    from panel.nodes.operations import start_inventory
-
-    if node.transport != NodeTransport.SSH:
-        raise NodeActionRefused(_("%(node)s is an agent node; it has no SSH host key.") % {"node": node.name})
-    confirmed = check_fingerprint(fingerprint)
-    presented = host_key_fingerprint(node.address, node.ssh_port)
-    if presented != confirmed:
-        raise ValidationError(
-            {
-                "fingerprint": [
-                    _(
-                        "%(address)s now presents %(presented)s, not the confirmed %(confirmed)s; "
-                        "nothing was stored. Check the host's key "
-                        "(ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub) before confirming again."
-                    )
-                    % {"address": node.address, "presented": presented, "confirmed": confirmed}
-                ]
-            }
-        )
-    with transaction.atomic():
-        node.ssh_host_key_fingerprint = confirmed
-        node.status = NodeStatus.ONLINE
-        # The host just answered; from now on its SSH probes keep this fresh (panel.monitoring.ssh_probes).
-        node.last_heartbeat = timezone.now()
-        node.save(update_fields=["ssh_host_key_fingerprint", "status", "last_heartbeat", "updated"])
-        _announce(node)
-        return start_inventory(node, user=user)
-
-
 def update_settings(
     node: Node, *, labels=None, ssh_env=None, ssh_host_root=None, ssh_ascend_root=None, **_ignored
 ):
@@ -167,63 +134,3 @@ def deployments_to_drain(node: Node) -> list:
             Q(observed_state__in=engine_states) | Q(desired_state=DesiredState.RUNNING)
         ).order_by("name")
     )
-
-
-def drain(node: Node, user=None) -> list:
-    """Cordon the node and stop every deployment on it, so an install that restarts its NPU driver or the
-    host may run. Returns the deployments asked to stop (those already stopping are left to finish)."""
-    from panel.deployments.services import stop
-
-    with transaction.atomic():
-        set_cordoned(node, True)
-        stopped = [
-            d
-            for d in deployments_to_drain(node)
-            if d.desired_state != DesiredState.DELETED and d.observed_state != DeploymentState.STOPPING
-        ]
-        for deployment in stopped:
-            stop(deployment, user)
-    return stopped
-
-
-def remove_node(node: Node, *, force: bool = False) -> None:
-    """Forget a node. Refused while deployments run on it or were made from its model copies, unless
-    forced: then those deployments are marked failed (their engines are left running on the host), lose
-    their link to the copy, and the node's unfinished operations are ended."""
-    from panel.deployments.models import Deployment
-    from panel.operations.services import mark_lost
-
-    with transaction.atomic():
-        active = list(node.deployments.filter(observed_state__in=ACTIVE_DEPLOYMENT_STATES).order_by("name"))
-        if active and not force:
-            raise NodeActionRefused(
-                _(
-                    "%(node)s runs deployments %(names)s. Stop them first, or remove the node with force "
-                    "(they will be marked failed; their engines keep running on the host)."
-                )
-                % {"node": node.name, "names": ", ".join(d.name for d in active)}
-            )
-        made_here = sorted(set(Deployment.objects.filter(artifact__node=node).values_list("name", flat=True)))
-        if made_here and not force:
-            raise NodeActionRefused(
-                _(
-                    "Deployments %(names)s were made from model copies on %(node)s. Delete them first, or "
-                    "remove the node with force."
-                )
-                % {"node": node.name, "names": ", ".join(made_here)}
-            )
-        for deployment in active:
-            deployment.move_to(
-                DeploymentState.FAILED, reason=_("Node %(node)s was removed.") % {"node": node.name}
-            )
-            deployment.save(update_fields=["observed_state", "reason", "updated"])
-        # The node's model copies go with it; a deployment made from one keeps its launch spec (the path).
-        Deployment.objects.filter(artifact__node=node).update(artifact=None)
-        unfinished = node.operations.exclude(status__in=OperationStatus.TERMINAL)
-        for operation in unfinished:
-            mark_lost(operation, _("Node %(node)s was removed.") % {"node": node.name})
-        JoinToken.objects.filter(node_name=node.name, used__isnull=True).delete()
-        name = node.name
-        record(None, audit.NODE_REMOVED, name, force=force, failed_deployments=[d.name for d in active])
-        node.delete()
-        transaction.on_commit(lambda: broadcast(FLEET, {"type": "node.removed", "node": name}))

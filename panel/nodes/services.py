@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from panel.core.choices import NodeStatus, NodeTransport, NpuHealth
 from panel.nodes.models import SILENT_INTERVALS_BEFORE_OFFLINE, Node, Npu
-from panel.nodes.signals import node_offline, node_online
+from panel.nodes.signals import node_not_inventoried, node_offline, node_online
 from panel.realtime.broadcast import FLEET, broadcast, node_group
 from workers.contracts import Heartbeat
 
@@ -59,21 +59,8 @@ def record_heartbeat(data: dict, *, signer: str | None = None) -> Node | None:
             _announce(node)
             node_online.send(Node, node=node)
         if node.inventoried_at is None and settings.PANEL_INVENTORY_ON_FIRST_HEARTBEAT:
-            _inventory_once(node)
+            node_not_inventoried.send(Node, node=node)
     return node
-
-
-def _inventory_once(node: Node) -> None:
-    """A node that was never inventoried gets one as soon as its agent speaks, so its NPUs show at once."""
-    from panel.core.choices import OperationKind, OperationStatus
-    from panel.nodes.operations import start_inventory
-
-    busy = node.operations.filter(kind=OperationKind.INVENTORY).exclude(status__in=OperationStatus.TERMINAL)
-    recent_failure = node.operations.filter(
-        kind=OperationKind.INVENTORY, status=OperationStatus.FAILED
-    ).exists()
-    if not busy.exists() and not recent_failure:
-        start_inventory(node)
 
 
 def mark_silent_nodes_offline(now=None) -> list[str]:

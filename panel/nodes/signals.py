@@ -8,6 +8,10 @@ from django.dispatch import Signal
 # A heartbeat arrived from a node that was not online (panel.nodes.services.record_heartbeat). Kwargs: node.
 node_online = Signal()
 
+# A heartbeat arrived from a node that was never inventoried, and PANEL_INVENTORY_ON_FIRST_HEARTBEAT is on
+# (panel.nodes.services.record_heartbeat). Kwargs: node.
+node_not_inventoried = Signal()
+
 # The offline sweep found a node that missed its heartbeats (panel.nodes.services.mark_silent_nodes_offline).
 # Kwargs: node.
 node_offline = Signal()

@@ -14,6 +14,7 @@ from django.views.decorators.http import require_GET, require_POST, require_safe
 from panel.accounts.roles import ADMIN, OPERATOR, VIEWER, has_role
 from panel.core.choices import NodeStatus, NodeTransport
 from panel.core.views import role_required
+from panel.deployments import node_actions
 from panel.nodes import lifecycle
 from panel.nodes.agent_package import INSTALL_SCRIPT, UNIT_FILE, agent_sdist
 from panel.nodes.filtersets import NodeFilterSet
@@ -21,9 +22,10 @@ from panel.nodes.forms import NodeAddForm, NodeSettingsForm
 from panel.nodes.image_views import images_context
 from panel.nodes.join import JoinRefused, agent_broker, agent_broker_url, exchange_join_token
 from panel.nodes.models import JoinToken, Node
-from panel.nodes.operations import start_install_agent, start_inventory
 from panel.nodes.presentation import facts_view, inventory_changes_view, versions_view
 from panel.nodes.ssh import host_key_fingerprint
+from panel.operations import node_operations
+from panel.operations.node_operations import start_install_agent, start_inventory
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +123,7 @@ def confirm_host_key(request, name):
     node = _node(request, name)
     if request.method == "POST":
         try:
-            operation = lifecycle.confirm_host_key(
+            operation = node_operations.confirm_host_key(
                 node, request.POST.get("fingerprint", ""), user=request.user
             )
         except (ValidationError, lifecycle.NodeActionRefused) as error:
@@ -197,7 +199,7 @@ def cordon(request, name):
 @require_POST
 def drain(request, name):
     node = _node(request, name)
-    stopped = lifecycle.drain(node, user=request.user)
+    stopped = node_actions.drain(node, user=request.user)
     if stopped:
         names = ", ".join(d.name for d in stopped)
         messages.info(
@@ -218,7 +220,7 @@ def drain(request, name):
 def remove(request, name):
     node = _node(request, name)
     try:
-        lifecycle.remove_node(node, force=request.POST.get("force") == "1")
+        node_actions.remove_node(node, force=request.POST.get("force") == "1")
     except lifecycle.NodeActionRefused as error:
         messages.error(request, str(error))
         return redirect("nodes:detail", name=node.name)

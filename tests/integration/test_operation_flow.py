@@ -49,7 +49,7 @@ async def receive_until_final(communicator, timeout=60):
 
 
 async def test_inventory_events_reach_the_socket_in_order_and_match_rest(celery_worker, alice):
-    from panel.nodes.operations import start_inventory
+    from panel.operations.node_operations import start_inventory
 
     node = await database_sync_to_async(make_node)()
     communicator = await connect_as(alice)

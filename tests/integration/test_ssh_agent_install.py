@@ -80,9 +80,9 @@ async def test_the_agent_installed_over_ssh_registers_and_takes_over_the_node(
     settings,
 ):
     from panel.monitoring import services, store
-    from panel.nodes.operations import start_install_agent
     from panel.nodes.trust import agent_key
     from panel.operations.models import Operation
+    from panel.operations.node_operations import start_install_agent
 
     if os.geteuid() != 0:
         pytest.skip("the install runs under sudo -n for a non-root login, which this test cannot grant")

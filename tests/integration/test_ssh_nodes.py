@@ -67,10 +67,9 @@ def rows(node):
 async def test_inventory_over_ssh_gives_the_same_rows_as_the_local_runner(
     worker_with_central_agent, sshd_server, alice
 ):
-    from panel.nodes.lifecycle import confirm_host_key
     from panel.nodes.models import Node
-    from panel.nodes.operations import start_inventory
     from panel.nodes.ssh import sealed_credentials
+    from panel.operations.node_operations import confirm_host_key, start_inventory
 
     root = worker_with_central_agent.sim_root
     local = await database_sync_to_async(Node.objects.create)(name=TEST_NODE, transport="agent")
@@ -110,9 +109,9 @@ async def test_inventory_over_ssh_gives_the_same_rows_as_the_local_runner(
 def test_a_host_key_that_changed_before_confirmation_is_not_stored(sshd_server):
     from django.core.exceptions import ValidationError
 
-    from panel.nodes.lifecycle import confirm_host_key
     from panel.nodes.models import Node
     from panel.nodes.ssh import sealed_credentials
+    from panel.operations.node_operations import confirm_host_key
 
     node = Node.objects.create(
         name="ssh-other",
@@ -175,7 +174,7 @@ async def test_an_ssh_node_sends_metrics_goes_offline_with_its_host_and_comes_ba
     worker_with_central_agent, restartable_sshd, settings, alice
 ):
     from panel.monitoring import services, store
-    from panel.nodes.lifecycle import confirm_host_key
+    from panel.operations.node_operations import confirm_host_key
 
     # Two-second liveness intervals: offline after six silent seconds (the default is 3 x 5 s).
     settings.PANEL_HEARTBEAT_INTERVAL = 2.0

@@ -9,6 +9,7 @@ from panel.accounts.roles import ADMIN, OPERATOR
 from panel.core.api import PanelViewSet
 from panel.core.choices import NodeTransport
 from panel.core.schema import ErrorSerializer
+from panel.deployments import node_actions
 from panel.monitoring.api import views as monitoring_api
 from panel.nodes import lifecycle
 from panel.nodes.api.images import NodeImagesMixin
@@ -20,8 +21,9 @@ from panel.nodes.api.serializers import (
 )
 from panel.nodes.filtersets import NodeFilterSet
 from panel.nodes.models import Node
-from panel.nodes.operations import start_install_agent, start_inventory
+from panel.operations import node_operations
 from panel.operations.api.serializers import OperationSerializer
+from panel.operations.node_operations import start_install_agent, start_inventory
 
 # Who may change the fleet (add, remove, reconfigure, trust a host key) versus who may act on a node.
 ADMIN_ACTIONS = {"create", "destroy", "partial_update", "confirm_host_key", "install_agent"}
@@ -124,7 +126,7 @@ class NodeViewSet(NodeImagesMixin, mixins.ListModelMixin, mixins.RetrieveModelMi
         node = self.get_object()
         force = request.query_params.get("force", "").lower() in ("1", "true", "yes")
         try:
-            lifecycle.remove_node(node, force=force)
+            node_actions.remove_node(node, force=force)
         except lifecycle.NodeActionRefused as error:
             raise Conflict(str(error)) from error
         return Response(status=status.HTTP_204_NO_CONTENT)
@@ -153,7 +155,7 @@ class NodeViewSet(NodeImagesMixin, mixins.ListModelMixin, mixins.RetrieveModelMi
         form.is_valid(raise_exception=True)
         node = self.get_object()
         return self._operation(
-            lifecycle.confirm_host_key, node, form.validated_data["fingerprint"], request.user
+            node_operations.confirm_host_key, node, form.validated_data["fingerprint"], request.user
         )
 
     @extend_schema(request=None, responses=STARTED_OR_REFUSED)
@@ -180,7 +182,7 @@ class NodeViewSet(NodeImagesMixin, mixins.ListModelMixin, mixins.RetrieveModelMi
         """Cordon this node and stop its deployments, so an install that restarts its NPU driver or the
         host may run once they have stopped."""
         node = self.get_object()
-        lifecycle.drain(node, user=request.user)
+        node_actions.drain(node, user=request.user)
         node.refresh_from_db()
         return Response(NodeSerializer(node).data)
 
