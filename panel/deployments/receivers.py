@@ -2,13 +2,16 @@
 
 from panel.core.choices import OperationKind, OperationStatus
 from panel.deployments import images
+from panel.deployments.fabric_gate import after_gate
 from panel.deployments.services import log_start_events, on_operation_terminal
+from panel.fabric.signals import fabric_check_finished
 from panel.operations.signals import events_stored, operation_ended
 
 
 def connect() -> None:
     operation_ended.connect(_operation_ended, dispatch_uid="deployments-operation-ended")
     events_stored.connect(_events_stored, dispatch_uid="deployments-events-stored")
+    fabric_check_finished.connect(_fabric_check_finished, dispatch_uid="deployments-fabric-check-finished")
 
 
 def _operation_ended(sender, operation, **kwargs) -> None:
@@ -22,3 +25,7 @@ def _operation_ended(sender, operation, **kwargs) -> None:
 def _events_stored(sender, operation, events, failed, **kwargs) -> None:
     if operation.kind == OperationKind.DEPLOY:
         log_start_events(operation, events, failed=failed)
+
+
+def _fabric_check_finished(sender, check, **kwargs) -> None:
+    after_gate(check)

@@ -193,6 +193,12 @@ def launch(deployment: Deployment, user=None) -> None:
     ensure_engine_key(deployment)
     # Several nodes: their NPU network is checked first; the check sends the launches when it passes.
     waits_for_fabric = gate_launch(deployment, user)
+    if waits_for_fabric:
+        move(
+            deployment,
+            DeploymentState.STARTING,
+            gettext_noop("Checking the NPU network (HCCL fabric) before the launch."),
+        )
     deployment.save()
     if not waits_for_fabric:
         send_launches(deployment, user)

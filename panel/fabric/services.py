@@ -7,8 +7,9 @@ addresses the panel did not know (a first check) or that changed, a second round
 verdict (workers.steps.fabric_verdict) lands on the check and, per node, on NodeFabric for the node page.
 
 Gate: `gate_launch(deployment)` starts the check of a multi-node deployment on NPUs before its launch goes
-out (panel.deployments.services.launch); a check that passes or only warns sends the launches, one that
-fails stops the deployment (failed) with the first failure and its fix as the reason.
+out (panel.deployments.services.launch); when that check ends it sends fabric.signals.fabric_check_finished,
+and panel.deployments.fabric_gate sends the launches (a check that passes or only warns) or stops the
+deployment (failed) with the first failure and its fix as the reason.
 """
 
 from __future__ import annotations
@@ -19,12 +20,13 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext_noop
 
-from panel.core.choices import DeploymentState, DesiredState, OperationKind, OperationStatus
+from panel.core.choices import OperationKind, OperationStatus
 from panel.fabric.models import FabricCheck, FabricStatus, NodeFabric
+from panel.fabric.signals import fabric_check_finished
 from panel.nodes.models import Node
 from panel.operations.models import Operation
 from panel.operations.services import create_operation
-from workers.steps.fabric_verdict import first_failure, judge
+from workers.steps.fabric_verdict import judge
 from workers.steps.preflight import FAIL, item
 from workers.task_names import AGENT_FABRIC_CHECK
 
@@ -196,7 +198,7 @@ def _finish(check: FabricCheck, reports: dict[str, dict], failed: dict[str, Oper
             },
         )
     if check.deployment:
-        _after_gate(check)
+        fabric_check_finished.send(FabricCheck, check=check)
 
 
 # --- the launch gate ------------------------------------------------------------------------------------
@@ -215,45 +217,4 @@ def gate_launch(deployment, user=None) -> bool:
     nodes = list(Node.objects.filter(name__in=interfaces))
     check = start_check(nodes, user=user, deployment=deployment, interfaces=interfaces)
     deployment.runtime = {**(deployment.runtime or {}), "fabric_check": check.pk}
-    from panel.deployments import services
-
-    services.move(
-        deployment,
-        DeploymentState.STARTING,
-        gettext_noop("Checking the NPU network (HCCL fabric) before the launch."),
-    )
     return True
-
-
-def _after_gate(check: FabricCheck) -> None:
-    from panel.deployments import reasons, services
-    from panel.deployments.models import Deployment
-
-    deployment = Deployment.objects.select_for_update().filter(name=check.deployment).first()
-    if deployment is None or (deployment.runtime or {}).get("fabric_check") != check.pk:
-        return  # deleted, or launched again meanwhile: a newer check decides
-    if (
-        deployment.desired_state != DesiredState.RUNNING
-        or deployment.observed_state != DeploymentState.STARTING
-    ):
-        deployment.save()
-        return
-    problem = first_failure(check.verdict)
-    if problem is None:
-        services.move(deployment, DeploymentState.STARTING, "")
-        deployment.save()
-        services.send_launches(deployment, user=check.created_by)
-        return
-    templates = problem.get("templates") or {}
-    params = problem.get("params") or {}
-    reason = [
-        reasons.part(gettext_noop("The NPU network check failed:")),
-        reasons.part(templates.get("detail") or problem["detail"], **params),
-        reasons.part("—"),
-        reasons.part(templates.get("fix") or problem["fix"], **params),
-    ]
-    failing = [entry for entry in check.verdict["checklist"] if entry["status"] == FAIL]
-    deployment.runtime = {**deployment.runtime, "fabric": {"check": check.pk, "failures": failing}}
-    deployment.next_restart_at = None
-    services.move(deployment, DeploymentState.FAILED, reason)
-    deployment.save()
