@@ -11,6 +11,7 @@ breaking when its engine is stopped."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -22,15 +23,17 @@ from panel.deployments.models import Deployment
 
 log = logging.getLogger(__name__)
 
+# Whether the gateway has requests in flight on a deployment's engines, or picked one of them just now: the
+# gateway adds its answer in GatewayConfig.ready() (deployments sit below it and do not import it).
+SERVING_CHECKS: list[Callable[[Deployment], bool]] = []
+
 
 def still_served(deployment: Deployment) -> bool:
     """Whether the gateway serves requests on its engine now, or sent it one within the last few seconds
     (a web process may still route by a copy of the pool from before it left). False when Redis cannot
     say: a broken Redis must not keep a deployment from stopping (the gateway cannot route without it)."""
-    from panel.gateway.pool import instance_ids, outstanding, recently_picked
-
     try:
-        return any(outstanding(i) > 0 or recently_picked(i) for i in instance_ids(deployment))
+        return any(serves(deployment) for serves in SERVING_CHECKS)
     except Exception:  # redis-py raises several unrelated types; any of them means "cannot tell"
         log.warning(
             "could not ask Redis whether %s still serves; stopping it without a drain", deployment.name

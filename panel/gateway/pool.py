@@ -187,3 +187,9 @@ def recently_picked(instance_id: str) -> bool:
     """Whether a web process sent `instance_id` a request within PICKED_S (it may still route by a stale
     copy of the pool, so a drain waits until this is over too)."""
     return bool(store.client().exists(store.picked_key(instance_id)))
+
+
+def serves(deployment: Deployment) -> bool:
+    """Whether any engine of the deployment has requests in flight or was picked within PICKED_S
+    (panel.deployments.drain asks this before a stop goes out)."""
+    return any(outstanding(i) > 0 or recently_picked(i) for i in instance_ids(deployment))
