@@ -28,9 +28,10 @@ from rest_framework import serializers
 from rest_framework.exceptions import APIException
 
 from panel.core.choices import DeploymentState, DesiredState
+from panel.core.translated import in_language
 from panel.deployments import reasons, replicas, services
 from panel.deployments.models import Deployment, Rollout
-from panel.deployments.reasons import part
+from panel.deployments.reasons import part, spelled
 from panel.nodes.models import Npu
 
 log = logging.getLogger(__name__)
@@ -254,11 +255,14 @@ def _text(error) -> str:
     return flat_errors(detail)
 
 
+def message_display(rollout: Rollout) -> str:
+    """The rollout's message in the viewer's language (its parts translated, then filled)."""
+    return in_language(spelled(rollout.message_parts, rollout.message))
+
+
 def progress(rollout: Rollout | None) -> dict[str, Any] | None:
     """What the deployment's detail shows: {status, phase, done, total, message, current, surge}; `message`
     in English as the logs have it, `message_display` in the request's language (as `reason_display`)."""
-    from panel.core.templatetags.panel_text import rollout_message
-
     if rollout is None:
         return None
     return {
@@ -270,6 +274,6 @@ def progress(rollout: Rollout | None) -> dict[str, Any] | None:
         "current": rollout.current,
         "surge": rollout.surge,
         "message": rollout.message,
-        "message_display": rollout_message(rollout),
+        "message_display": message_display(rollout),
         "created": rollout.created.isoformat() if rollout.created else None,
     }

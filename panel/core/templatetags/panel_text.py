@@ -8,6 +8,9 @@ from django import template
 from django.utils.translation import gettext
 
 from panel.core.numbers import compact, is_big
+from panel.core.translated import filled, in_language
+from panel.deployments.reasons import current
+from panel.deployments.rollouts import message_display
 from panel.operations.texts import agent_text as translated_agent_text
 from workers.engine.plan_reasons import TEMPLATES
 
@@ -60,32 +63,13 @@ def checklist_text(entry, field: str) -> str:
 def deployment_reason(deployment) -> str:
     """A deployment's reason in the viewer's language: each of its parts (panel/deployments/reasons.py)
     translated where the catalog knows it, then filled with its values."""
-    from panel.deployments.reasons import current
-
     return in_language(current(deployment))
 
 
 @register.filter
 def rollout_message(rollout) -> str:
     """A rollout's message in the viewer's language, as `deployment_reason`."""
-    from panel.deployments.reasons import spelled
-
-    return in_language(spelled(rollout.message_parts, rollout.message))
-
-
-def in_language(parts: list[dict]) -> str:
-    """Reason parts (panel/deployments/reasons.py), each translated where the catalog knows it and filled."""
-    return " ".join(filled(p["text"], p["params"], fallback=p["text"]) for p in parts)
-
-
-def filled(template: str, params: dict, fallback: str) -> str:
-    """`template` translated, then filled with `params` (values as they are: names, paths, numbers)."""
-    if not template:
-        return fallback
-    try:
-        return gettext(template).format(**params) if params else gettext(template)
-    except (KeyError, IndexError, ValueError):
-        return fallback
+    return message_display(rollout)
 
 
 @register.filter
