@@ -16,9 +16,14 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(PY) -m panel.run
 
-# The fast suite: unit and integration tests (needs a Redis: REDIS_URL, else an embedded one is started).
+# The fast suite: unit and integration tests (needs a Redis: REDIS_URL, else an embedded one is started), side
+# by side in FAST_WORKERS processes (one per core, at most 4); a test module stays on one worker, since its
+# tests share module-scoped servers and some run in file order as the steps of one story.
+FAST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
+FAST := $(PY) -m pytest tests/unit tests/integration -q -n $(FAST_WORKERS) --dist loadfile
+
 test: $(STAMP)
-	$(PY) -m pytest tests/unit tests/integration -q
+	$(FAST)
 
 test-browser: $(STAMP)
 	$(PY) -m pytest tests/browser -q
@@ -32,7 +37,7 @@ test-faults: $(STAMP)
 # Everything: fast, browser, engine and fault tiers, each in its own process (Playwright's sync API keeps an event
 # loop running in the main thread for the whole session, which asyncio.run() elsewhere cannot share).
 test-all: $(STAMP)
-	$(PY) -m pytest tests/unit tests/integration -q
+	$(FAST)
 	$(PY) -m pytest tests/browser -q
 	$(PY) -m pytest tests/engine -q
 	$(PY) -m pytest tests/faults -q

@@ -96,6 +96,17 @@ def _wired_to_redis(redis_url, test_prefix, django_db_setup, _celery_on_test_red
 
 
 @pytest.fixture(scope="session", autouse=True)
+def _engine_ports_of_this_session():
+    """Engines the panel plans in this test process start from a free port of their own, not from 18000:
+    side-by-side workers (xdist) and a `make run` on the same machine would otherwise plan the same ports."""
+    from django.conf import settings
+
+    from tests.deployment_helpers import free_port_pair
+
+    settings.PANEL_DEPLOY_BASE_PORT = free_port_pair()
+
+
+@pytest.fixture(scope="session", autouse=True)
 def agent_state_dir(tmp_path_factory):
     """Agent leases and the event spool of in-process agents live in the session's temp dir."""
     path = tmp_path_factory.mktemp("agent-state")

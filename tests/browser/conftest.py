@@ -92,9 +92,16 @@ def pytest_collection_modifyitems(items):
 
 
 def _redis_for_browser_tier(url: str) -> str:
-    """The same server, its own database index: the live panel's queues never meet another tier's."""
+    """The same server, its own database index: the live panel's queues never meet another tier's, nor
+    those of the live panel another xdist worker of the fast tier started (the CLI modules each use one)."""
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+    database = BROWSER_REDIS_DB + worker
+    if database > 15:
+        raise RuntimeError(
+            f"xdist worker {worker} has no Redis database left for its live panel: use -n 4 or less"
+        )
     parts = urlsplit(url)
-    return urlunsplit((parts.scheme, parts.netloc, f"/{BROWSER_REDIS_DB}", parts.query, parts.fragment))
+    return urlunsplit((parts.scheme, parts.netloc, f"/{database}", parts.query, parts.fragment))
 
 
 class _LoggingSupervisor(Supervisor):
