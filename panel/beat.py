@@ -17,6 +17,7 @@ costs a little work and breaks nothing. While Redis is unreachable nobody holds 
 the sweeps resume with Redis.
 """
 
+import contextlib
 import logging
 import os
 import socket
@@ -93,10 +94,8 @@ class LeaderScheduler(Scheduler):
 
     def close(self):
         if self.leading:
-            try:
+            with contextlib.suppress(redis.RedisError):  # else the key expires by itself
                 self.redis.eval(_RELEASE, 1, lock_key(), self.me)
-            except redis.RedisError:
-                pass  # the key expires by itself
             self.leading = False
         super().close()
 
