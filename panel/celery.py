@@ -37,7 +37,8 @@ app.conf.beat_schedule = {
         "schedule": settings.PANEL_DEPLOY_RECONCILE_S,
     },
 }
-app.conf.beat_schedule_filename = str(settings.DATA_DIR / "celerybeat-schedule")
+# Every beat process uses the leader lock (panel/beat.py): run two for failover, one of them ticks.
+app.conf.beat_scheduler = "panel.beat:LeaderScheduler"
 
 import panel.accounts.tasks  # noqa: E402,F401
 import panel.audit.tasks  # noqa: E402,F401

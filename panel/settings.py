@@ -283,6 +283,10 @@ PANEL_INVENTORY_ON_FIRST_HEARTBEAT = env.bool(
 # Operations: how often the reaper sweeps (re-sends what Redis did not take, ends operations whose agent is
 # gone), and how long a sent operation may wait for an agent to pick it up before it fails.
 PANEL_REAP_S = env.float("PANEL_REAP_S", default=5.0)
+# Beat's leader lock (panel/beat.py): a killed leader's lock lapses after this many seconds, then a standby
+# beat takes over. Its keys live under PANEL_BEAT_KEY in the panel's Redis.
+PANEL_BEAT_LEADER_TTL_S = env.float("PANEL_BEAT_LEADER_TTL_S", default=10.0)
+PANEL_BEAT_KEY = env.str("PANEL_BEAT_KEY", default="ascend-panel:beat")
 PANEL_OPERATION_PICKUP_S = env.int("PANEL_OPERATION_PICKUP_S", default=900)
 PANEL_OPERATION_OFFLINE_GRACE_S = env.int("PANEL_OPERATION_OFFLINE_GRACE_S", default=60)
 PANEL_BROWSER_EVENTS_PER_SECOND = env.int("PANEL_BROWSER_EVENTS_PER_SECOND", default=30)
