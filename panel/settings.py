@@ -190,6 +190,9 @@ WHITENOISE_USE_FINDERS = DEVELOPMENT_MODE
 # Production sits behind a TLS proxy: its cookies never travel over plain HTTP. `make run` and the tests
 # serve http://127.0.0.1, so they default to off. A plain-HTTP lab install turns off SESSION_COOKIE_SECURE,
 # and the CSRF cookie follows unless set on its own (one cookie without the other breaks every form).
+# Sessions live in the database and are JSON: nothing the panel reads back is unpickled (panel.core.cache).
+SESSION_ENGINE = "django.contrib.sessions.backends.db"
+SESSION_SERIALIZER = "django.contrib.sessions.serializers.JSONSerializer"
 SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=not DEVELOPMENT_MODE)
 CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=SESSION_COOKIE_SECURE)
 
@@ -244,11 +247,16 @@ SPECTACULAR_SETTINGS = {
 # Shared by every process (idempotency keys must be seen by all web workers).
 CACHES = {
     "default": {
-        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        # JSON, never pickle: a value planted in Redis must not run code in the panel (panel.core.cache).
+        "BACKEND": "panel.core.cache.JsonRedisCache",
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": "panel-cache",
         # A Redis that is down answers within seconds, so a request can say so instead of hanging.
-        "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 5},
+        "OPTIONS": {
+            "serializer": "panel.core.cache.JsonSerializer",
+            "socket_connect_timeout": 2,
+            "socket_timeout": 5,
+        },
     }
 }
 if PANEL_MODE == "test":

@@ -7,6 +7,7 @@ from django.db.models import Count
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import CollectorRegistry
 
+from panel.core import refusals
 from panel.core.choices import NodeStatus, NodeTransport
 from panel.monitoring import store
 
@@ -93,6 +94,15 @@ def panel_gauges():
     for kind, count in sorted(rejected_counts().items()):
         rejected.add_metric([kind], count)
     yield rejected
+    # Panel state read back from Redis that the panel did not write (panel.core.refusals).
+    refused_state = CounterMetricFamily(
+        "panel_rejected_state",
+        "cache values, gateway entries and usage items read from Redis and refused, by kind",
+        labels=["kind"],
+    )
+    for kind, count in sorted(refusals.counts(store.client()).items()):
+        refused_state.add_metric([kind], count)
+    yield refused_state
     from panel.gateway.metrics import collect as gateway_metrics
 
     yield from gateway_metrics()
