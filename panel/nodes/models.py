@@ -125,7 +125,8 @@ class Npu(TimestampedModel):
 
 
 class JoinToken(models.Model):
-    """Lets one agent register one node: scoped to the node name, expiring, single use. Stored hashed."""
+    """Lets one agent register one node: scoped to the node name, expiring, single use, one pending per
+    name. Stored hashed. Only a token made with rotates_credential may re-join a node that is joined."""
 
     node_name = models.SlugField(max_length=63)
     key_hash = models.CharField(max_length=64, unique=True)
@@ -133,6 +134,14 @@ class JoinToken(models.Model):
     expires = models.DateTimeField()
     used = models.DateTimeField(null=True, blank=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
+    rotates_credential = models.BooleanField(default=False)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["node_name"], condition=models.Q(used__isnull=True), name="one_pending_join_token"
+            )
+        ]
 
     def __str__(self):
         return f"join token for {self.node_name}"

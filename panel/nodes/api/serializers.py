@@ -57,6 +57,15 @@ class NodeSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class JoinTokenSerializer(serializers.Serializer):
+    """A new join command for a joined agent node: trading it in rotates the node's credential."""
+
+    rotate_credential = serializers.BooleanField(
+        default=False,
+        help_text=_("Must be true: the node gets a new credential and its old one stops working."),
+    )
+
+
 class NodeCreateSerializer(serializers.Serializer):
     """Add a node: an agent node gets a join command; an SSH node is stored and its host key shown."""
 
