@@ -153,6 +153,7 @@ AUTH_PASSWORD_VALIDATORS = [
 # django-axes checks every password sign-in first (the sign-in page, Django's admin, HTTP Basic on the API).
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
+    "panel.accounts.signin_limits.AccountLimitBackend",  # the per-account limit, from every address
     "django.contrib.auth.backends.ModelBackend",
 ]
 # A user name tried from one address is locked after N failures for the cool-off; other addresses (the real
@@ -160,6 +161,11 @@ AUTHENTICATION_BACKENDS = [
 AXES_FAILURE_LIMIT = env.int("PANEL_SIGNIN_FAILURE_LIMIT", default=5)
 AXES_COOLOFF_TIME = timedelta(minutes=env.float("PANEL_SIGNIN_COOLOFF_MINUTES", default=15))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+# One user name tried from many addresses: refused everywhere past this many failures within the cool-off
+# (panel.accounts.signin_limits); 0 turns it off. Higher than the per-address limit on purpose.
+PANEL_SIGNIN_ACCOUNT_FAILURE_LIMIT = env.int("PANEL_SIGNIN_ACCOUNT_FAILURE_LIMIT", default=50)
+# Failed sign-ins per minute across the panel that raise the alarm (audit log, /metrics); 0 turns it off.
+PANEL_SIGNIN_ALARM_FAILURES_PER_MINUTE = env.int("PANEL_SIGNIN_ALARM_FAILURES_PER_MINUTE", default=60)
 AXES_RESET_ON_SUCCESS = True
 AXES_DISABLE_ACCESS_LOG = True  # sign-ins go to the panel's audit log (panel/audit)
 AXES_LOCKOUT_CALLABLE = "panel.accounts.lockout.lockout_response"

@@ -7,6 +7,7 @@ from django.db.models import Count
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import CollectorRegistry
 
+from panel.accounts.signin_limits import failure_figures
 from panel.core import refusals
 from panel.core.choices import NodeStatus, NodeTransport
 from panel.monitoring import store
@@ -103,6 +104,16 @@ def panel_gauges():
     for kind, count in sorted(refusals.counts(store.client()).items()):
         refused_state.add_metric([kind], count)
     yield refused_state
+    figures = failure_figures()
+    failures = CounterMetricFamily("panel_signin_failures", "failed sign-ins across the panel")
+    failures.add_metric([], figures["total"])
+    yield failures
+    alarm = GaugeMetricFamily(
+        "panel_signin_failure_alarm",
+        "1 while failed sign-ins per minute are past PANEL_SIGNIN_ALARM_FAILURES_PER_MINUTE",
+    )
+    alarm.add_metric([], int(figures["alarm"]))
+    yield alarm
     from panel.gateway.metrics import collect as gateway_metrics
 
     yield from gateway_metrics()
