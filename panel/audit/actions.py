@@ -22,6 +22,7 @@ INSTALL_RESUMED = "install.resumed"
 PACKAGE_ADDED = "package.added"
 PACKAGE_REPLACEMENT_PENDING = "package.replacement_pending"
 PACKAGE_REPLACEMENT_CONFIRMED = "package.replacement_confirmed"
+PACKAGE_APPROVED = "package.approved"  # an operator's new package, approved by an admin
 PACKAGE_REPLACEMENT_DISCARDED = "package.replacement_discarded"
 PACKAGE_DELETED = "package.deleted"
 # An admin ended an operation by hand (the force-fail feature records this).
@@ -47,6 +48,7 @@ class AuditAction(ColouredChoices):
     PACKAGE_ADDED = PACKAGE_ADDED, _("Package added")
     PACKAGE_REPLACEMENT_PENDING = PACKAGE_REPLACEMENT_PENDING, _("Package replacement uploaded")
     PACKAGE_REPLACEMENT_CONFIRMED = PACKAGE_REPLACEMENT_CONFIRMED, _("Package replacement confirmed")
+    PACKAGE_APPROVED = PACKAGE_APPROVED, _("Package approved")
     PACKAGE_REPLACEMENT_DISCARDED = PACKAGE_REPLACEMENT_DISCARDED, _("Package replacement discarded")
     PACKAGE_DELETED = PACKAGE_DELETED, _("Package deleted")
     OPERATION_FORCE_FAILED = OPERATION_FORCE_FAILED, _("Operation force-failed")
