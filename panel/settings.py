@@ -333,6 +333,9 @@ PANEL_IMAGE_MIRROR = env.str("PANEL_IMAGE_MIRROR", default="")
 # Models: where model folders live on nodes (downloads, conversions; deletes never leave it) and the hub
 # endpoints the agents use (an internal mirror on air-gapped sites).
 PANEL_MODELS_ROOT = env.str("PANEL_MODELS_ROOT", default="/data/models")
+# The models roots a node gets when it is added (comma-separated); admins change them per node. Model
+# folders, copies and deployment paths must lie inside one of the node's (panel.nodes.models_roots).
+PANEL_MODELS_ROOTS = env.list("PANEL_MODELS_ROOTS", default=[PANEL_MODELS_ROOT])
 PANEL_HF_ENDPOINT = env.str("PANEL_HF_ENDPOINT", default="https://huggingface.co")
 PANEL_MODELSCOPE_ENDPOINT = env.str("PANEL_MODELSCOPE_ENDPOINT", default="https://www.modelscope.cn")
 PANEL_METRICS_RETENTION_DAYS = env.int("PANEL_METRICS_RETENTION_DAYS", default=30)

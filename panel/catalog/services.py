@@ -1,7 +1,8 @@
 """Use-cases for models: register, load the starter catalog, start node operations, record their results.
 
-Every operation that writes on a node targets a folder inside settings.PANEL_MODELS_ROOT; the agent checks
-that again before it writes or deletes anything.
+Every path on a node (a folder registered, a download, conversion or copy target, a copy deleted) must lie
+inside one of the node's models roots (panel.nodes.models_roots); the agent checks that again, after
+symlinks are resolved, before it reads, writes or deletes anything.
 """
 
 import posixpath
@@ -15,6 +16,7 @@ from django.utils.translation import gettext as _
 
 from panel.catalog.models import FactsSource, Model, ModelArtifact
 from panel.core.choices import ArtifactFormat, ModelSource, NodeTransport, OperationKind, OperationStatus
+from panel.nodes.models_roots import path_under_roots
 from panel.operations.models import Operation
 from panel.operations.services import create_operation
 from workers import task_names
@@ -27,7 +29,7 @@ from workers.models.commands import (
     rsync_argv,
     soc_version_for,
 )
-from workers.models.node_paths import UnsafePathError, is_inside, normalise
+from workers.models.node_paths import is_inside
 
 CONVERSION_TARGETS = ("w8a8_dynamic", "bfloat16", "float16")
 CONVERSION_SUFFIXES = {"w8a8_dynamic": "w8a8", "bfloat16": "bf16", "float16": "fp16"}
@@ -54,9 +56,11 @@ def folder_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text.replace("/", "--")).strip("-.") or "model"
 
 
-def default_path(model: Model, suffix: str = "") -> str:
+def default_path(node, model: Model, suffix: str = "") -> str:
+    """Where a new copy of `model` goes on `node`: a folder named for it in the node's first models root."""
     name = folder_name(model.repo_id or model.name) + (f"-{suffix}" if suffix else "")
-    return posixpath.join(settings.PANEL_MODELS_ROOT, name)
+    roots = node.models_roots or [settings.PANEL_MODELS_ROOT]
+    return posixpath.join(roots[0], name)
 
 
 def free_path(node, path: str) -> str:
@@ -82,22 +86,7 @@ def _check_agent_node(node, field="node"):
 
 
 def _check_target_path(node, path: str, field="path") -> str:
-    try:
-        path = normalise(path)
-    except UnsafePathError:
-        raise ValidationError(
-            {
-                field: _("Give an absolute path, e.g. %(example)s.")
-                % {"example": posixpath.join(settings.PANEL_MODELS_ROOT, "my-model")}
-            }
-        ) from None
-    if not is_inside(path, settings.PANEL_MODELS_ROOT):
-        raise ValidationError(
-            {
-                field: _("The path must be inside the models root %(root)s.")
-                % {"root": settings.PANEL_MODELS_ROOT}
-            }
-        )
+    path = path_under_roots(node, path, field)
     if ModelArtifact.objects.filter(node=node, path=path).exists():
         raise ValidationError(
             {
@@ -181,12 +170,7 @@ def register_model(
         raise ValidationError({"source": _("Choose HuggingFace, ModelScope or a path on a node.")})
     if source == ModelSource.LOCAL:
         _check_agent_node(node)
-        try:
-            path = normalise(path)
-        except UnsafePathError:
-            raise ValidationError(
-                {"path": _("Give the absolute path of the model folder on the node.")}
-            ) from None
+        path = path_under_roots(node, path)  # it is inspected there as root: never /etc
         if ModelArtifact.objects.filter(node=node, path=path).exists():
             raise ValidationError(
                 {"path": _("%(path)s on %(node)s is already registered.") % {"path": path, "node": node.name}}
@@ -320,7 +304,7 @@ def start_download(model: Model, node, user=None, path: str = "") -> Operation:
         raise ValidationError(
             {"node": _("This model has no hub id to download from; copy an artifact instead.")}
         )
-    path = _check_target_path(node, path or default_path(model))
+    path = _check_target_path(node, path or default_path(node, model))
     return create_operation(
         kind=OperationKind.DOWNLOAD,
         node=node,
@@ -364,7 +348,7 @@ def start_conversion(
         )
     _ready_source(artifact, (ArtifactFormat.HF,))
     path = _check_target_path(
-        artifact.node, path or default_path(artifact.model, CONVERSION_SUFFIXES[target])
+        artifact.node, path or default_path(artifact.node, artifact.model, CONVERSION_SUFFIXES[target])
     )
     task_extra = {}
     if backend == "msmodelslim":
@@ -422,7 +406,7 @@ def start_atc(
     onnx_file = onnx_file or (files[0] if files else "")
     onnx_path = artifact.path if artifact.path.endswith(".onnx") else posixpath.join(artifact.path, onnx_file)
     path = _check_target_path(
-        artifact.node, path or default_path(artifact.model, f"om-{soc_version.lower()}")
+        artifact.node, path or default_path(artifact.node, artifact.model, f"om-{soc_version.lower()}")
     )
     try:
         atc_argv(onnx_path, posixpath.join(path, "model"), soc_version, input_shape, input_format)
@@ -511,14 +495,18 @@ def _refuse_if_deployed(artifact: ModelArtifact) -> None:
 
 def start_artifact_delete(artifact: ModelArtifact, user=None) -> Operation:
     _refuse_if_deployed(artifact)
-    if not is_inside(artifact.path, settings.PANEL_MODELS_ROOT):
+    if not is_inside(artifact.path, artifact.node.models_roots or []):
         raise ValidationError(
             {
                 "artifact": _(
-                    "%(path)s is outside the models root %(root)s; the panel never deletes "
+                    "%(path)s is outside the models roots of %(node)s (%(roots)s); the panel never deletes "
                     "there. Remove it by hand, then forget the copy."
                 )
-                % {"path": artifact.path, "root": settings.PANEL_MODELS_ROOT}
+                % {
+                    "path": artifact.path,
+                    "node": artifact.node.name,
+                    "roots": ", ".join(artifact.node.models_roots or []),
+                }
             }
         )
     _check_agent_node(artifact.node)

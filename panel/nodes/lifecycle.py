@@ -16,6 +16,7 @@ from panel.core.choices import DeploymentState, DesiredState, NodeStatus, NodeTr
 from panel.nodes.agent_package import agent_sdist_sha256, install_script_sha256
 from panel.nodes.join import issue_join_token, join_command
 from panel.nodes.models import JoinToken, Node
+from panel.nodes.models_roots import check_models_roots
 from panel.nodes.services import _announce
 from panel.nodes.ssh import (
     check_address,
@@ -155,9 +156,19 @@ def confirm_host_key(node: Node, fingerprint: str, user=None):
 
 
 def update_settings(
-    node: Node, *, labels=None, ssh_env=None, ssh_host_root=None, ssh_ascend_root=None, **_ignored
+    node: Node,
+    *,
+    labels=None,
+    ssh_env=None,
+    ssh_host_root=None,
+    ssh_ascend_root=None,
+    models_roots=None,
+    **_ignored,
 ):
     fields = []
+    if models_roots is not None:
+        node.models_roots = check_models_roots(models_roots)
+        fields.append("models_roots")
     if labels is not None:
         node.labels = labels
         fields.append("labels")

@@ -16,6 +16,10 @@ def new_credential_id() -> str:
     return secrets.token_hex(16)
 
 
+def default_models_roots() -> list[str]:
+    return list(settings.PANEL_MODELS_ROOTS)
+
+
 class Node(TimestampedModel):
     name = models.SlugField(
         _("name"),
@@ -59,6 +63,13 @@ class Node(TimestampedModel):
     )
     ssh_host_root = models.CharField(_("host root"), max_length=255, default="/")
     ssh_ascend_root = models.CharField(_("Ascend root"), max_length=255, default="/usr/local/Ascend")
+    # Where model work on this node may read and write (panel.nodes.models_roots); the agent enforces its
+    # own ASCEND_PANEL_MODELS_ROOT as well.
+    models_roots = models.JSONField(
+        _("models roots"),
+        default=default_models_roots,
+        help_text=_("Folders on the node that model folders, copies and deployments must lie in."),
+    )
 
     class Meta:
         ordering = ["name"]

@@ -46,6 +46,7 @@ class NodeSerializer(serializers.ModelSerializer):
             "ssh_env",
             "ssh_host_root",
             "ssh_ascend_root",
+            "models_roots",
             "facts",
             "versions",
             "inventory_changes",
@@ -110,3 +111,8 @@ class NodeSettingsSerializer(serializers.Serializer):
     ssh_env = serializers.DictField(child=serializers.CharField(allow_blank=True), required=False)
     ssh_host_root = serializers.CharField(max_length=255, required=False)
     ssh_ascend_root = serializers.CharField(max_length=255, required=False)
+    models_roots = serializers.ListField(
+        child=serializers.CharField(max_length=255),
+        required=False,
+        help_text=_("Absolute folders on the node that model folders, copies and deployments must lie in."),
+    )
