@@ -36,12 +36,15 @@ EXPIRY_GRACE_S = 2.0
 
 
 @lru_cache(maxsize=4)
-def _mac_key(material: str) -> bytes:
-    return hmac.new(material.encode(), b"ascend-panel gateway redis entries", hashlib.sha256).digest()
+def _keyed(material: str) -> hmac.HMAC:
+    """An HMAC keyed for gateway entries, copied per entry (cheaper than keying a new one each time)."""
+    key = hmac.new(material.encode(), b"ascend-panel gateway redis entries", hashlib.sha256).digest()
+    return hmac.new(key, digestmod=hashlib.sha256)
 
 
 def _mac(redis_key: str, body: bytes) -> str:
-    digest = hmac.new(_mac_key(key_material()), redis_key.encode() + b"\0" + body, hashlib.sha256)
+    digest = _keyed(key_material()).copy()
+    digest.update(redis_key.encode() + b"\0" + body)
     return digest.hexdigest()[:MAC_HEX]
 
 
