@@ -1,5 +1,6 @@
 """Safeguards an admin clicks through: an operator's new package waits on the Packages page until an admin
-approves it, and a node's models roots are set on its settings page (a relative path is refused there)."""
+approves it, a node's models roots are set on its settings page (a relative path is refused there), and a
+joined node gets a new join command only when the admin ticks that its credential rotates."""
 
 import hashlib
 
@@ -51,3 +52,24 @@ def test_an_admin_sets_a_nodes_models_roots_on_its_settings_page(live_panel, pan
         "/srv/extra",
     ]
     live_panel.api("alice").patch("/api/v1/nodes/sim-a2/", json={"models_roots": original})
+
+
+def test_a_joined_node_gets_a_new_join_command_only_when_the_admin_says_it_rotates(live_panel, panel_page):
+    with live_panel.api("alice") as api:
+        token = (
+            api.post("/api/v1/nodes/", json={"name": "npu-rejoin"}).raise_for_status().json()["join_token"]
+        )
+        api.post("/nodes/agent/join/", json={"node": "npu-rejoin", "token": token}).raise_for_status()
+    page = panel_page("alice")
+    page.goto("/nodes/npu-rejoin/")
+    page.get_by_test_id("rejoin").click()
+    page.get_by_test_id("rejoin-submit").click()
+    expect(page.locator(".message")).to_contain_text("new credential")
+    expect(page.get_by_test_id("join-command")).to_have_count(0)
+
+    page.get_by_test_id("rejoin").click()
+    page.get_by_test_id("rotate-credential").check()
+    page.get_by_test_id("rejoin-submit").click()
+    expect(page.get_by_test_id("join-command")).to_contain_text("--node npu-rejoin")
+    with live_panel.api("alice") as api:
+        api.delete("/api/v1/nodes/npu-rejoin/").raise_for_status()
