@@ -186,7 +186,8 @@ def main() -> int:
     model_dir = scratch / "tiny-llama"
     make_tiny([str(model_dir), "--arch", "llama"])
     model = Model.objects.create(name="tiny-llama", facts=inspect_model(model_dir))
-    node = Node.objects.create(name=NODE, transport="agent")
+    # The model folder is in the scratch dir: a models root of this node (panel.nodes.models_roots).
+    node = Node.objects.create(name=NODE, transport="agent", models_roots=["/data/models", str(scratch)])
     # The in-process agent holds its node's credential, as a joined agent does (the panel still verifies).
     from panel.nodes.trust import agent_key
     from workers.identity import use_keys

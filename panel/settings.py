@@ -153,6 +153,7 @@ AUTH_PASSWORD_VALIDATORS = [
 # django-axes checks every password sign-in first (the sign-in page, Django's admin, HTTP Basic on the API).
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
+    "panel.accounts.signin_limits.AccountLimitBackend",  # the per-account limit, from every address
     "django.contrib.auth.backends.ModelBackend",
 ]
 # A user name tried from one address is locked after N failures for the cool-off; other addresses (the real
@@ -160,6 +161,11 @@ AUTHENTICATION_BACKENDS = [
 AXES_FAILURE_LIMIT = env.int("PANEL_SIGNIN_FAILURE_LIMIT", default=5)
 AXES_COOLOFF_TIME = timedelta(minutes=env.float("PANEL_SIGNIN_COOLOFF_MINUTES", default=15))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+# One user name tried from many addresses: refused everywhere past this many failures within the cool-off
+# (panel.accounts.signin_limits); 0 turns it off. Higher than the per-address limit on purpose.
+PANEL_SIGNIN_ACCOUNT_FAILURE_LIMIT = env.int("PANEL_SIGNIN_ACCOUNT_FAILURE_LIMIT", default=50)
+# Failed sign-ins per minute across the panel that raise the alarm (audit log, /metrics); 0 turns it off.
+PANEL_SIGNIN_ALARM_FAILURES_PER_MINUTE = env.int("PANEL_SIGNIN_ALARM_FAILURES_PER_MINUTE", default=60)
 AXES_RESET_ON_SUCCESS = True
 AXES_DISABLE_ACCESS_LOG = True  # sign-ins go to the panel's audit log (panel/audit)
 AXES_LOCKOUT_CALLABLE = "panel.accounts.lockout.lockout_response"
@@ -190,6 +196,9 @@ WHITENOISE_USE_FINDERS = DEVELOPMENT_MODE
 # Production sits behind a TLS proxy: its cookies never travel over plain HTTP. `make run` and the tests
 # serve http://127.0.0.1, so they default to off. A plain-HTTP lab install turns off SESSION_COOKIE_SECURE,
 # and the CSRF cookie follows unless set on its own (one cookie without the other breaks every form).
+# Sessions live in the database and are JSON: nothing the panel reads back is unpickled (panel.core.cache).
+SESSION_ENGINE = "django.contrib.sessions.backends.db"
+SESSION_SERIALIZER = "django.contrib.sessions.serializers.JSONSerializer"
 SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=not DEVELOPMENT_MODE)
 CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=SESSION_COOKIE_SECURE)
 
@@ -244,11 +253,16 @@ SPECTACULAR_SETTINGS = {
 # Shared by every process (idempotency keys must be seen by all web workers).
 CACHES = {
     "default": {
-        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        # JSON, never pickle: a value planted in Redis must not run code in the panel (panel.core.cache).
+        "BACKEND": "panel.core.cache.JsonRedisCache",
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": "panel-cache",
         # A Redis that is down answers within seconds, so a request can say so instead of hanging.
-        "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 5},
+        "OPTIONS": {
+            "serializer": "panel.core.cache.JsonSerializer",
+            "socket_connect_timeout": 2,
+            "socket_timeout": 5,
+        },
     }
 }
 if PANEL_MODE == "test":
@@ -323,6 +337,9 @@ PANEL_IMAGE_MIRROR = env.str("PANEL_IMAGE_MIRROR", default="")
 # Models: where model folders live on nodes (downloads, conversions; deletes never leave it) and the hub
 # endpoints the agents use (an internal mirror on air-gapped sites).
 PANEL_MODELS_ROOT = env.str("PANEL_MODELS_ROOT", default="/data/models")
+# The models roots a node gets when it is added (comma-separated); admins change them per node. Model
+# folders, copies and deployment paths must lie inside one of the node's (panel.nodes.models_roots).
+PANEL_MODELS_ROOTS = env.list("PANEL_MODELS_ROOTS", default=[PANEL_MODELS_ROOT])
 PANEL_HF_ENDPOINT = env.str("PANEL_HF_ENDPOINT", default="https://huggingface.co")
 PANEL_MODELSCOPE_ENDPOINT = env.str("PANEL_MODELSCOPE_ENDPOINT", default="https://www.modelscope.cn")
 PANEL_METRICS_RETENTION_DAYS = env.int("PANEL_METRICS_RETENTION_DAYS", default=30)

@@ -5,6 +5,7 @@ import concurrent.futures
 import os
 import socket
 import subprocess
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -12,6 +13,10 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+# Tests keep model folders in pytest's temp dirs, so the nodes they add take that as a models root too
+# (panel.nodes.models_roots). Set for the servers tests start, and below for this process's settings.
+TEST_MODELS_ROOTS = ["/data/models", tempfile.gettempdir()]
+os.environ.setdefault("PANEL_MODELS_ROOTS", ",".join(TEST_MODELS_ROOTS))
 
 
 def _free_port() -> int:
@@ -52,6 +57,13 @@ def redis_url():
     yield f"redis://127.0.0.1:{port}/0"
     server.terminate()
     server.wait(10)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _models_roots_with_temp_dirs():
+    from django.conf import settings
+
+    settings.PANEL_MODELS_ROOTS = TEST_MODELS_ROOTS
 
 
 @pytest.fixture(scope="session")

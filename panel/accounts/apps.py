@@ -9,7 +9,12 @@ class AccountsConfig(AppConfig):
     label = "accounts"
 
     def ready(self):
+        from django.contrib.auth.signals import user_login_failed
+
+        from panel.accounts.signin_limits import count_failure
+
         post_migrate.connect(_ensure_role_groups, sender=self)
+        user_login_failed.connect(count_failure, dispatch_uid="panel.accounts.count_signin_failure")
         # Signals rather than a service: users are also changed through Django's admin and the shell.
         for sender in (settings.AUTH_USER_MODEL, "accounts.ApiToken"):
             post_save.connect(_credentials_changed, sender=sender)

@@ -1,8 +1,8 @@
 """Use-cases on a model's copies on nodes: inspect, convert, compile (ATC), copy to another node, delete,
 forget. Each starts an agent operation on the node that holds the copy.
 
-Every operation that writes on a node targets a folder inside settings.PANEL_MODELS_ROOT; the agent checks
-that again before it writes or deletes anything.
+Every operation that writes on a node targets a folder inside one of the node's models roots; the agent
+checks that again, after symlinks are resolved, before it writes or deletes anything.
 """
 
 import posixpath
@@ -88,7 +88,9 @@ def start_conversion(
             {"backend": _("msModelSlim only quantizes (W8A8); dtype changes use the built-in converter.")}
         )
     _ready_source(artifact, (ArtifactFormat.HF,))
-    path = check_target_path(artifact.node, path or default_path(artifact.model, CONVERSION_SUFFIXES[target]))
+    path = check_target_path(
+        artifact.node, path or default_path(artifact.node, artifact.model, CONVERSION_SUFFIXES[target])
+    )
     task_extra = {}
     if backend == "msmodelslim":
         model_type = model_type or msmodelslim_model_type(artifact.model.repo_id, artifact.model.name)
@@ -144,7 +146,9 @@ def start_atc(
     files = artifact.facts.get("onnx_files") or []
     onnx_file = onnx_file or (files[0] if files else "")
     onnx_path = artifact.path if artifact.path.endswith(".onnx") else posixpath.join(artifact.path, onnx_file)
-    path = check_target_path(artifact.node, path or default_path(artifact.model, f"om-{soc_version.lower()}"))
+    path = check_target_path(
+        artifact.node, path or default_path(artifact.node, artifact.model, f"om-{soc_version.lower()}")
+    )
     try:
         atc_argv(onnx_path, posixpath.join(path, "model"), soc_version, input_shape, input_format)
     except CommandInputError as error:
@@ -232,14 +236,18 @@ def _refuse_if_deployed(artifact: ModelArtifact) -> None:
 
 def start_artifact_delete(artifact: ModelArtifact, user=None) -> Operation:
     _refuse_if_deployed(artifact)
-    if not is_inside(artifact.path, settings.PANEL_MODELS_ROOT):
+    if not is_inside(artifact.path, artifact.node.models_roots or []):
         raise ValidationError(
             {
                 "artifact": _(
-                    "%(path)s is outside the models root %(root)s; the panel never deletes "
+                    "%(path)s is outside the models roots of %(node)s (%(roots)s); the panel never deletes "
                     "there. Remove it by hand, then forget the copy."
                 )
-                % {"path": artifact.path, "root": settings.PANEL_MODELS_ROOT}
+                % {
+                    "path": artifact.path,
+                    "node": artifact.node.name,
+                    "roots": ", ".join(artifact.node.models_roots or []),
+                }
             }
         )
     check_agent_node(artifact.node)

@@ -1,5 +1,6 @@
 """Where model operations may write on a node, and the checks every writing operation shares: the target
-folder is inside settings.PANEL_MODELS_ROOT, no copy is there, and no other operation is writing it.
+folder is inside one of the node's models roots (panel.nodes.models_roots), no copy is there, and no other
+operation is writing it.
 """
 
 import posixpath
@@ -11,8 +12,8 @@ from django.utils.translation import gettext as _
 
 from panel.catalog.models import Model, ModelArtifact
 from panel.core.choices import NodeTransport, OperationKind, OperationStatus
+from panel.nodes.models_roots import path_under_roots
 from panel.operations.models import Operation
-from workers.models.node_paths import UnsafePathError, is_inside, normalise
 
 WRITING_KINDS = (
     OperationKind.DOWNLOAD,
@@ -28,9 +29,11 @@ def folder_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text.replace("/", "--")).strip("-.") or "model"
 
 
-def default_path(model: Model, suffix: str = "") -> str:
+def default_path(node, model: Model, suffix: str = "") -> str:
+    """Where a new copy of `model` goes on `node`: a folder named for it in the node's first models root."""
     name = folder_name(model.repo_id or model.name) + (f"-{suffix}" if suffix else "")
-    return posixpath.join(settings.PANEL_MODELS_ROOT, name)
+    roots = node.models_roots or [settings.PANEL_MODELS_ROOT]
+    return posixpath.join(roots[0], name)
 
 
 def free_path(node, path: str) -> str:
@@ -56,22 +59,7 @@ def check_agent_node(node, field="node"):
 
 
 def check_target_path(node, path: str, field="path") -> str:
-    try:
-        path = normalise(path)
-    except UnsafePathError:
-        raise ValidationError(
-            {
-                field: _("Give an absolute path, e.g. %(example)s.")
-                % {"example": posixpath.join(settings.PANEL_MODELS_ROOT, "my-model")}
-            }
-        ) from None
-    if not is_inside(path, settings.PANEL_MODELS_ROOT):
-        raise ValidationError(
-            {
-                field: _("The path must be inside the models root %(root)s.")
-                % {"root": settings.PANEL_MODELS_ROOT}
-            }
-        )
+    path = path_under_roots(node, path, field)
     if ModelArtifact.objects.filter(node=node, path=path).exists():
         raise ValidationError(
             {

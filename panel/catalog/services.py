@@ -1,8 +1,9 @@
 """Use-cases for models: register, load the starter catalog, inspect on the hub, download, record their
 results. What happens to a copy once it is on a node lives in panel.catalog.copies.
 
-Every operation that writes on a node targets a folder inside settings.PANEL_MODELS_ROOT; the agent checks
-that again before it writes or deletes anything.
+Every path on a node (a folder registered, a download, conversion or copy target, a copy deleted) must lie
+inside one of the node's models roots (panel.nodes.models_roots); the agent checks that again, after
+symlinks are resolved, before it reads, writes or deletes anything.
 """
 
 import posixpath
@@ -18,11 +19,11 @@ from panel.catalog.copies import start_inspection
 from panel.catalog.models import FactsSource, Model, ModelArtifact
 from panel.catalog.paths import check_agent_node, check_target_path, default_path
 from panel.core.choices import ModelSource, OperationKind
+from panel.nodes.models_roots import path_under_roots
 from panel.operations.models import Operation
 from panel.operations.services import create_operation
 from workers import task_names
 from workers.models.catalog import FACT_KEYS, find_model, load_catalog
-from workers.models.node_paths import UnsafePathError, normalise
 
 
 def endpoint_for(source: str) -> str:
@@ -91,12 +92,7 @@ def register_model(
         raise ValidationError({"source": _("Choose HuggingFace, ModelScope or a path on a node.")})
     if source == ModelSource.LOCAL:
         check_agent_node(node)
-        try:
-            path = normalise(path)
-        except UnsafePathError:
-            raise ValidationError(
-                {"path": _("Give the absolute path of the model folder on the node.")}
-            ) from None
+        path = path_under_roots(node, path)  # it is inspected there as root: never /etc
         if ModelArtifact.objects.filter(node=node, path=path).exists():
             raise ValidationError(
                 {"path": _("%(path)s on %(node)s is already registered.") % {"path": path, "node": node.name}}
@@ -205,7 +201,7 @@ def start_download(model: Model, node, user=None, path: str = "") -> Operation:
         raise ValidationError(
             {"node": _("This model has no hub id to download from; copy an artifact instead.")}
         )
-    path = check_target_path(node, path or default_path(model))
+    path = check_target_path(node, path or default_path(node, model))
     return create_operation(
         kind=OperationKind.DOWNLOAD,
         node=node,

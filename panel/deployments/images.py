@@ -82,6 +82,10 @@ def start_load(node, package, *, panel_url: str, user=None):
         raise ValidationError(
             {"package": [_("%(name)s is not a container image archive.") % {"name": package.name}]}
         )
+    if not package.sha256:
+        raise ValidationError(
+            {"package": [_("%(name)s waits for an admin's approval.") % {"name": package.name}]}
+        )
     grant = secrets.token_urlsafe(18)
     entry = next(f for f in package_offer(conf.public_url() or panel_url) if f["name"] == package.name)
     return create_operation(

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Q
 from django.utils.translation import gettext as _
 from rest_framework import exceptions, serializers
@@ -21,6 +22,7 @@ from panel.deployments import containers
 from panel.deployments.launch_tuning import TuningFields, node_stack, planner_inputs, tune_parts
 from panel.deployments.models import Deployment
 from panel.nodes.models import Node, Npu
+from panel.nodes.models_roots import path_under_roots
 from workers.engine.command import LaunchSpecError, build_launch, display_command
 from workers.engine.flags import FlagError, code_loading_flags, flag_arguments
 from workers.engine.launch_spec import launch_spec_from_payload
@@ -350,7 +352,10 @@ def _model_path(data: dict[str, Any], parts: list[NodePart]) -> str:
             _fail({"artifact": [refusal.format(format=artifact.get_format_display())]})
         return artifact.path
     if data.get("path"):
-        return data["path"]
+        try:  # the engine reads it as root on every node of the deployment: only inside their models roots
+            return [path_under_roots(part.node, data["path"]) for part in parts][0]
+        except DjangoValidationError as error:
+            _fail(error.message_dict)
     _fail({"path": [_("Choose a copy of the model (artifact) or give its folder on the node.")]})
     return ""
 

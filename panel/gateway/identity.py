@@ -6,6 +6,9 @@ so a request in the steady state reads one Redis round trip and never leaves the
 changes an answer drops it at once (panel.gateway.signals): a token saved (revoked), a user saved
 (deactivated) or regrouped, a deployment saved (a probe failed, a state changed) or deleted. The TTLs only
 bound what a change made behind the ORM's back (a queryset update) could leave stale.
+
+Redis is trusted no further than the panel's own seal (panel.gateway.sealing): an entry there that the
+panel did not write, or that outlived its TTL, is refused and the database answers.
 """
 
 from __future__ import annotations
@@ -16,7 +19,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import orjson
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 from django.utils.translation import gettext as _
@@ -24,7 +26,7 @@ from django.utils.translation import gettext as _
 from panel.accounts.models import SCOPE_INFERENCE, ApiToken, hash_token
 from panel.accounts.roles import role_of
 from panel.gateway import pool as pools
-from panel.gateway import store
+from panel.gateway import sealing, store
 
 CALLER_TTL_S = 30
 POOL_TTL_S = 5
@@ -177,8 +179,8 @@ async def resolve_cached(
     key_hash = hash_token(raw)
     keys = [caller_key(key_hash)] + ([pool_key(served_name)] if served_name else [])
     cached = await redis.mget(keys)
-    caller_entry = orjson.loads(cached[0]) if cached[0] else None
-    pool_entry = orjson.loads(cached[1]) if served_name and cached[1] else None
+    caller_entry = await _opened(redis, keys[0], cached[0], "gateway-caller")
+    pool_entry = await _opened(redis, keys[1], cached[1], "gateway-pool") if served_name else None
     if caller_entry is None and guard is not None:
         held = await guard()
         if held is not None:
@@ -201,6 +203,18 @@ async def resolve_cached(
     return _decide(caller, served_name, pool)
 
 
+async def _opened(redis, key: str, stored: str | None, kind: str) -> dict | None:
+    """The entry the panel wrote under `key`, or None (a miss: the database answers) when there is none or
+    someone else wrote it (refused and counted, panel.gateway.sealing)."""
+    if stored is None:
+        return None
+    try:
+        return sealing.opened(key, stored)
+    except (sealing.Unsealed, ValueError, KeyError) as error:
+        await sealing.refused(redis, kind, str(error))
+        return None
+
+
 # Requests of one process that miss the cache together share one database read (a burst after a restart,
 # or after a deployment changed, would otherwise send every one of them to the database).
 _loading: dict[tuple, asyncio.Future] = {}
@@ -217,7 +231,8 @@ async def _single_flight(what: tuple, redis, keys: list[str]) -> dict:
         async with redis.pipeline(transaction=False) as pipeline:
             for name, (entry, ttl) in loaded.items():
                 if entry is not None and ttl > 0:
-                    pipeline.set(keys[0] if name == "caller" else keys[1], orjson.dumps(entry), ex=ttl)
+                    key = keys[0] if name == "caller" else keys[1]
+                    pipeline.set(key, sealing.seal(key, entry, ttl), ex=ttl)
             await pipeline.execute()
         future.set_result(loaded)
         return loaded

@@ -11,6 +11,9 @@ agree. Keys, all under `gw:`:
   usage                 list of finished requests (JSON), drained into the database by a beat task
   drain-lock            held while one drain runs
   m:requests, m:tokens, m:ttft   hashes of counters for /metrics (panel.gateway.metrics)
+
+caller:, pool: and usage entries are sealed by the panel (panel.gateway.sealing): one that anyone else wrote
+is refused.
 """
 
 import asyncio

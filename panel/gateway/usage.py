@@ -14,14 +14,14 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 
-import orjson
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from panel.gateway import limits, store
+from panel.core import refusals
+from panel.gateway import limits, sealing, store
 from panel.gateway import pool as pools
 from panel.gateway.identity import Caller
 
@@ -70,7 +70,7 @@ async def finish(
     sep = store.FIELD_SEPARATOR
     try:
         async with redis.pipeline(transaction=False) as pipeline:
-            pipeline.rpush(store.USAGE_QUEUE, orjson.dumps(asdict(record)))
+            pipeline.rpush(store.USAGE_QUEUE, sealing.seal(store.USAGE_QUEUE, asdict(record)))
             if instance is not None:
                 pools.release(pipeline, instance, record.request_id)
             limits.spend(pipeline, caller, record.prompt_tokens + record.completion_tokens, now)
@@ -95,8 +95,10 @@ async def finish(
 
 
 def drain(batch: int = DRAIN_BATCH) -> int:
-    """Move finished requests from Redis into the database; returns how many. One drain at a time; a
-    drain that dies after its commit but before trimming the list finds those rows stored and skips them."""
+    """Move finished requests from Redis into the database; returns how many items left the list. One
+    drain at a time; a drain that dies after its commit but before trimming the list finds those rows
+    stored and skips them. An item the panel did not write, or that does not parse, is skipped, logged and
+    counted: it never stops the drain."""
     client = store.client()
     if not client.set(store.DRAIN_LOCK, "1", nx=True, ex=DRAIN_LOCK_S):
         return 0
@@ -106,7 +108,9 @@ def drain(batch: int = DRAIN_BATCH) -> int:
             items = client.lrange(store.USAGE_QUEUE, 0, batch - 1)
             if not items:
                 break
-            store_records([orjson.loads(item) for item in items])
+            records = _readable(client, items)
+            if records:
+                store_records(records)
             client.ltrim(store.USAGE_QUEUE, len(items), -1)
             moved += len(items)
             if len(items) < batch:
@@ -114,6 +118,23 @@ def drain(batch: int = DRAIN_BATCH) -> int:
     finally:
         client.delete(store.DRAIN_LOCK)
     return moved
+
+
+def _readable(client, items: list[str]) -> list[dict]:
+    """The usage records among `items` that the panel wrote and that parse; the others are counted."""
+    records = []
+    for item in items:
+        try:
+            record = sealing.opened(store.USAGE_QUEUE, item)
+            Finished(**record)
+            if parse_datetime(record["time"]) is None:
+                raise ValueError("no time")
+        except (sealing.Unsealed, ValueError, KeyError, TypeError) as error:
+            log.warning("usage item skipped (%s): %.200r", error, item)
+            refusals.count(client, "gateway-usage")
+            continue
+        records.append(record)
+    return records
 
 
 def store_records(records: list[dict]) -> None:

@@ -8,6 +8,8 @@ from django.db.models import Count
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import CollectorRegistry
 
+from panel.accounts.signin_limits import failure_figures
+from panel.core import refusals as state_refusals
 from panel.core.choices import NodeStatus, NodeTransport
 from panel.monitoring import refusals, store
 
@@ -96,6 +98,25 @@ def panel_gauges():
     for kind, count in sorted(refusals.rejected_counts().items()):
         rejected.add_metric([kind], count)
     yield rejected
+    # Panel state read back from Redis that the panel did not write (panel.core.refusals).
+    refused_state = CounterMetricFamily(
+        "panel_rejected_state",
+        "cache values, gateway entries and usage items read from Redis and refused, by kind",
+        labels=["kind"],
+    )
+    for kind, count in sorted(state_refusals.counts(store.client()).items()):
+        refused_state.add_metric([kind], count)
+    yield refused_state
+    figures = failure_figures()
+    failures = CounterMetricFamily("panel_signin_failures", "failed sign-ins across the panel")
+    failures.add_metric([], figures["total"])
+    yield failures
+    alarm = GaugeMetricFamily(
+        "panel_signin_failure_alarm",
+        "1 while failed sign-ins per minute are past PANEL_SIGNIN_ALARM_FAILURES_PER_MINUTE",
+    )
+    alarm.add_metric([], int(figures["alarm"]))
+    yield alarm
     for collect in EXTRA_COLLECTORS:
         yield from collect()
 

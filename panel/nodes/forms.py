@@ -61,6 +61,14 @@ class NodeSettingsForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 3, "class": "mono"}),
         help_text=_("One NAME=value per line, e.g. PATH=/usr/local/sbin:/usr/bin (SSH nodes only)."),
     )
+    models_roots = forms.CharField(
+        label=_("Models roots"),
+        widget=forms.Textarea(attrs={"rows": 2, "class": "mono"}),
+        help_text=_(
+            "One absolute folder per line, e.g. /data/models. Model folders, copies and deployments on this "
+            "node must lie in one; the agent also keeps to its own ASCEND_PANEL_MODELS_ROOT."
+        ),
+    )
     ssh_host_root = forms.CharField(label=_("Host root"), max_length=255, initial="/")
     ssh_ascend_root = forms.CharField(label=_("Ascend root"), max_length=255, initial="/usr/local/Ascend")
 
@@ -85,6 +93,9 @@ class NodeSettingsForm(forms.Form):
     def clean_ssh_env(self):
         return self._pairs(self.cleaned_data["ssh_env"], "ssh_env")
 
+    def clean_models_roots(self):
+        return self.cleaned_data["models_roots"].splitlines()
+
     @staticmethod
     def initial_for(node) -> dict:
         def lines(mapping):
@@ -93,6 +104,7 @@ class NodeSettingsForm(forms.Form):
         return {
             "labels": lines(node.labels or {}),
             "ssh_env": lines(node.ssh_env or {}),
+            "models_roots": "\n".join(node.models_roots or []),
             "ssh_host_root": node.ssh_host_root,
             "ssh_ascend_root": node.ssh_ascend_root,
         }

@@ -23,7 +23,7 @@ def images_context(node) -> dict:
         "engines": facts.get("engines") or [],
         "ascend_docker_runtime": facts.get("ascend_docker_runtime") or {},
         "images": images.image_rows(node),
-        "archives": PackageFile.objects.filter(kind=PackageKind.IMAGE).order_by("name"),
+        "archives": PackageFile.objects.installable().filter(kind=PackageKind.IMAGE).order_by("name"),
     }
 
 

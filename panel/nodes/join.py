@@ -1,5 +1,10 @@
 """Agent registration with a join token: scoped to one node name, expiring, single use. The agent's install
-script trades it once, over the panel's URL, for the node's own credential (panel.nodes.trust)."""
+script trades it once, over the panel's URL, for the node's own credential (panel.nodes.trust).
+
+A node name has at most one pending token: a new one cancels the one before. A token for a node that is
+already joined (an agent node the panel knows and has not removed) would rotate its credential, so it is
+refused unless the admin asked for that rotation when making it (`rotate_credential`, audited): a token
+that leaked cannot take over a live node."""
 
 import secrets
 import shlex
@@ -11,6 +16,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from panel.accounts.models import hash_token
+from panel.audit import actions as audit
+from panel.audit.services import record
 from panel.core.choices import NodeTransport
 from panel.nodes.models import JoinToken, Node
 
@@ -18,11 +25,27 @@ JOIN_TOKEN_LIFETIME = timedelta(hours=24)
 LOOPBACK_NAMES = {"127.0.0.1", "localhost", "::1"}
 
 
-def issue_join_token(node_name: str, user=None, lifetime=JOIN_TOKEN_LIFETIME) -> str:
+def issue_join_token(
+    node_name: str, user=None, lifetime=JOIN_TOKEN_LIFETIME, *, rotate_credential: bool = False
+) -> str:
+    """A new join token for `node_name`; any pending one for that name stops working."""
     raw = "apj_" + secrets.token_urlsafe(24)
-    JoinToken.objects.create(
-        node_name=node_name, key_hash=hash_token(raw), expires=timezone.now() + lifetime, created_by=user
-    )
+    with transaction.atomic():
+        cancelled, _ = JoinToken.objects.filter(node_name=node_name, used__isnull=True).delete()
+        JoinToken.objects.create(
+            node_name=node_name,
+            key_hash=hash_token(raw),
+            expires=timezone.now() + lifetime,
+            created_by=user,
+            rotates_credential=rotate_credential,
+        )
+        record(
+            user,
+            audit.NODE_JOIN_TOKEN_ISSUED,
+            node_name,
+            rotate_credential=rotate_credential,
+            cancelled_tokens=cancelled,
+        )
     return raw
 
 
@@ -37,13 +60,14 @@ def exchange_join_token(node_name: str, token: str) -> tuple[Node, bytes]:
     from panel.nodes.trust import agent_key
 
     with transaction.atomic():
-        claimed = JoinToken.objects.filter(
+        pending = JoinToken.objects.filter(
             key_hash=hash_token(token or ""),
             node_name=node_name,
             used__isnull=True,
             expires__gt=timezone.now(),
-        ).update(used=timezone.now())
-        if claimed != 1:
+        )
+        rotates = pending.values_list("rotates_credential", flat=True).first()
+        if rotates is None or pending.update(used=timezone.now()) != 1:
             raise JoinRefused(
                 "this join token is unknown, already used, expired or for another node: create a new one "
                 "in the panel (Nodes → Add node)"
@@ -52,10 +76,13 @@ def exchange_join_token(node_name: str, token: str) -> tuple[Node, bytes]:
             name=node_name, defaults={"transport": NodeTransport.AGENT}
         )
         if not created:
+            if node.transport == NodeTransport.AGENT and not rotates:
+                raise JoinRefused(
+                    f"{node_name} is already joined and this token was not made to rotate its credential: "
+                    "an admin makes one with rotate_credential (Nodes → the node → New join command)"
+                )
             node.credential_id = new_credential_id()
             node.save(update_fields=["credential_id", "updated"])
-        from panel.audit import actions as audit
-        from panel.audit.services import record
 
         credential = "issued" if created else "rotated"
         record(None, audit.NODE_ADDED, node.name, transport="agent", joined=True, credential=credential)

@@ -16,6 +16,7 @@ from panel.core.choices import DeploymentState, DesiredState, NodeTransport
 from panel.nodes.agent_package import agent_sdist_sha256, install_script_sha256
 from panel.nodes.join import issue_join_token, join_command
 from panel.nodes.models import JoinToken, Node
+from panel.nodes.models_roots import check_models_roots
 from panel.nodes.ssh import (
     check_address,
     check_env,
@@ -58,10 +59,36 @@ def add_agent_node(*, name: str, panel_url: str, panel_host: str, user=None) -> 
     node appears with the agent's first heartbeat. panel_host is the Host the admin reached the panel by."""
     _check_new_name(name)
     token = issue_join_token(name, user=user)
-    expires = JoinToken.objects.filter(node_name=name).latest("created").expires
+    expires = JoinToken.objects.get(node_name=name, used__isnull=True).expires
     command = join_command(panel_url, name, token, install_script_sha256(), agent_sdist_sha256())
     record(user, audit.NODE_ADDED, name, transport="agent")
     return PendingAgent(name=name, token=token, expires=expires, join_command=command)
+
+
+def rejoin_agent_node(node: Node, *, rotate_credential: bool, panel_url: str, user=None) -> PendingAgent:
+    """A join token and command for an agent node that is already joined (a reinstalled host, a lost
+    agent.env). Trading it in rotates the node's credential: the admin must say so (`rotate_credential`),
+    and that is audited; the old credential stops working when the new one is issued."""
+    if node.transport != NodeTransport.AGENT:
+        raise NodeActionRefused(
+            _("%(node)s is reached over SSH; install the agent on it instead.") % {"node": node.name}
+        )
+    if not rotate_credential:
+        raise ValidationError(
+            {
+                "rotate_credential": [
+                    _(
+                        "Joining %(node)s again gives it a new credential and stops the old one; confirm "
+                        "with rotate_credential to make the join command."
+                    )
+                    % {"node": node.name}
+                ]
+            }
+        )
+    token = issue_join_token(node.name, user=user, rotate_credential=True)
+    expires = JoinToken.objects.get(node_name=node.name, used__isnull=True).expires
+    command = join_command(panel_url, node.name, token, install_script_sha256(), agent_sdist_sha256())
+    return PendingAgent(name=node.name, token=token, expires=expires, join_command=command)
 
 
 def add_ssh_node(
@@ -96,9 +123,19 @@ def add_ssh_node(
 
 
 def update_settings(
-    node: Node, *, labels=None, ssh_env=None, ssh_host_root=None, ssh_ascend_root=None, **_ignored
+    node: Node,
+    *,
+    labels=None,
+    ssh_env=None,
+    ssh_host_root=None,
+    ssh_ascend_root=None,
+    models_roots=None,
+    **_ignored,
 ):
     fields = []
+    if models_roots is not None:
+        node.models_roots = check_models_roots(models_roots)
+        fields.append("models_roots")
     if labels is not None:
         node.labels = labels
         fields.append("labels")

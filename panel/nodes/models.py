@@ -16,6 +16,10 @@ def new_credential_id() -> str:
     return secrets.token_hex(16)
 
 
+def default_models_roots() -> list[str]:
+    return list(settings.PANEL_MODELS_ROOTS)
+
+
 class Node(TimestampedModel):
     name = models.SlugField(
         _("name"),
@@ -59,6 +63,13 @@ class Node(TimestampedModel):
     )
     ssh_host_root = models.CharField(_("host root"), max_length=255, default="/")
     ssh_ascend_root = models.CharField(_("Ascend root"), max_length=255, default="/usr/local/Ascend")
+    # Where model work on this node may read and write (panel.nodes.models_roots); the agent enforces its
+    # own ASCEND_PANEL_MODELS_ROOT as well.
+    models_roots = models.JSONField(
+        _("models roots"),
+        default=default_models_roots,
+        help_text=_("Folders on the node that model folders, copies and deployments must lie in."),
+    )
 
     class Meta:
         ordering = ["name"]
@@ -125,7 +136,8 @@ class Npu(TimestampedModel):
 
 
 class JoinToken(models.Model):
-    """Lets one agent register one node: scoped to the node name, expiring, single use. Stored hashed."""
+    """Lets one agent register one node: scoped to the node name, expiring, single use, one pending per
+    name. Stored hashed. Only a token made with rotates_credential may re-join a node that is joined."""
 
     node_name = models.SlugField(max_length=63)
     key_hash = models.CharField(max_length=64, unique=True)
@@ -133,6 +145,14 @@ class JoinToken(models.Model):
     expires = models.DateTimeField()
     used = models.DateTimeField(null=True, blank=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
+    rotates_credential = models.BooleanField(default=False)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["node_name"], condition=models.Q(used__isnull=True), name="one_pending_join_token"
+            )
+        ]
 
     def __str__(self):
         return f"join token for {self.node_name}"

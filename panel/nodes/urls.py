@@ -15,6 +15,7 @@ urlpatterns = [
     path("<slug:name>/images/", image_views.node_images, name="images"),
     path("<slug:name>/confirm-host-key/", views.confirm_host_key, name="confirm-host-key"),
     path("<slug:name>/install-agent/", views.install_agent, name="install-agent"),
+    path("<slug:name>/rejoin/", views.rejoin, name="rejoin"),
     path("<slug:name>/cordon/", views.cordon, name="cordon"),
     path("<slug:name>/drain/", views.drain, name="drain"),
     path("<slug:name>/settings/", views.node_settings, name="settings"),

@@ -119,6 +119,26 @@ def node_add(request):
 
 
 @role_required(ADMIN)
+@require_POST
+def rejoin(request, name):
+    """A new join command for a joined agent node; it rotates the node's credential, so the admin ticks
+    that (lifecycle.rejoin_agent_node refuses without it)."""
+    node = _node(request, name)
+    try:
+        pending = lifecycle.rejoin_agent_node(
+            node,
+            rotate_credential=request.POST.get("rotate_credential") == "1",
+            panel_url=_panel_url(request),
+            user=request.user,
+        )
+    except (ValidationError, lifecycle.NodeActionRefused) as error:
+        messages.error(request, " ".join(getattr(error, "messages", [str(error)])))
+        return redirect("nodes:detail", name=node.name)
+    context = {"pending": pending, "command": pending.join_command}
+    return render(request, "nodes/join.html", {**context, "broker": agent_broker(request.get_host())})
+
+
+@role_required(ADMIN)
 def confirm_host_key(request, name):
     node = _node(request, name)
     if request.method == "POST":

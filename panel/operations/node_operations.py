@@ -41,7 +41,8 @@ def start_install_agent(node, *, panel_url: str, user=None):
             % {"node": node.name}
         )
     _check_reachable(node)
-    token = issue_join_token(node.name, user=user)
+    # The admin asked for the agent: its credential replaces whatever the node had (audited with the token).
+    token = issue_join_token(node.name, user=user, rotate_credential=True)
     script_args = [
         "--panel",
         panel_url.rstrip("/"),

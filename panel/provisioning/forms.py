@@ -44,3 +44,9 @@ class ProfileForm(forms.Form):
 
 class UploadForm(forms.Form):
     file = forms.FileField(label=_("Package (.run) or wheel (.whl)"))
+    vendor_sha256 = forms.CharField(
+        label=_("Vendor's SHA-256"),
+        required=False,
+        max_length=64,
+        help_text=_("As Huawei's download page (or the pip index) lists it; not needed for image archives."),
+    )

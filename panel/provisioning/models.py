@@ -10,7 +10,7 @@ from panel.core.choices import (
     COLOUR_WARNING,
     ColouredChoices,
 )
-from panel.core.models import TimestampedModel
+from panel.core.models import TimestampedModel, VisibleQuerySet
 
 
 class PackageKind(models.TextChoices):
@@ -42,16 +42,23 @@ StackStatus.COLOURS = {
 }
 
 
+class PackageFileQuerySet(VisibleQuerySet):
+    def installable(self):
+        """Packages with a file in use: an operator's upload no admin approved yet has none."""
+        return self.exclude(sha256="")
+
+
 class PackageFile(TimestampedModel):
     """A .run package or a wheel, uploaded once and handed to nodes with its checksum.
 
     One file per name. Uploading a name again (admins only) leaves a pending replacement: nodes keep getting
-    the confirmed file (sha256) until an admin confirms the new one's checksum (pending_sha256)."""
+    the confirmed file (sha256) until an admin confirms the new one's checksum (pending_sha256). An
+    operator's new name has only a pending file (sha256 empty) until an admin approves it the same way."""
 
     name = models.CharField(_("file name"), max_length=255, unique=True)
     kind = models.CharField(_("kind"), max_length=16, choices=PackageKind.choices)
     version = models.CharField(_("version"), max_length=64)
-    sha256 = models.CharField(_("SHA-256"), max_length=64, db_index=True)
+    sha256 = models.CharField(_("SHA-256"), max_length=64, db_index=True, blank=True)
     size = models.PositiveBigIntegerField(_("size (bytes)"))
     uploaded_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
@@ -62,6 +69,8 @@ class PackageFile(TimestampedModel):
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
     pending_at = models.DateTimeField(_("replacement uploaded"), null=True, blank=True)
+
+    objects = PackageFileQuerySet.as_manager()
 
     class Meta:
         ordering = ["kind", "name"]

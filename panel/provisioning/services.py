@@ -81,7 +81,8 @@ def operation_for_token(token: str) -> Operation | None:
 
 
 def package_offer(panel_url: str) -> list[dict]:
-    """Every stored file with its checksum and the address the agent fetches it from."""
+    """Every stored file in use with its checksum and the address the agent fetches it from (an upload
+    that waits for an admin's approval is offered to no node)."""
     return [
         {
             "name": p.name,
@@ -91,7 +92,7 @@ def package_offer(panel_url: str) -> list[dict]:
             "size": p.size,
             "url": panel_url.rstrip("/") + reverse("provisioning:download", args=[p.sha256, p.name]),
         }
-        for p in PackageFile.objects.all()
+        for p in PackageFile.objects.installable()
     ]
 
 
@@ -100,7 +101,7 @@ def package_offer(panel_url: str) -> list[dict]:
 
 def _newest(kind: str, accepts=None) -> str | None:
     versions = []
-    for version in PackageFile.objects.filter(kind=kind).values_list("version", flat=True):
+    for version in PackageFile.objects.installable().filter(kind=kind).values_list("version", flat=True):
         try:
             if accepts is None or accepts(version):
                 versions.append((Version(version), version))
@@ -120,7 +121,11 @@ def pick_driver_and_firmware(profile_key: str) -> tuple[str | None, str | None]:
 
 def pip_choice(source: str) -> dict:
     if source == PIP_AUTO:
-        source = PIP_WHEELHOUSE if PackageFile.objects.filter(kind=PackageKind.WHEEL).exists() else PIP_INDEX
+        source = (
+            PIP_WHEELHOUSE
+            if PackageFile.objects.installable().filter(kind=PackageKind.WHEEL).exists()
+            else PIP_INDEX
+        )
     if source == PIP_WHEELHOUSE:
         return {"wheelhouse": True}
     return {"index_url": conf.pip_index_url() or None, "extra_index_urls": conf.pip_extra_index_urls()}
@@ -220,7 +225,9 @@ def start_install(
 
 def _audit_install(action: str, user, node, operation: Operation, profile_key: str, **details) -> None:
     """Which packages (by sha256) the install was offered: what ran as root on the node, on the record."""
-    offered = dict(PackageFile.objects.values_list("name", "sha256"))  # as package_offer handed them
+    offered = dict(
+        PackageFile.objects.installable().values_list("name", "sha256")
+    )  # as package_offer handed them
     record(user, action, node.name, operation=operation.pk, profile=profile_key, packages=offered, **details)
 
 

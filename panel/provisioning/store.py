@@ -1,9 +1,15 @@
 """The package store: .run packages and wheels uploaded once, kept under PANEL_DATA_DIR/packages/<sha256>/,
 handed to nodes with their checksum.
 
-Nodes install these files as root, so changing one is guarded: anyone with the operator role adds a new
-name, only an admin replaces an existing one, and a replacement waits (pending_sha256) until an admin
-confirms its checksum; until then nodes keep getting the confirmed file. Every change is audited."""
+Nodes install these files as root, so what they get is guarded:
+- an upload of a kind whose vendor publishes checksums (Huawei's .run packages, wheels) must carry that
+  SHA-256 (`vendor_sha256`), and bytes that do not match it are refused;
+- an operator's upload of a new name waits for an admin's approval (sha256 empty, pending_sha256 set:
+  nothing installs it) and only an admin replaces an existing one;
+- a replacement waits (pending_sha256) until an admin confirms its checksum; until then nodes keep getting
+  the confirmed file. Approval and confirmation are the same step (confirm_replacement).
+Files the panel stores itself (the sim's seeding, `user=None`) are in use at once. Every change is
+audited."""
 
 import hashlib
 import os
@@ -50,6 +56,10 @@ IMAGE_ARCHIVE_PATTERN = re.compile(
     r"^(?P<name>[A-Za-z0-9][A-Za-z0-9.-]*?)(?:_(?P<v>[A-Za-z0-9][A-Za-z0-9._-]*?))?\.(?:tar|tar\.gz|tgz)$"
 )
 CHUNK = 1024 * 1024
+# Kinds whose vendor publishes a SHA-256 per file (Huawei's download pages, a pip index): an upload must
+# carry it. Image archives are made locally (docker save): there is no vendor's checksum to ask for.
+VENDOR_CHECKSUM_KINDS = frozenset(PackageKind.values) - {PackageKind.IMAGE}
+SHA256_PATTERN = re.compile(r"^[0-9a-f]{64}$")
 
 
 def classify(name: str) -> tuple[str, str]:
@@ -135,14 +145,55 @@ def _refuse_replacing(name: str, user) -> None:
         )
 
 
-def add_package(uploaded, user=None) -> PackageFile:
-    """Store an uploaded file (a Django UploadedFile). A new name is in use at once; a new file under an
-    existing name (admins only) becomes that package's pending replacement until confirm_replacement."""
+def _trusted(user) -> bool:
+    """The panel itself (user None: a management command on its host) or an admin."""
+    return user is None or has_role(user, ADMIN)
+
+
+def _vendor_sha256(kind: str, name: str, given: str, user) -> str:
+    """The vendor's SHA-256 the uploader gave, normalised; required for kinds that have one (except for
+    the panel's own files)."""
+    given = (given or "").strip().lower()
+    if given and not SHA256_PATTERN.match(given):
+        raise ValidationError({"vendor_sha256": [_("Give the SHA-256 as 64 hexadecimal digits.")]})
+    if not given and user is not None and kind in VENDOR_CHECKSUM_KINDS:
+        raise ValidationError(
+            {
+                "vendor_sha256": [
+                    _(
+                        "Give the SHA-256 its vendor publishes for %(name)s (Huawei's download page lists "
+                        "one per file; a pip index gives a wheel's): nodes install it as root."
+                    )
+                    % {"name": name}
+                ]
+            }
+        )
+    return given
+
+
+def add_package(uploaded, user=None, vendor_sha256: str = "") -> PackageFile:
+    """Store an uploaded file (a Django UploadedFile) whose bytes match `vendor_sha256` when given. A new
+    name is in use at once when an admin (or the panel) uploads it, and waits for an admin's approval when
+    an operator does; a new file under an existing name (admins only) becomes that package's pending
+    replacement until confirm_replacement."""
     kind, version = classify(uploaded.name)
     if PackageFile.objects.filter(name=uploaded.name).exists():
         _refuse_replacing(uploaded.name, user)  # before writing a byte
+    expected = _vendor_sha256(kind, uploaded.name, vendor_sha256, user)
     sha256, size, _path = _write_atomically(uploaded.chunks(CHUNK), uploaded.name)
     try:
+        if expected and sha256 != expected:
+            raise ValidationError(
+                {
+                    "vendor_sha256": [
+                        _(
+                            "The uploaded %(name)s has SHA-256 %(actual)s, not the vendor's %(expected)s: "
+                            "the file is damaged or not the vendor's. Download it again."
+                        )
+                        % {"name": uploaded.name, "actual": sha256, "expected": expected}
+                    ]
+                }
+            )
         with transaction.atomic():
             return _add_row(uploaded.name, kind, version, sha256, size, user)
     except BaseException:
@@ -152,11 +203,25 @@ def add_package(uploaded, user=None) -> PackageFile:
 
 def _add_row(name: str, kind: str, version: str, sha256: str, size: int, user) -> PackageFile:
     package = PackageFile.objects.select_for_update().filter(name=name).first()
-    if package is None:
+    if package is None and _trusted(user):
         package = PackageFile.objects.create(
             name=name, kind=kind, version=version, sha256=sha256, size=size, uploaded_by=user
         )
         record(user, audit.PACKAGE_ADDED, name, sha256=sha256, size=size)
+        return package
+    if package is None:  # an operator's new name: stored, installed nowhere until an admin approves it
+        package = PackageFile.objects.create(
+            name=name,
+            kind=kind,
+            version=version,
+            sha256="",
+            size=0,
+            pending_sha256=sha256,
+            pending_size=size,
+            pending_uploaded_by=user,
+            pending_at=timezone.now(),
+        )
+        record(user, audit.PACKAGE_ADDED, name, pending_sha256=sha256, size=size, awaiting_approval=True)
         return package
     _refuse_replacing(name, user)  # again under the lock: the name may have appeared since the check
     if sha256 in (package.sha256, package.pending_sha256):
@@ -194,8 +259,9 @@ def _clear_pending(package: PackageFile) -> None:
 
 
 def confirm_replacement(package: PackageFile, sha256: str, user) -> PackageFile:
-    """Put the pending file in use. `sha256` is the checksum the admin checked against the vendor's: it
-    must be the pending one (a newer upload since the page was shown is not confirmed by mistake)."""
+    """Put the pending file in use: approve an operator's new package, or confirm a replacement. `sha256`
+    is the checksum the admin checked against the vendor's: it must be the pending one (a newer upload
+    since the page was shown is not confirmed by mistake)."""
     _refuse_replacing(package.name, user)
     with transaction.atomic():
         package = _locked_pending(package)
@@ -213,19 +279,21 @@ def confirm_replacement(package: PackageFile, sha256: str, user) -> PackageFile:
         package.uploaded_by = package.pending_uploaded_by
         _clear_pending(package)
         _remove_later(previous, package.name)
-        record(
-            user, audit.PACKAGE_REPLACEMENT_CONFIRMED, package.name, sha256=package.sha256, previous=previous
-        )
+        action = audit.PACKAGE_REPLACEMENT_CONFIRMED if previous else audit.PACKAGE_APPROVED
+        record(user, action, package.name, sha256=package.sha256, previous=previous)
     return package
 
 
 def discard_replacement(package: PackageFile, user) -> PackageFile:
-    """Drop the pending file; the confirmed one stays in use."""
+    """Drop the pending file; the confirmed one stays in use (a package never approved goes altogether)."""
     _refuse_replacing(package.name, user)
     with transaction.atomic():
         package = _locked_pending(package)
         discarded = package.pending_sha256
-        _clear_pending(package)
+        if package.sha256:
+            _clear_pending(package)
+        else:
+            package.delete()
         _remove_later(discarded, package.name)
         record(
             user,

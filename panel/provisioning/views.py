@@ -70,7 +70,7 @@ def node_provisioning(request, name):
             "preflight": stack.preflight_operation,
             "serving": deployments_to_drain(node),
             "can_operate": has_role(request.user, OPERATOR),
-            "packages": PackageFile.objects.all(),
+            "packages": PackageFile.objects.installable(),
             "step_labels": {k: str(v) for k, v in STEP_LABELS.items()}
             | {value: str(label) for value, label in OperationStatus.choices},
         },
@@ -169,8 +169,17 @@ def packages(request):
         form = UploadForm(request.POST, request.FILES)
         if form.is_valid():
             try:
-                package = store.add_package(form.cleaned_data["file"], user=request.user)
-                if package.pending_sha256:
+                package = store.add_package(
+                    form.cleaned_data["file"],
+                    user=request.user,
+                    vendor_sha256=form.cleaned_data["vendor_sha256"],
+                )
+                if not package.sha256:
+                    messages.warning(
+                        request,
+                        _("%(name)s: stored, waiting for an admin's approval.") % {"name": package.name},
+                    )
+                elif package.pending_sha256:
                     messages.warning(
                         request, _("%(name)s: the new file waits for confirmation.") % {"name": package.name}
                     )
@@ -178,8 +187,8 @@ def packages(request):
                     messages.success(request, _("Stored %(name)s.") % {"name": package.name})
                 return redirect("provisioning:packages")
             except ValidationError as error:
-                for message in error.message_dict.get("file", error.messages):
-                    form.add_error("file", message)
+                for field, messages_ in error.message_dict.items():
+                    form.add_error(field if field in form.fields else "file", messages_)
             except PermissionDenied as error:
                 form.add_error("file", str(error))
                 status = 403

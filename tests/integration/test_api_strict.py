@@ -1,6 +1,8 @@
 """A strict, predictable API: what the schema does not document is refused naming it, every resource with a
 name is found by it, and an Idempotency-Key never replays a creation whose object is gone."""
 
+import hashlib
+
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
@@ -246,7 +248,10 @@ def test_packages_and_tokens_are_found_by_name(alice, tmp_path, settings):
     from panel.provisioning.store import add_package
 
     settings.DATA_DIR = tmp_path
-    package = add_package(SimpleUploadedFile("Ascend-cann-toolkit_8.0.RC3_linux-aarch64.run", b"x"), alice)
+    name = "Ascend-cann-toolkit_8.0.RC3_linux-aarch64.run"
+    package = add_package(
+        SimpleUploadedFile(name, b"x"), alice, vendor_sha256=hashlib.sha256(b"x").hexdigest()
+    )
     token, _raw = ApiToken.issue(alice, "ci-deploys")
     client = api_client_for(alice)
     assert client.get(f"/api/v1/packages/{package.name}/").json()["id"] == package.pk

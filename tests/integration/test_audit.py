@@ -1,6 +1,7 @@
 """The audit log: who did what, when and from where, for every action that changes who may do what or what
 runs as root on the fleet; admins alone read it (page and API); entries past the retention are pruned."""
 
+import hashlib
 from datetime import timedelta
 
 import pytest
@@ -129,7 +130,9 @@ def test_an_install_is_recorded_with_the_package_checksums_it_was_offered(alice,
 
     settings.DATA_DIR = tmp_path
     package = add_package(
-        SimpleUploadedFile("torch_npu-2.7.1-cp311-cp311-linux_aarch64.whl", b"w"), user=alice
+        SimpleUploadedFile("torch_npu-2.7.1-cp311-cp311-linux_aarch64.whl", b"w"),
+        user=alice,
+        vendor_sha256=hashlib.sha256(b"w").hexdigest(),
     )
     Node.objects.create(name="cpu-box", transport="agent")
     response = api_from_office(alice).post(

@@ -408,3 +408,43 @@ def test_a_client_that_leaves_mid_stream_ends_the_engine_request_and_is_recorded
     waited = wait_for(lambda: len(rows := drained(2, timeout=1)) == 2 and rows, 10, "the second record")
     assert (waited[0].status, waited[0].stream) == (499, False)
     assert outstanding("chat-a/0") == 0
+
+
+def test_a_pool_entry_rewritten_in_redis_sends_no_prompt_to_the_attackers_server(
+    node, tiny_model, bob, gateway
+):
+    """The attack of issue 22 end to end: the pool entry the web server cached is rewritten to name the
+    attacker's server. The web server refuses the entry (it carries no seal of the panel's), routes by the
+    database, and the attacker receives nothing."""
+    import http.server
+
+    from panel.deployments.models import Deployment
+    from panel.gateway import store
+    from panel.gateway.identity import pool_key
+
+    received = []
+
+    class Attacker(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802  (the stdlib's name)
+            received.append(self.headers.get("Authorization"))
+            self.send_response(500)
+            self.end_headers()
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Attacker)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    model, folder = tiny_model
+    deploy(api_client_for(bob), model, folder, "chat-a", "chat", TEST_NODE, [0])
+    key = key_for(bob)
+    assert chat(gateway, key).status_code == 200
+    sealed = store.client().get(pool_key("chat"))
+    entry = sealed.partition(".")[2]  # the JSON after the panel's MAC
+    engine_port = Deployment.objects.get(name="chat-a").spec["port"]
+    forged = entry.replace(f"127.0.0.1:{engine_port}/", f"127.0.0.1:{server.server_port}/")
+    assert forged != entry
+    try:
+        store.client().set(pool_key("chat"), forged, ex=60)
+        answer = chat(gateway, key)
+    finally:
+        server.shutdown()
+    assert answer.status_code == 200, answer.text
+    assert received == []

@@ -61,6 +61,21 @@ def test_a_registered_folder_is_inspected_quantized_and_deleted_on_the_node(node
     assert not (celery_worker.sim_root / "data/models/tiny-w8a8").exists()
 
 
+def test_the_agent_reads_nothing_outside_its_models_root_even_when_the_panel_asks(node, bob, celery_worker):
+    """A copy recorded at /etc (a row from before the rule, or written behind the panel's back): the
+    agent's own check after realpath refuses to inspect it, and a link inside the root to /etc as well."""
+    from panel.catalog.models import Model, ModelArtifact
+    from panel.catalog.services import start_inspection
+
+    (celery_worker.sim_root / "data/models/etc-link").symlink_to(celery_worker.sim_root / "etc")
+    model = Model.objects.create(name="planted", source="local")
+    for path in ("/etc", "/data/models/etc-link"):
+        artifact = ModelArtifact.objects.create(model=model, node=node, path=path, ready=False)
+        operation = wait_for(start_inspection(artifact, user=bob))
+        assert operation.status == "failed"
+        assert "models root" in operation.error
+
+
 def test_the_starter_catalog_loads_once_and_gives_planner_fits(db):
     from panel.catalog.models import Model
     from panel.catalog.planning import fit_on_typical_node

@@ -90,7 +90,7 @@ def test_joining_again_rotates_the_credential_and_the_old_one_stops_working(alic
     from panel.nodes.join import issue_join_token
 
     old_key = join("npu-10", issue_join_token("npu-10")).json()["agent_key"]
-    new_key = join("npu-10", issue_join_token("npu-10")).json()["agent_key"]
+    new_key = join("npu-10", issue_join_token("npu-10", rotate_credential=True)).json()["agent_key"]
     assert old_key != new_key
     assert heartbeat_signed_with("npu-10", old_key) is False
     assert heartbeat_signed_with("npu-10", new_key) is True

@@ -27,7 +27,7 @@ def sha(data: bytes) -> str:
 @pytest.fixture
 def stored(settings, tmp_path, alice):
     settings.DATA_DIR = tmp_path / "panel-data"
-    return store.add_package(SimpleUploadedFile(NAME, GOOD), user=alice)
+    return store.add_package(SimpleUploadedFile(NAME, GOOD), user=alice, vendor_sha256=sha(GOOD))
 
 
 def client_for(user) -> Client:
@@ -69,18 +69,25 @@ def test_an_operator_cannot_replace_a_stored_package_through_the_page(stored, bo
     assert PackageFile.objects.get(name=NAME).pending_sha256 == ""
 
 
-def test_an_operator_still_adds_new_packages(stored, bob):
+def test_an_operator_still_adds_new_packages_which_wait_for_an_admins_approval(stored, bob):
     other = "Ascend-cann-nnal_8.3.RC2_linux-aarch64.run"
     response = api_client_for(bob).post(
-        "/api/v1/packages/", {"file": SimpleUploadedFile(other, GOOD)}, format="multipart"
+        "/api/v1/packages/",
+        {"file": SimpleUploadedFile(other, GOOD), "vendor_sha256": sha(GOOD)},
+        format="multipart",
     )
     assert response.status_code == 201, response.content
-    assert offered_sha(other) == sha(GOOD)
+    assert (response.json()["sha256"], response.json()["pending_sha256"]) == ("", sha(GOOD))
+    assert other not in [p["name"] for p in package_offer("http://panel")]
 
 
 def test_an_admins_replacement_is_not_installed_until_its_sha256_is_confirmed(stored, alice):
     client = api_client_for(alice)
-    response = client.post("/api/v1/packages/", {"file": SimpleUploadedFile(NAME, EVIL)}, format="multipart")
+    response = client.post(
+        "/api/v1/packages/",
+        {"file": SimpleUploadedFile(NAME, EVIL), "vendor_sha256": sha(EVIL)},
+        format="multipart",
+    )
     assert response.status_code == 201, response.content
     assert response.json()["sha256"] == sha(GOOD)
     assert response.json()["pending_sha256"] == sha(EVIL)
@@ -103,7 +110,7 @@ def test_an_admins_replacement_is_not_installed_until_its_sha256_is_confirmed(st
 
 
 def test_a_confirm_must_name_the_pending_checksum(stored, alice):
-    store.add_package(SimpleUploadedFile(NAME, EVIL), user=alice)
+    store.add_package(SimpleUploadedFile(NAME, EVIL), user=alice, vendor_sha256=sha(EVIL))
     response = api_client_for(alice).post(
         f"/api/v1/packages/{stored.pk}/confirm/", {"sha256": sha(b"what the admin checked")}, format="json"
     )
@@ -113,7 +120,7 @@ def test_a_confirm_must_name_the_pending_checksum(stored, alice):
 
 
 def test_an_operator_cannot_confirm_or_discard(stored, alice, bob):
-    store.add_package(SimpleUploadedFile(NAME, EVIL), user=alice)
+    store.add_package(SimpleUploadedFile(NAME, EVIL), user=alice, vendor_sha256=sha(EVIL))
     client = api_client_for(bob)
     assert client.post(f"/api/v1/packages/{stored.pk}/confirm/", {"sha256": sha(EVIL)}).status_code == 403
     assert client.post(f"/api/v1/packages/{stored.pk}/discard/").status_code == 403
@@ -123,7 +130,7 @@ def test_an_operator_cannot_confirm_or_discard(stored, alice, bob):
 
 
 def test_an_admin_discards_a_replacement_from_the_page(stored, alice):
-    store.add_package(SimpleUploadedFile(NAME, EVIL), user=alice)
+    store.add_package(SimpleUploadedFile(NAME, EVIL), user=alice, vendor_sha256=sha(EVIL))
     response = client_for(alice).post(f"/provisioning/packages/{stored.pk}/discard/")
     assert response.status_code == 302
     stored.refresh_from_db()
@@ -132,7 +139,7 @@ def test_an_admin_discards_a_replacement_from_the_page(stored, alice):
 
 
 def test_every_package_change_is_audited(stored, alice):
-    store.add_package(SimpleUploadedFile(NAME, EVIL), user=alice)
+    store.add_package(SimpleUploadedFile(NAME, EVIL), user=alice, vendor_sha256=sha(EVIL))
     package = store.confirm_replacement(PackageFile.objects.get(name=NAME), sha(EVIL), user=alice)
     store.delete_package(package, user=alice)
     assert list(AuditEntry.objects.order_by("pk").values_list("action", "actor_name", "target")) == [

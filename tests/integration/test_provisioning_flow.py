@@ -2,6 +2,7 @@
 a real Celery worker and Redis, the agent task installing simulated packages and stand-in wheels into the
 simulated A2 host."""
 
+import hashlib
 import time
 
 import pytest
@@ -50,7 +51,8 @@ def upload(name, text, admin):
     """An admin replaces a stored package: the upload waits, then the admin confirms its checksum."""
     from panel.provisioning.store import add_package, confirm_replacement
 
-    package = add_package(SimpleUploadedFile(name, text.encode()), user=admin)
+    vendor_sha256 = hashlib.sha256(text.encode()).hexdigest()
+    package = add_package(SimpleUploadedFile(name, text.encode()), user=admin, vendor_sha256=vendor_sha256)
     if package.pending_sha256:
         package = confirm_replacement(package, package.pending_sha256, user=admin)
     return package

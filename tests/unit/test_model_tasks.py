@@ -44,7 +44,7 @@ def events(host):
 
 
 def test_inspect_reads_a_node_path_under_the_host_root(host):
-    result = inspect_body(host.emitter, host.config, path="/data/models/tiny")
+    result = inspect_body(host.emitter, host.config, path="/data/models/tiny", models_root=ROOT)
     assert result["format"] == "hf"
     assert result["facts"]["architecture"] == "Qwen2ForCausalLM"
     assert result["size_bytes"] > 0
@@ -53,7 +53,7 @@ def test_inspect_reads_a_node_path_under_the_host_root(host):
 def test_inspect_of_a_folder_without_config_fails_with_a_hint(host):
     (host.root / "data/models/empty").mkdir()
     with pytest.raises(ModelTaskError) as caught:
-        inspect_body(host.emitter, host.config, path="/data/models/empty")
+        inspect_body(host.emitter, host.config, path="/data/models/empty", models_root=ROOT)
     assert caught.value.hint
 
 
@@ -109,6 +109,22 @@ def test_is_inside_needs_a_path_strictly_below_the_root():
     assert is_inside("/data/models/a", "/data/models/")
     assert not is_inside("/data/models", "/data/models")
     assert not is_inside("/data/modelsX/a", "/data/models")
+
+
+def test_several_models_roots_each_hold_their_own_folders():
+    roots = "/data/models:/srv/models"
+    assert is_inside("/srv/models/a", roots)
+    assert is_inside("/data/models/a", ["/data/models", "/srv/models"])
+    assert not is_inside("/srv/models/../../etc", roots)
+    assert not is_inside("/srv", roots)
+
+
+def test_inspect_reads_nothing_outside_the_models_root(host):
+    (host.root / "etc").mkdir(exist_ok=True)
+    (host.root / "data/models/etc-link").symlink_to(host.root / "etc")
+    for outside in ("/etc", "/data/models/../../etc", "/data/models/etc-link"):
+        with pytest.raises(UnsafePathError):
+            inspect_body(host.emitter, host.config, path=outside, models_root=ROOT)
 
 
 def test_atc_argv_carries_framework_soc_and_shape_as_single_arguments():

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 from workers.i18n import gettext_noop as _
-from workers.models.node_paths import checked_model_dir, host_path, staging_dir
+from workers.models.node_paths import checked_model_dir, staging_dir
 from workers.task_names import AGENT_ATC_MODEL
 from workers.tasks.base import agent_task
 from workers.tasks.models import ModelTaskError, describe_folder, folder_size, operation_task
@@ -102,7 +102,7 @@ def atc_body(
     from workers.engine.command import source_then_exec
     from workers.models.commands import atc_argv
 
-    source = host_path(config.host_root, onnx_path)
+    source = checked_model_dir(config.host_root, onnx_path, models_root)
     destination = checked_model_dir(config.host_root, path, models_root)
     if not source.is_file():
         raise ModelTaskError(

@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 from workers.i18n import gettext_noop as _
-from workers.models.node_paths import checked_model_dir, host_path, staging_dir
+from workers.models.node_paths import checked_model_dir, staging_dir
 from workers.task_names import (
     AGENT_CONVERT_MODEL,
     AGENT_COPY_MODEL,
@@ -109,7 +109,7 @@ def hub_unreachable(error: Exception) -> ModelTaskError:
     )
 
 
-def inspect_body(emitter, config, path: str = "", hub: dict | None = None) -> dict:
+def inspect_body(emitter, config, path: str = "", hub: dict | None = None, models_root: str = "") -> dict:
     if hub:
         from workers.models.hub import HubError, HubRepo, hub_facts
 
@@ -124,7 +124,7 @@ def inspect_body(emitter, config, path: str = "", hub: dict | None = None) -> di
         emitter.log(f"{facts['files']} files, {human_bytes(facts['download_bytes'])} to download")
         emitter.progress(100, _("Inspected"))
         return {"facts": facts, "hub": hub}
-    local = host_path(config.host_root, path)
+    local = checked_model_dir(config.host_root, path, models_root)  # it is read as root: no /etc
     emitter.progress(10, _("Inspecting {path}").format(path=path))
     if not local.exists():
         raise ModelTaskError(f"{path} does not exist on {config.node_name}", _("Check the path on the node."))
@@ -212,7 +212,7 @@ def convert_body(
     device: str = "npu",
     model_type: str = "",
 ) -> dict:
-    source = host_path(config.host_root, source_path)
+    source = checked_model_dir(config.host_root, source_path, models_root)
     destination = checked_model_dir(config.host_root, path, models_root)
     if backend == "msmodelslim":
         from workers.tasks.model_tools import msmodelslim_convert
@@ -306,6 +306,7 @@ def copy_body(
     target_port: int = 22,
     target_host_key: str = "",
     target_name: str = "",
+    models_root: str = "",
 ) -> dict:
     """rsync path to the target node over SSH as this agent's user (config.ssh_key or ~/.ssh keys), once
     the target has said it has room for it.
@@ -321,7 +322,7 @@ def copy_body(
     from workers.models.host_keys import HostKeyError, pinned_known_hosts
     from workers.models.target_disk import TargetDiskError, ensure_room
 
-    source = host_path(config.host_root, path)
+    source = checked_model_dir(config.host_root, path, models_root)  # nothing outside the roots leaves
     if not source.is_dir():
         raise ModelTaskError(f"{path} is not a folder on {config.node_name}")
     size = folder_size(source)

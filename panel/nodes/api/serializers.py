@@ -46,6 +46,7 @@ class NodeSerializer(serializers.ModelSerializer):
             "ssh_env",
             "ssh_host_root",
             "ssh_ascend_root",
+            "models_roots",
             "facts",
             "versions",
             "inventory_changes",
@@ -55,6 +56,15 @@ class NodeSerializer(serializers.ModelSerializer):
             "created",
         ]
         read_only_fields = fields
+
+
+class JoinTokenSerializer(serializers.Serializer):
+    """A new join command for a joined agent node: trading it in rotates the node's credential."""
+
+    rotate_credential = serializers.BooleanField(
+        default=False,
+        help_text=_("Must be true: the node gets a new credential and its old one stops working."),
+    )
 
 
 class NodeCreateSerializer(serializers.Serializer):
@@ -101,3 +111,8 @@ class NodeSettingsSerializer(serializers.Serializer):
     ssh_env = serializers.DictField(child=serializers.CharField(allow_blank=True), required=False)
     ssh_host_root = serializers.CharField(max_length=255, required=False)
     ssh_ascend_root = serializers.CharField(max_length=255, required=False)
+    models_roots = serializers.ListField(
+        child=serializers.CharField(max_length=255),
+        required=False,
+        help_text=_("Absolute folders on the node that model folders, copies and deployments must lie in."),
+    )

@@ -15,6 +15,7 @@ from panel.nodes import lifecycle
 from panel.nodes.api.images import NodeImagesMixin
 from panel.nodes.api.serializers import (
     ConfirmHostKeySerializer,
+    JoinTokenSerializer,
     NodeCreateSerializer,
     NodeSerializer,
     NodeSettingsSerializer,
@@ -26,7 +27,7 @@ from panel.operations.api.serializers import OperationSerializer
 from panel.operations.node_operations import start_install_agent, start_inventory
 
 # Who may change the fleet (add, remove, reconfigure, trust a host key) versus who may act on a node.
-ADMIN_ACTIONS = {"create", "destroy", "partial_update", "confirm_host_key", "install_agent"}
+ADMIN_ACTIONS = {"create", "destroy", "partial_update", "confirm_host_key", "install_agent", "join_token"}
 
 
 class Conflict(APIException):
@@ -40,6 +41,16 @@ def validation_error(error: DjangoValidationError) -> serializers.ValidationErro
 
 def panel_url(request) -> str:
     return request.build_absolute_uri("/").rstrip("/")
+
+
+def _join_answer(pending: lifecycle.PendingAgent) -> dict:
+    return {
+        "name": pending.name,
+        "transport": NodeTransport.AGENT,
+        "join_token": pending.token,
+        "expires": pending.expires,
+        "join_command": pending.join_command,
+    }
 
 
 # What an action that starts an operation answers, and one the node's state can refuse.
@@ -74,6 +85,8 @@ class NodeViewSet(NodeImagesMixin, mixins.ListModelMixin, mixins.RetrieveModelMi
             return NodeSettingsSerializer
         if self.action == "confirm_host_key":
             return ConfirmHostKeySerializer
+        if self.action == "join_token":
+            return JoinTokenSerializer
         return NodeSerializer
 
     def create(self, request):
@@ -88,14 +101,7 @@ class NodeViewSet(NodeImagesMixin, mixins.ListModelMixin, mixins.RetrieveModelMi
                     panel_host=request.get_host(),
                     user=request.user,
                 )
-                body = {
-                    "name": pending.name,
-                    "transport": NodeTransport.AGENT,
-                    "join_token": pending.token,
-                    "expires": pending.expires,
-                    "join_command": pending.join_command,
-                }
-                return Response(body, status=status.HTTP_201_CREATED)
+                return Response(_join_answer(pending), status=status.HTTP_201_CREATED)
             node, fingerprint = lifecycle.add_ssh_node(
                 name=data["name"],
                 address=data["address"],
@@ -168,6 +174,26 @@ class NodeViewSet(NodeImagesMixin, mixins.ListModelMixin, mixins.RetrieveModelMi
             panel_url=panel_url(request),
             user=request.user,
         )
+
+    @extend_schema(responses={201: None, 409: ErrorSerializer})
+    @action(detail=True, methods=["post"], url_path="join-token")
+    def join_token(self, request, pk=None):
+        """A new join command for this agent node (any pending one stops working). Trading it in rotates the
+        node's credential, so `rotate_credential` must be true."""
+        form = JoinTokenSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        try:
+            pending = lifecycle.rejoin_agent_node(
+                self.get_object(),
+                rotate_credential=form.validated_data["rotate_credential"],
+                panel_url=panel_url(request),
+                user=request.user,
+            )
+        except lifecycle.NodeActionRefused as error:
+            raise Conflict(str(error)) from error
+        except DjangoValidationError as error:
+            raise validation_error(error) from error
+        return Response(_join_answer(pending), status=status.HTTP_201_CREATED)
 
     @extend_schema(request=None)
     @action(detail=True, methods=["post"])

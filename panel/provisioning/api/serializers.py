@@ -6,6 +6,14 @@ from panel.provisioning.services import PIP_AUTO, PIP_SOURCES
 
 class PackageFileSerializer(serializers.ModelSerializer):
     file = serializers.FileField(write_only=True, help_text="The .run package or wheel to store.")
+    vendor_sha256 = serializers.CharField(
+        write_only=True,
+        required=False,
+        allow_blank=True,
+        default="",
+        max_length=64,
+        help_text="The SHA-256 the vendor publishes for the file (required for .run packages and wheels).",
+    )
     uploaded_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
     pending_uploaded_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
 
@@ -25,8 +33,9 @@ class PackageFileSerializer(serializers.ModelSerializer):
             "pending_uploaded_by",
             "pending_at",
             "file",
+            "vendor_sha256",
         ]
-        read_only_fields = [name for name in fields if name not in ("id", "file")]
+        read_only_fields = [name for name in fields if name not in ("id", "file", "vendor_sha256")]
 
 
 class ConfirmReplacementSerializer(serializers.Serializer):

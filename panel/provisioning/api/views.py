@@ -45,9 +45,10 @@ class PackageFileViewSet(
     mixins.DestroyModelMixin,
     PanelViewSet,
 ):
-    """The package store: upload a new name (operator), list with sha256, delete (admin). Uploading an
-    existing name (admin) leaves a pending replacement (pending_sha256): nodes keep the confirmed file
-    until an admin confirms the new checksum (confirm) or discards it (discard)."""
+    """The package store: upload a new name with the vendor's SHA-256 (operator: it waits for an admin's
+    approval, sha256 empty), list with sha256, delete (admin). Uploading an existing name (admin) leaves a
+    pending replacement (pending_sha256): nodes keep the confirmed file until an admin confirms the new
+    checksum (confirm, which also approves a new name) or discards it (discard)."""
 
     queryset = PackageFile.objects.select_related("uploaded_by", "pending_uploaded_by")
     serializer_class = PackageFileSerializer
@@ -60,7 +61,11 @@ class PackageFileViewSet(
 
     def perform_create(self, serializer):
         try:
-            serializer.instance = store.add_package(serializer.validated_data["file"], user=self.request.user)
+            serializer.instance = store.add_package(
+                serializer.validated_data["file"],
+                user=self.request.user,
+                vendor_sha256=serializer.validated_data["vendor_sha256"],
+            )
         except DjangoValidationError as error:
             raise _drf_error(error) from None
         except DjangoPermissionDenied as error:
@@ -72,7 +77,8 @@ class PackageFileViewSet(
     @extend_schema(request=ConfirmReplacementSerializer, responses=PackageFileSerializer)
     @action(detail=True, methods=["post"])
     def confirm(self, request, pk=None):
-        """Put the pending replacement in use; `sha256` must be the pending file's."""
+        """Approve a new package or put the pending replacement in use; `sha256` must be the pending
+        file's."""
         data = ConfirmReplacementSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         try:
