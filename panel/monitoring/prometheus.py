@@ -8,6 +8,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import CollectorRegistry
 
 from panel.core.choices import NodeStatus, NodeTransport
+from panel.core.refusals import rejected_by_reason
 from panel.monitoring import store
 
 NPU_LABELS = ["id", "chip_id", "model_name", "node", "logic_id"]
@@ -84,14 +85,14 @@ def panel_gauges():
     for row in Operation.objects.values("status").annotate(n=Count("id")).order_by("status"):
         operations.add_metric([row["status"]], row["n"])
     yield operations
-    from panel.nodes.trust import rejected_counts
-
-    # Messages refused because their signature or their node did not check out (panel.nodes.trust).
+    # Messages refused for their signature, their sender, their age or as replays (panel.core.refusals).
     rejected = CounterMetricFamily(
-        "panel_rejected_messages", "agent messages the panel refused, by kind", labels=["kind"]
+        "panel_rejected_messages",
+        "messages the panel refused, by kind and reason",
+        labels=["kind", "reason"],
     )
-    for kind, count in sorted(rejected_counts().items()):
-        rejected.add_metric([kind], count)
+    for (kind, reason), count in sorted(rejected_by_reason().items()):
+        rejected.add_metric([kind, reason], count)
     yield rejected
     from panel.gateway.metrics import collect as gateway_metrics
 

@@ -1,3 +1,4 @@
+from panel.core.panel_tasks import panel_task
 from workers.celery_app import app
 from workers.task_names import HEARTBEAT
 
@@ -14,14 +15,14 @@ def heartbeat(envelope: dict) -> None:
     record_heartbeat(beat, signer=signer)
 
 
-@app.task(name="panel.mark_silent_nodes_offline")
+@panel_task("panel.mark_silent_nodes_offline")
 def mark_silent_nodes_offline() -> list[str]:
     from panel.nodes.services import mark_silent_nodes_offline as sweep
 
     return sweep()
 
 
-@app.task(name="panel.dispatch_ssh_probes", acks_late=False)
+@panel_task("panel.dispatch_ssh_probes", acks_late=False)
 def dispatch_ssh_probes() -> list[str]:
     from panel.nodes.ssh_probes import dispatch_ssh_probes as dispatch
 
