@@ -64,3 +64,40 @@ def test_it_rejects_a_malformed_batch(operation):
         ingest_as_its_node(
             {"operation_id": str(operation.id), "node": "n1", "events": [{"seq": 0, "kind": "log"}]}
         )
+
+
+def test_a_batch_is_never_taken_without_its_sender(operation):
+    from panel.operations.services import ingest_events
+
+    with pytest.raises(TypeError, match="sender"):
+        ingest_events(event_batch(operation, (1, "state", {"state": "succeeded"})))
+    assert not operation.events.exists()
+
+
+def test_a_batch_repeating_the_attempt_number_after_the_end_keeps_the_terminal_state(operation):
+    ingest_as_its_node(
+        event_batch(
+            operation,
+            (1, "state", {"state": "running"}),
+            (2, "state", {"state": "succeeded", "result": {"facts": "first"}}),
+            final_seq=2,
+        )
+    )
+    operation.refresh_from_db()
+    finished = operation.finished
+    # The same attempt number again (a redelivery after the agent lost its lease record, or a replay):
+    # numbers beyond the end, a new result, a progress — stored in the log, applied to nothing.
+    ingest_as_its_node(
+        event_batch(
+            operation,
+            (3, "progress", {"percent": 5, "stage": "again"}),
+            (4, "state", {"state": "succeeded", "result": {"facts": "forged"}}),
+        )
+    )
+    ingest_as_its_node(
+        {**event_batch(operation, (1, "state", {"state": "failed", "error": "x"})), "attempt": 2}
+    )
+    operation.refresh_from_db()
+    assert (operation.status, operation.result, operation.error) == ("succeeded", {"facts": "first"}, "")
+    assert (operation.progress, operation.finished, operation.attempt) == (100.0, finished, 1)
+    assert operation.events.count() == 5
