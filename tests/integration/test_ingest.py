@@ -79,7 +79,7 @@ def test_a_batch_repeating_the_attempt_number_after_the_end_keeps_the_terminal_s
         event_batch(
             operation,
             (1, "state", {"state": "running"}),
-            (2, "state", {"state": "succeeded", "result": {"facts": "first"}}),
+            (2, "state", {"state": "succeeded", "result": {"ok": "first"}}),
             final_seq=2,
         )
     )
@@ -91,13 +91,13 @@ def test_a_batch_repeating_the_attempt_number_after_the_end_keeps_the_terminal_s
         event_batch(
             operation,
             (3, "progress", {"percent": 5, "stage": "again"}),
-            (4, "state", {"state": "succeeded", "result": {"facts": "forged"}}),
+            (4, "state", {"state": "succeeded", "result": {"ok": "forged"}}),
         )
     )
     ingest_as_its_node(
         {**event_batch(operation, (1, "state", {"state": "failed", "error": "x"})), "attempt": 2}
     )
     operation.refresh_from_db()
-    assert (operation.status, operation.result, operation.error) == ("succeeded", {"facts": "first"}, "")
+    assert (operation.status, operation.result, operation.error) == ("succeeded", {"ok": "first"}, "")
     assert (operation.progress, operation.finished, operation.attempt) == (100.0, finished, 1)
     assert operation.events.count() == 5
