@@ -60,10 +60,10 @@ def heartbeat_loop(config: AgentConfig, stop: threading.Event) -> None:
 
 
 def start_background_threads(config: AgentConfig) -> threading.Event:
-    from workers.events import publish
+    from workers.events import publish_unsealed
     from workers.spool import spool_for
 
-    spool_for(publish)  # sends what an earlier run of the agent left in its spool
+    spool_for(publish_unsealed)  # sends what an earlier run of the agent left in its spool
     stop = threading.Event()
     threading.Thread(target=heartbeat_loop, args=(config, stop), name="heartbeat", daemon=True).start()
     if config.metrics_s > 0:

@@ -24,7 +24,17 @@ def send_spooled(task_name: str, payload: dict, *, signer: str | None = None) ->
     on-disk spool and goes out in order once it is back (workers.spool)."""
     from workers.spool import spool_for
 
-    spool_for(publish).send(task_name, seal_for_panel(task_name, payload["node"], payload, signer))
+    spool_for(publish_unsealed).send(task_name, {"payload": payload, "signer": signer})
+
+
+def publish_unsealed(task_name: str, message: dict) -> None:
+    """Seal a spooled message when it leaves, not when it was spooled: its stamp then starts when the
+    broker takes it, so an hour in the spool does not make it stale. A spool written by an older agent
+    holds sealed envelopes: their body is sealed anew."""
+    if "sig" in message:
+        message = {"payload": message["body"], "signer": message.get("signer")}
+    payload = message["payload"]
+    publish(task_name, seal_for_panel(task_name, payload["node"], payload, message.get("signer")))
 
 
 class EventEmitter:

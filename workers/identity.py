@@ -8,23 +8,112 @@ SSH nodes, signs and verifies with a key derived from the secrets key it shares 
 holding node A's key can therefore neither make node B's agent or the central agent run anything, nor
 speak for node B: the receiving side verifies.
 
-HMAC-SHA256 over the message's canonical JSON (sorted keys): cheap enough for the metrics path.
+Every signed message carries a stamp inside its signature: when it was signed, until when it counts, and a
+nonce. A receiver refuses one whose expiry passed or that claims a time beyond a small clock skew ahead, and
+remembers each nonce for as long as the message counts, so a captured message replayed later, or again at
+once, does nothing (the panel keeps nonces in its Redis, an agent in its state directory: workers.nonces).
+How long a message counts depends on its kind (VALIDITY_S): seconds for heartbeats and metrics, longer for
+tasks and event batches, which may wait in the broker while their receiver is down.
+
+HMAC-SHA256 over the stamp and the message's canonical JSON (sorted keys): cheap enough for the metrics path.
 """
 
 import hashlib
 import hmac
 import os
+import re
+import secrets
 import threading
+import time
+from typing import NamedTuple
 
 import orjson
+
+from workers.task_names import ASK_STILL_WANTED, HEARTBEAT, INGEST_DEPLOYMENT_PROBE, INGEST_EVENTS
 
 CENTRAL = "central"
 CENTRAL_ENV = "ASCEND_PANEL_CENTRAL"  # set by `python -m workers.agent --central` for its own process
 AUTH_KWARG = "_auth"
+# An operation's task carries which sending of it it is (signed with the rest): workers.asking asks whether
+# that one is still wanted.
+DISPATCH_KWARG = "_dispatch"
+
+
+# A receiver's clock may trail the sender's by this much: a message "from the future" within it is fine.
+CLOCK_SKEW_S = 5.0
+# How long a message of each kind counts after it was signed. The sender stamps an expiry within this; a
+# receiver refuses a stamp claiming longer, and remembers the nonce until the expiry (plus the skew).
+VALIDITY_S = {
+    "heartbeat": 10.0,  # a heartbeat older than this marks nothing online
+    "metrics": 30.0,  # workers.metrics_inbox.MAX_AGE_S: after an outage the panel wants current figures
+    "probe": 30.0,
+    "ask": 30.0,  # an agent asking whether an attempt is still wanted (workers.asking)
+    # Event batches wait in the broker while the panel worker is down and must not be lost then.
+    "event_batch": 24 * 3600.0,
+    # Panel → agent: each task's own expiry is set by the panel (an operation's pickup deadline, two reconcile
+    # intervals for a probe); this is the longest any may claim.
+    "task": 24 * 3600.0,
+    # The panel's own tasks, signed with the panel's key (panel.core.panel_tasks).
+    "panel_task": 3600.0,
+}
+DEFAULT_TASK_VALIDITY_S = 900.0
+# What each agent → panel task carries, for its validity.
+ENVELOPE_KINDS = {
+    HEARTBEAT: "heartbeat",
+    INGEST_EVENTS: "event_batch",
+    INGEST_DEPLOYMENT_PROBE: "probe",
+    ASK_STILL_WANTED: "ask",
+}
+_NONCE = re.compile(r"[0-9a-f]{16,64}")
 
 
 class Untrusted(Exception):
-    """A message whose signature does not verify, or that speaks for a node its signer is not."""
+    """A message whose signature does not verify, that speaks for a node its signer is not, or that is stale
+    or replayed. `reason` is one word for the refusal counters: signature, sender, stale, future, replayed,
+    malformed."""
+
+    def __init__(self, message: str, reason: str = "signature"):
+        super().__init__(message)
+        self.reason = reason
+
+
+class Stamp(NamedTuple):
+    """When a message was signed and until when it counts (Unix seconds), and its nonce."""
+
+    issued: float
+    expires: float
+    nonce: str
+
+    def remember_s(self, now: float | None = None) -> float:
+        """How long a receiver must remember the nonce: until no clock may take the message as fresh."""
+        return max(1.0, self.expires + CLOCK_SKEW_S - (time.time() if now is None else now))
+
+
+def new_stamp(validity_s: float, now: float | None = None) -> str:
+    """A stamp for a message signed now that counts for validity_s: "issued_ms:expires_ms:nonce"."""
+    now = time.time() if now is None else now
+    return f"{int(now * 1000)}:{int((now + validity_s) * 1000)}:{secrets.token_hex(12)}"
+
+
+def fresh_stamp(stamp: str, kind: str, now: float | None = None) -> Stamp:
+    """The stamp of a (verified) message that still counts, or raises Untrusted saying why not."""
+    try:
+        issued_ms, expires_ms, nonce = str(stamp).split(":")
+        issued, expires = int(issued_ms) / 1000, int(expires_ms) / 1000
+    except ValueError:
+        raise Untrusted("the message carries no time stamp", "malformed") from None
+    if not _NONCE.fullmatch(nonce) or not 0 <= expires - issued <= VALIDITY_S[kind]:
+        raise Untrusted(f"the stamp is malformed or claims longer than a {kind} may count", "malformed")
+    now = time.time() if now is None else now
+    if issued > now + CLOCK_SKEW_S:
+        raise Untrusted(
+            f"signed {issued - now:.0f} s in the future: the sender's clock is ahead (check chrony or NTP on "
+            "the node and the panel)",
+            "future",
+        )
+    if expires + CLOCK_SKEW_S < now:
+        raise Untrusted(f"expired {now - expires:.0f} s ago (signed {now - issued:.0f} s ago)", "stale")
+    return Stamp(issued, expires, nonce)
 
 
 def canonical(obj) -> bytes:
@@ -120,57 +209,110 @@ def seal_for_panel(task_name: str, node: str, body: dict, signer: str | None = N
     """The envelope an agent sends: the body, the node it is about, who signed it and the signature. The
     signer is the node itself, or CENTRAL for what the central agent sends about an SSH node."""
     signer = signer or node
+    stamp = new_stamp(VALIDITY_S[ENVELOPE_KINDS[task_name]])
     return {
         "node": node,
         "signer": signer,
         "body": body,
-        "sig": signature(signing_key(signer), task_name.encode(), node.encode(), canonical(body)),
+        "stamp": stamp,
+        "sig": signature(signing_key(signer), *envelope_parts(stamp, task_name, node, body)),
     }
 
 
+def envelope_parts(stamp: str, task_name: str, node: str, body: dict) -> tuple[bytes, ...]:
+    return stamp.encode(), task_name.encode(), node.encode(), canonical(body)
+
+
+def open_envelope_seal(key: bytes, task_name: str, envelope: dict) -> Stamp:
+    """The stamp of an agent's envelope whose signature verifies with `key` and that still counts for its
+    kind; raises Untrusted. The caller checks the nonce was not seen before."""
+    stamp = str(envelope.get("stamp", ""))
+    parts = envelope_parts(stamp, task_name, str(envelope.get("node", "")), envelope.get("body"))
+    if not verify(key, str(envelope.get("sig", "")), *parts):
+        raise Untrusted("signature does not verify with the node's credential")
+    return fresh_stamp(stamp, ENVELOPE_KINDS[task_name])
+
+
 def metrics_line(signer: str, raw: bytes) -> bytes:
-    """A metrics batch as the inbox carries it: signer, signature and the batch's JSON, space separated."""
-    return b"%s %s %s" % (signer.encode(), signature(signing_key(signer), b"metrics", raw).encode(), raw)
+    """A metrics batch as the inbox carries it: signer, seal and the batch's JSON, space separated. The seal
+    is the stamp and the signature over it and the batch: "stamp/signature"."""
+    stamp = new_stamp(VALIDITY_S["metrics"]).encode()
+    sig = signature(signing_key(signer), b"metrics", stamp, raw).encode()
+    return b"%s %s/%s %s" % (signer.encode(), stamp, sig, raw)
 
 
 def split_metrics_line(line: bytes) -> tuple[str, str, bytes]:
-    signer, sig, raw = line.split(b" ", 2)
-    return signer.decode(), sig.decode(), raw
+    """(signer, seal, batch JSON) of an inbox line; the seal is checked by open_metrics_seal."""
+    signer, seal, raw = line.split(b" ", 2)
+    return signer.decode(), seal.decode(), raw
+
+
+def open_metrics_seal(key: bytes, seal: str, raw: bytes, now: float | None = None) -> Stamp:
+    """The stamp of a metrics batch whose seal verifies with `key` and that still counts; raises Untrusted."""
+    stamp, _, sig = seal.partition("/")
+    if not verify(key, sig, b"metrics", stamp.encode(), raw):
+        raise Untrusted("signature does not verify with the node's credential")
+    return fresh_stamp(stamp, "metrics", now)
 
 
 # --- panel → agent -----------------------------------------------------------------------------------
 
 
-def task_parts(task_name: str, task_id: str, node: str, kwargs: dict) -> tuple[bytes, ...]:
+def task_parts(stamp: str, task_name: str, task_id: str, node: str, kwargs: dict) -> tuple[bytes, ...]:
     unsigned = {k: v for k, v in kwargs.items() if k != AUTH_KWARG}
-    return task_name.encode(), task_id.encode(), node.encode(), canonical(unsigned)
+    return stamp.encode(), task_name.encode(), task_id.encode(), node.encode(), canonical(unsigned)
 
 
-def task_auth(key: bytes, signer: str, task_name: str, task_id: str, node: str, kwargs: dict) -> dict:
-    """The `_auth` kwarg the panel adds to a task for `node`'s agent (or the central agent)."""
+def task_auth(
+    key: bytes,
+    signer: str,
+    task_name: str,
+    task_id: str,
+    node: str,
+    kwargs: dict,
+    validity_s: float = DEFAULT_TASK_VALIDITY_S,
+) -> dict:
+    """The `_auth` kwarg the panel adds to a task for `node`'s agent (or the central agent). Every sending,
+    a re-sent operation's included, is stamped anew."""
+    stamp = new_stamp(min(validity_s, VALIDITY_S["task"]))
     return {
         "signer": signer,
         "node": node,
-        "sig": signature(key, *task_parts(task_name, task_id, node, kwargs)),
+        "stamp": stamp,
+        "sig": signature(key, *task_parts(stamp, task_name, task_id, node, kwargs)),
     }
 
 
-def check_task(task_name: str, task_id: str, kwargs: dict) -> str:
-    """Verify a task this process received; returns the node it is for. Raises Untrusted."""
+class TaskSeal(NamedTuple):
+    node: str
+    signer: str
+    stamp: Stamp
+
+
+def check_task(task_name: str, task_id: str, kwargs: dict, first_sight=None) -> TaskSeal:
+    """Verify a task this process received: signed for a node whose key this process holds, still fresh, and
+    (when `first_sight(signer, stamp)` is given) never seen before. Raises Untrusted."""
     auth = kwargs.get(AUTH_KWARG)
     if not isinstance(auth, dict):
         raise Untrusted(f"task {task_name} carries no signature")
     signer, node = str(auth.get("signer", "")), str(auth.get("node", ""))
     if signer != CENTRAL and node != signer:
-        raise Untrusted(f"task {task_name} for node {node!r} is signed as {signer!r}")
+        raise Untrusted(f"task {task_name} for node {node!r} is signed as {signer!r}", "sender")
     key = key_for(signer)
     if key is None:
-        raise Untrusted(f"task {task_name} is for {signer!r}, whose key this agent does not hold")
-    if not verify(key, str(auth.get("sig", "")), *task_parts(task_name, task_id, node, kwargs)):
+        raise Untrusted(f"task {task_name} is for {signer!r}, whose key this agent does not hold", "sender")
+    stamp_text = str(auth.get("stamp", ""))
+    if not verify(key, str(auth.get("sig", "")), *task_parts(stamp_text, task_name, task_id, node, kwargs)):
         raise Untrusted(f"task {task_name} for {node!r} has a signature this agent's key does not verify")
+    try:
+        stamp = fresh_stamp(stamp_text, "task")
+    except Untrusted as why:
+        raise Untrusted(f"task {task_name} for {node!r}: {why}", why.reason) from None
     target = kwargs.get("target")
     if signer == CENTRAL and not (isinstance(target, dict) and target.get("node") == node):
-        raise Untrusted(f"task {task_name} for the central agent must name its SSH node {node!r}")
+        raise Untrusted(f"task {task_name} for the central agent must name its SSH node {node!r}", "sender")
     if signer != CENTRAL and target is not None:
-        raise Untrusted(f"task {task_name} for node {node!r} may not carry an SSH target")
-    return node
+        raise Untrusted(f"task {task_name} for node {node!r} may not carry an SSH target", "sender")
+    if first_sight is not None and not first_sight(signer, stamp):
+        raise Untrusted(f"task {task_name} for {node!r} was delivered before (a replay)", "replayed")
+    return TaskSeal(node, signer, stamp)

@@ -6,6 +6,10 @@ SSH_RUNNER_QUEUE = "ssh-runner"
 
 INGEST_EVENTS = "panel.ingest_events"
 HEARTBEAT = "panel.heartbeat"
+# Before an operation's first step the agent asks whether this delivery is still wanted (workers.asking);
+# the panel answers with AGENT_STILL_WANTED_ANSWER on the node's queue.
+ASK_STILL_WANTED = "panel.ask_still_wanted"
+AGENT_STILL_WANTED_ANSWER = "agent.still_wanted_answer"
 
 AGENT_INVENTORY = "agent.inventory"
 AGENT_PREFLIGHT = "agent.preflight"

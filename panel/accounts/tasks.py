@@ -3,10 +3,10 @@ from datetime import timedelta
 from django.conf import settings
 from django.utils import timezone
 
-from workers.celery_app import app
+from panel.core.panel_tasks import panel_task
 
 
-@app.task(name="panel.accounts.prune_idempotent_answers")
+@panel_task("panel.accounts.prune_idempotent_answers")
 def prune_idempotent_answers() -> int:
     """Answers older than PANEL_IDEMPOTENCY_TTL_S are never replayed again."""
     from panel.accounts.models import IdempotentAnswer

@@ -1,9 +1,9 @@
 """The audit log's beat task (panel queue): pruning old entries once a day."""
 
-from workers.celery_app import app
+from panel.core.panel_tasks import panel_task
 
 
-@app.task(name="panel.audit.prune")
+@panel_task("panel.audit.prune")
 def prune() -> int:
     from panel.audit.services import prune as prune_entries
 

@@ -74,7 +74,7 @@ class _RefusingClient(RedisCacheClient):
         try:
             client = self.get_client(None, write=True)
             client.delete(*keys)
-            refusals.count(client, "cache", len(keys))
+            refusals.count_state(client, "cache", len(keys))
         except RedisError:
             log.warning("could not drop the refused cache values: Redis went away")
 

@@ -183,7 +183,7 @@ def ingest_probe(message: dict) -> None:
             if not deployment.nodes.filter(name=node).exists():
                 from panel.nodes.trust import refuse
 
-                refuse("probe", node, f"deployment {deployment.name} does not run on this node")
+                refuse("probe", node, f"deployment {deployment.name} does not run on this node", "sender")
                 continue
             _apply_probe(deployment, node, result, policy, now, when)
             deployment.save()

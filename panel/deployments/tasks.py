@@ -1,12 +1,13 @@
 """Panel tasks of deployments: the reconcile beat and the agents' probe answers."""
 
+from panel.core.panel_tasks import panel_task
 from workers.celery_app import app
 from workers.task_names import INGEST_DEPLOYMENT_PROBE
 
 RECONCILE = "panel.reconcile_deployments"
 
 
-@app.task(name=RECONCILE, ignore_result=True)
+@panel_task(RECONCILE, ignore_result=True)
 def reconcile_deployments() -> dict:
     from panel.deployments.reconcile import tick
 

@@ -77,6 +77,6 @@ async def refused(redis, kind: str, reason: str) -> None:
     """Log and count a refused entry on the gateway's async client; never raises."""
     log.warning("gateway refused a Redis entry (%s): %s", kind, reason)
     try:
-        await redis.hincrby(refusals.KEY, kind, 1)
+        await redis.hincrby(refusals.STATE_KEY, kind, 1)
     except Exception:  # counting is best effort; the warning above is the record
         log.exception("could not count a refused gateway entry")

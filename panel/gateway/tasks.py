@@ -1,7 +1,7 @@
-from workers.celery_app import app
+from panel.core.panel_tasks import panel_task
 
 
-@app.task(name="panel.gateway.drain_usage", ignore_result=True)
+@panel_task("panel.gateway.drain_usage", ignore_result=True)
 def drain_usage() -> int:
     """Finished gateway requests: from the Redis list into usage rows and hourly roll-ups."""
     from panel.gateway.usage import drain
@@ -9,7 +9,7 @@ def drain_usage() -> int:
     return drain()
 
 
-@app.task(name="panel.gateway.prune_usage")
+@panel_task("panel.gateway.prune_usage")
 def prune_usage() -> dict:
     from panel.gateway.usage import prune
 

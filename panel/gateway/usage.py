@@ -131,7 +131,7 @@ def _readable(client, items: list[str]) -> list[dict]:
                 raise ValueError("no time")
         except (sealing.Unsealed, ValueError, KeyError, TypeError) as error:
             log.warning("usage item skipped (%s): %.200r", error, item)
-            refusals.count(client, "gateway-usage")
+            refusals.count_state(client, "gateway-usage")
             continue
         records.append(record)
     return records

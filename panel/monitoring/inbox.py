@@ -90,13 +90,14 @@ class MetricsIngester:
         parsed, signed = [], []
         for line in raws:
             try:  # parsed and validated in one step by pydantic's JSON reader
-                signer, sig, raw = split_metrics_line(line)
+                signer, seal, raw = split_metrics_line(line)
                 batch = MetricBatch.model_validate_json(raw)
             except (ValueError, ValidationError) as error:
-                refuse("metrics", "?", f"malformed or unsigned metrics batch: {str(error)[:200]}")
+                why = f"malformed or unsigned metrics batch: {str(error)[:200]}"
+                refuse("metrics", "?", why, "malformed")
                 continue
             parsed.append(batch)
-            signed.append((signer, sig, raw, batch.node))
+            signed.append((signer, seal, raw, batch.node))
         verdicts = trusted_metrics(signed) if signed else []
         batches = [
             batch for batch, ok in zip(parsed, verdicts, strict=True) if ok and not is_stale(batch, now)

@@ -9,9 +9,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import CollectorRegistry
 
 from panel.accounts.signin_limits import failure_figures
-from panel.core import refusals as state_refusals
 from panel.core.choices import NodeStatus, NodeTransport
-from panel.monitoring import refusals, store
+from panel.core.refusals import rejected_by_reason, state_counts
+from panel.monitoring import store
 
 NPU_LABELS = ["id", "chip_id", "model_name", "node", "logic_id"]
 # (npu-exporter name, help, field of the "metrics" message). HBM and memory are in MB, like npu-exporter.
@@ -91,12 +91,14 @@ def panel_gauges():
     for row in Operation.objects.values("status").annotate(n=Count("id")).order_by("status"):
         operations.add_metric([row["status"]], row["n"])
     yield operations
-    # Messages refused because their signature or their node did not check out (panel.nodes.trust).
+    # Messages refused for their signature, their sender, their age or as replays (panel.core.refusals).
     rejected = CounterMetricFamily(
-        "panel_rejected_messages", "agent messages the panel refused, by kind", labels=["kind"]
+        "panel_rejected_messages",
+        "messages the panel refused, by kind and reason",
+        labels=["kind", "reason"],
     )
-    for kind, count in sorted(refusals.rejected_counts().items()):
-        rejected.add_metric([kind], count)
+    for (kind, reason), count in sorted(rejected_by_reason().items()):
+        rejected.add_metric([kind, reason], count)
     yield rejected
     # Panel state read back from Redis that the panel did not write (panel.core.refusals).
     refused_state = CounterMetricFamily(
@@ -104,7 +106,7 @@ def panel_gauges():
         "cache values, gateway entries and usage items read from Redis and refused, by kind",
         labels=["kind"],
     )
-    for kind, count in sorted(state_refusals.counts(store.client()).items()):
+    for kind, count in sorted(state_counts(store.client()).items()):
         refused_state.add_metric([kind], count)
     yield refused_state
     figures = failure_figures()

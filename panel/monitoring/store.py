@@ -13,11 +13,9 @@ Keys (all under `mon:`):
   fleet-due       exists while a fleet summary was sent less than a second ago
 """
 
-import threading
-
 import orjson
-import redis
-from django.conf import settings
+
+from panel.core.panel_redis import client
 
 PREFIX = "mon:"
 NODES = f"{PREFIX}nodes"
@@ -27,18 +25,7 @@ HEARTBEATS_WRITE = f"{PREFIX}hb-write"
 SENTINEL = "-"
 LATEST_TTL_S = 120
 
-_clients: dict[str, redis.Redis] = {}
-_clients_lock = threading.Lock()
-
-
-def client() -> redis.Redis:
-    """One connection pool per process (and per REDIS_URL, which tests point at their own server)."""
-    url = settings.REDIS_URL
-    found = _clients.get(url)
-    if found is None:
-        with _clients_lock:
-            found = _clients.setdefault(url, redis.Redis.from_url(url, decode_responses=True))
-    return found
+__all__ = ["client"]  # the panel's Redis (panel.core.panel_redis), used by every function here
 
 
 def latest_key(node: str) -> str:

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 
+from panel.core.panel_tasks import panel_task
 from panel.monitoring import ssh_probes
 from panel.monitoring.inbox import MetricsIngestStep
 from workers.celery_app import app
@@ -21,7 +22,7 @@ WEBHOOK_RETRIES = 5
 app.steps["worker"].add(MetricsIngestStep)
 
 
-@app.task(name="panel.monitoring.downsample")
+@panel_task("panel.monitoring.downsample")
 def downsample() -> int:
     """Write every complete minute in the ring buffers to the minute tables. Returns rows written."""
     from panel.monitoring.history import downsample_all
@@ -29,7 +30,7 @@ def downsample() -> int:
     return downsample_all()
 
 
-@app.task(name="panel.monitoring.prune")
+@panel_task("panel.monitoring.prune")
 def prune() -> int:
     """Delete minute rows older than PANEL_METRICS_RETENTION_DAYS, and resolved alerts as old."""
     from django.conf import settings
@@ -43,8 +44,8 @@ def prune() -> int:
     return deleted
 
 
-@app.task(
-    name="panel.monitoring.send_alert_webhook",
+@panel_task(
+    "panel.monitoring.send_alert_webhook",
     bind=True,
     max_retries=WEBHOOK_RETRIES,
     acks_late=False,
@@ -77,6 +78,6 @@ def _retry(task, url: str, error: Exception) -> int:
     raise task.retry(exc=error, countdown=2 ** (task.request.retries + 1))
 
 
-@app.task(name="panel.dispatch_ssh_probes", acks_late=False)
+@panel_task("panel.dispatch_ssh_probes", acks_late=False)
 def dispatch_ssh_probes() -> list[str]:
     return ssh_probes.dispatch_ssh_probes()

@@ -15,7 +15,3 @@ node_not_inventoried = Signal()
 # The offline sweep found a node that missed its heartbeats (panel.nodes.services.mark_silent_nodes_offline).
 # Kwargs: node.
 node_offline = Signal()
-
-# panel.nodes.trust refused an agent's message (bad signature, another node's, malformed); sender is that
-# module's name. Kwargs: kind.
-message_refused = Signal()

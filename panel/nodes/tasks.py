@@ -1,3 +1,4 @@
+from panel.core.panel_tasks import panel_task
 from workers.celery_app import app
 from workers.task_names import HEARTBEAT
 
@@ -14,7 +15,7 @@ def heartbeat(envelope: dict) -> None:
     record_heartbeat(beat, signer=signer)
 
 
-@app.task(name="panel.mark_silent_nodes_offline")
+@panel_task("panel.mark_silent_nodes_offline")
 def mark_silent_nodes_offline() -> list[str]:
     from panel.nodes.services import mark_silent_nodes_offline as sweep
 

@@ -2,8 +2,9 @@
 signing what the panel sends them.
 
 A message is accepted only when its signature verifies with the key of the node it speaks for (or, for an
-SSH node, the central agent's key), and then only for that node's rows: ingest functions compare the node
-an event batch or probe result touches with the sender. Everything refused is logged and counted
+SSH node, the central agent's key), while its stamp is fresh and its nonce unseen (workers.identity,
+panel.core.refusals), and then only for that node's rows: ingest functions compare the node an event batch
+or probe result touches with the sender. Everything refused is logged and counted by kind and reason
 (`panel_rejected_messages_total` on /metrics).
 """
 
@@ -12,20 +13,23 @@ import threading
 import time
 from functools import lru_cache
 
-from panel.nodes.signals import message_refused
+from panel.core.refusals import first_sight, first_sights, refuse, rejected_counts
 from workers.celery_app import app as celery_app
 from workers.identity import (
     AUTH_KWARG,
     CENTRAL,
+    DEFAULT_TASK_VALIDITY_S,
     Untrusted,
-    canonical,
     central_key,
     derive,
+    open_envelope_seal,
+    open_metrics_seal,
     task_auth,
-    verify,
 )
 
 log = logging.getLogger(__name__)
+
+__all__ = ["refuse", "rejected_counts"]  # re-exported: what every ingest path calls
 
 
 class Refused(Exception):
@@ -59,46 +63,40 @@ def _central_key(material: str) -> bytes:
     return central_key(material)
 
 
-def refuse(kind: str, sender: str, reason: str) -> None:
-    """Log and count a refused message; never raises (a broken Redis must not hide the refusal's log)."""
-    log.warning("refused %s from %r: %s", kind, sender, reason)
-    try:
-        message_refused.send(__name__, kind=kind)
-    except Exception:  # counting is best effort; the log line above is the record
-        log.exception("could not count a refused message")
-
-
 def _key_of(signer: str, node) -> bytes:
     if signer == CENTRAL:
         # Nodes reached over SSH: still SSH nodes, or ones whose agent the central agent just installed
         # (its last events may arrive after the new agent's first heartbeat made the node an agent node).
         if not node.ssh_username:
-            raise Untrusted(f"the central agent speaks only for nodes it reaches over SSH, not {node.name}")
+            raise Untrusted(
+                f"the central agent speaks only for nodes it reaches over SSH, not {node.name}", "sender"
+            )
         return panel_central_key()
     if signer != node.name:
-        raise Untrusted(f"signed by {signer!r} but speaks for {node.name!r}")
+        raise Untrusted(f"signed by {signer!r} but speaks for {node.name!r}", "sender")
     return agent_key(node)
 
 
 def open_envelope(kind: str, task_name: str, envelope) -> tuple:
-    """(node, signer, body) of a signed agent message, or raises Refused (logged and counted)."""
+    """(node, signer, body) of a signed agent message that is fresh and seen for the first time, or raises
+    Refused (logged and counted)."""
     from panel.nodes.models import Node
 
     sender = envelope.get("signer", "?") if isinstance(envelope, dict) else "?"
     try:
         if not isinstance(envelope, dict) or not isinstance(envelope.get("body"), dict):
-            raise Untrusted("not a signed envelope")
+            raise Untrusted("not a signed envelope", "malformed")
         name, signer, body = str(envelope.get("node", "")), str(envelope.get("signer", "")), envelope["body"]
         node = Node.objects.filter(name=name).first()
         if node is None:
-            raise Untrusted(f"no node named {name!r} (removed, or never added)")
-        key = _key_of(signer, node)
-        if not verify(key, str(envelope.get("sig", "")), task_name.encode(), name.encode(), canonical(body)):
-            raise Untrusted("signature does not verify with the node's credential")
+            raise Untrusted(f"no node named {name!r} (removed, or never added)", "sender")
+        stamp = open_envelope_seal(_key_of(signer, node), task_name, envelope)
         if body.get("node", name) != name:
-            raise Untrusted(f"envelope for {name!r} carries a message about {body.get('node')!r}")
+            raise Untrusted(f"envelope for {name!r} carries a message about {body.get('node')!r}", "sender")
+        if not first_sight(signer, stamp):
+            raise Untrusted("seen before: a replay", "replayed")
     except Untrusted as error:
-        refuse(kind, sender, str(error))
+        refuse(kind, sender, str(error), error.reason)
         raise Refused(str(error)) from None
     return node, signer, body
 
@@ -146,25 +144,37 @@ def forget_credentials(sender=None, instance=None, created=False, update_fields=
 
 
 def trusted_metrics(lines: list[tuple[str, str, bytes, str]]) -> list[bool]:
-    """For each (signer, signature, batch JSON, node the batch is about) of one inbox drain: whether its
-    signature verifies with that node's credential. One query for the whole drain; refusals are counted."""
+    """For each (signer, seal, batch JSON, node the batch is about) of one inbox drain: whether its seal
+    verifies with that node's credential, is fresh and was not seen before. One query and one Redis round
+    trip for the whole drain; refusals are counted."""
     nodes = _credentials.lookup({line[3] for line in lines})
     keys: dict[tuple[str, str], bytes | None] = {}
-    verdicts = []
-    for signer, sig, raw, name in lines:
+    stamps = []
+    for signer, seal, raw, name in lines:
         if (signer, name) not in keys:
             try:
                 node = nodes.get(name)
                 if node is None:
-                    raise Untrusted(f"no node named {name!r}")
+                    raise Untrusted(f"no node named {name!r}", "sender")
                 keys[signer, name] = _key_of(signer, node)
             except Untrusted as error:
-                refuse("metrics", signer, str(error))
+                refuse("metrics", signer, str(error), error.reason)
                 keys[signer, name] = None
         key = keys[signer, name]
-        ok = key is not None and verify(key, sig, b"metrics", raw)
-        if key is not None and not ok:
-            refuse("metrics", signer, f"signature for {name!r} does not verify")
+        stamp = None
+        if key is not None:
+            try:
+                stamp = open_metrics_seal(key, seal, raw)
+            except Untrusted as error:
+                refuse("metrics", signer, f"batch about {name!r}: {error}", error.reason)
+        stamps.append(stamp)
+    fresh = [(line[0], stamp) for line, stamp in zip(lines, stamps, strict=True) if stamp is not None]
+    unseen = iter(first_sights(fresh) if fresh else [])
+    verdicts = []
+    for (signer, _seal, _raw, name), stamp in zip(lines, stamps, strict=True):
+        ok = stamp is not None and next(unseen)
+        if stamp is not None and not ok:
+            refuse("metrics", signer, f"batch about {name!r} seen before: a replay", "replayed")
         verdicts.append(ok)
     return verdicts
 
@@ -179,7 +189,9 @@ def task_signing_key(node) -> bytes:
 
 def send_agent_task(node, task_name: str, kwargs: dict, *, task_id: str | None = None, **options) -> None:
     """Send `task_name` to the agent of `node` (or the central agent for an SSH node), signed so that the
-    receiving agent can tell it comes from the panel and is meant for that node."""
+    receiving agent can tell it comes from the panel, is meant for that node and still counts: its signed
+    expiry is the `expires` option (seconds) when given. Each call signs anew, so a re-sent operation is a
+    new message, never a replay of the old one."""
     from panel.nodes.ssh import task_route
 
     queue, route_kwargs = task_route(node)
@@ -187,7 +199,8 @@ def send_agent_task(node, task_name: str, kwargs: dict, *, task_id: str | None =
     signer = CENTRAL if "target" in route_kwargs else node.name
     key = task_signing_key(node)
     task_id = task_id or _new_task_id()
-    kwargs[AUTH_KWARG] = task_auth(key, signer, task_name, task_id, node.name, kwargs)
+    validity_s = float(options.get("expires") or DEFAULT_TASK_VALIDITY_S)
+    kwargs[AUTH_KWARG] = task_auth(key, signer, task_name, task_id, node.name, kwargs, validity_s)
     celery_app.send_task(task_name, kwargs=kwargs, task_id=task_id, queue=queue, **options)
 
 

@@ -276,7 +276,7 @@ def agent_join(request):
     except JoinRefused as refusal:
         from panel.nodes.trust import refuse
 
-        refuse("join", node_name, str(refusal))
+        refuse("join", node_name, str(refusal), "join")
         return JsonResponse({"detail": str(refusal)}, status=403)
     log.info("node %s joined from %s", node.name, request.META.get("REMOTE_ADDR"))
     return JsonResponse(

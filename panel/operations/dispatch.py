@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from panel.core.choices import OperationStatus
 from panel.operations.models import Operation
+from workers.identity import DISPATCH_KWARG
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +29,13 @@ def dispatch(operation_id) -> bool:
     operation = Operation.objects.select_related("node").filter(pk=operation_id).first()
     if operation is None or operation.is_terminal or operation.node is None or not operation.task_name:
         return False
-    kwargs = {"operation_id": str(operation.id), **operation.task_kwargs}
+    # Which sending this is, signed with the rest: the agent asks whether it is still the wanted one
+    # (panel.operations.services.still_wanted), so an older delivery let go late runs nothing.
+    kwargs = {
+        "operation_id": str(operation.id),
+        **operation.task_kwargs,
+        DISPATCH_KWARG: operation.dispatches + 1,
+    }
     try:
         send_agent_task(
             operation.node,

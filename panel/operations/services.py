@@ -1,6 +1,7 @@
 """Use-cases for operations: create (row first, message on commit), ingest agent events, cancel."""
 
 import logging
+import uuid
 
 from django.db import transaction
 from django.db.models import Count, Max
@@ -75,12 +76,13 @@ def _apply(operation: Operation, event: OperationEvent) -> None:
                     operation.progress = 100.0
 
 
-def ingest_events(batch_data: dict, *, sender: str | None = None) -> list[OperationEvent]:
+def ingest_events(batch_data: dict, *, sender: str) -> list[OperationEvent]:
     """Store a batch of agent events. Replayed and out-of-order batches are safe: an event is known by its
     (attempt, agent_seq) and stored once; each new one takes the next position (`seq`) in the operation's
     log, so every attempt's lines stay in the log in order. Older attempts' events are kept but never move
-    the status: the newest attempt's do. `sender` is the node whose credential signed the batch; a batch
-    about another node's operation is refused (panel.nodes.trust)."""
+    the status: the newest attempt's do, and only while the operation is open: once it ended, no batch (one
+    repeating the attempt number included) changes its state, result or error again. `sender` is the node
+    whose credential signed the batch, always required: a batch about another node's operation is refused."""
     from panel.nodes.trust import refuse
 
     batch = EventBatch.model_validate(batch_data)
@@ -94,11 +96,11 @@ def ingest_events(batch_data: dict, *, sender: str | None = None) -> list[Operat
         if operation is None:
             log.warning("events for unknown operation %s dropped", batch.operation_id)
             return []
-        if sender is not None and (operation.node is None or operation.node.name != sender):
-            refuse("event_batch", sender, f"operation {operation.id} belongs to another node")
+        if operation.node is None or operation.node.name != sender:
+            refuse("event_batch", sender, f"operation {operation.id} belongs to another node", "sender")
             return []
         was_open = not operation.is_terminal
-        if batch.attempt > operation.attempt:
+        if batch.attempt > operation.attempt and was_open:
             operation.attempt = batch.attempt
         current = batch.attempt == operation.attempt
         this_attempt = OperationEvent.objects.filter(operation=operation, attempt=batch.attempt)
@@ -125,7 +127,7 @@ def ingest_events(batch_data: dict, *, sender: str | None = None) -> list[Operat
                 payload=message.payload,
             )
             new_events.append(event)
-            if current and message.seq > applied:
+            if current and was_open and message.seq > applied:
                 _apply(operation, event)
         OperationEvent.objects.bulk_create(new_events)
         if current and operation.is_terminal and operation.final_seq is None:
@@ -146,6 +148,36 @@ def ingest_events(batch_data: dict, *, sender: str | None = None) -> list[Operat
             on_terminal(operation)
         transaction.on_commit(lambda: _broadcast_events(operation, new_events))
     return new_events
+
+
+def still_wanted(ask: dict, *, sender: str) -> dict:
+    """The panel's answer to an agent asking whether a delivery of an operation is still wanted
+    (workers.asking): no once the operation ended (failed, cancelled, force-failed) or a newer delivery was
+    sent. `sender` is the node whose credential signed the ask; an ask about another node's operation gets
+    no and is refused."""
+    from panel.nodes.trust import refuse
+
+    operation_id, dispatch = str(ask.get("operation_id", "")), ask.get("dispatch")
+    answer = {"ask": str(ask.get("ask", "")), "operation_id": operation_id, "wanted": False, "ended": False}
+    operation = Operation.objects.select_related("node").filter(pk=_uuid_or_none(operation_id)).first()
+    if operation is None:
+        return {**answer, "reason": "the panel knows no such operation"}
+    if operation.node is None or operation.node.name != sender:
+        refuse("ask", sender, f"operation {operation.id} belongs to another node", "sender")
+        return {**answer, "reason": "the operation belongs to another node"}
+    if operation.is_terminal:
+        return {**answer, "ended": True, "reason": f"the operation ended {operation.status} on the panel"}
+    # The dispatch counter moves after the broker took the message, so the newest delivery may ask first.
+    if isinstance(dispatch, int) and dispatch < operation.dispatches:
+        return {**answer, "reason": f"delivery {dispatch} was replaced by delivery {operation.dispatches}"}
+    return {**answer, "wanted": True, "reason": ""}
+
+
+def _uuid_or_none(text: str):
+    try:
+        return uuid.UUID(text)
+    except ValueError:
+        return None
 
 
 def _broadcast_events(operation: Operation, events: list[OperationEvent]) -> None:

@@ -32,6 +32,13 @@ def event_batch(operation, *events, final_seq=None) -> dict:
     }
 
 
+def ingest_as_its_node(batch: dict) -> list:
+    """Store a batch as the panel does once its envelope verified: sent by the node the batch names."""
+    from panel.operations.services import ingest_events
+
+    return ingest_events(batch, sender=batch["node"])
+
+
 @pytest.fixture
 def celery_worker(_wired_to_redis, transactional_db, monkeypatch, sim_host):
     """A worker serving queue `panel` and `node.it-node`, whose agent side sees a simulated A2 host."""

@@ -4,8 +4,7 @@ import pytest
 
 from panel.nodes.models import Node
 from panel.operations.models import Operation
-from panel.operations.services import ingest_events
-from tests.integration.conftest import event_batch
+from tests.integration.conftest import event_batch, ingest_as_its_node
 
 pytestmark = pytest.mark.django_db
 
@@ -18,8 +17,8 @@ def operation():
 
 def test_it_ignores_replayed_batches(operation):
     first = event_batch(operation, (1, "state", {"state": "running"}), (2, "log", {"line": "a"}))
-    assert len(ingest_events(first)) == 2
-    assert ingest_events(first) == []
+    assert len(ingest_as_its_node(first)) == 2
+    assert ingest_as_its_node(first) == []
     assert list(operation.events.values_list("seq", flat=True)) == [1, 2]
 
 
@@ -33,8 +32,8 @@ def test_it_stores_out_of_order_batches_and_applies_only_newer_state(operation):
         (4, "state", {"state": "succeeded", "result": {"ok": True}}),
         final_seq=4,
     )
-    ingest_events(final)
-    ingest_events(late)
+    ingest_as_its_node(final)
+    ingest_as_its_node(late)
     operation.refresh_from_db()
     assert list(operation.events.order_by("seq").values_list("seq", flat=True)) == [1, 2, 3, 4]
     assert operation.status == "succeeded"
@@ -44,10 +43,10 @@ def test_it_stores_out_of_order_batches_and_applies_only_newer_state(operation):
 
 
 def test_a_terminal_state_is_final(operation):
-    ingest_events(
+    ingest_as_its_node(
         event_batch(operation, (1, "state", {"state": "failed", "error": "boom", "hint": "fix it"}))
     )
-    ingest_events(event_batch(operation, (2, "state", {"state": "succeeded"})))
+    ingest_as_its_node(event_batch(operation, (2, "state", {"state": "succeeded"})))
     operation.refresh_from_db()
     assert (operation.status, operation.error, operation.hint) == ("failed", "boom", "fix it")
 
@@ -55,13 +54,50 @@ def test_a_terminal_state_is_final(operation):
 def test_it_drops_events_of_an_unknown_operation(operation):
     stray = event_batch(operation, (1, "log", {"line": "x"}))
     stray["operation_id"] = "00000000-0000-0000-0000-000000000000"
-    assert ingest_events(stray) == []
+    assert ingest_as_its_node(stray) == []
 
 
 def test_it_rejects_a_malformed_batch(operation):
     from pydantic import ValidationError
 
     with pytest.raises(ValidationError):
-        ingest_events(
+        ingest_as_its_node(
             {"operation_id": str(operation.id), "node": "n1", "events": [{"seq": 0, "kind": "log"}]}
         )
+
+
+def test_a_batch_is_never_taken_without_its_sender(operation):
+    from panel.operations.services import ingest_events
+
+    with pytest.raises(TypeError, match="sender"):
+        ingest_events(event_batch(operation, (1, "state", {"state": "succeeded"})))
+    assert not operation.events.exists()
+
+
+def test_a_batch_repeating_the_attempt_number_after_the_end_keeps_the_terminal_state(operation):
+    ingest_as_its_node(
+        event_batch(
+            operation,
+            (1, "state", {"state": "running"}),
+            (2, "state", {"state": "succeeded", "result": {"ok": "first"}}),
+            final_seq=2,
+        )
+    )
+    operation.refresh_from_db()
+    finished = operation.finished
+    # The same attempt number again (a redelivery after the agent lost its lease record, or a replay):
+    # numbers beyond the end, a new result, a progress — stored in the log, applied to nothing.
+    ingest_as_its_node(
+        event_batch(
+            operation,
+            (3, "progress", {"percent": 5, "stage": "again"}),
+            (4, "state", {"state": "succeeded", "result": {"ok": "forged"}}),
+        )
+    )
+    ingest_as_its_node(
+        {**event_batch(operation, (1, "state", {"state": "failed", "error": "x"})), "attempt": 2}
+    )
+    operation.refresh_from_db()
+    assert (operation.status, operation.result, operation.error) == ("succeeded", {"ok": "first"}, "")
+    assert (operation.progress, operation.finished, operation.attempt) == (100.0, finished, 1)
+    assert operation.events.count() == 5

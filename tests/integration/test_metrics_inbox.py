@@ -77,7 +77,7 @@ def metrics_line_for_nobody() -> bytes:
 
 
 def test_the_ingester_stores_fresh_batches_and_drops_stale_and_malformed_ones(node):
-    from panel.monitoring.refusals import rejected_counts
+    from panel.core.refusals import rejected_counts
 
     broker_redis().rpush(metrics_inbox.inbox_key(), b"not json", b"[1, 2]")
     metrics_inbox.push(a_batch(node.name, seq=1, sent_ago_s=metrics_inbox.MAX_AGE_S + 60))

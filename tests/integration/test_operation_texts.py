@@ -10,9 +10,8 @@ from panel.accounts.models import ApiToken
 from panel.asgi import application
 from panel.nodes.models import Node
 from panel.operations.models import Operation
-from panel.operations.services import ingest_events
 from tests.conftest import api_client_for
-from tests.integration.conftest import event_batch
+from tests.integration.conftest import event_batch, ingest_as_its_node
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -31,12 +30,12 @@ def make_operation():
 
 
 def progress_then_failure(operation):
-    ingest_events(
+    ingest_as_its_node(
         event_batch(
             operation, (1, "state", {"state": "running"}), (2, "progress", {"percent": 40, "stage": STAGE})
         )
     )
-    ingest_events(
+    ingest_as_its_node(
         event_batch(
             operation, (3, "state", {"state": "failed", "error": UNKNOWN_ERROR, "hint": HINT}), final_seq=3
         )

@@ -12,7 +12,7 @@ from django.test import Client
 from django.utils import timezone, translation
 
 from panel.core.choices import OperationKind, OperationStatus
-from tests.integration.conftest import event_batch
+from tests.integration.conftest import event_batch, ingest_as_its_node
 from tests.integration.test_url_permissions import PUBLIC, TOKEN_GUARDED, every_url
 from tests.integration.test_url_permissions import rows as rows  # noqa: PLC0414  the fixture, by name
 
@@ -108,7 +108,6 @@ def world_with_history(rows, alice):
     benchmark."""
     from panel.catalog.models import ModelArtifact
     from panel.operations.models import Operation
-    from panel.operations.services import ingest_events
     from panel.provisioning.models import NodeStack
 
     node, model = rows["node"], rows["model"]
@@ -117,7 +116,7 @@ def world_with_history(rows, alice):
     rows["deployment"].nodes.add(node)  # serving there: the provisioning page warns before installs
     install = Operation.objects.create(kind=OperationKind.INSTALL, node=node, target=node.name)
     steps = [{"name": "fetch_packages", "title": "Fetch packages from the panel"}]
-    ingest_events(
+    ingest_as_its_node(
         event_batch(
             install,
             (1, "progress", {"percent": 10, "stage": "Fetch packages from the panel"}),

@@ -37,7 +37,7 @@ def as_node_a(two_nodes):
 
 
 def rejected(kind: str) -> int:
-    from panel.monitoring.refusals import rejected_counts
+    from panel.core.refusals import rejected_counts
 
     return rejected_counts().get(kind, 0)
 
@@ -196,7 +196,8 @@ def test_a_lost_attempt_is_sent_again_and_its_log_keeps_both_attempts_in_order(c
         lease = OperationLease(str(operation.id))
         lease.acquire()
     wait_for(lambda: operation_field(operation, "sent_at"), 10, "the operation to be sent")
-    ingest_events(event_batch(operation, (1, "state", {"state": "running"}), (2, "log", {"line": "one"})))
+    running = event_batch(operation, (1, "state", {"state": "running"}), (2, "log", {"line": "one"}))
+    ingest_events(running, sender=node.name)
     time.sleep(1)
     lease.release()  # the agent died: the kernel dropped its flock
     operation.refresh_from_db()

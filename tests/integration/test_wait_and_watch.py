@@ -29,7 +29,7 @@ from panel.deployments import services
 from panel.deployments.models import Deployment
 from panel.realtime.broadcast import DEPLOYMENTS, FLEET, abroadcast
 from tests.deployment_helpers import reconcile_loop, wait_for  # noqa: F401  reconcile_loop: a fixture
-from tests.integration.conftest import TEST_NODE, event_batch
+from tests.integration.conftest import TEST_NODE, event_batch, ingest_as_its_node
 from tests.live_web import live_web  # noqa: F401  a fixture, used by name
 from workers.task_names import AGENT_INVENTORY
 
@@ -340,7 +340,7 @@ def test_a_watched_operation_streams_its_progress_and_a_watched_list_sees_new_on
     charlie,
 ):
     from panel.nodes.models import Node
-    from panel.operations.services import create_operation, ingest_events
+    from panel.operations.services import create_operation
 
     node = Node.objects.create(name="watch-node", transport="agent")
     # Nobody serves this node's queue: its task waits in Redis, and the test plays the agent's events.
@@ -355,7 +355,7 @@ def test_a_watched_operation_streams_its_progress_and_a_watched_list_sees_new_on
         assert (kind, data["id"], data["status"]) == ("operation", str(operation.pk), "pending")
         assert listing.next_event()[1]["id"] == str(operation.pk)
 
-        ingest_events(
+        ingest_as_its_node(
             event_batch(
                 operation,
                 (1, "state", {"state": "running"}),

@@ -31,7 +31,7 @@ def signed(key, signer, node, kwargs, task="agent.delete_model", task_id="t1"):
 
 def test_a_task_the_panel_signed_for_this_node_runs():
     kwargs = signed(KEY_A, "node-a", "node-a", {"operation_id": "x", "path": "/data/models/m"})
-    assert check_task("agent.delete_model", "t1", kwargs) == "node-a"
+    assert check_task("agent.delete_model", "t1", kwargs).node == "node-a"
 
 
 def test_a_task_signed_with_another_nodes_key_is_refused():
@@ -69,7 +69,7 @@ def test_a_node_signer_cannot_claim_another_node():
 
 def test_the_central_agent_runs_only_tasks_naming_their_ssh_node_and_nodes_get_no_ssh_target():
     good = signed(CENTRAL_KEY, CENTRAL, "ssh-1", {"target": {"node": "ssh-1"}}, task="agent.inventory")
-    assert check_task("agent.inventory", "t1", good) == "ssh-1"
+    assert check_task("agent.inventory", "t1", good).node == "ssh-1"
     other = signed(CENTRAL_KEY, CENTRAL, "ssh-1", {"target": {"node": "ssh-2"}}, task="agent.inventory")
     with pytest.raises(Untrusted, match="must name its SSH node"):
         check_task("agent.inventory", "t1", other)
@@ -78,9 +78,9 @@ def test_the_central_agent_runs_only_tasks_naming_their_ssh_node_and_nodes_get_n
         check_task("agent.inventory", "t1", smuggled)
 
 
-def test_what_an_agent_sends_is_signed_over_the_task_the_node_and_the_body():
+def test_what_an_agent_sends_is_signed_over_its_stamp_the_task_the_node_and_the_body():
     envelope = seal_for_panel("panel.heartbeat", "node-a", {"node": "node-a", "x": 1})
-    parts = (b"panel.heartbeat", b"node-a", b'{"node":"node-a","x":1}')
+    parts = (envelope["stamp"].encode(), b"panel.heartbeat", b"node-a", b'{"node":"node-a","x":1}')
     assert envelope["signer"] == "node-a"
     assert verify(KEY_A, envelope["sig"], *parts)
     assert not verify(KEY_B, envelope["sig"], *parts)

@@ -1,9 +1,13 @@
 """Engines as managed processes on a host: start detached, remember, adopt, probe, stop.
 
 An engine is started in its own session so it outlives the agent. What the agent knows about it lives in a
-small JSON state file per deployment (pid, port, log file, argv), under <host_root>/var/lib/ascend-panel/
-deployments/, and is also reported to the panel. After an agent (or panel) restart an engine is adopted,
-not restarted, when its state file names a live pid whose port answers /health.
+small JSON state file per deployment (pid, the process's start time, port, log file, argv), under
+<host_root>/var/lib/ascend-panel/deployments/, and is also reported to the panel. After an agent (or panel)
+restart an engine is adopted, not restarted, when its state file names a live process whose port answers
+/health.
+
+An engine is named by its pid and the start time the kernel gives that process (EngineRecord.pid_start),
+never by a bare pid: a pid handed out again to another process is not the engine, and is never signalled.
 """
 
 from __future__ import annotations
@@ -25,6 +29,14 @@ HTTP_TIMEOUT_S = 2.0
 MAX_LOG_BYTES_PER_READ = 64 * 1024
 
 
+class StopRefused(Exception):
+    """A stop that names an engine other than the one recorded here, or a bare pid: nothing is stopped."""
+
+    def __init__(self, message: str, hint: str = ""):
+        super().__init__(message)
+        self.hint = hint
+
+
 @dataclass
 class EngineRecord:
     """One running engine process, as written to its state file and reported to the panel."""
@@ -36,6 +48,9 @@ class EngineRecord:
     argv: list[str]
     started: float = field(default_factory=time.time)
     host: str = "127.0.0.1"
+    # When the process started, in clock ticks after boot (Runner.process_start); 0 in records of older
+    # agents, whose pid alone is then trusted as this agent's own record says.
+    pid_start: int = 0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -50,7 +65,11 @@ class EngineRecord:
             argv=list(data.get("argv") or []),
             started=float(data.get("started") or 0.0),
             host=str(data.get("host") or "127.0.0.1"),
+            pid_start=int(data.get("pid_start") or 0),
         )
+
+    def same_engine(self, other: EngineRecord) -> bool:
+        return (self.pid, self.pid_start) == (other.pid, other.pid_start)
 
     @property
     def base_url(self) -> str:
@@ -100,20 +119,47 @@ async def start_engine(
     with open(log_path, "a", encoding="utf-8") as log:
         log.write(f"--- ascend-panel: starting {name} at {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
     pid = await runner.start_detached(argv, env=env, log_path=log_path)
-    record = EngineRecord(name=name, pid=pid, port=port, log_path=log_path, argv=argv, host=host)
+    record = EngineRecord(
+        name=name,
+        pid=pid,
+        port=port,
+        log_path=log_path,
+        argv=argv,
+        host=host,
+        pid_start=await runner.process_start(pid) or 0,
+    )
     save_record(host_root, record)
     return record
 
 
-async def stop_engine(runner: Runner, record: EngineRecord, grace_s: float) -> str:
-    """SIGTERM the engine's process group, SIGKILL it after grace_s; 'stopped', 'killed' or 'not running'."""
+async def engine_state(runner: Runner, record: EngineRecord) -> str:
+    """'alive' (the recorded process runs), 'gone' (no process has its pid), or 'other' (the pid belongs to
+    another process now: the engine ended and the kernel handed its pid out again)."""
     if not await runner.is_alive(record.pid):
+        return "gone"
+    if record.pid_start and await runner.process_start(record.pid) != record.pid_start:
+        return "other"
+    return "alive"
+
+
+async def is_alive(runner: Runner, record: EngineRecord) -> bool:
+    return await engine_state(runner, record) == "alive"
+
+
+async def stop_engine(runner: Runner, record: EngineRecord, grace_s: float) -> str:
+    """SIGTERM the engine's process group, SIGKILL it after grace_s; 'stopped', 'killed' or 'not running'.
+    Only the recorded process is signalled: a pid now held by another process is left alone."""
+    state = await engine_state(runner, record)
+    if state == "other":
+        return "not running"
+    if state == "gone":
+        # Its workers may still hold the group; the kernel hands out no pid while its group lives.
         await end_orphaned_group(runner, record.pid)
         return "not running"
     await runner.signal(record.pid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
-        if not await runner.is_alive(record.pid):
+        if not await is_alive(runner, record):
             return "stopped"
         await asyncio.sleep(0.2)
     await runner.signal(record.pid, signal.SIGKILL)
@@ -170,7 +216,7 @@ async def serves_model(record: EngineRecord, served_name: str, api_key: str = ""
 
 async def adoptable(runner: Runner, record: EngineRecord | None) -> bool:
     """A recorded engine that still runs and answers is kept rather than started again."""
-    return record is not None and await runner.is_alive(record.pid) and await is_healthy(record)
+    return record is not None and await is_alive(runner, record) and await is_healthy(record)
 
 
 def read_log(path: str, offset: int, max_bytes: int = MAX_LOG_BYTES_PER_READ) -> tuple[list[str], int]:

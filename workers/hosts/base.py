@@ -183,6 +183,13 @@ class Runner(ABC):
     async def is_alive(self, pid: int) -> bool:
         """Whether pid is a running (not zombie) process on the host."""
 
+    async def process_start(self, pid: int) -> int | None:
+        """When pid started, in clock ticks after boot (/proc/<pid>/stat, field 22), or None when no such
+        process runs. With the pid it names one process: a pid the kernel handed out again starts later."""
+        stat = await self.read_text(f"/proc/{check_pid(pid)}/stat")
+        fields = (stat or "").rpartition(")")[2].split()  # fields[0] is field 3, the state
+        return int(fields[19]) if len(fields) > 19 and fields[19].isdigit() else None
+
     @abstractmethod
     async def signal(self, pid: int, sig: int) -> None:
         """Send sig to pid's process group (to pid alone if it leads none); no-op if it is gone."""

@@ -11,4 +11,5 @@ from workers.tasks import (  # noqa: F401
     metrics,
     model_tools,
     models,
+    operation,
 )

@@ -118,9 +118,10 @@ async def _launch(emitter, config, payload: dict) -> dict:
     _check_model_folder(config.host_root, spec.model_path)
 
     existing = runtime.load_record(config.host_root, name)
-    if existing is not None and not await runner.is_alive(existing.pid):
+    existing_state = await runtime.engine_state(runner, existing) if existing is not None else "gone"
+    if existing is not None and existing_state == "gone":
         await runtime.end_orphaned_group(runner, existing.pid)  # its workers may outlive a kill -9
-    elif existing is not None:
+    elif existing is not None and existing_state == "alive":
         if existing.argv == launch.argv and (
             follower or await _still_serves(emitter, runner, existing, spec.served_model_name, api_key)
         ):
@@ -223,14 +224,40 @@ def launch_deployment(operation_id: str, payload: dict, start_seq: int = 0) -> N
     )
 
 
+def engine_to_stop(
+    recorded: runtime.EngineRecord | None, name: str, named: dict
+) -> runtime.EngineRecord | None:
+    """The engine a stop may signal: the one this agent recorded for the deployment, and only if the stop
+    names that very process (pid and start time) or names none; from the panel's word alone only a process
+    named by pid and start time, never a bare pid."""
+    if not named.get("pid"):
+        return recorded
+    wanted = runtime.EngineRecord.from_dict({"name": name, "port": 0, "log_path": "", **named})
+    if recorded is None and not wanted.pid_start:
+        raise runtime.StopRefused(
+            _("the stop names pid {pid} without its start time, and no engine of {name} is recorded here: "
+              "nothing was stopped").format(pid=wanted.pid, name=name),
+            _("Stop the process by hand if it still runs; engines started by this agent are named fully."),
+        )  # fmt: skip
+    if recorded is not None and not recorded.same_engine(wanted):
+        raise runtime.StopRefused(
+            _("the stop names engine pid {pid} (start {start}), but the engine recorded for {name} here is "
+              "pid {recorded_pid} (start {recorded_start}): nothing was stopped").format(
+                pid=wanted.pid, start=wanted.pid_start, name=name,
+                recorded_pid=recorded.pid, recorded_start=recorded.pid_start,
+            ),
+            _("The panel's record of this engine is out of date: refresh the deployment and stop it again."),
+        )  # fmt: skip
+    return recorded or wanted
+
+
 async def _stop(emitter, config, payload: dict) -> dict:
     if payload.get("runtime_kind") == "container":
         return await deploy_container.stop_container(emitter, config, payload)
     name = payload["name"]
     runner = LocalRunner()
-    record = runtime.load_record(config.host_root, name)
-    if record is None and payload.get("runtime", {}).get("pid"):
-        record = runtime.EngineRecord.from_dict({"name": name, **payload["runtime"]})
+    recorded = runtime.load_record(config.host_root, name)
+    record = engine_to_stop(recorded, name, payload.get("runtime") or {})
     if record is None:
         emitter.log(f"no engine recorded for {name} on this node; nothing to stop")
         return {"outcome": "not running"}
@@ -287,7 +314,7 @@ async def _probe_one(runner: LocalRunner, config, item: dict) -> dict:
         record = runtime.EngineRecord.from_dict({"name": name, **item["runtime"]})
     if record is None:
         return {"name": name, "recorded": False, "alive": False, "healthy": False, "lines": []}
-    alive = await runner.is_alive(record.pid)
+    alive = await runtime.is_alive(runner, record)
     follower = bool(item.get("follower"))
     healthy = alive and (follower or await runtime.is_healthy(record))
     offset = int(item.get("log_offset") or 0)

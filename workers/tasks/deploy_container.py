@@ -310,10 +310,20 @@ def _blank(name: str) -> dict:
 async def stop_container(emitter, config, payload: dict) -> dict:
     name = payload["name"]
     runner = LocalRunner()
-    record = await _recorded(runner, config, name, payload.get("runtime") or {})
+    named = payload.get("runtime") or {}
+    record = await _recorded(runner, config, name, named)
     if record is None:
         emitter.log(f"no engine container recorded for {name} on this node; nothing to stop")
         return {"outcome": "not running"}
+    if named.get("container_id") and named["container_id"] != record.container_id:
+        message = _(
+            "the stop names container {named}, but the one recorded for {name} here is {recorded}: nothing "
+            "was stopped"
+        )
+        raise runtime.StopRefused(
+            message.format(named=named["container_id"][:12], name=name, recorded=record.container_id[:12]),
+            _("The panel's record of this engine is out of date: refresh the deployment and stop it again."),
+        )
     grace = float(payload.get("grace_s", 10.0))
     emitter.progress(
         10, _("Stopping the engine container (SIGTERM, SIGKILL after {grace:.0f} s)").format(grace=grace)

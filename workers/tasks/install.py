@@ -22,6 +22,7 @@ import os
 import uuid
 from pathlib import PurePosixPath
 
+from workers import host_locks
 from workers.ascend.compat import cpu_profile, profile_for
 from workers.ascend.diagnose import diagnose
 from workers.cancellation import cancel_requested
@@ -312,4 +313,5 @@ def install_body(operation_id: str, request: dict):
 
 @agent_task(AGENT_INSTALL)
 def install(operation_id: str, start_seq: int = 0, request: dict | None = None) -> None:
-    run_operation(operation_id, start_seq, install_body(operation_id, request or {}))
+    body = install_body(operation_id, request or {})
+    run_operation(operation_id, start_seq, host_locks.exclusive(host_locks.INSTALL, operation_id, body))

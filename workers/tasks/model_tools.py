@@ -7,6 +7,7 @@ import shlex
 import shutil
 from pathlib import Path
 
+from workers import host_locks
 from workers.i18n import gettext_noop as _
 from workers.models.node_paths import checked_model_dir, staging_dir
 from workers.task_names import AGENT_ATC_MODEL
@@ -146,4 +147,4 @@ def atc_body(
     }
 
 
-atc_model = agent_task(AGENT_ATC_MODEL)(operation_task(atc_body))
+atc_model = agent_task(AGENT_ATC_MODEL)(operation_task(atc_body, host_locks.CONVERSION))

@@ -13,6 +13,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from workers import host_locks
 from workers.i18n import gettext_noop as _
 from workers.models.node_paths import checked_model_dir, staging_dir
 from workers.task_names import (
@@ -37,8 +38,9 @@ class ModelTaskError(Exception):
         self.hint = hint
 
 
-def operation_task(body):
-    """Turn body(emitter, config, **kwargs) into a task that runs in the operation frame."""
+def operation_task(body, exclusive: str = ""):
+    """Turn body(emitter, config, **kwargs) into a task that runs in the operation frame; with `exclusive`,
+    holding the host's lock of that kind (workers.host_locks)."""
 
     takes_root = "models_root" in inspect.signature(body).parameters
 
@@ -55,7 +57,9 @@ def operation_task(body):
                 kwargs["models_root"] = config.models_root
             return body(emitter, config, **kwargs)
 
-        run_operation(operation_id, start_seq, run)
+        run_operation(
+            operation_id, start_seq, host_locks.exclusive(exclusive, operation_id, run) if exclusive else run
+        )
 
     task.__name__ = body.__name__
     return task
@@ -418,6 +422,6 @@ def delete_body(emitter, config, *, path: str, models_root: str) -> dict:
 
 inspect_model = agent_task(AGENT_INSPECT_MODEL)(operation_task(inspect_body))
 download_model = agent_task(AGENT_DOWNLOAD_MODEL)(operation_task(download_body))
-convert_model = agent_task(AGENT_CONVERT_MODEL)(operation_task(convert_body))
-copy_model = agent_task(AGENT_COPY_MODEL)(operation_task(copy_body))
+convert_model = agent_task(AGENT_CONVERT_MODEL)(operation_task(convert_body, host_locks.CONVERSION))
+copy_model = agent_task(AGENT_COPY_MODEL)(operation_task(copy_body, host_locks.COPY))
 delete_model = agent_task(AGENT_DELETE_MODEL)(operation_task(delete_body))

@@ -1,12 +1,16 @@
-"""The frame every agent task runs in: a lease on the host, an event emitter, a sure terminal state."""
+"""The frame every agent task runs in: a lease on the host, the panel's word that this delivery is still
+wanted (workers.asking), an event emitter, a sure terminal state."""
 
 import logging
 import traceback
 
+from workers import asking
 from workers.agent_config import AgentConfig
 from workers.events import EventEmitter
 from workers.identity import CENTRAL
 from workers.leases import LeaseUnavailable, OperationLease
+from workers.task_names import AGENT_STILL_WANTED_ANSWER
+from workers.tasks.base import agent_task, current_delivery
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +36,8 @@ def run_operation(operation_id: str, start_seq: int, body, target: dict | None =
         log.info("delivery of operation %s not run: %s", operation_id, why)
         return
     try:
+        if not _still_wanted(lease, config, target):
+            return
         emitter = EventEmitter(
             operation_id, config.node_name, attempt=attempt, signer=CENTRAL if target else None
         )
@@ -44,6 +50,31 @@ def run_operation(operation_id: str, start_seq: int, body, target: dict | None =
         lease.finish(state)
     finally:
         lease.release()
+
+
+def _still_wanted(lease: OperationLease, config: AgentConfig, target: dict | None) -> bool:
+    """Ask the panel whether the delivery being run is still wanted. A body called outside a verified
+    delivery (the task functions called directly, as unit tests do) has nobody to ask."""
+    delivery = current_delivery.get()
+    if delivery is None:
+        return True
+    signer = CENTRAL if target else None
+    verdict = asking.still_wanted(lease.operation_id, config.node_name, delivery.dispatch, signer=signer)
+    if verdict is None:
+        log.warning("operation %s not run: the panel did not confirm it still wants it", lease.operation_id)
+        return False
+    if not verdict.wanted:
+        log.warning("operation %s not run: %s", lease.operation_id, verdict.reason)
+        if verdict.ended:
+            lease.finish("ended on the panel")
+        return False
+    return True
+
+
+@agent_task(AGENT_STILL_WANTED_ANSWER)
+def still_wanted_answer(answer: dict, target: dict | None = None) -> None:
+    """The panel's answer to an ask of workers.asking, for the thread waiting on it."""
+    asking.receive_answer(answer)
 
 
 def _run_body(emitter: EventEmitter, config: AgentConfig, body, operation_id: str) -> str:
