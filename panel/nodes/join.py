@@ -79,7 +79,7 @@ def exchange_join_token(node_name: str, token: str) -> tuple[Node, bytes]:
             if node.transport == NodeTransport.AGENT and not rotates:
                 raise JoinRefused(
                     f"{node_name} is already joined and this token was not made to rotate its credential: "
-                    "an admin makes one with rotate_credential (Nodes → the node → New join command)"
+                    "an admin makes one that does (the node's page → Join again)"
                 )
             node.credential_id = new_credential_id()
             node.save(update_fields=["credential_id", "updated"])

@@ -3,9 +3,11 @@ default RedisCache it ran inside the panel on the next API request. The panel's 
 refuse it as bad data, never unpickle it, and keep answering."""
 
 import pickle
+import uuid
 
 import pytest
 import redis
+from rest_framework.test import APIClient
 
 from panel.core import refusals
 from tests.conftest import api_client_for
@@ -25,40 +27,40 @@ class _Payload:
 
 @pytest.fixture
 def redis_cache(settings, redis_url, test_prefix):
+    prefix = f"{test_prefix}-cache-{uuid.uuid4().hex[:8]}"  # each test's own keys on the shared Redis
     settings.CACHES = {
-        "default": {
-            "BACKEND": "panel.core.cache.JsonRedisCache",
-            "LOCATION": redis_url,
-            "KEY_PREFIX": f"{test_prefix}-cache",
-        }
+        "default": {"BACKEND": "panel.core.cache.JsonRedisCache", "LOCATION": redis_url, "KEY_PREFIX": prefix}
     }
     settings.REDIS_URL = redis_url
     client = redis.Redis.from_url(redis_url)
+    client.cache_prefix = prefix
     yield client
     client.close()
 
 
-def _throttle_keys(client, test_prefix):
-    return [key for key in client.keys(f"{test_prefix}-cache:*") if b"throttle_user" in key]
+def _throttle_key(client, kind):
+    (key,) = [key for key in client.keys(f"{client.cache_prefix}:*") if f"throttle_{kind}".encode() in key]
+    return key
 
 
+@pytest.mark.parametrize("kind", ["anon", "user"])
 def test_a_pickle_planted_under_a_throttle_key_is_refused_and_never_run(
-    bob, settings, redis_cache, test_prefix, tmp_path
+    kind, bob, settings, redis_cache, tmp_path
 ):
-    settings.PANEL_API_THROTTLE_USER = "100/min"
-    api = api_client_for(bob)
-    assert api.get("/api/v1/operations/").status_code == 200
-    (key,) = _throttle_keys(redis_cache, test_prefix)
+    settings.PANEL_API_THROTTLE_ANON = settings.PANEL_API_THROTTLE_USER = "100/min"
+    api = api_client_for(bob) if kind == "user" else APIClient()
+    expected = api.get("/api/v1/operations/").status_code  # 200, or 401 for the anonymous caller
+    key = _throttle_key(redis_cache, kind)
     marker = tmp_path / "pwned"
-    before = refusals.counts(redis.Redis.from_url(settings.REDIS_URL)).get("cache", 0)
+    before = refusals.counts(redis_cache).get("cache", 0)
 
     redis_cache.set(key, pickle.dumps(_Payload(marker)))
     answer = api.get("/api/v1/operations/")
 
-    assert answer.status_code == 200
+    assert answer.status_code == expected
     assert not marker.exists()
     assert not redis_cache.get(key).startswith(b"\x80")  # the throttle wrote its own JSON history anew
-    assert refusals.counts(redis.Redis.from_url(settings.REDIS_URL))["cache"] == before + 1
+    assert refusals.counts(redis_cache)["cache"] == before + 1
 
 
 def test_what_the_panel_caches_comes_back_as_it_went_in(redis_cache):
