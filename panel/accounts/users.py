@@ -13,6 +13,7 @@ from django.utils.translation import gettext_lazy
 
 from panel.accounts.bootstrap import ensure_role_groups
 from panel.accounts.roles import ADMIN, OPERATOR, ROLES, VIEWER, role_of
+from panel.core.names import USERNAME
 
 TEMPORARY_PASSWORD_BYTES = 12
 ROLE_LABELS = {
@@ -59,6 +60,8 @@ def create_user(*, username: str, role: str, email: str = "") -> tuple[object, s
     username = username.strip()
     if not username:
         raise ValidationError({"username": [_("Give a user name.")]})
+    if (problem := USERNAME.problem(username)) is not None:
+        raise ValidationError({"username": [problem]})
     if User.objects.filter(username__iexact=username).exists():
         raise ValidationError({"username": [_("A user named %(name)s exists already.") % {"name": username}]})
     password = temporary_password()
