@@ -1,6 +1,7 @@
 """Users and roles in a real browser: an admin adds an operator, who signs in with the one-time password
 and must change it before any other page opens; the admin (who has no Deactivate on their own row)
-deactivates them and their next page asks them to sign in. The login form's fields are equally wide, and the tab has the panel's icon."""
+deactivates them and their next page asks them to sign in. The login form's fields are equally wide, and
+the tab has the panel's icon."""
 
 import re
 import uuid
