@@ -183,7 +183,7 @@ def deployment_detail(request, name):
                 "generation": _("generation"),
                 "kv": _("KV cache"),
                 "chatStats": _("TTFT {ttft} ms · {tokens} tokens · {rate} tokens/s"),
-                "probeLines": _("{n} probe lines (/health, /metrics) hidden; the download has them"),
+                "probeLines": _("show {n} probe lines (/health, /metrics)"),
             },
         },
     }
