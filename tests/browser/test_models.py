@@ -33,6 +33,7 @@ def test_register_inspect_and_quantize_a_model_on_a_node(live_panel, panel_page)
     # The open menu draws above the rows, table headers and cards below it: every corner of it is its own.
     covered = page.get_by_test_id("convert-form").evaluate(
         """form => {
+            form.scrollIntoView({ block: "center" });
             const r = form.getBoundingClientRect();
             const corners = [[r.left + 2, r.top + 2], [r.right - 2, r.top + 2], [r.left + 2, r.bottom - 2],
                              [r.right - 2, r.bottom - 2], [r.left + r.width / 2, r.bottom - 2]];
