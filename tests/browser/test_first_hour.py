@@ -177,7 +177,7 @@ def test_one_navigation_link_is_lit_on_a_node_provisioning_page(live_panel, pane
     page.goto(f"/provisioning/nodes/{SIM_NODE}/")
     active = page.locator(".sidebar a.active")
     expect(active).to_have_count(1)
-    expect(active).to_have_text("Packages")
+    expect(active).to_have_text("Provisioning")
     page.goto(f"/nodes/{SIM_NODE}/")
     expect(active).to_have_count(1)
     expect(active).to_have_text("Nodes")
