@@ -118,7 +118,10 @@ def test_the_deployment_page_back_fills_its_charts_and_hides_the_probe_lines(liv
         wait_until(kept, 60, "fewer than 5 scrapes kept")
         probes = f"/api/v1/deployments/{running['id']}/logs/"
         wait_until(
-            lambda: any("GET /health" in line["line"] for line in client.get(probes).json()["results"]),
+            lambda: any(
+                "GET /health" in line["line"]
+                for line in client.get(probes, params={"probes": "true"}).json()["results"]
+            ),
             30,
             "no probe line in the engine log",
         )
