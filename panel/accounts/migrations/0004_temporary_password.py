@@ -6,18 +6,26 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('accounts', '0003_token_scopes_and_limits'),
-        ('auth', '0012_alter_user_first_name_max_length'),
+        ("accounts", "0003_token_scopes_and_limits"),
+        ("auth", "0012_alter_user_first_name_max_length"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='TemporaryPassword',
+            name="TemporaryPassword",
             fields=[
-                ('user', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, primary_key=True, related_name='temporary_password', serialize=False, to=settings.AUTH_USER_MODEL)),
-                ('issued', models.DateTimeField(auto_now_add=True)),
+                (
+                    "user",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        primary_key=True,
+                        related_name="temporary_password",
+                        serialize=False,
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                ("issued", models.DateTimeField(auto_now_add=True)),
             ],
         ),
     ]

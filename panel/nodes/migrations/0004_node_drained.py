@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('nodes', '0003_node_credentials'),
+        ("nodes", "0003_node_credentials"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='node',
-            name='drained',
+            model_name="node",
+            name="drained",
             field=models.JSONField(blank=True, default=list),
         ),
     ]
