@@ -2,8 +2,10 @@
 
 Starts (each as a child that dies with us): an embedded redis-server when REDIS_URL is unset, the ASGI server,
 the panel worker, beat, and one agent per simulated Ascend host, each host with a tiny generated chat model
-registered in the catalog, so a first deploy works offline. Ctrl-C or SIGTERM stops them all, and the
-engines the sim agents started: deployments keep their desired state, so the next start brings them back.
+registered in the catalog, so a first deploy works offline. Ctrl-C, SIGTERM or a SIGINT sent to make's own
+process (panel.run_parent) stops them all, and the engines the sim agents started: deployments keep their
+desired state, so the next start brings them back. The children's output goes to PANEL_DATA_DIR/logs/; the
+console shows the summary block and what panel.run itself says.
 """
 
 import asyncio
@@ -19,6 +21,7 @@ import time
 from pathlib import Path
 
 from panel import web
+from panel.run_parent import stop_with_make
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
@@ -60,8 +63,15 @@ def wait_for_port(port: int, timeout: float = 20) -> None:
 
 
 class Supervisor:
-    def __init__(self, env: dict):
+    """Starts and stops the children. With `log_dir`, each child's output (start-up banners, INFO lines)
+    goes to `<log_dir>/<name>.log` and one-off commands' to `setup.log`, so the console keeps only what
+    panel.run itself prints."""
+
+    def __init__(self, env: dict, log_dir: Path | None = None):
         self.env = env
+        self.log_dir = log_dir
+        if log_dir is not None:
+            log_dir.mkdir(parents=True, exist_ok=True)
         self.children: list[tuple[str, subprocess.Popen]] = []
         self.specs: dict[str, tuple[list[str], dict | None, bool]] = {}
         self.restarts: dict[str, list[float]] = {}
@@ -70,13 +80,21 @@ class Supervisor:
         self, name: str, argv: list[str], env: dict | None = None, *, quiet: bool = False
     ) -> subprocess.Popen:
         """Start a child; `quiet` sends its stdout to /dev/null (the bench keeps its own stdout for JSON)."""
-        process = subprocess.Popen(
-            argv,
-            cwd=BASE_DIR,
-            env={**self.env, **(env or {})},
-            preexec_fn=_die_with_parent,
-            stdout=subprocess.DEVNULL if quiet else None,
-        )
+        with contextlib.ExitStack() as files:
+            stdout = stderr = None
+            if quiet:
+                stdout = subprocess.DEVNULL
+            elif self.log_dir is not None:
+                stdout = files.enter_context(self.log_path(name).open("ab"))
+                stderr = subprocess.STDOUT
+            process = subprocess.Popen(
+                argv,
+                cwd=BASE_DIR,
+                env={**self.env, **(env or {})},
+                preexec_fn=_die_with_parent,
+                stdout=stdout,
+                stderr=stderr,
+            )
         self.children.append((name, process))
         self.specs[name] = (argv, env, quiet)
         return process
@@ -94,16 +112,26 @@ class Supervisor:
         self.start(name, argv, env, quiet=quiet)
         return True
 
+    def log_path(self, name: str) -> Path:
+        return self.log_dir / f"{name.replace(' ', '-')}.log"
+
     def run_once(self, argv: list[str], *, capture: bool = False) -> str:
-        """Run a command to its end; `capture` returns its stdout instead of showing it."""
-        done = subprocess.run(
-            argv,
-            cwd=BASE_DIR,
-            env=self.env,
-            check=True,
-            stdout=subprocess.PIPE if capture else None,
-            text=True,
-        )
+        """Run a command to its end; `capture` returns its stdout instead of showing (or logging) it."""
+        with contextlib.ExitStack() as files:
+            stdout = stderr = None
+            if capture:
+                stdout = subprocess.PIPE
+            elif self.log_dir is not None:
+                stdout = files.enter_context(self.log_path("setup").open("a"))
+                stderr = subprocess.STDOUT
+            try:
+                done = subprocess.run(
+                    argv, cwd=BASE_DIR, env=self.env, check=True, stdout=stdout, stderr=stderr, text=True
+                )
+            except subprocess.CalledProcessError:
+                if self.log_dir is not None:
+                    print(f"{' '.join(argv[1:3])} failed; see {self.log_path('setup')}", file=sys.stderr)
+                raise
         return done.stdout or ""
 
     def stop(self) -> None:
@@ -191,7 +219,7 @@ def main() -> None:
     data_dir = Path(env.setdefault("PANEL_DATA_DIR", str(BASE_DIR / "var")))
     data_dir.mkdir(parents=True, exist_ok=True)
     port = int(env.get("PANEL_PORT", "8000"))
-    supervisor = Supervisor(env)
+    supervisor = Supervisor(env, log_dir=data_dir / "logs")
 
     def on_signal(signum, _frame):
         raise KeyboardInterrupt
@@ -200,6 +228,7 @@ def main() -> None:
     # Ctrl-C (or kill -INT) stops it even when a shell started it as a background job, which leaves SIGINT
     # ignored, and Python then never turns it into KeyboardInterrupt.
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    stop_with_make()  # `kill -INT <make's pid>`: make does not pass it on (panel.run_parent)
     agents: list[tuple[str, Path]] = []
     try:
         embedded_redis = not env.get("REDIS_URL")
@@ -269,10 +298,11 @@ def main() -> None:
             if exited is None:
                 time.sleep(0.5)
                 continue
+            log = supervisor.log_path(exited)
             if not supervisor.restart(exited):
-                print(f"{exited} keeps exiting; stopping the rest.", file=sys.stderr)
+                print(f"{exited} keeps exiting; stopping the rest. Its log: {log}", file=sys.stderr)
                 raise SystemExit(1)
-            print(f"{exited} exited; started it again.", file=sys.stderr, flush=True)
+            print(f"{exited} exited; started it again. Its log: {log}", file=sys.stderr, flush=True)
     except KeyboardInterrupt:
         print("\nStopping…", flush=True)
     finally:
@@ -305,6 +335,7 @@ def summary(
         f"  Running:   web (uvicorn), panel worker, beat, central agent, {redis}"
         f"agents of the simulated Ascend hosts {', '.join(nodes)}",
         f"  Data:      {data_dir}",
+        f"  Logs:      {data_dir / 'logs'}/ (web, panel-worker, beat, agents; setup.log: the start-up steps)",
         f"  Try:       Deployments → New deployment → tiny-chat (generated on {', '.join(nodes)})",
         "  Ctrl-C stops everything, the engines of running deployments too; the next start restarts them.",
         rule,

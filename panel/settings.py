@@ -87,6 +87,8 @@ MIDDLEWARE = [
     "panel.core.middleware.RejectNulInQueryMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "panel.accounts.middleware.TemporaryPasswordMiddleware",
+    "panel.core.middleware.NotFoundPageMiddleware",
     "panel.audit.middleware.AuditRequestMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",

@@ -13,7 +13,8 @@ LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 def user_for_token(raw: str):
     """The user a raw token belongs to, or None. Revoked and expired tokens are refused."""
-    token = ApiToken.objects.usable().select_related("user").filter(key_hash=hash_token(raw)).first()
+    tokens = ApiToken.objects.usable().select_related("user", "user__temporary_password")
+    token = tokens.filter(key_hash=hash_token(raw)).first()
     if token is None or not token.user.is_active:
         return None, None
     now = timezone.now()

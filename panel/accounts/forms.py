@@ -3,6 +3,7 @@ from django.utils.translation import gettext_lazy as _
 
 from panel.accounts.models import SCOPE_ADMIN, SCOPE_DEPLOY, SCOPE_INFERENCE, ApiToken
 from panel.accounts.services import TokenGrant
+from panel.core.names import TOKEN_NAME, NameFormField
 from workers.engine.command import SERVED_NAME_PATTERN
 
 LIFETIMES = (("", _("Never")), ("30", _("in 30 days")), ("90", _("in 90 days")), ("365", _("in a year")))
@@ -14,7 +15,7 @@ SCOPE_CHOICES = (
 
 
 class ApiTokenForm(forms.Form):
-    name = forms.CharField(label=_("Name"), max_length=100)
+    name = NameFormField(TOKEN_NAME, label=_("Name"))
     lifetime = forms.ChoiceField(label=_("Expires"), choices=LIFETIMES, required=False)
     scopes = forms.MultipleChoiceField(
         label=_("Scopes"), choices=SCOPE_CHOICES, widget=forms.CheckboxSelectMultiple, required=False

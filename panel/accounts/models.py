@@ -105,3 +105,19 @@ class IdempotentAnswer(models.Model):
 
     def __str__(self):
         return f"{self.user_id} {self.key_hash[:12]} → {self.status}"
+
+
+class TemporaryPassword(models.Model):
+    """A password an admin handed over (a new user, a reset): until its owner changes it they reach only the
+    page that changes it, and the API answers 403 (panel.accounts.temporary). The row goes with the change."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        primary_key=True,
+        related_name="temporary_password",
+    )
+    issued = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self):
+        return f"{self.user_id} since {self.issued:%Y-%m-%d %H:%M}"

@@ -3,6 +3,7 @@ from rest_framework import permissions
 
 from panel.accounts.models import SCOPE_DEPLOY, ApiToken
 from panel.accounts.roles import OPERATOR, VIEWER, has_role
+from panel.accounts.temporary import PASSWORD_CHANGE_FIRST, must_change_password
 
 
 def token_allows(request, scope: str) -> bool:
@@ -22,6 +23,9 @@ class RolePermission(permissions.BasePermission):
             # ever see 401. Throttle it first: past the anonymous rate it gets 429. Refused requests never
             # reach DRF's own throttle check, so nothing is counted twice.
             view.check_throttles(request)
+            return False
+        if must_change_password(request.user):
+            self.message = PASSWORD_CHANGE_FIRST
             return False
         needed = getattr(view, "token_scope", SCOPE_DEPLOY)
         if not token_allows(request, needed):

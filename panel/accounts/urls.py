@@ -8,6 +8,7 @@ urlpatterns = [
     path("logout/", views.LogoutView.as_view(), name="logout"),
     path("settings/", views.settings_page, name="settings"),
     path("password/", views.change_password, name="change-password"),
+    path("password/new/", views.password_required, name="password-required"),
     path("tokens/", views.create_token, name="create-token"),
     path("tokens/<int:pk>/revoke/", views.revoke_token, name="revoke-token"),
     path("users/", user_views.user_list, name="users"),

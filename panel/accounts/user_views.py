@@ -9,6 +9,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from panel.accounts import users
 from panel.accounts.roles import ADMIN
+from panel.core.names import USERNAME
 from panel.core.views import role_required
 
 # A new or reset password is shown once, on the page the admin lands on after the POST.
@@ -42,6 +43,7 @@ def user_list(request):
             "rows": users.users_with_roles(),
             "roles": users.ROLE_LABELS.items(),
             "handover": request.session.pop(HANDOVER, None),
+            "username_help": USERNAME.help_text,
         },
     )
 

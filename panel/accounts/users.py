@@ -1,6 +1,6 @@
 """Use-cases for the panel's users, for admins: create with a role, change the role, deactivate and
-reactivate, reset the password. Roles are the groups of panel.accounts.roles; the panel never leaves
-itself without an active admin."""
+reactivate, reset the password (a new or reset one is temporary: panel.accounts.temporary). Roles are the
+groups of panel.accounts.roles; the panel never leaves itself without an active admin."""
 
 import secrets
 
@@ -13,6 +13,8 @@ from django.utils.translation import gettext_lazy
 
 from panel.accounts.bootstrap import ensure_role_groups
 from panel.accounts.roles import ADMIN, OPERATOR, ROLES, VIEWER, role_of
+from panel.accounts.temporary import mark_temporary
+from panel.core.names import USERNAME
 
 TEMPORARY_PASSWORD_BYTES = 12
 ROLE_LABELS = {
@@ -59,12 +61,15 @@ def create_user(*, username: str, role: str, email: str = "") -> tuple[object, s
     username = username.strip()
     if not username:
         raise ValidationError({"username": [_("Give a user name.")]})
+    if (problem := USERNAME.problem(username)) is not None:
+        raise ValidationError({"username": [problem]})
     if User.objects.filter(username__iexact=username).exists():
         raise ValidationError({"username": [_("A user named %(name)s exists already.") % {"name": username}]})
     password = temporary_password()
     with transaction.atomic():
         user = User.objects.create_user(username, email=email.strip(), password=password)
         _set_role(user, role)
+        mark_temporary(user)
     return user, password
 
 
@@ -94,8 +99,10 @@ def set_active(user, active: bool, *, by) -> None:
 def reset_password(user) -> str:
     """A new temporary password for the user (returned once); their API tokens stay as they are."""
     password = temporary_password()
-    user.set_password(password)
-    user.save(update_fields=["password"])
+    with transaction.atomic():
+        user.set_password(password)
+        user.save(update_fields=["password"])
+        mark_temporary(user)
     return password
 
 

@@ -4,16 +4,18 @@ from django.contrib import messages
 from django.contrib.auth import update_session_auth_hash
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.forms import PasswordChangeForm
+from django.contrib.auth.views import redirect_to_login
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
-from django.views.decorators.http import require_POST, require_safe
+from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
 from panel.accounts import services
 from panel.accounts.forms import ApiTokenForm
 from panel.accounts.models import SCOPE_INFERENCE, ApiToken
 from panel.accounts.roles import VIEWER
+from panel.accounts.temporary import must_change_password, password_changed, safe_next
 from panel.core.views import role_required
 
 
@@ -53,8 +55,25 @@ def change_password(request):
     if not form.is_valid():
         return _settings(request, form)
     update_session_auth_hash(request, form.save())
+    password_changed(request.user)
     messages.success(request, _("Your password is changed."))
     return redirect("accounts:settings")
+
+
+@require_http_methods(["GET", "HEAD", "POST"])
+def password_required(request):
+    """The one page a user with a temporary password reaches: change it, then go where they were going."""
+    if not request.user.is_authenticated:
+        return redirect_to_login(request.get_full_path())
+    if not must_change_password(request.user):
+        return redirect(safe_next(request))
+    form = PasswordChangeForm(request.user, request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        update_session_auth_hash(request, form.save())
+        password_changed(request.user)
+        messages.success(request, _("Your password is changed."))
+        return redirect(safe_next(request))
+    return render(request, "accounts/password_required.html", {"form": form, "next": safe_next(request)})
 
 
 @role_required(VIEWER)

@@ -8,9 +8,10 @@ done, so a `?wait=` or `?watch=true` (panel/core/streams.py) would hold that thr
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
-from django.http import HttpResponseBadRequest, JsonResponse
+from django.http import Http404, HttpResponseBadRequest, JsonResponse
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
+from django.views.defaults import page_not_found
 from whitenoise.middleware import WhiteNoiseMiddleware
 
 from panel.core.exceptions import is_api, not_found_text
@@ -169,3 +170,24 @@ class StaticFilesMiddleware(WhiteNoiseMiddleware):
         if found is not None:
             return await sync_to_async(self.serve)(found, request)
         return await self.get_response(request)
+
+
+class NotFoundPageMiddleware(SyncAndAsyncMiddleware):
+    """With DEBUG on (`make run`), Django answers a page that is not there with its technical 404 page
+    instead of the panel's handler404: show the panel's own page (templates/404.html) then too. /api/ keeps
+    its JSON answer (ApiErrorsMiddleware)."""
+
+    def handle(self, request):
+        return self.panel_page(request, self.get_response(request))
+
+    async def __acall__(self, request):
+        response = await self.get_response(request)
+        return await sync_to_async(self.panel_page)(request, response)
+
+    @staticmethod
+    def panel_page(request, response):
+        if not settings.DEBUG or response.status_code != 404 or is_api(request):
+            return response
+        if not response.get("Content-Type", "").startswith("text/html"):
+            return response
+        return page_not_found(request, Http404())

@@ -8,6 +8,7 @@ from django import forms
 from django.utils.translation import gettext_lazy as _
 
 from panel.catalog.models import ModelArtifact
+from panel.core.names import DEPLOYMENT_NAME, NameFormField
 from workers.engine.flags import ALLOWED_FLAGS, parse_flag_text
 
 AUTO = ""
@@ -31,12 +32,11 @@ class ModelStepForm(forms.Form):
         label=_("Model copy"),
         error_messages={"required": _("Choose a model copy that is staged on a node.")},
     )
-    name = forms.CharField(
-        label=_("Deployment name"),
+    name = NameFormField(
+        DEPLOYMENT_NAME,
         required=False,
-        max_length=63,
         help_text=_(
-            "Letters, digits, - and _; it names the engine process, its log and the live page. "
+            "Letters, digits, - and _, at most 63; it names the engine process, its log and the live page. "
             "Left empty, it is made from the model name."
         ),
     )

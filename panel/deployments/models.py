@@ -141,6 +141,17 @@ class Rollout(TimestampedModel):
         self.message = english(parts)
 
 
+# The engine's access lines for the panel's own probes (GET /health, /ping and /metrics every few seconds):
+# hidden by default in the page, the API's logs/ and `ascend-panel logs`, which have a switch to show them.
+# One expression both SQLite (Python's re) and PostgreSQL read alike; static/js/deployment.js has its twin.
+PROBE_LINE_REGEX = r'"(GET|HEAD) /(health|ping|metrics)([?][^ "]*)? HTTP/[0-9.]+" [0-9]{3}'
+
+
+class DeploymentLogQuerySet(models.QuerySet):
+    def without_probes(self):
+        return self.exclude(line__regex=PROBE_LINE_REGEX)
+
+
 class DeploymentLog(models.Model):
     """Engine log lines of a deployment, numbered per deployment (start-up lines and later ones alike)."""
 
@@ -149,6 +160,8 @@ class DeploymentLog(models.Model):
     time = models.DateTimeField()
     node = models.CharField(max_length=63, blank=True)
     line = models.TextField()
+
+    objects = DeploymentLogQuerySet.as_manager()
 
     class Meta:
         ordering = ["deployment", "seq"]

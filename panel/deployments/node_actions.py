@@ -33,6 +33,9 @@ def drain(node: Node, user=None) -> list:
         ]
         for deployment in stopped:
             stop(deployment, user)
+        drained = sorted({*node.drained, *(d.name for d in stopped)})
+        Node.objects.filter(pk=node.pk).update(drained=drained)
+        node.drained = drained
     return stopped
 
 

@@ -18,6 +18,7 @@ from rest_framework import exceptions, serializers
 from panel.accounts.roles import ADMIN, has_role
 from panel.catalog.models import SERVABLE_FORMATS, Model, ModelArtifact
 from panel.core.choices import DesiredState
+from panel.core.names import DEPLOYMENT_NAME, NameField
 from panel.deployments import containers
 from panel.deployments.launch_tuning import TuningFields, node_stack, planner_inputs, tune_parts
 from panel.deployments.models import Deployment
@@ -88,7 +89,7 @@ class DeploymentRequestSerializer(EngineSettingsSerializer):
     With context `replacing` (a deployment that an apply changes), its own name and NPUs are not in the way.
     """
 
-    name = serializers.SlugField(max_length=63)
+    name = NameField(DEPLOYMENT_NAME)
     model = serializers.PrimaryKeyRelatedField(queryset=Model.objects.all())
     artifact = serializers.PrimaryKeyRelatedField(
         queryset=ModelArtifact.objects.all(), required=False, allow_null=True

@@ -24,6 +24,7 @@ from django.utils.translation import gettext as _
 from rest_framework import serializers
 
 from panel.core.choices import DesiredState
+from panel.core.names import DEPLOYMENT_NAME, NameField
 from panel.deployments.models import Deployment
 from panel.deployments.planning import (
     ENGINE_SETTINGS,
@@ -69,7 +70,7 @@ class PlacementSerializer(serializers.Serializer):
 class DeploymentSpecSerializer(serializers.Serializer):
     """One deployment as a pipeline writes it down; see the module docstring."""
 
-    name = serializers.SlugField(max_length=63, required=False)
+    name = NameField(DEPLOYMENT_NAME, required=False)
     model = serializers.CharField(
         required=False, allow_blank=True, default="", help_text="Model name, hub id (owner/name) or id."
     )

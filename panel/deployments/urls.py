@@ -9,6 +9,7 @@ urlpatterns = [
     path("new/plan/", wizard.wizard_plan, name="wizard-plan"),
     path("new/<slug:step>/", wizard.wizard_step, name="wizard"),
     path("benchmarks/", views.benchmark_compare, name="benchmarks"),
+    path("nodes/<slug:name>/resume/", views.resume_node, name="resume-node"),
     path("<slug:name>/", views.deployment_detail, name="detail"),
     path("<slug:name>/findings/", views.deployment_findings, name="findings"),
     path("<slug:name>/benchmark/", views.deployment_benchmark, name="benchmark"),

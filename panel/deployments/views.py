@@ -6,6 +6,7 @@ from django.contrib import messages
 from django.core.paginator import Paginator
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST, require_safe
@@ -27,8 +28,10 @@ from panel.deployments.filtersets import BenchmarkFilterSet, DeploymentFilterSet
 from panel.deployments.findings import findings_of
 from panel.deployments.forms import BenchmarkForm
 from panel.deployments.models import Benchmark, Deployment
+from panel.deployments.node_resume import resume_after_drain
 from panel.deployments.wizard import flatten, memory_bars
 from panel.gateway.links import gateway_url
+from panel.nodes.models import Node
 from panel.operations.models import Operation
 from workers.engine.logstages import STAGE_TITLES
 
@@ -183,7 +186,7 @@ def deployment_detail(request, name):
                 "generation": _("generation"),
                 "kv": _("KV cache"),
                 "chatStats": _("TTFT {ttft} ms · {tokens} tokens · {rate} tokens/s"),
-                "probeLines": _("{n} probe lines (/health, /metrics) hidden; the download has them"),
+                "probeLines": _("show {n} probe lines (/health, /metrics)"),
             },
         },
     }
@@ -301,3 +304,29 @@ def benchmark_compare(request):
             "chart_labels": {"concurrency": _("Concurrency")},
         },
     )
+
+
+@role_required(OPERATOR)
+@require_POST
+def resume_node(request, name):
+    """Uncordon a drained node and start what its drain stopped (the button after an install)."""
+    node = get_object_or_404(Node, name=name)
+    started, busy = resume_after_drain(node, request.user)
+    if busy:
+        messages.warning(
+            request,
+            _("Still stopping, not started yet: %(names)s. Start them when they have stopped.")
+            % {"names": ", ".join(d.name for d in busy)},
+        )
+    if started:
+        text = _("%(node)s is uncordoned; starting again: %(names)s.") % {
+            "node": node.name,
+            "names": ", ".join(d.name for d in started),
+        }
+    else:
+        text = _("%(node)s is uncordoned.") % {"node": node.name}
+    messages.success(request, text, extra_tags=TRANSITION if started else "")
+    back = request.POST.get("next", "")
+    if back and url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}):
+        return redirect(back)
+    return redirect("nodes:detail", name=node.name)

@@ -71,6 +71,11 @@ class NodeBlock:
         return f"{self.node.name}:cpu"
 
     @property
+    def multi_chip(self) -> bool:
+        """NPUs of two chips or more (310P Duo, A3): rows then name the chip too, as "1/0" and "1/1"."""
+        return any(row.npu.chip_id for row in self.rows)
+
+    @property
     def numa_nodes(self) -> list[int]:
         return sorted({row.npu.numa_node for row in self.rows if row.npu.numa_node is not None})
 

@@ -40,7 +40,7 @@ def conditions(message: dict, temp_limit_c: float, hbm_limit_pct: float) -> dict
         }
     for npu in message.get("npus") or []:
         where = {"npu_id": npu["npu_id"], "chip_id": npu["chip_id"]}
-        label = f"NPU {npu['npu_id']} chip {npu['chip_id']}"
+        label = f"NPU {npu['npu_id']}/{npu['chip_id']}"  # NPU names read "1/0" everywhere
         health = npu.get("health")
         if health in HEALTH_SEVERITY:
             found[chip_key(AlertKind.NPU_HEALTH, npu)] = {

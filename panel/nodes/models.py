@@ -41,6 +41,8 @@ class Node(TimestampedModel):
     npu_smi_info = models.TextField(_("raw npu-smi info"), blank=True)
     inventoried_at = models.DateTimeField(null=True, blank=True)
     cordoned = models.BooleanField(_("cordoned"), default=False)
+    # Names of the deployments a drain stopped, to start again once the work it made room for is done.
+    drained = models.JSONField(default=list, blank=True)
     last_heartbeat = models.DateTimeField(_("last heartbeat"), null=True, blank=True)
     heartbeat_interval = models.FloatField(default=5.0)
     agent_version = models.CharField(max_length=32, blank=True)

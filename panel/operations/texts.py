@@ -15,6 +15,7 @@ AGENT_TEXT_FIELDS = ("stage", "error", "hint", "title")
 # Payload lists of install steps ({"name", "title"}): the plan the agent announces.
 STEP_LISTS = ("steps", "specs")
 PLACEHOLDER = re.compile(r"\{(\w+)\}")
+MAX_NESTING = 2
 
 
 @lru_cache(maxsize=8)
@@ -33,25 +34,43 @@ def _formatted_msgids(language: str) -> tuple[tuple[re.Pattern, str], ...]:
             for index, piece in enumerate(PLACEHOLDER.split(msgid))
         )
         found.append((re.compile(pattern, re.DOTALL), msgid))
-    return tuple(found)
+    # The most specific template first: "step {step}: {message}" before "{title}: {hint}".
+    return tuple(sorted(found, key=lambda item: -len(PLACEHOLDER.sub("", item[1]))))
 
 
-def agent_text(text: str) -> str:
+def agent_text(text: str, _depth: int = 0) -> str:
     """A text an agent sent in English (gettext_noop'd, maybe filled with str.format) in the active
-    language; a text the catalog does not know stays as it is."""
+    language; a text the catalog does not know stays as it is.
+
+    Saved errors and hints are often put together from such texts — "step {step}: {message}", a hint per
+    line, "{title}: {hint}" — so the values a template was filled with are translated in turn, and a text
+    of several lines line by line. A template that is only punctuation counts only when a value of it was
+    translated (it would change nothing but the colon)."""
     if not text:
         return text
     known = gettext(text)
     if known != text:
         return known
+    if "\n" in text:
+        return "\n".join(agent_text(line, _depth) for line in text.split("\n"))
     for pattern, msgid in _formatted_msgids(get_language() or "en"):
         match = pattern.fullmatch(text)
-        if match is not None:
-            try:
-                return gettext(msgid).format(**match.groupdict())
-            except (KeyError, IndexError, ValueError):
-                return text
+        if match is None:
+            continue
+        values = match.groupdict()
+        if _depth < MAX_NESTING:
+            values = {name: agent_text(value, _depth + 1) for name, value in values.items()}
+        if not _has_words(msgid) and values == match.groupdict():
+            continue
+        try:
+            return gettext(msgid).format(**values)
+        except (KeyError, IndexError, ValueError):
+            return text
     return text
+
+
+def _has_words(msgid: str) -> bool:
+    return any(char.isalpha() for char in PLACEHOLDER.sub("", msgid))
 
 
 def translated(data: dict) -> dict:

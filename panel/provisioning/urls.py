@@ -4,6 +4,7 @@ from panel.provisioning import views
 
 app_name = "provisioning"
 urlpatterns = [
+    path("", views.overview, name="overview"),
     path("profiles/", views.profiles, name="profiles"),
     path("packages/", views.packages, name="packages"),
     path("packages/<int:pk>/delete/", views.delete_package, name="delete-package"),

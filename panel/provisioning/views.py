@@ -44,6 +44,16 @@ def _say_errors(request, error: ValidationError) -> None:
 
 @role_required(VIEWER)
 @require_safe
+def overview(request):
+    """The sidebar's Provisioning: every node with the stack it has and its last install, and the way to
+    the package store and the stack profiles."""
+    nodes = Node.objects.select_related("stack__install_operation").order_by("name")
+    context = {"nodes": nodes, "packages": PackageFile.objects.count()}
+    return render(request, "provisioning/overview.html", context)
+
+
+@role_required(VIEWER)
+@require_safe
 def profiles(request):
     return render(request, "provisioning/profiles.html", {"rows": profile_rows(), "cpu": cpu_row()})
 

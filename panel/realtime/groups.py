@@ -4,6 +4,7 @@ import re
 import uuid
 
 from panel.accounts.roles import role_of
+from panel.accounts.temporary import must_change_password
 from panel.realtime.broadcast import ALERTS, FLEET
 
 GROUP_PATTERN = re.compile(r"^(operation|node|deployment)\.([A-Za-z0-9_.:-]{1,100})$")
@@ -12,7 +13,7 @@ MAX_GROUPS = 200
 
 def may_join(user, group: str) -> bool:
     """Permission check for one group (runs in a thread: it queries the database)."""
-    if role_of(user) is None:
+    if role_of(user) is None or must_change_password(user):
         return False
     if group in (FLEET, ALERTS):
         return True

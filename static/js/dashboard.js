@@ -218,7 +218,7 @@ class NodeView {
     element.dataset.chip = npu.chip_id || 0;
     const multiChip = this.multiChip || (npu.chip_id || 0) > 0;
     element.querySelector("[data-f=label]").textContent =
-      `${labels.npu} ${npu.npu_id}${multiChip ? `·${npu.chip_id || 0}` : ""}`;
+      `${labels.npu} ${npu.npu_id}${multiChip ? `/${npu.chip_id || 0}` : ""}`;
     this.section.querySelector("[data-f=empty]")?.remove();
     // Cards stay in NPU / chip order whatever order the NPUs first appear in.
     const order = (n, c) => n * 1000 + c;

@@ -109,37 +109,43 @@ function followLaunch(operationId) {
 }
 
 // ---- engine log -------------------------------------------------------------------------------------
-const PROBE_LINE = /"GET \/(?:health|metrics)(?:\?\S*)? HTTP\/[\d.]+"/;
+// The panel's own probes' access lines; PROBE_LINE_REGEX in panel/deployments/models.py is its twin.
+const PROBE_LINE = /"(?:GET|HEAD) \/(?:health|ping|metrics)(?:\?[^ "]*)? HTTP\/[\d.]+" \d{3}/;
 const logBox = field("log");
 const follow = field("follow");
 const engineLog = new EventLog({
   lastSeq: Number(logBox.dataset.startSeq || 0),
   fetchPage: async (after) => {
-    const body = await get(`${config.logsUrl}?after_seq=${after}`);
+    const body = await get(`${config.logsUrl}?after_seq=${after}&probes=true`);
     if (!body) return null;
     const items = body.results;
     return { items, more: items.length > 0 && items[items.length - 1].seq < body.last_seq };
   },
   render: (lines) => {
-    const shown = lines.filter((l) => !PROBE_LINE.test(l.line));
-    countProbeLines(lines.length - shown.length);
+    const probe = (l) => PROBE_LINE.test(l.line);
+    countProbeLines(lines.filter(probe).length);
     appendLines(
       logBox,
-      shown.map((l) => ({ seq: l.seq, text: config.nodes.length > 1 ? `${l.node}  ${l.line}` : l.line })),
+      lines.map((l) => ({
+        seq: l.seq,
+        text: config.nodes.length > 1 ? `${l.node}  ${l.line}` : l.line,
+        className: probe(l) ? "log-probe" : "",
+      })),
       { follow: () => follow.checked },
     );
   },
 });
 
 // The panel's own probes (GET /health and /metrics every few seconds) would bury what the engine says: they
-// stay out of the log shown here, counted; the download keeps every line.
+// are hidden and counted, and a switch shows them; the download keeps every line.
 function countProbeLines(count) {
   if (!count) return;
   const counter = field("probe-lines");
   counter.dataset.count = Number(counter.dataset.count || 0) + count;
   counter.textContent = config.labels.probeLines.replace("{n}", formatNumber(counter.dataset.count, { maximumFractionDigits: 0 }));
-  counter.hidden = false;
+  field("probe-toggle").hidden = false;
 }
+field("show-probes").addEventListener("change", (event) => logBox.classList.toggle("show-probes", event.target.checked));
 
 // ---- engine metrics -----------------------------------------------------------------------------------
 const WINDOW_S = 3600; // the last hour, as the history API back-fills it

@@ -3,3 +3,8 @@ import { localizeTimes } from "./format.js";
 
 localizeTimes(document);
 document.body.addEventListener("htmx:afterSwap", (event) => localizeTimes(event.target));
+
+// Error pages' "Go back" (templates/includes/way_back.html).
+for (const button of document.querySelectorAll("[data-history-back]")) {
+  button.addEventListener("click", () => history.back());
+}

@@ -118,7 +118,10 @@ def test_the_deployment_page_back_fills_its_charts_and_hides_the_probe_lines(liv
         wait_until(kept, 60, "fewer than 5 scrapes kept")
         probes = f"/api/v1/deployments/{running['id']}/logs/"
         wait_until(
-            lambda: any("GET /health" in line["line"] for line in client.get(probes).json()["results"]),
+            lambda: any(
+                "GET /health" in line["line"]
+                for line in client.get(probes, params={"probes": "true"}).json()["results"]
+            ),
             30,
             "no probe line in the engine log",
         )
@@ -134,9 +137,12 @@ def test_the_deployment_page_back_fills_its_charts_and_hides_the_probe_lines(liv
 
     log = page.locator("[data-field=log]")
     expect(log.locator(".log-line").first).to_be_visible(timeout=15_000)
-    expect(log).not_to_contain_text("GET /health")
-    expect(log).not_to_contain_text("GET /metrics")
-    expect(page.get_by_test_id("probe-lines")).to_have_text(re.compile(r"^\d[\d,]* probe lines"))
+    expect(log).not_to_contain_text("GET /health", use_inner_text=True)  # the panel's probes: hidden
+    expect(log).not_to_contain_text("GET /metrics", use_inner_text=True)
+    expect(page.get_by_test_id("probe-lines")).to_have_text(re.compile(r"^show \d[\d,]* probe lines"))
+    page.get_by_test_id("show-probes").check()  # and shown on request
+    expect(log.locator(".log-probe").first).to_be_visible()
+    expect(log).to_contain_text("GET /health", use_inner_text=True)
 
 
 def test_the_curl_snippet_wraps_and_copies_whole(live_panel, running, panel_page):
@@ -174,7 +180,7 @@ def test_one_navigation_link_is_lit_on_a_node_provisioning_page(live_panel, pane
     page.goto(f"/provisioning/nodes/{SIM_NODE}/")
     active = page.locator(".sidebar a.active")
     expect(active).to_have_count(1)
-    expect(active).to_have_text("Packages")
+    expect(active).to_have_text("Provisioning")
     page.goto(f"/nodes/{SIM_NODE}/")
     expect(active).to_have_count(1)
     expect(active).to_have_text("Nodes")

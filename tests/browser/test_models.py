@@ -30,6 +30,17 @@ def test_register_inspect_and_quantize_a_model_on_a_node(live_panel, panel_page)
     expect(page.locator("[data-testid=artifacts]")).to_contain_text(f"/data/models/{name}")
 
     page.click("[data-testid=convert-menu]")
+    # The open menu draws above the rows, table headers and cards below it: every corner of it is its own.
+    covered = page.get_by_test_id("convert-form").evaluate(
+        """form => {
+            form.scrollIntoView({ block: "center" });
+            const r = form.getBoundingClientRect();
+            const corners = [[r.left + 2, r.top + 2], [r.right - 2, r.top + 2], [r.left + 2, r.bottom - 2],
+                             [r.right - 2, r.bottom - 2], [r.left + r.width / 2, r.bottom - 2]];
+            return corners.filter(([x, y]) => !form.contains(document.elementFromPoint(x, y))).length;
+        }"""
+    )
+    assert covered == 0, "the Convert menu is drawn under what follows it"
     page.select_option("[data-testid=convert-form] select[name=target]", "w8a8_dynamic")
     page.click("[data-testid=convert-form] button[type=submit]")
     page.wait_for_url(re.compile(r"/operations/"))

@@ -63,12 +63,19 @@ def test_the_add_form_shows_and_sends_ssh_fields_only_for_ssh_nodes(live_panel, 
     expect(address).to_be_hidden()
 
 
-def test_drain_cordons_the_node_and_says_what_it_stopped(live_panel, panel_page):
+def test_drain_asks_first_then_cordons_the_node_and_says_what_it_stopped(live_panel, panel_page):
     live_panel.wait_for_node_online("sim-a2")
     page = panel_page(user="bob")
     page.goto(f"{live_panel.url}/nodes/sim-a2/")
     try:
         page.get_by_test_id("drain").click()
+        dialog = page.get_by_test_id("confirm-dialog")
+        expect(dialog).to_contain_text("Drain sim-a2?")
+        dialog.get_by_test_id("confirm-cancel").click()
+        expect(dialog).to_be_hidden()
+        expect(page.get_by_test_id("cordoned")).to_have_count(0)  # cancelled: nothing was sent
+        page.get_by_test_id("drain").click()
+        dialog.get_by_test_id("confirm-ok").click()
         expect(page.get_by_test_id("cordoned")).to_be_visible()
         expect(page.locator(".messages")).to_contain_text(
             re.compile(r"sim-a2 is cordoned(; no deployment runs on it| and these deployments are stopping)")

@@ -22,6 +22,9 @@ def test_preflight_then_install_from_the_node_page_reach_100_percent(live_panel,
     # The page keeps the checked profile selected: Install installs what the preflight checked.
     expect(page.locator("#id_profile")).to_have_value("0.11.0")
     page.get_by_test_id("run-install").click()
+    dialog = page.get_by_test_id("confirm-dialog")  # an install changes the host: it asks first
+    expect(dialog).to_contain_text("Install the chosen stack on sim-a2?")
+    dialog.get_by_test_id("confirm-ok").click()
     page.wait_for_url(re.compile(r"\?operation="))
     steps = page.get_by_test_id("steps")
     # Rows come from the live plan event; states change as the steps run.

@@ -1,6 +1,7 @@
 """Users and roles in a real browser: an admin adds an operator, who signs in with the one-time password
-and changes it on their settings page; the admin deactivates them and their next page asks them to sign
-in. The login form's fields are equally wide, and the tab has the panel's icon."""
+and must change it before any other page opens; the admin (who has no Deactivate on their own row)
+deactivates them and their next page asks them to sign in. The login form's fields are equally wide, and
+the tab has the panel's icon."""
 
 import re
 import uuid
@@ -28,23 +29,30 @@ def test_an_admin_adds_an_operator_who_signs_in_then_is_deactivated(live_panel, 
     expect(admin).to_have_url(re.compile(r"/accounts/users/$"))
     form = admin.get_by_test_id("add-user")
     form.locator("#user-name").fill(name)
+    expect(form.locator("#user-role")).to_have_value("viewer")  # the least a new user may get
     form.locator("#user-role").select_option("operator")
     form.get_by_role("button", name="Add user").click()
     password = admin.get_by_test_id("handover").locator("code").inner_text().strip()
     row = admin.locator(f"[data-user={name}]")
     expect(row.locator("select[name=role]")).to_have_value("operator")
+    expect(admin.locator("[data-user=alice]").get_by_test_id("toggle-active")).to_have_count(0)  # yourself
 
     context, page = sign_in(browser, live_panel, name, password)
     try:
-        page.wait_for_url(lambda url: "/accounts/login/" not in url)
-        expect(page.get_by_role("link", name="Users and roles")).to_have_count(0)  # not an admin
-        page.goto("/accounts/settings/")
+        # A temporary password: the first page is the one that changes it, and nothing else opens before.
+        expect(page).to_have_url(re.compile(r"/accounts/password/new/"))
+        page.goto("/nodes/")
+        expect(page).to_have_url(re.compile(r"/accounts/password/new/\?next=%2Fnodes%2F$"))
+        assert page.request.get("/api/v1/nodes/").status == 403
         form = page.get_by_test_id("password-form")
         form.locator("#id_old_password").fill(password)
         form.locator("#id_new_password1").fill("Kunpeng-920-own")
         form.locator("#id_new_password2").fill("Kunpeng-920-own")
         form.get_by_role("button", name="Change password").click()
+        expect(page).to_have_url(re.compile(r"/nodes/$"))  # where they were going
         expect(page.locator(".messages")).to_contain_text("Your password is changed.")
+        expect(page.get_by_role("link", name="Users and roles")).to_have_count(0)  # not an admin
+        assert page.request.get("/api/v1/nodes/").status == 200
         row.get_by_test_id("toggle-active").click()
         expect(admin.locator(f"[data-user={name}]")).to_contain_text("deactivated")
         page.goto("/nodes/")

@@ -127,3 +127,36 @@ def test_a_failed_launch_shows_the_agents_error_and_hint_translated(charlie):
     assert deployment.reason == "No NPU driver installed — Upload the driver and firmware packages."
     page = client_in("zh-hans", charlie).get("/deployments/").content.decode()
     assert "未安装 NPU 驱动 — 请上传驱动和固件软件包。" in page
+
+
+def test_a_saved_install_error_and_its_hint_lines_are_translated_part_by_part(charlie):
+    from panel.operations.models import Operation
+    from workers.ascend.signatures import SIGNATURES
+    from workers.steps.base import StepFailed
+
+    oom = next(s for s in SIGNATURES if s.code == "npu_oom")
+    error = str(StepFailed("cann_toolkit", "finished, but its result is not there (check still fails)"))
+    hint = "\n".join(["Upload the driver and firmware packages.", f"{oom.title}: {oom.hint}"])
+    node = Node.objects.create(name="zh-install-node")
+    operation = Operation.objects.create(
+        kind=OperationKind.INSTALL, node=node, status="failed", error=error, hint=hint
+    )
+    page = client_in("zh-hans", charlie).get(f"/operations/{operation.pk}/").content.decode()
+    assert "步骤 cann_toolkit：" in page
+    assert "finished, but its result is not there" not in page
+    assert "请上传驱动和固件软件包。" in page
+    with translation.override("zh-hans"):
+        assert f"{translation.gettext(oom.title)}：{translation.gettext(oom.hint)}" in page
+    english = client_in("en", charlie).get(f"/operations/{operation.pk}/").content.decode()
+    assert "step cann_toolkit: finished, but its result is not there" in english
+
+
+def test_the_provisioning_overview_lists_each_nodes_stack_from_the_sidebar(charlie):
+    node = Node.objects.create(name="prov-overview")
+    NodeStack.objects.create(node=node, status="installed", profile="0.11.0")
+    Node.objects.create(name="bare-node")
+    page = client_in("zh-hans", charlie).get("/provisioning/").content.decode()
+    assert 'href="/provisioning/" class="active"' in page
+    assert 'href="/provisioning/nodes/prov-overview/"' in page
+    assert "0.11.0" in page
+    assert 'data-node="bare-node"' in page

@@ -151,3 +151,43 @@ def test_a_resume_is_refused_only_if_its_remaining_steps_restart_the_driver_or_h
             resume_install(node, user=bob, panel_url="http://panel")
     else:
         assert resume_install(node, user=bob, panel_url="http://panel").params["resume_from"] == failed_step
+
+
+@NO_BROKER
+def test_after_the_install_the_pages_offer_to_uncordon_and_start_what_the_drain_stopped(serving_rows, bob):
+    from django.test import Client
+
+    from panel.nodes.lifecycle import drain
+    from panel.operations.models import Operation
+    from panel.provisioning.models import NodeStack
+
+    node, deployment = serving_rows
+    assert [d.name for d in drain(node, user=bob)] == ["qwen-on-npu0"]
+    node.refresh_from_db()
+    assert (node.cordoned, node.drained) == (True, ["qwen-on-npu0"])
+    # The drain's stop went through before the install ran; the row gets the launch a plan would give it.
+    Operation.objects.filter(target=deployment.name).update(status="succeeded")
+    launch = {"node": TEST_NODE, "npus": [0], "role": "head", "launch": {}}
+    deployment.__class__.objects.filter(pk=deployment.pk).update(
+        observed_state="stopped", spec={"parts": [launch]}
+    )
+    install = Operation.objects.create(kind="install", node=node, status="succeeded", progress=100)
+    NodeStack.objects.create(node=node, status="installed", install_operation=install)
+
+    client = Client()
+    client.force_login(bob)
+    for page in (f"/provisioning/nodes/{node.name}/", f"/operations/{install.pk}/"):
+        html = client.get(page).content.decode()
+        assert 'data-testid="after-install"' in html, page
+        assert "the deployments its drain stopped are stopped: qwen-on-npu0" in html
+        assert "Uncordon and start them" in html
+
+    done = client.post(
+        f"/deployments/nodes/{node.name}/resume/", {"next": f"/provisioning/nodes/{node.name}/"}, follow=True
+    )
+    assert f"{node.name} is uncordoned; starting again: qwen-on-npu0." in done.content.decode()
+    node.refresh_from_db()
+    deployment.refresh_from_db()
+    assert (node.cordoned, node.drained, deployment.desired_state) == (False, [], "running")
+    assert deployment.observed_state == "starting"
+    assert 'data-testid="after-install"' not in client.get(f"/operations/{install.pk}/").content.decode()

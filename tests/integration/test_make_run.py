@@ -1,6 +1,7 @@
-"""`make run` (python -m panel.run) as a new admin meets it: one summary block after the start-up banners, a
-generated chat model on every sim host that deploys offline, and Ctrl-C leaving no engine behind while the
-deployment keeps its desired state: the next start runs it again."""
+"""`make run` (python -m panel.run) as a new admin meets it: a short console (the children's start-up banners
+go to the log files) ending in one summary block, a generated chat model on every sim host that deploys
+offline, and Ctrl-C leaving no engine behind while the deployment keeps its desired state: the next start
+runs it again. `kill -INT` sent to make's own process stops everything too."""
 
 import contextlib
 import os
@@ -31,7 +32,7 @@ def _hears_ctrl_c():
 class RunCommand:
     """panel.run in its own session, its output (and its children's) collected line by line."""
 
-    def __init__(self, data_dir, port: int, engine_port: int):
+    def __init__(self, data_dir, port: int, engine_port: int, argv: list[str] | None = None):
         env = {
             k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL", "CELERY_BROKER_URL")
         }
@@ -43,7 +44,7 @@ class RunCommand:
         )
         self.lines: list[str] = []
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "panel.run"],
+            argv or [sys.executable, "-m", "panel.run"],
             cwd=REPO,
             env=env,
             stdout=subprocess.PIPE,
@@ -66,8 +67,9 @@ class RunCommand:
         ends = [i for i, line in enumerate(block) if i > 0 and line.startswith("─")]
         return block[: ends[0] + 1] if ends else []
 
-    def interrupt(self):
-        """Ctrl-C, and wait until make run has stopped programs, Redis, then engines (slow under load)."""
+    def interrupt(self, exit_code: int = 0):
+        """SIGINT to the process started (Ctrl-C for panel.run), and wait until make run has stopped
+        programs, Redis, then engines (slow under load)."""
         self.process.send_signal(signal.SIGINT)
         try:
             code = self.process.wait(180)
@@ -75,7 +77,7 @@ class RunCommand:
             raise AssertionError(
                 "make run did not stop; its output ends:\n" + "\n".join(self.lines[-40:])
             ) from None
-        assert code == 0, self.lines[-40:]
+        assert code == exit_code, self.lines[-40:]
 
     def kill(self):
         with contextlib.suppress(ProcessLookupError):
@@ -97,8 +99,10 @@ def test_make_run_serves_its_generated_model_and_ctrl_c_stops_the_engine_too(tmp
         assert "PANEL_ADMIN_PASSWORD" in text
         assert "tiny-chat" in text
         assert "sim-a2, sim-duo" in text
-        before = "\n".join(run.lines[: run.lines.index(block[0])])
-        assert "[queues]" in before  # the workers' banners come first, the summary last
+        before = run.lines[: run.lines.index(block[0])]
+        assert len([line for line in before if line.strip()]) <= 5, before  # no banners on the console
+        assert "[queues]" in (tmp_path / "logs" / "panel-worker.log").read_text()  # they are in the logs
+        assert f"Logs:      {tmp_path / 'logs'}/" in text
 
         api = httpx.Client(base_url=f"http://127.0.0.1:{port}", auth=("admin", PASSWORD), timeout=20)
         models = api.get("/api/v1/models/").raise_for_status().json()["results"]
@@ -141,6 +145,29 @@ def test_make_run_serves_its_generated_model_and_ctrl_c_stops_the_engine_too(tmp
         api.close()
         run.interrupt()
         assert not listening(served_on)
+    finally:
+        run.kill()
+        for node in ("sim-a2", "sim-duo"):
+            kill_recorded_engines(tmp_path / "sim" / node)
+
+
+def make_run_argv() -> list[str]:
+    """`make run` as typed, with the Makefile's install step taken as done (the venv is this one)."""
+    with (REPO / "pyproject.toml").open("rb") as pyproject:
+        stamp = subprocess.run(["cksum"], stdin=pyproject, capture_output=True, text=True).stdout.split()[0]
+    return ["make", "--no-print-directory", "-o", f".venv/.installed-{stamp}", "run", f"PY={sys.executable}"]
+
+
+def test_kill_int_to_makes_own_process_stops_everything(tmp_path):
+    port, engine_port = _free_port(), free_port_pair()
+    run = RunCommand(tmp_path, port, engine_port, argv=make_run_argv())
+    try:
+        wait_for(run.summary, 240, f"the summary block; output so far: {run.lines[-30:]}", every=1)
+        assert listening(port)
+        # make does not pass SIGINT on; the panel sees make handle it, stops, and make ends with it.
+        run.interrupt(exit_code=-signal.SIGINT)
+        assert "Stopping…" in run.lines
+        assert not listening(port)
     finally:
         run.kill()
         for node in ("sim-a2", "sim-duo"):

@@ -116,3 +116,18 @@ async def test_a_socket_within_its_recheck_interval_is_served_without_a_check(ch
     # Until the interval passes (or a notice or a client message comes) data still flows: the check is
     # periodic, not per frame, so the metrics path stays cheap.
     await assert_still_served(socket)
+
+
+async def test_a_user_who_must_change_a_temporary_password_joins_no_group(charlie):
+    from panel.accounts.temporary import mark_temporary
+
+    await database_sync_to_async(mark_temporary)(charlie)
+    _token, raw = await database_sync_to_async(ApiToken.issue)(charlie, "ws-temporary")
+    socket = WebsocketCommunicator(
+        application, "/ws/", headers=[ORIGIN, (b"authorization", f"Bearer {raw}".encode())]
+    )
+    assert (await socket.connect())[0]
+    await socket.send_json_to({"type": "subscribe", "groups": [FLEET]})
+    answer = await socket.receive_json_from(timeout=5)
+    assert (answer["groups"], answer["refused"]) == ([], [FLEET])
+    await socket.disconnect()

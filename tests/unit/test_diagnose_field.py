@@ -29,6 +29,7 @@ def codes(findings):
         ("graph_stream_exhausted", "graph_capture"),
         ("mla_tp_unsupported", "graph_capture"),
         ("hccl_socket_timeout", "hccl"),
+        ("hccl_init_failed", "hccl"),
         ("hccl_buffsize_small", "hccl"),
         ("peer_rank_died", "hccl"),
         ("custom_kernels_missing", "graph_capture"),
@@ -49,9 +50,10 @@ def test_every_general_family_exists_and_every_hint_names_a_fix():
 
 
 def test_a_general_finding_before_its_specific_one_is_an_earlier_cause_and_stays():
-    # The port was taken (hccl) first, then the ranks timed out connecting (hccl_socket_timeout).
+    # The port was taken (hccl) first, then the ranks timed out connecting (hccl_socket_timeout, the EI0006
+    # line; the failed set-up on line 5 is that timeout seen from torch_npu and is not named apart).
     findings = diagnose((FIXTURES / "hccl.log").read_text())
-    assert [(f["code"], f["line_no"]) for f in findings] == [("hccl", 3), ("hccl_socket_timeout", 5)]
+    assert [(f["code"], f["line_no"]) for f in findings] == [("hccl", 3), ("hccl_socket_timeout", 7)]
 
 
 def test_a_general_finding_after_its_specific_one_repeats_it_and_is_left_out():
@@ -72,7 +74,7 @@ def test_a_general_finding_after_its_specific_one_repeats_it_and_is_left_out():
          "visible_device_invalid"),
         ("RuntimeError: create_config:build/CMakeFiles/torch_npu.dir/compiler_depend.ts:102 HCCL function "
          "error: hcclCommInitRootInfoConfig(numRanks, &rootInfo, rank, config, &(comm->hcclComm_)), error "
-         "code is 7", "hccl_socket_timeout"),
+         "code is 9", "hccl_socket_timeout"),
         ("[PID: 108272] 2026-05-21-21:41:11.284.296 Communication_Error_Get_Socket(EI0006): Getting socket "
          "times out.", "hccl_socket_timeout"),
         ("ERROR 06-26 08:18:55 [core.py:515] AssertionError: The allowed number of queries per kv when "
@@ -181,3 +183,80 @@ def test_the_workers_memory_report_is_enough_when_the_log_ends_before_vllms_erro
         "(EngineCore_DP0 pid=9) INFO 08-01 10:00:00 [gpu_worker.py:276] Available KV cache memory: 10.0 GiB",
     ]  # fmt: skip
     assert diagnose("\n".join(healthy)) == []
+
+
+INIT_FAILED = (
+    "(VllmWorker rank=1 pid=7226) ERROR 09-03 03:02:37 [multiproc_executor.py:522] RuntimeError: create_config:"
+    "build/CMakeFiles/torch_npu.dir/compiler_depend.ts:148 HCCL function error: hcclCommInitRootInfoConfig("
+    "numRanks, &rootInfo, rank, config, &(comm->hcclComm_)), error code is {code}"
+)
+
+
+@pytest.mark.parametrize("code", [1, 7, 11, 15])
+def test_a_communicator_set_up_that_failed_without_a_timeout_is_not_called_one(code):
+    log = (
+        INIT_FAILED.format(code=code)
+        + "\n[ERROR] 2025-09-03-03:02:37 (PID:7226) ERR02200 DIST call hccl api failed."
+    )
+    (finding,) = diagnose(log)
+    assert (finding["code"], finding["general"]) == ("hccl_init_failed", "hccl")
+    assert "in time" not in finding["title"]
+    assert "timeout" not in finding["title"].lower()
+
+
+def test_a_communicator_set_up_that_failed_is_named_a_timeout_when_the_log_shows_one():
+    log = "\n".join(
+        [
+            INIT_FAILED.format(code=7),
+            "[PID: 7226] 2025-09-03-03:02:37.301.554 Get_Socket_Timeout(EI0006): Getting socket times out.",
+        ]
+    )
+    assert [(f["code"], f["line_no"]) for f in diagnose(log)] == [("hccl_socket_timeout", 2)]
+
+
+def test_streams_exhausted_during_capture_are_named_so_not_a_generic_capture_failure():
+    # The capture call's own error (207005, graph_capture's code) comes before the driver's reason.
+    log = "\n".join(
+        [
+            "(Worker_TP0 pid=1802934) INFO 04-17 09:16:30 [model_runner_v1.py:3502] Starting to capture ACL graphs",
+            "RuntimeError: capture_begin:build/CMakeFiles/torch_npu.dir/compiler_depend.ts:214 NPU function error: "
+            "c10_npu::acl::AclmdlRICaptureBegin(capture_stream_, capture_mode), error code is 207005",
+            "[ERROR] 2026-04-17-09:16:39 (PID:1802934, Device:0, RankID:-1) ERR00100 PTA call acl api failed",
+            "EE9999[PID: 1802934] 2026-04-17-09:16:39.992.922 (EE9999):  [SqCqManage]Alloc sq cq fail, "
+            "stream_id=1984, retCode=0x7020023.[FUNC:Setup][FILE:stream.cc][LINE:398]",
+        ]
+    )
+    assert [(f["code"], f["line_no"]) for f in diagnose(log)] == [("graph_stream_exhausted", 4)]
+
+
+def test_a_new_capture_stream_that_could_not_be_made_is_streams_exhausted():
+    log = "\n".join(
+        [
+            "(Worker_TP3 pid=78100) ERROR 04-20 21:27:00 [multiproc_executor.py:932]        New capture stream "
+            "failed, stream_id=1987, event_id=[-1->70037].[FUNC:GetCaptureStream][FILE:capture_model_utils.cc]",
+            "(Worker_TP3 pid=78100) ERROR 04-20 21:27:00 [multiproc_executor.py:932]        stream wait event "
+            "failed, runtime result = 207005[FUNC:ReportCallError][FILE:log_inner.cpp][LINE:148]",
+        ]
+    )
+    assert [f["code"] for f in diagnose(log)] == ["graph_stream_exhausted"]
+
+
+@pytest.mark.parametrize(
+    "reason",
+    [
+        "HCCL_BUFFSIZE is too SMALL, maxBs = 512, h = 2048, epWorldSize = 2, NEEDED_HCCL_BUFFSIZE = 609MB, "
+        "HCCL_BUFFSIZE=200MB.",
+        "HCCL BUFFSIZE is too small, please set HCCL_BUFFSIZE to at least 609MB.",
+    ],
+)
+def test_a_too_small_hccl_buffer_is_named_so_not_a_failed_operator(reason):
+    # The MoE dispatch operator's failure is printed first; the buffer is why.
+    log = "\n".join(
+        [
+            "(EngineCore_DP0 pid=17833) RuntimeError: npu_moe_distribute_dispatch_v2:build/CMakeFiles/torch_npu.dir/"
+            "compiler_depend.ts:161 NPU function error: call aclnnMoeDistributeDispatchV3 failed, error code is 561002",
+            "(EngineCore_DP0 pid=17833) [ERROR] 2025-12-23-07:36:19 (PID:17833) ERR00100 PTA call acl api failed.",
+            f"(EngineCore_DP0 pid=17833) EZ9999[PID: 17833] 2025-12-23-07:36:19.237.396 (EZ9999):  {reason}",
+        ]
+    )
+    assert [(f["code"], f["general"]) for f in diagnose(log)] == [("hccl_buffsize_small", "hccl")]

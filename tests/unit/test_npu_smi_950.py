@@ -1,5 +1,6 @@
-"""The 950's `npu-smi info` layout (split `NPU ID | Name` cells, one chip per NPU, a process section keyed by
-NPU ID only) reads as one NPU per block: the process section after the NPU block is not a second NPU."""
+"""The 950's `npu-smi info` layout (split `NPU ID | Name` cells, a process section keyed by NPU ID only) reads
+as one chip per block: the process section after the NPU block is not a second NPU, and a 950PR card that
+prints two blocks under one NPU ID is two chips of that NPU, not one chip read twice."""
 
 # ruff: noqa: E501  (the tables reproduce the tool's column layout)
 
@@ -56,3 +57,45 @@ def test_a_950_block_without_its_closing_rule_before_the_processes_is_still_one_
     table = parse_table("\n".join(cut))
     assert [c["npu_id"] for c in table["chips"]] == [0]
     assert [p["pid"] for p in table["processes"]] == [40211, 40212]
+
+
+def _block(name, health, bus_id, hbm_used, first_cells=("0", "Ascend950PR"), second_cells=("", "")):
+    return [
+        f"| {first_cells[0]:<6} | {first_cells[1]:<16} | {health:<13} | 311.0       61                0     / 0             |",
+        f"| {second_cells[0]:<6} | {second_cells[1]:<16} | {bus_id:<13} | 87          0    / 0          {hbm_used} / 65536         |",
+    ]
+
+
+def test_a_950pr_card_printing_two_blocks_under_one_npu_id_is_two_chips():
+    lines = [
+        "| npu-smi 26.0.rc1                        Version: 26.0.rc1                                       |",
+        RULE,
+        "| NPU ID | Name             | Health        | Power(W)    Temp(C)           Hugepages-Usage(page) |",
+        "|        |                  | Bus-Id        | NPU Util(%) Memory-Usage(MB)  HBM-Usage(MB)         |",
+        DOUBLE,
+        *_block("Ascend950PR", "OK", "0000:91:00.0", 41000),
+        RULE,
+        *_block("Ascend950PR", "OK", "0000:92:00.0", 42000),
+        DOUBLE,
+    ]
+    chips = parse_table("\n".join(lines))["chips"]
+    assert [(c["npu_id"], c["chip_id"], c["bus_id"], c["hbm_used_mb"]) for c in chips] == [
+        (0, 0, "0000:91:00.0", 41000),
+        (0, 1, "0000:92:00.0", 42000),
+    ]
+
+
+def test_a_950pr_table_with_a_chip_id_row_reads_the_chip_numbers_it_prints():
+    lines = [
+        "| npu-smi 26.0.rc1                        Version: 26.0.rc1                                       |",
+        RULE,
+        "| NPU ID | Name             | Health        | Power(W)    Temp(C)           Hugepages-Usage(page) |",
+        "| Chip ID| Phy-ID           | Bus-Id        | NPU Util(%) Memory-Usage(MB)  HBM-Usage(MB)         |",
+        DOUBLE,
+        *_block("Ascend950PR", "OK", "0000:91:00.0", 41000, second_cells=("0", "0")),
+        RULE,
+        *_block("Ascend950PR", "OK", "0000:92:00.0", 42000, second_cells=("1", "1")),
+        DOUBLE,
+    ]
+    chips = parse_table("\n".join(lines))["chips"]
+    assert [(c["npu_id"], c["chip_id"], c["device_id"]) for c in chips] == [(0, 0, 0), (0, 1, 1)]

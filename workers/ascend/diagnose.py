@@ -4,7 +4,8 @@
 {"code", "general", "title", "hint", "line", "line_no"}: one per signature, at the first line that matches
 it, in the order the failures first appear. `code` is the most specific code known; `general` is the family
 it belongs to (the same code for a general signature): hccl_socket_timeout is a kind of hccl. A finding
-of a general code is left out when a specific one of its family came first (it would repeat it). Findings
+of a general code is left out when a specific one of its family came first (it would repeat it), and a
+finding a more specific one explains (Signature.explains) is left out wherever it stands. Findings
 of a timeout on every rank also carry "first_rank": {"rank", "where", "line", "line_no"} or null.
 A healthy log gives []. The signatures are in workers.ascend.signatures.
 """
@@ -54,6 +55,7 @@ COMPILED = tuple(
     )
     for signature in SIGNATURES
 )
+_EXPLAINS = {signature.code: signature.explains for signature in SIGNATURES if signature.explains}
 
 
 def _finding(signature: Signature, line: str, line_no: int) -> dict:
@@ -117,6 +119,8 @@ def diagnose_lines(lines: Iterable[str]) -> list[dict]:
         if f["general"] != f["code"]:
             first_specific[f["general"]] = min(f["line_no"], first_specific.get(f["general"], f["line_no"]))
     findings = [f for f in findings if f["line_no"] < first_specific.get(f["code"], f["line_no"] + 1)]
+    explained = {code for f in findings for code in _EXPLAINS.get(f["code"], ())}
+    findings = [f for f in findings if f["code"] not in explained]
     for finding in findings:
         if any(s.names_first_rank for s in SIGNATURES if s.code == finding["code"]):
             finding["first_rank"] = first_failing_rank(lines)

@@ -26,8 +26,10 @@ CHIP_COLUMNS = {
     "npuid": "npu_id",
     "name": "name",
     "chip": "chip_id",
+    "chipid": "chip_id",
     "device": "device_id",
     "phy-id": "device_id",
+    "chipphy-id": "device_id",
     "health": "health",
     "bus-id": "bus_id",
     "power(w)": "power_w",
@@ -42,6 +44,7 @@ PROCESS_COLUMNS = {
     "npu": "npu_id",
     "npuid": "npu_id",
     "chip": "chip_id",
+    "chipid": "chip_id",
     "processid": "pid",
     "processname": "name",
     "processmemory(mb)": "memory_mb",
@@ -110,7 +113,18 @@ def parse_table(text: str) -> dict:
 
     if not chips:
         raise nothing_found(text, "NPU table")
+    _number_unnumbered_chips(chips)
     return {"version": known_text(version), "chips": chips, "processes": processes}
+
+
+def _number_unnumbered_chips(chips: list[dict]) -> None:
+    """Layouts without a chip column (the 950's) print each chip of an NPU as its own block under the same NPU
+    ID: number them 0, 1, … in the order printed, so a two-chip card reads as two chips, not one twice."""
+    seen: dict[int | None, int] = {}
+    for chip in chips:
+        if chip.pop("_unnumbered"):
+            chip["chip_id"] = seen.get(chip["npu_id"], 0)
+            seen[chip["npu_id"]] = chip["chip_id"] + 1
 
 
 def _table_lines(text: str) -> list[str]:
@@ -186,11 +200,11 @@ def _chip(raw: dict[str, str]) -> dict:
     hugepages_used, hugepages_total = used_total(raw.get("hugepages"))
     memory_used, memory_total = used_total(raw.get("memory"))
     hbm_used, hbm_total = used_total(raw.get("hbm"))
-    chip_id = to_int(raw.get("chip_id"))
     return {
         "npu_id": to_int(raw.get("npu_id")),
-        # The 950 prints no chip number: it has one chip per NPU, chip 0.
-        "chip_id": 0 if chip_id is None and "chip_id" not in raw else chip_id,
+        "chip_id": to_int(raw.get("chip_id")),
+        # The 950 prints no chip number; parse_table numbers its chips per NPU.
+        "_unnumbered": "chip_id" not in raw,
         "device_id": to_int(raw.get("device_id")),
         "name": known_text(raw.get("name")),
         "health": known_text(raw.get("health")),

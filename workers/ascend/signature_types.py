@@ -41,5 +41,9 @@ class Signature:
     then: tuple[str, ...] = ()
     # A line that, seen before `then` completed, shows the harmless case after all (graphs captured fine).
     unless: str = ""
+    # Codes of broader findings that are this failure seen from another layer (the capture call that failed
+    # because no stream was left, the operator that failed because HCCL's buffer was too small): once this
+    # one is found, their findings are left out wherever they stand in the log.
+    explains: tuple[str, ...] = ()
     # Name the first rank that failed: a timeout on every rank is the symptom of one rank that died first.
     names_first_rank: bool = False

@@ -26,7 +26,7 @@ SIGNATURES: tuple[Signature, ...] = (
     ),
     Signature(
         code="hccl",
-        title=_("NPUs could not connect to each other (HCCL)"),
+        title=_("Communication between the NPUs failed (HCCL)"),
         hint=_(
             "Collective communication between ranks failed to start. Check that every rank starts within "
             "HCCL_CONNECT_TIMEOUT (raise it, e.g. to 1200), that port 16666 and the ports above it are free "
@@ -34,7 +34,7 @@ SIGNATURES: tuple[Signature, ...] = (
             "name the right network interface, and on several hosts that the NPU links are up "
             "(hccn_tool -i N -link -g)."
         ),
-        # EI0006 and HcclCommInitRootInfo are hccl_socket_timeout (workers.ascend.signatures_field).
+        # EI0006 is hccl_socket_timeout, a failed HcclCommInitRootInfo hccl_init_failed (signatures_field).
         patterns=(
             token("EI0009"),
             token("ERR02200"),

@@ -11,6 +11,8 @@ from workers.i18n import gettext_noop as _
 CAPTURE_STARTED = r"(?i)\bcaptur(?:e|ing) (?:ACL|CUDA) ?graphs?\b"
 FAILED_LATER = r"\b(?:ERROR|Traceback|Exception|RuntimeError|AttributeError|failed to start|died)\b"
 CAPTURE_DONE = r"(?i)\bGraph capturing finished\b"
+# torch_npu's report of a failed communicator set-up, up to its HCCL error code.
+HCCL_INIT_CALL = r"(?i)\bhcclCommInitRootInfo(?:Config)?\(.*\berror code is "
 
 KERNELS_TITLE = _("vllm-ascend's custom kernels are missing")
 KERNELS_HINT = _(
@@ -84,9 +86,14 @@ FIELD_SIGNATURES: tuple[Signature, ...] = (
         ),
         patterns=(
             token("207008"),
+            token("EL0009"),
             r"(?i)\bStream resources are insufficient\b",
             r"(?i)\bno stream resource\b",
+            # The capture asked for one more stream than the device had (the runtime then reports 207005).
+            r"(?i)\b(?:New|Create) capture stream failed\b",
+            r"(?i)\bAlloc sq cq fail\b",  # a stream's submission and completion queues
         ),
+        explains=("graph_capture",),
     ),
     Signature(
         code="mla_tp_unsupported",
@@ -116,11 +123,32 @@ FIELD_SIGNATURES: tuple[Signature, ...] = (
             "HCCL_SOCKET_IFNAME name an interface the other nodes reach, that port 16666 and above are free, "
             "and raise HCCL_CONNECT_TIMEOUT (e.g. 1200) when nodes start far apart."
         ),
+        # Only lines that say a timeout: a set-up that failed with another code is hccl_init_failed.
         patterns=(
             token("EI0006"),
-            r"(?i)\bHcclCommInitRootInfo",
             r"(?i)\bGetting socket times out\b",
             r"(?i)\bwait socket establish timeout\b",
+            HCCL_INIT_CALL + r"(?<!\d)9(?!\d)",  # 9 is HCCL_E_TIMEOUT
+        ),
+        explains=("hccl_init_failed",),
+    ),
+    Signature(
+        code="hccl_init_failed",
+        general="hccl",
+        title=_("HCCL could not set up the communicator between the ranks"),
+        hint=_(
+            "HcclCommInitRootInfo, which joins the ranks into one communicator, returned an error; its code "
+            "says what kind: 1 a parameter HCCL refused (rank count, device ids or ranktable), 7 a resource "
+            "that was not available, 11 or 12 a TCP or RoCE connection that failed, 15 a runtime call that "
+            "failed, 9 a timeout. Read the lines after it (EE, EI or EL codes) and HCCL's own log under "
+            "~/ascend/log for the reason. Check that ASCEND_RT_VISIBLE_DEVICES gives each rank its own NPU, "
+            "that every NPU of the deployment is healthy (npu-smi info), that HCCL_IF_IP or "
+            "HCCL_SOCKET_IFNAME name an interface every rank reaches, and that this chip supports the "
+            "parallel layout (310P cards support fewer HCCL operations)."
+        ),
+        patterns=(
+            HCCL_INIT_CALL + r"\d+",
+            r"(?i)\bHcclCommInitRootInfo(?:Config)? fail",
         ),
     ),
     Signature(
@@ -133,7 +161,9 @@ FIELD_SIGNATURES: tuple[Signature, ...] = (
             "least that on every node and leave HBM for it (each communicator takes it): lower "
             "--gpu-memory-utilization if needed. Fewer sequences per batch (--max-num-seqs) need less."
         ),
-        patterns=(r"\bHCCL_BUFFSIZE is too SMALL\b",),
+        patterns=(r"(?i)\bHCCL[_ ]BUFFSIZE is too small\b", r"(?i)\bhccl buffer (?:size )?is too small\b"),
+        # The dispatch or combine operator whose tiling refused the buffer fails with it.
+        explains=("op_unsupported",),
     ),
     Signature(
         code="peer_rank_died",

@@ -37,7 +37,8 @@ class StepFailed(Exception):
         self.step = step
         self.hint = hint
         self.output_tail = output_tail
-        super().__init__(f"step {step}: {message}")
+        # A template the panel knows: it shows "step …: …" in the reader's language, message included.
+        super().__init__(_("step {step}: {message}").format(step=step, message=message))
 
 
 class RebootRequired(StepFailed):

@@ -199,7 +199,8 @@ class StepRunner:
         tail = self.lines.get(error.step, [])[-TAIL_LINES:]
         findings = diagnose("\n".join([*tail, error.output_tail]))
         hints = [error.hint] if error.hint else []
-        hints += [f"{f['title']}: {f['hint']}" for f in findings if f["hint"] not in hints]
+        # A template the panel knows, so each line's title and hint are shown in the reader's language.
+        hints += [_("{title}: {hint}").format(**f) for f in findings if f["hint"] not in hints]
         return "\n".join(hints), findings
 
     async def run(self, steps: list, order: list[int], simulate_reboot: bool) -> dict[str, str]:

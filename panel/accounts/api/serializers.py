@@ -3,10 +3,12 @@ from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
 from panel.accounts.models import SCOPES, ApiToken
+from panel.core.names import TOKEN_NAME, NameField
 from workers.engine.command import SERVED_NAME_PATTERN
 
 
 class ApiTokenSerializer(serializers.ModelSerializer):
+    name = NameField(TOKEN_NAME)
     usable = serializers.BooleanField(source="is_usable", read_only=True)
     scopes = serializers.ListField(
         child=serializers.ChoiceField(choices=SCOPES),
@@ -64,7 +66,7 @@ class SignInSerializer(serializers.Serializer):
 
     username = serializers.CharField(max_length=150)
     password = serializers.CharField(max_length=4096, trim_whitespace=False, write_only=True)
-    name = serializers.CharField(max_length=100, help_text="The new token's name, unique among yours.")
+    name = NameField(TOKEN_NAME, help_text="The new token's name, unique among yours.")
     expires = serializers.DateTimeField(required=False, allow_null=True, default=None)
 
     def validate_expires(self, value):

@@ -10,6 +10,7 @@ from panel.accounts import services
 from panel.accounts.api.serializers import ApiTokenSerializer, NewApiTokenSerializer, SignInSerializer
 from panel.accounts.models import SCOPE_ADMIN, ApiToken
 from panel.accounts.roles import VIEWER, has_role
+from panel.accounts.temporary import PASSWORD_CHANGE_FIRST, must_change_password
 from panel.core.api import PanelViewSet
 from panel.core.schema import ErrorSerializer
 
@@ -95,6 +96,8 @@ class ApiTokenViewSet(
                 {"detail": _("Your account has no role yet; ask an admin to give it one.")},
                 status=status.HTTP_403_FORBIDDEN,
             )
+        if must_change_password(user):
+            return Response({"detail": PASSWORD_CHANGE_FIRST}, status=status.HTTP_403_FORBIDDEN)
         if ApiToken.objects.filter(user=user, name=values["name"]).exists():
             return Response(
                 {

@@ -224,6 +224,12 @@ class DeploymentLogQuerySerializer(serializers.Serializer):
         required=False, default=0, min_value=0, help_text="Lines after this number."
     )
     limit = serializers.IntegerField(required=False, min_value=1, help_text="At most 5000 lines a page.")
+    probes = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="Include the engine's access lines for the panel's own probes (GET /health, /ping, "
+        "/metrics every few seconds), which are left out by default. Line numbers skip what is left out.",
+    )
 
 
 class DeploymentLogPageSerializer(serializers.Serializer):

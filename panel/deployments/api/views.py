@@ -220,7 +220,10 @@ class DeploymentViewSet(StreamsMixin, mixins.ListModelMixin, mixins.RetrieveMode
         query.is_valid(raise_exception=True)
         after = query.validated_data["after_seq"]
         limit = min(query.validated_data.get("limit", MAX_LOG_LINES_PER_PAGE), MAX_LOG_LINES_PER_PAGE)
-        lines = list(deployment.log_lines.filter(seq__gt=after).order_by("seq")[:limit])
+        lines = deployment.log_lines.filter(seq__gt=after)
+        if not query.validated_data["probes"]:
+            lines = lines.without_probes()
+        lines = list(lines.order_by("seq")[:limit])
         return Response(
             {
                 "deployment": deployment.name,

@@ -8,6 +8,7 @@ import stat
 import yaml
 
 from panel.cli import config
+from panel.cli.commands import logs as logs_command_module
 from panel.cli.main import main
 from tests.unit.cli.api_server import Answer, deployment, page
 
@@ -153,7 +154,8 @@ def test_models_add_needs_a_repo_or_a_path(api, capsys):
     assert api.requests == []
 
 
-def test_logs_prints_every_page_in_order(api, capsys):
+def test_logs_prints_every_page_in_order(api, capsys, monkeypatch):
+    monkeypatch.setattr(logs_command_module, "PAGE_LINES", 2)  # the fake answers pages of two
     lines = [
         {"seq": n, "time": "2026-01-01T10:00:00Z", "node": "sim-a2", "line": f"line {n}\n"} for n in (1, 2, 3)
     ]
@@ -169,9 +171,26 @@ def test_logs_prints_every_page_in_order(api, capsys):
         f"2026-01-01T10:00:00Z sim-a2 line {n}" for n in (1, 2, 3)
     ]
     assert [r.query for r in api.sent("GET", "/api/v1/deployments/7/logs/")] == [
-        {"after_seq": "0"},
-        {"after_seq": "2"},
+        {"after_seq": "0", "limit": "2"},
+        {"after_seq": "2", "limit": "2"},
     ]
+
+
+def test_logs_asks_for_the_probe_lines_only_with_probes(api, capsys):
+    line = {"seq": 9, "time": "2026-01-01T10:00:00Z", "node": "sim-a2", "line": "engine says hi\n"}
+    api.on("GET", "/api/v1/deployments/", Answer(200, page(deployment())))
+    api.on(
+        "GET",
+        "/api/v1/deployments/7/logs/",
+        # Lines 10 to 12 were probe lines, left out: a short page still answers up to last_seq.
+        Answer(200, {"deployment": "qwen-chat", "last_seq": 12, "results": [line]}),
+        Answer(200, {"deployment": "qwen-chat", "last_seq": 12, "results": [line]}),
+    )
+    assert main(["logs", "qwen-chat"]) == 0
+    assert main(["logs", "qwen-chat", "--probes"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["engine says hi", "engine says hi"]
+    queries = [r.query for r in api.sent("GET", "/api/v1/deployments/7/logs/")]
+    assert [q.get("probes") for q in queries] == [None, "true"]
 
 
 def test_chat_prints_the_answer(api, capsys):
