@@ -10,6 +10,8 @@ from prometheus_client.registry import CollectorRegistry
 
 from panel.core.choices import NodeStatus, NodeTransport
 from panel.monitoring import refusals, store
+from panel.nodes.models import Node
+from panel.operations.models import Operation
 
 NPU_LABELS = ["id", "chip_id", "model_name", "node", "logic_id"]
 # (npu-exporter name, help, field of the "metrics" message). HBM and memory are in MB, like npu-exporter.
@@ -74,9 +76,6 @@ class FleetCollector:
 
 
 def panel_gauges():
-    from panel.nodes.models import Node
-    from panel.operations.models import Operation
-
     online = sum(
         1
         for node in Node.objects.filter(transport=NodeTransport.AGENT)

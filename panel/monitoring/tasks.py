@@ -9,7 +9,9 @@ from datetime import UTC, datetime, timedelta
 import httpx
 
 from panel.monitoring import ssh_probes
+from panel.monitoring.history import downsample_all
 from panel.monitoring.inbox import MetricsIngestStep
+from panel.monitoring.models import Alert, HostMetricMinute, NpuMetricMinute
 from workers.celery_app import app
 
 log = logging.getLogger(__name__)
@@ -24,8 +26,6 @@ app.steps["worker"].add(MetricsIngestStep)
 @app.task(name="panel.monitoring.downsample")
 def downsample() -> int:
     """Write every complete minute in the ring buffers to the minute tables. Returns rows written."""
-    from panel.monitoring.history import downsample_all
-
     return downsample_all()
 
 
@@ -33,8 +33,6 @@ def downsample() -> int:
 def prune() -> int:
     """Delete minute rows older than PANEL_METRICS_RETENTION_DAYS, and resolved alerts as old."""
     from django.conf import settings
-
-    from panel.monitoring.models import Alert, HostMetricMinute, NpuMetricMinute
 
     cutoff = datetime.now(UTC) - timedelta(days=settings.PANEL_METRICS_RETENTION_DAYS)
     deleted = NpuMetricMinute.objects.filter(minute__lt=cutoff).delete()[0]

@@ -11,8 +11,11 @@ from django.db import transaction
 from django.utils import timezone
 
 from panel.accounts.models import hash_token
+from panel.audit import actions as audit
+from panel.audit.services import record
 from panel.core.choices import NodeTransport
-from panel.nodes.models import JoinToken, Node
+from panel.nodes.models import JoinToken, Node, new_credential_id
+from panel.nodes.trust import agent_key
 
 JOIN_TOKEN_LIFETIME = timedelta(hours=24)
 LOOPBACK_NAMES = {"127.0.0.1", "localhost", "::1"}
@@ -33,9 +36,6 @@ class JoinRefused(Exception):
 def exchange_join_token(node_name: str, token: str) -> tuple[Node, bytes]:
     """Use up a join token (one winner under races) and issue the node's credential: a new node, or a new
     credential for a node that joins again (the old one stops working at once). Returns (node, its key)."""
-    from panel.nodes.models import new_credential_id
-    from panel.nodes.trust import agent_key
-
     with transaction.atomic():
         claimed = JoinToken.objects.filter(
             key_hash=hash_token(token or ""),
@@ -54,9 +54,6 @@ def exchange_join_token(node_name: str, token: str) -> tuple[Node, bytes]:
         if not created:
             node.credential_id = new_credential_id()
             node.save(update_fields=["credential_id", "updated"])
-        from panel.audit import actions as audit
-        from panel.audit.services import record
-
         credential = "issued" if created else "rotated"
         record(None, audit.NODE_ADDED, node.name, transport="agent", joined=True, credential=credential)
     return node, agent_key(node)

@@ -1,12 +1,12 @@
+from panel.nodes.services import mark_silent_nodes_offline as sweep
+from panel.nodes.services import record_heartbeat
+from panel.nodes.trust import Refused, open_envelope
 from workers.celery_app import app
 from workers.task_names import HEARTBEAT
 
 
 @app.task(name=HEARTBEAT)
 def heartbeat(envelope: dict) -> None:
-    from panel.nodes.services import record_heartbeat
-    from panel.nodes.trust import Refused, open_envelope
-
     try:
         _node, signer, beat = open_envelope("heartbeat", HEARTBEAT, envelope)
     except Refused:
@@ -16,6 +16,4 @@ def heartbeat(envelope: dict) -> None:
 
 @app.task(name="panel.mark_silent_nodes_offline")
 def mark_silent_nodes_offline() -> list[str]:
-    from panel.nodes.services import mark_silent_nodes_offline as sweep
-
     return sweep()

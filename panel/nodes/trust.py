@@ -12,7 +12,11 @@ import threading
 import time
 from functools import lru_cache
 
+from panel.core.choices import NodeTransport
+from panel.core.secrets import key_material
+from panel.nodes.models import Node
 from panel.nodes.signals import message_refused
+from panel.nodes.ssh import task_route
 from workers.celery_app import app as celery_app
 from workers.identity import (
     AUTH_KWARG,
@@ -33,8 +37,6 @@ class Refused(Exception):
 
 
 def _material() -> str:
-    from panel.core.secrets import key_material
-
     return key_material()
 
 
@@ -82,8 +84,6 @@ def _key_of(signer: str, node) -> bytes:
 
 def open_envelope(kind: str, task_name: str, envelope) -> tuple:
     """(node, signer, body) of a signed agent message, or raises Refused (logged and counted)."""
-    from panel.nodes.models import Node
-
     sender = envelope.get("signer", "?") if isinstance(envelope, dict) else "?"
     try:
         if not isinstance(envelope, dict) or not isinstance(envelope.get("body"), dict):
@@ -117,8 +117,6 @@ class _CredentialCache:
         self._read_at = float("-inf")
 
     def lookup(self, names: set[str]) -> dict:
-        from panel.nodes.models import Node
-
         with self._lock:
             stale = time.monotonic() - self._read_at > self.CACHE_S
             if stale or not names <= self._nodes.keys():
@@ -172,16 +170,12 @@ def trusted_metrics(lines: list[tuple[str, str, bytes, str]]) -> list[bool]:
 def task_signing_key(node) -> bytes:
     """The key tasks for `node` are signed with: its agent's, or the central agent's for an SSH node. What
     is sealed for the agent that runs a node's tasks is sealed with it too (workers.sealing.seal_for_node)."""
-    from panel.core.choices import NodeTransport
-
     return panel_central_key() if node.transport == NodeTransport.SSH else agent_key(node)
 
 
 def send_agent_task(node, task_name: str, kwargs: dict, *, task_id: str | None = None, **options) -> None:
     """Send `task_name` to the agent of `node` (or the central agent for an SSH node), signed so that the
     receiving agent can tell it comes from the panel and is meant for that node."""
-    from panel.nodes.ssh import task_route
-
     queue, route_kwargs = task_route(node)
     kwargs = {**kwargs, **route_kwargs}
     signer = CENTRAL if "target" in route_kwargs else node.name

@@ -7,6 +7,9 @@ from django.db.models import Count, Max
 from django.utils import timezone
 
 from panel.core.choices import OperationStatus
+from panel.nodes.services import apply_inventory
+from panel.nodes.trust import refuse
+from panel.operations.dispatch import dispatch
 from panel.operations.models import Operation, OperationEvent
 from panel.operations.signals import events_stored, operation_ended
 from panel.realtime.broadcast import OPERATIONS, broadcast, node_group, operation_group
@@ -23,8 +26,6 @@ def create_operation(
 ) -> Operation:
     """Save the operation with the task it must send (the outbox), then send it after commit with
     task_id = its id; what the broker does not take then, the sweep re-sends (panel.operations.dispatch)."""
-    from panel.operations.dispatch import dispatch
-
     with transaction.atomic():
         operation = Operation.objects.create(
             kind=kind,
@@ -81,8 +82,6 @@ def ingest_events(batch_data: dict, *, sender: str | None = None) -> list[Operat
     log, so every attempt's lines stay in the log in order. Older attempts' events are kept but never move
     the status: the newest attempt's do. `sender` is the node whose credential signed the batch; a batch
     about another node's operation is refused (panel.nodes.trust)."""
-    from panel.nodes.trust import refuse
-
     batch = EventBatch.model_validate(batch_data)
     with transaction.atomic():
         operation = (
@@ -194,6 +193,4 @@ def on_terminal(operation: Operation) -> None:
     if operation.status != OperationStatus.SUCCEEDED or operation.node_id is None:
         return
     if operation.kind == "inventory":
-        from panel.nodes.services import apply_inventory
-
         apply_inventory(operation.node, operation.result)

@@ -1,12 +1,12 @@
+from panel.nodes.trust import Refused, open_envelope
+from panel.operations.reaper import reap
+from panel.operations.services import ingest_events as ingest
 from workers.celery_app import app
 from workers.task_names import INGEST_EVENTS
 
 
 @app.task(name=INGEST_EVENTS)
 def ingest_events(envelope: dict) -> int:
-    from panel.nodes.trust import Refused, open_envelope
-    from panel.operations.services import ingest_events as ingest
-
     try:
         node, _signer, batch = open_envelope("event_batch", INGEST_EVENTS, envelope)
     except Refused:
@@ -16,6 +16,4 @@ def ingest_events(envelope: dict) -> int:
 
 @app.task(name="panel.reap_operations")
 def reap_operations() -> dict:
-    from panel.operations.reaper import reap
-
     return reap()
