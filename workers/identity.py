@@ -18,6 +18,8 @@ import threading
 
 import orjson
 
+from workers.sealing import key_material_from_env
+
 CENTRAL = "central"
 CENTRAL_ENV = "ASCEND_PANEL_CENTRAL"  # set by `python -m workers.agent --central` for its own process
 AUTH_KWARG = "_auth"
@@ -79,8 +81,6 @@ def key_for(signer: str) -> bytes | None:
         return provider(signer)
     key = None
     if signer == CENTRAL and os.environ.get(CENTRAL_ENV) == "1":
-        from workers.sealing import key_material_from_env
-
         material = key_material_from_env()
         key = central_key(material) if material else None
     elif signer and signer == os.environ.get("ASCEND_PANEL_NODE_NAME", "").strip():
