@@ -22,6 +22,8 @@ from pathlib import Path
 
 from panel import web
 from panel.run_parent import stop_with_make
+from workers.engine import runtime
+from workers.hosts.local import LocalRunner
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
@@ -347,9 +349,6 @@ def stop_sim_engines(roots: list[Path]) -> None:
     """Stop the engines the sim agents started (they run detached, in their own process groups, so a
     stopped agent leaves them running, as on a real host). Their state files stay: deployments keep their
     desired state, and the next start restarts what is no longer running."""
-    from workers.engine import runtime
-    from workers.hosts.local import LocalRunner
-
     runner = LocalRunner()
     for root in roots:
         for record_file in sorted(runtime.state_dir(str(root)).glob("*.json")):

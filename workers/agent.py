@@ -31,18 +31,23 @@ import os
 import sys
 import threading
 
+import workers.tasks  # noqa: F401  registers the agent tasks
 from workers import __version__
 from workers.agent_config import AgentConfig
+from workers.celery_app import app
+from workers.contracts import Heartbeat, utcnow
+from workers.events import publish_unsealed, send_to_panel
+from workers.identity import CENTRAL_ENV, Untrusted, signing_key
+from workers.leases import finished_operations, running_operations
+from workers.sampler import sampler_loop
+from workers.sealing import fernet_for, key_material_from_env
+from workers.spool import spool_for
+from workers.task_names import HEARTBEAT, SSH_RUNNER_QUEUE, node_queue
 
 log = logging.getLogger(__name__)
 
 
 def heartbeat_loop(config: AgentConfig, stop: threading.Event) -> None:
-    from workers.contracts import Heartbeat, utcnow
-    from workers.events import send_to_panel
-    from workers.leases import finished_operations, running_operations
-    from workers.task_names import HEARTBEAT
-
     while not stop.is_set():
         beat = Heartbeat(
             node=config.node_name,
@@ -60,27 +65,16 @@ def heartbeat_loop(config: AgentConfig, stop: threading.Event) -> None:
 
 
 def start_background_threads(config: AgentConfig) -> threading.Event:
-    from workers.events import publish_unsealed
-    from workers.spool import spool_for
-
     spool_for(publish_unsealed)  # sends what an earlier run of the agent left in its spool
     stop = threading.Event()
     threading.Thread(target=heartbeat_loop, args=(config, stop), name="heartbeat", daemon=True).start()
     if config.metrics_s > 0:
-        from workers.sampler import sampler_loop
-
         threading.Thread(target=sampler_loop, args=(config, stop), name="sampler", daemon=True).start()
     return stop
 
 
 def main_central(argv: list[str]) -> None:
     """The central agent: runs SSH nodes' tasks (queue ssh-runner); sends no heartbeat of its own."""
-    import workers.tasks  # noqa: F401  registers the agent tasks
-    from workers.celery_app import app
-    from workers.identity import CENTRAL_ENV
-    from workers.sealing import fernet_for, key_material_from_env
-    from workers.task_names import SSH_RUNNER_QUEUE
-
     fernet_for(key_material_from_env())  # refuse to start without the key that opens node secrets
     os.environ[CENTRAL_ENV] = "1"  # signs and verifies with the central key (workers.identity)
     app.worker_main(
@@ -106,18 +100,12 @@ def main_central(argv: list[str]) -> None:
 def main(argv: list[str] | None = None) -> None:
     from celery.signals import worker_ready, worker_shutdown
 
-    import workers.tasks  # noqa: F401  registers the agent tasks
-    from workers.celery_app import app
-    from workers.task_names import node_queue
-
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--central" in argv:
         argv.remove("--central")
         main_central(argv)
         return
     config = AgentConfig.from_env()
-    from workers.identity import Untrusted, signing_key
-
     try:
         signing_key(config.node_name)
     except Untrusted as error:

@@ -5,6 +5,9 @@ importing the agent's entry point (which imports them)."""
 import os
 from dataclasses import dataclass
 
+from workers.hosts import LocalRunner
+from workers.remote import SshTarget, ssh_runner
+
 
 @dataclass(frozen=True)
 class AgentConfig:
@@ -22,8 +25,6 @@ class AgentConfig:
     @classmethod
     def for_target(cls, target: dict) -> "AgentConfig":
         """The config of an SSH node's task: its name and file roots come from the task, not the process."""
-        from workers.remote import SshTarget
-
         checked = SshTarget.model_validate(target)
         return cls(
             node_name=checked.node,
@@ -34,12 +35,8 @@ class AgentConfig:
 
     def runner(self):
         """The Runner for this node's host: this machine, or the node over SSH."""
-        from workers.hosts import LocalRunner
-
         if self.ssh_target is None:
             return LocalRunner()
-        from workers.remote import SshTarget, ssh_runner
-
         return ssh_runner(SshTarget.model_validate(self.ssh_target))
 
     @classmethod

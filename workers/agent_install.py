@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 from workers.hosts import CommandError
 from workers.i18n import gettext_noop as _
+from workers.sealing import key_material_from_env, unseal
 
 INSTALL_TIMEOUT_S = 1800
 
@@ -71,8 +72,6 @@ def run_install_agent(
     argv = install_argv(username, script_args)
     hidden = secrets_in(script_args)
     if sealed_token:
-        from workers.sealing import key_material_from_env, unseal
-
         token = unseal(key_material_from_env(), sealed_token)
         hidden.append(token)
         script = with_token(script, token)

@@ -6,6 +6,7 @@ import time
 from workers.celery_app import app
 from workers.contracts import EventBatch, OperationEventMessage, utcnow
 from workers.identity import seal_for_panel
+from workers.spool import spool_for
 from workers.task_names import INGEST_EVENTS, PANEL_QUEUE
 
 
@@ -22,8 +23,6 @@ def send_to_panel(task_name: str, payload: dict, *, signer: str | None = None) -
 def send_spooled(task_name: str, payload: dict, *, signer: str | None = None) -> None:
     """Send a message that must reach the panel: what the broker does not take now waits in the agent's
     on-disk spool and goes out in order once it is back (workers.spool)."""
-    from workers.spool import spool_for
-
     spool_for(publish_unsealed).send(task_name, {"payload": payload, "signer": signer})
 
 

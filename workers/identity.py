@@ -29,6 +29,7 @@ from typing import NamedTuple
 
 import orjson
 
+from workers.sealing import key_material_from_env
 from workers.task_names import ASK_STILL_WANTED, HEARTBEAT, INGEST_DEPLOYMENT_PROBE, INGEST_EVENTS
 
 CENTRAL = "central"
@@ -168,8 +169,6 @@ def key_for(signer: str) -> bytes | None:
         return provider(signer)
     key = None
     if signer == CENTRAL and os.environ.get(CENTRAL_ENV) == "1":
-        from workers.sealing import key_material_from_env
-
         material = key_material_from_env()
         key = central_key(material) if material else None
     elif signer and signer == os.environ.get("ASCEND_PANEL_NODE_NAME", "").strip():

@@ -3,6 +3,8 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models.signals import post_delete, post_migrate, post_save
 
+from panel.realtime.broadcast import credentials_changed
+
 
 class AccountsConfig(AppConfig):
     name = "panel.accounts"
@@ -24,13 +26,11 @@ class AccountsConfig(AppConfig):
 def _credentials_changed(sender, instance, **kwargs):
     """A user or one of their tokens was saved or deleted (revoked, deactivated, password changed, …): once
     committed, that user's open websockets re-check their credential; a false alarm costs one query each."""
-    from panel.realtime.broadcast import credentials_changed
-
     user_id = getattr(instance, "user_id", instance.pk)
     transaction.on_commit(lambda: credentials_changed(user_id))
 
 
 def _ensure_role_groups(**kwargs):
-    from panel.accounts.bootstrap import ensure_role_groups
+    from panel.accounts.bootstrap import ensure_role_groups  # models load only once the registry is ready
 
     ensure_role_groups()

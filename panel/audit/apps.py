@@ -6,6 +6,6 @@ class AuditConfig(AppConfig):
     label = "audit"
 
     def ready(self):
-        from panel.audit import signals
+        from panel.audit import signals  # models load only once the app registry is ready
 
         signals.connect()

@@ -2,14 +2,13 @@ from django.conf import settings
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+from panel.accounts.roles import ADMIN, has_role
 from panel.audit.actions import DEFAULT_COLOUR, AuditAction
 
 
 class AuditQuerySet(models.QuerySet):
     def visible_to(self, user):
         """Only admins read the audit log (it names every user and where they sign in from)."""
-        from panel.accounts.roles import ADMIN, has_role
-
         return self if has_role(user, ADMIN) else self.none()
 
 

@@ -4,24 +4,19 @@ and HTTP Basic on the API all authenticate through django.contrib.auth, so one p
 from django.contrib.auth.signals import user_logged_in, user_login_failed
 
 from panel.audit import actions
+from panel.audit.services import record
 
 
 def _signed_in(sender, request, user, **kwargs):
-    from panel.audit.services import record
-
     record(user, actions.SIGNIN_SUCCEEDED, user.get_username(), request=request)
 
 
 def _sign_in_failed(sender, credentials, request=None, **kwargs):
-    from panel.audit.services import record
-
     name = str(credentials.get("username") or "")
     record(name, actions.SIGNIN_FAILED, name, request=request)
 
 
 def _locked_out(sender, request, username, ip_address, **kwargs):
-    from panel.audit.services import record
-
     record(username or "", actions.SIGNIN_LOCKED_OUT, username or "", request=request)
 
 

@@ -1,10 +1,9 @@
 """The audit log's beat task (panel queue): pruning old entries once a day."""
 
+from panel.audit.services import prune as prune_entries
 from panel.core.panel_tasks import panel_task
 
 
 @panel_task("panel.audit.prune")
 def prune() -> int:
-    from panel.audit.services import prune as prune_entries
-
     return prune_entries()

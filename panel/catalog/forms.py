@@ -3,12 +3,11 @@ from django.utils.translation import gettext_lazy as _
 
 from panel.catalog.copies import BACKENDS, CONVERSION_TARGETS
 from panel.core.choices import ModelSource, NodeTransport
+from panel.nodes.models import Node
 from workers.models.commands import ATC_INPUT_FORMATS
 
 
 def agent_nodes():
-    from panel.nodes.models import Node
-
     return Node.objects.filter(transport=NodeTransport.AGENT)
 
 

@@ -4,6 +4,7 @@ from django.utils import timezone
 
 from panel.catalog.models import FactsSource, Model, ModelArtifact
 from panel.core.choices import OperationKind
+from panel.nodes.models import Node
 
 # Per-tensor errors stay in the operation's result; the artifact keeps the summary.
 VERIFICATION_SUMMARY_KEYS = ("passed", "problems", "max_relative_error", "bound", "dtype")
@@ -24,8 +25,6 @@ def apply_model_operation(operation) -> None:
             _take_facts(model, artifact.facts)
     elif kind == OperationKind.COPY_MODEL:
         source = ModelArtifact.objects.filter(pk=params.get("source_artifact")).first()
-        from panel.nodes.models import Node
-
         target = Node.objects.filter(pk=params.get("target_node")).first()
         if source and target:
             copied = {

@@ -9,6 +9,7 @@ from urllib.parse import parse_qsl, quote, urlsplit
 
 import httpx
 
+from panel.cli import config
 from panel.cli.errors import FAILED, TIMEOUT, CliError
 
 DEFAULT_TIMEOUT = 30.0
@@ -188,7 +189,5 @@ def path_of(name: str) -> str:
 
 def connect() -> Client:
     """A client for the panel the user signed in to (config.py), or a UsageError saying how to sign in."""
-    from panel.cli import config
-
     settings = config.load()
     return Client(settings.url, settings.token)

@@ -27,6 +27,8 @@ from redis.exceptions import RedisError
 from rest_framework import status
 from rest_framework.response import Response
 
+from panel.accounts.models import IdempotentAnswer
+
 log = logging.getLogger(__name__)
 
 HEADER = "Idempotency-Key"
@@ -91,8 +93,6 @@ def _stored_answer(request, key_hash: str, body_hash: str, creates) -> Response 
     """The answer an earlier call with this key got, or 422 when the key came with another request. None
     when there is none, or when what it created is gone (the answer is then dropped: the request runs
     anew)."""
-    from panel.accounts.models import IdempotentAnswer
-
     answer = IdempotentAnswer.objects.filter(user=request.user, key_hash=key_hash).first()
     if answer is None:
         return None
@@ -142,8 +142,6 @@ def idempotent(view_method=None, *, creates=None):
 
     @functools.wraps(view_method)
     def wrapper(self, request, *args, **kwargs):
-        from panel.accounts.models import IdempotentAnswer
-
         key = request.headers.get(HEADER, "").strip()
         if not key:
             return view_method(self, request, *args, **kwargs)

@@ -2,6 +2,8 @@
 
 from django.db import models
 
+from panel.accounts.roles import role_of
+
 
 class VisibleQuerySet(models.QuerySet):
     """The one permission question every view, API call and websocket subscription asks.
@@ -11,8 +13,6 @@ class VisibleQuerySet(models.QuerySet):
     """
 
     def visible_to(self, user):
-        from panel.accounts.roles import role_of
-
         if user is None or not user.is_authenticated or role_of(user) is None:
             return self.none()
         return self

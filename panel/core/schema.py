@@ -12,6 +12,7 @@ from rest_framework.schemas.utils import get_pk_description
 
 from panel.core.api import name_field_of
 from panel.core.idempotency import HEADER, MAX_KEY_LENGTH, REPLAY_HEADER
+from panel.core.streams import document_stream_responses
 
 
 @extend_schema_field(
@@ -66,8 +67,6 @@ IDEMPOTENCY_PARAMETERS = [
 
 class PanelAutoSchema(AutoSchema):
     def get_operation(self, path, path_regex, path_prefix, method, registry):
-        from panel.core.streams import document_stream_responses
-
         operation = super().get_operation(path, path_regex, path_prefix, method, registry)
         if operation is None:
             return None

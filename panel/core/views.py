@@ -6,6 +6,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_safe
 
 from panel.accounts.roles import VIEWER, has_role
+from panel.core.dashboard import fleet_totals, node_tiles, page_labels
 
 # extra_tags of a flash message that tells of a change under way ("… is starting"): base.html marks it
 # data-message="transition" and the live page removes it once what it tells of has settled.
@@ -33,8 +34,6 @@ def role_required(role: str):
 @require_safe
 def dashboard(request):
     """The home page: fleet figures, then every node's NPU cards; static/js/dashboard.js keeps them live."""
-    from panel.core.dashboard import fleet_totals, node_tiles, page_labels
-
     tiles = node_tiles(request.user)
     return render(
         request,

@@ -27,6 +27,7 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
 from panel.core.request_threads import on_shared_threads, release_request_thread
+from panel.realtime.auth import request_credential_holds
 from panel.realtime.listen import Inbox
 
 RETRY_MS = 3000  # what EventSource clients wait before they reconnect
@@ -71,8 +72,6 @@ class Watch:
             return None if row is None else self.serialize(row)
 
     def still_signed_in(self) -> bool:
-        from panel.realtime.auth import request_credential_holds
-
         return request_credential_holds(self.request)
 
     def compared(self, data: dict) -> dict:

@@ -21,11 +21,13 @@ from rest_framework import serializers
 from panel.audit import actions as audit
 from panel.audit.services import record
 from panel.catalog.models import SERVABLE_FORMATS, Model, ModelArtifact
+from panel.catalog.services import register_model
 from panel.core.choices import DesiredState, ModelSource
-from panel.deployments import placement, reasons, replicas, services
+from panel.deployments import placement, reasons, replicas, rollouts, services
 from panel.deployments.models import Deployment, Rollout
 from panel.deployments.planning import ENGINE_SETTINGS, DeploymentPlan, plan_request
 from panel.deployments.spec import engine_settings_of, nodes_of
+from panel.nodes.models import Node
 
 # Engine settings the planner fills when a spec leaves them out; the rest have fixed defaults.
 PLANNER_FILLS = ("tensor_parallel_size", "data_parallel_size", "max_model_len")
@@ -116,9 +118,6 @@ def resolve_model(spec: dict[str, Any], user, *, dry_run: bool) -> tuple[Model |
 
 def _register_folder(spec: dict[str, Any], node_name: str, user) -> Model:
     from django.core.exceptions import ValidationError as DjangoValidationError
-
-    from panel.catalog.services import register_model
-    from panel.nodes.models import Node
 
     node = Node.objects.visible_to(user).filter(name=node_name).first()
     if node is None:
@@ -430,8 +429,6 @@ def _change(current: Deployment, plans, spec, effect: str, changes, user, stale)
         raise services.DeploymentConflict(_("Wait for the current start or stop to finish, then apply."))
     record(user, audit.DEPLOYMENT_APPLIED, deployment.name, changes=[c["field"] for c in changes])
     if effect == "rolling":
-        from panel.deployments import rollouts
-
         return rollouts.begin(deployment, spec, [row.name for row in stale], user)
     if effect == "scale":
         return None

@@ -15,6 +15,7 @@ from typing import Any
 
 from django.utils.translation import gettext as _
 
+from panel.provisioning.services import installed_stack
 from workers.containers import lifecycle
 from workers.containers.official import official_images, preflight
 from workers.engine.container import IMAGE_PATTERN, ContainerSpec, build_container_run
@@ -46,8 +47,6 @@ def has_image(node, reference: str) -> bool:
 def offer(node, chip: str) -> dict[str, Any]:
     """What the wizard's runtime step shows for a node: its venv stack, its engines and images, and the
     official images built for its chip."""
-    from panel.provisioning.services import installed_stack
-
     facts = containers_of(node)
     return {
         "node": node.name,

@@ -11,6 +11,8 @@ import secrets
 from functools import lru_cache
 
 from panel.core.secrets import decrypt, encrypt
+from panel.nodes.trust import task_signing_key
+from workers.sealing import seal_for_node
 
 ENGINE_KEY_PREFIX = "ek_"
 
@@ -35,9 +37,6 @@ def opened(sealed: str) -> str:
 
 def sealed_for_node(deployment, node) -> str:
     """The key sealed for the agent that runs `node`'s part (or "" when the deployment has none)."""
-    from panel.nodes.trust import task_signing_key
-    from workers.sealing import seal_for_node
-
     plaintext = engine_key_of(deployment)
     return seal_for_node(task_signing_key(node), plaintext) if plaintext else ""
 

@@ -4,6 +4,7 @@ from django.utils.translation import gettext_lazy as _
 
 from panel.core.choices import DeploymentState, DesiredState
 from panel.core.models import InvalidTransition, TimestampedModel
+from panel.deployments.reasons import as_parts, english
 
 ALLOWED_OBSERVED_TRANSITIONS = {
     DeploymentState.PENDING: {DeploymentState.STARTING, DeploymentState.STOPPED, DeploymentState.FAILED},
@@ -97,8 +98,6 @@ class Deployment(TimestampedModel):
         self.set_reason(reason)
 
     def set_reason(self, reason: str | list[dict]) -> None:
-        from panel.deployments.reasons import as_parts, english
-
         self.reason_parts = as_parts(reason)
         self.reason = english(self.reason_parts)
 
@@ -135,8 +134,6 @@ class Rollout(TimestampedModel):
         return f"rollout of {self.deployment_id} ({self.status})"
 
     def set_message(self, parts: list[dict]) -> None:
-        from panel.deployments.reasons import english
-
         self.message_parts = parts
         self.message = english(parts)
 

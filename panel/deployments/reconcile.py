@@ -22,11 +22,13 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext_noop
 
-from panel.core.choices import DeploymentState, DesiredState, OperationKind, OperationStatus
-from panel.deployments import metrics_history, reasons, services
+from panel.core.choices import DeploymentState, DesiredState, NodeTransport, OperationKind, OperationStatus
+from panel.deployments import metrics_history, reasons, rollouts, services
 from panel.deployments.findings import fitting_hint
 from panel.deployments.models import Deployment
 from panel.forensics.services import collect_after_failed_start
+from panel.nodes.models import Node
+from panel.nodes.trust import refuse, send_agent_task
 from panel.operations.models import Operation
 from panel.realtime.broadcast import broadcast, deployment_group
 from workers.task_names import AGENT_PROBE_DEPLOYMENTS
@@ -181,8 +183,6 @@ def ingest_probe(message: dict) -> None:
             if deployment is None:
                 continue
             if not deployment.nodes.filter(name=node).exists():
-                from panel.nodes.trust import refuse
-
                 refuse("probe", node, f"deployment {deployment.name} does not run on this node", "sender")
                 continue
             _apply_probe(deployment, node, result, policy, now, when)
@@ -265,8 +265,6 @@ def _store_metrics(deployment: Deployment, node: str, metrics: dict, when: datet
 
 def tick(now: datetime | None = None) -> dict:
     """One pass of the loop; returns what it did (for logs and tests)."""
-    from panel.deployments import rollouts
-
     now = now or timezone.now()
     # Rollouts first: a surge that failed its launch is removed before this pass would relaunch it.
     done = {"rollouts": rollouts.advance_all(), "probes": 0, "launches": 0, "stops": 0}
@@ -321,10 +319,6 @@ def tick(now: datetime | None = None) -> dict:
 
 
 def request_probe(node: str, deployments: list[dict]) -> None:
-    from panel.core.choices import NodeTransport
-    from panel.nodes.models import Node
-    from panel.nodes.trust import send_agent_task
-
     target = Node.objects.filter(name=node, transport=NodeTransport.AGENT).first()
     if target is None:  # removed meanwhile, or an SSH node: no agent there to probe its engines
         return

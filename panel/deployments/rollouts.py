@@ -30,6 +30,7 @@ from rest_framework.exceptions import APIException
 from panel.core.choices import DeploymentState, DesiredState
 from panel.core.translated import in_language
 from panel.deployments import reasons, replicas, services
+from panel.deployments.apply import flat_errors, plan_member, resolve_model
 from panel.deployments.models import Deployment, Rollout
 from panel.deployments.reasons import part, spelled
 from panel.nodes.models import Npu
@@ -145,8 +146,6 @@ def _next(rollout: Rollout) -> None:
 
 def _start_surge(rollout: Rollout) -> tuple[Deployment | None, dict | None]:
     """The surge replica started, or None and why not (a reason part)."""
-    from panel.deployments.apply import plan_member
-
     primary = rollout.deployment
     index = replicas.next_free_index(primary)
     if len(replicas.replica_name(primary.name, index)) > 63:
@@ -162,8 +161,6 @@ def _start_surge(rollout: Rollout) -> tuple[Deployment | None, dict | None]:
 
 def _replace(rollout: Rollout) -> None:
     """Give the current replica the new plan and restart it (unless a start or stop is still running)."""
-    from panel.deployments.apply import plan_member
-
     row = Deployment.objects.select_for_update().get(name=rollout.current)
     if services.active_operations(row).exists():
         return  # the next tick tries again
@@ -216,8 +213,6 @@ def _roll_back(rollout: Rollout, row: Deployment) -> list[dict]:
 
 
 def _inputs(rollout: Rollout):
-    from panel.deployments.apply import resolve_model
-
     spec = rollout.spec
     model, artifact = resolve_model(spec, rollout.created_by, dry_run=True)
     return spec, model, artifact, replicas.served_name(spec, rollout.deployment)
@@ -250,8 +245,6 @@ def _text(error) -> str:
     detail = getattr(error, "detail", None)
     if detail is None:
         return str(error)
-    from panel.deployments.apply import flat_errors
-
     return flat_errors(detail)
 
 

@@ -46,10 +46,13 @@ from panel.audit import actions as audit
 from panel.audit.services import record
 from panel.core.choices import DeploymentState, DesiredState, OperationKind, OperationStatus
 from panel.deployments import metrics_history, reasons
+from panel.deployments.drain import holds_stop
 from panel.deployments.engine_keys import ensure_engine_key, sealed_for_node
 from panel.deployments.models import Benchmark, Deployment, DeploymentLog
 from panel.deployments.planning import DeploymentPlan
+from panel.deployments.reconcile import apply_launch_result, apply_stop_result
 from panel.fabric.services import gate_launch
+from panel.nodes.models import Node
 from panel.operations.models import Operation
 from panel.operations.services import create_operation
 from panel.realtime.broadcast import DEPLOYMENTS, broadcast, deployment_group
@@ -237,8 +240,6 @@ def _start_on_node(
     deployment: Deployment, node_name: str, kind, task_name: str, user, *, params: dict, payload: dict
 ) -> Operation:
     """An agent operation for this deployment on one of its nodes."""
-    from panel.nodes.models import Node
-
     return create_operation(
         kind=kind,
         node=Node.objects.get(name=node_name),
@@ -256,8 +257,6 @@ def send_stop(
     """Stop the engines; while the gateway still has requests in flight on them, only mark the deployment
     stopping (out of the pool) and leave the stop to the reconcile tick once they ended
     (panel.deployments.drain)."""
-    from panel.deployments.drain import holds_stop
-
     if change_state and deployment.observed_state not in (DeploymentState.STOPPED, DeploymentState.STOPPING):
         move(deployment, DeploymentState.STOPPING, reason)
     if holds_stop(deployment):
@@ -460,8 +459,6 @@ def start_benchmark(deployment: Deployment, params: dict, user=None) -> Benchmar
 
 def on_operation_terminal(operation: Operation) -> None:
     """A deploy, stop or benchmark operation ended (panel.operations.signals.operation_ended)."""
-    from panel.deployments.reconcile import apply_launch_result, apply_stop_result
-
     if operation.kind == OperationKind.BENCHMARK:
         benchmark = Benchmark.objects.filter(operation=operation).first()
         if benchmark is not None:

@@ -18,10 +18,11 @@ from django.views.decorators.http import require_POST
 from rest_framework import serializers
 
 from panel.accounts.roles import OPERATOR
-from panel.catalog.models import SERVABLE_FORMATS, ModelArtifact
+from panel.catalog.models import SERVABLE_FORMATS, Model, ModelArtifact
 from panel.core.choices import ArtifactFormat, DesiredState
 from panel.core.views import TRANSITION, role_required
 from panel.deployments import services
+from panel.deployments.containers import offer
 from panel.deployments.forms import (
     ALLOWED_FLAG_NAMES,
     EngineStepForm,
@@ -34,7 +35,7 @@ from panel.deployments.forms import (
 from panel.deployments.launch_review import launch_context
 from panel.deployments.launch_tuning import AdminOnlyEnv
 from panel.deployments.models import Deployment
-from panel.deployments.planning import AdminOnlyFlag, DeploymentRequestSerializer, plan_request
+from panel.deployments.planning import AdminOnlyFlag, DeploymentRequestSerializer, chip_of, plan_request
 from panel.deployments.wizard_placement import describe, node_blocks, suggest
 from panel.nodes.models import Node
 from workers.engine.flags import CODE_LOADING_FLAGS
@@ -268,8 +269,6 @@ def _model_step(request, state):
         form = ModelStepForm(
             initial={"artifact": state.get("artifact"), "name": state.get("name", "")}, artifacts=artifacts
         )
-    from panel.catalog.models import Model
-
     # Models with only ONNX / .om copies are not for vLLM: they are not "to download first" either.
     unstaged = (
         Model.objects.visible_to(request.user)
@@ -387,9 +386,6 @@ def _engine_step(request, state):
 
 def runtime_offers(state: dict) -> list[dict]:
     """What each chosen node offers the runtime step: its venv stack, container engines and images."""
-    from panel.deployments.containers import offer
-    from panel.deployments.planning import chip_of
-
     offers = []
     for choice in state.get("nodes") or []:
         node = Node.objects.filter(name=choice.get("node")).first()

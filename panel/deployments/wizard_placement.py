@@ -18,6 +18,7 @@ from django.utils.translation import ngettext
 from panel.core.choices import DesiredState, NpuHealth
 from panel.deployments.models import Deployment
 from panel.deployments.planning import MIB, chip_of
+from panel.monitoring import store
 from panel.nodes.models import Node, Npu
 from workers.engine.plan import PlanInput, PlanInputError, plan
 from workers.engine.plan_cli import with_config_extras
@@ -105,8 +106,6 @@ def held_npus(ignore: Deployment | None = None) -> dict[int, str]:
 
 def live_figures(node_names: list[str]) -> dict[str, dict]:
     """Latest metrics message per node; empty when Redis cannot be reached (the page works without)."""
-    from panel.monitoring import store
-
     try:
         return store.read_latest(node_names)
     except (redis.RedisError, OSError) as error:

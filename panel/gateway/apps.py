@@ -6,12 +6,6 @@ class GatewayConfig(AppConfig):
     label = "gateway"
 
     def ready(self):
-        from panel.deployments.drain import SERVING_CHECKS  # models load only once the registry is ready
-        from panel.gateway import metrics, pool, signals
-        from panel.monitoring.prometheus import EXTRA_COLLECTORS
+        from panel.gateway import receivers  # models load only once the app registry is ready
 
-        signals.connect()
-        if metrics.collect not in EXTRA_COLLECTORS:
-            EXTRA_COLLECTORS.append(metrics.collect)
-        if pool.serves not in SERVING_CHECKS:
-            SERVING_CHECKS.append(pool.serves)
+        receivers.connect()

@@ -2,12 +2,12 @@ from django.conf import settings
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+from panel.accounts.roles import ADMIN, has_role, role_of
+
 
 class UsageQuerySet(models.QuerySet):
     def visible_to(self, user):
         """Admins see every key's usage; everyone else the usage of their own keys."""
-        from panel.accounts.roles import ADMIN, has_role, role_of
-
         if user is None or not user.is_authenticated or role_of(user) is None:
             return self.none()
         return self if has_role(user, ADMIN) else self.filter(user=user)

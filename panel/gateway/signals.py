@@ -5,6 +5,11 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models.signals import m2m_changed, post_delete, post_save
 
+from panel.accounts.models import ApiToken
+from panel.deployments.services import served_name_of
+from panel.gateway import store
+from panel.gateway.identity import caller_key, pool_key
+
 
 def connect() -> None:
     from django.contrib.auth import get_user_model
@@ -23,8 +28,6 @@ def _forget(keys: list[str]) -> None:
         return
 
     def drop():
-        from panel.gateway import store
-
         try:
             store.client().delete(*keys)
         except Exception:  # a Redis that is down holds nothing to drop; the TTLs cover the rest
@@ -36,15 +39,10 @@ def _forget(keys: list[str]) -> None:
 
 
 def _token_changed(sender, instance, **kwargs):
-    from panel.gateway.identity import caller_key
-
     _forget([caller_key(instance.key_hash)])
 
 
 def _user_changed(sender, instance, **kwargs):
-    from panel.accounts.models import ApiToken
-    from panel.gateway.identity import caller_key
-
     if kwargs.get("action", "post_add").startswith("pre_"):
         return  # m2m_changed fires before and after; after is enough
     user_ids = [instance.pk] if not kwargs.get("reverse") else list(kwargs.get("pk_set") or [])
@@ -53,7 +51,4 @@ def _user_changed(sender, instance, **kwargs):
 
 
 def _deployment_changed(sender, instance, **kwargs):
-    from panel.deployments.services import served_name_of
-    from panel.gateway.identity import pool_key
-
     _forget([pool_key(served_name_of(instance)), pool_key(instance.name)])

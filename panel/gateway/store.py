@@ -23,6 +23,8 @@ import redis
 import redis.asyncio
 from django.conf import settings
 
+from panel.monitoring.store import client as shared
+
 PREFIX = "gw:"
 USAGE_QUEUE = f"{PREFIX}usage"
 DRAIN_LOCK = f"{PREFIX}drain-lock"
@@ -75,6 +77,4 @@ def aclient() -> redis.asyncio.Redis:
 
 def client() -> redis.Redis:
     """The process's synchronous client (beat tasks, /metrics)."""
-    from panel.monitoring.store import client as shared
-
     return shared()

@@ -20,10 +20,13 @@ from django.db.models import F, Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from panel.accounts.models import ApiToken
 from panel.core import refusals
+from panel.deployments.models import Deployment
 from panel.gateway import limits, sealing, store
 from panel.gateway import pool as pools
 from panel.gateway.identity import Caller
+from panel.gateway.models import UsageHour, UsageRecord
 
 log = logging.getLogger(__name__)
 
@@ -138,8 +141,6 @@ def _readable(client, items: list[str]) -> list[dict]:
 
 
 def store_records(records: list[dict]) -> None:
-    from panel.gateway.models import UsageRecord
-
     with transaction.atomic():
         known = set(
             UsageRecord.objects.filter(request_id__in=[r["request_id"] for r in records]).values_list(
@@ -160,9 +161,6 @@ def _existing_ids(records: list[dict]) -> dict[str, set[int]]:
     """Keys, users and deployments may be gone by the time their requests are drained."""
     from django.contrib.auth import get_user_model
 
-    from panel.accounts.models import ApiToken
-    from panel.deployments.models import Deployment
-
     def present(model, name):
         wanted = {r[name] for r in records if r.get(name) is not None}
         return set(model.objects.filter(pk__in=wanted).values_list("pk", flat=True)) if wanted else set()
@@ -175,8 +173,6 @@ def _existing_ids(records: list[dict]) -> dict[str, set[int]]:
 
 
 def _row(record: dict, existing: dict[str, set[int]]):
-    from panel.gateway.models import UsageRecord
-
     ids = {
         name: record.get(name) if record.get(name) in present else None for name, present in existing.items()
     }
@@ -207,8 +203,6 @@ def hour_of(when: datetime) -> datetime:
 
 
 def _add_to_hours(rows) -> None:
-    from panel.gateway.models import UsageHour
-
     sums: dict[tuple, dict] = defaultdict(
         lambda: (
             dict.fromkeys(
@@ -247,8 +241,6 @@ def _add_to_hours(rows) -> None:
 
 def _mark_last_used(rows) -> None:
     """A key's last use, written here rather than on every request (one write per key per drain)."""
-    from panel.accounts.models import ApiToken
-
     latest: dict[int, datetime] = {}
     for row in rows:
         if row.token_id is not None and row.time > latest.get(row.token_id, row.time - timedelta(1)):
@@ -260,8 +252,6 @@ def _mark_last_used(rows) -> None:
 
 
 def prune(now: datetime | None = None) -> dict[str, int]:
-    from panel.gateway.models import UsageHour, UsageRecord
-
     now = now or timezone.now()
     raw_cutoff = now - timedelta(days=settings.PANEL_GATEWAY_USAGE_RAW_DAYS)
     hourly_cutoff = now - timedelta(days=settings.PANEL_GATEWAY_USAGE_HOURLY_DAYS)

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from panel.monitoring import store
 from panel.monitoring.models import Alert, AlertKind, AlertSeverity
+from panel.monitoring.tasks import send_alert_webhook
 from panel.realtime.broadcast import ALERTS, broadcast, node_group
 
 log = logging.getLogger(__name__)
@@ -165,8 +166,6 @@ def announce(event: str, alert: Alert, node_name: str) -> None:
     broadcast(ALERTS, message)
     broadcast(node_group(node_name), message)
     if event in ("raised", "resolved") and settings.PANEL_ALERT_WEBHOOK_URL:
-        from panel.monitoring.tasks import send_alert_webhook
-
         try:
             send_alert_webhook.delay({"event": event, "alert": message["alert"]})
         except Exception:  # the webhook is best effort; never fail the caller over it

@@ -12,6 +12,8 @@ from celery import bootsteps
 from django.db import close_old_connections, connections
 from pydantic import ValidationError
 
+from panel.monitoring.services import ingest_batches
+from panel.nodes.trust import refuse, trusted_metrics
 from workers import metrics_inbox
 from workers.contracts import MetricBatch, utcnow
 from workers.identity import split_metrics_line
@@ -83,9 +85,6 @@ class MetricsIngester:
         return metrics_inbox.take_queued()
 
     def ingest_all(self, raws: list[bytes]) -> None:
-        from panel.monitoring.services import ingest_batches
-        from panel.nodes.trust import refuse, trusted_metrics
-
         now = utcnow()
         parsed, signed = [], []
         for line in raws:

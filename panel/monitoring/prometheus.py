@@ -12,6 +12,8 @@ from panel.accounts.signin_limits import failure_figures
 from panel.core.choices import NodeStatus, NodeTransport
 from panel.core.refusals import rejected_by_reason, state_counts
 from panel.monitoring import store
+from panel.nodes.models import Node
+from panel.operations.models import Operation
 
 NPU_LABELS = ["id", "chip_id", "model_name", "node", "logic_id"]
 # (npu-exporter name, help, field of the "metrics" message). HBM and memory are in MB, like npu-exporter.
@@ -76,9 +78,6 @@ class FleetCollector:
 
 
 def panel_gauges():
-    from panel.nodes.models import Node
-    from panel.operations.models import Operation
-
     online = sum(
         1
         for node in Node.objects.filter(transport=NodeTransport.AGENT)

@@ -19,11 +19,14 @@ from django.utils import timezone
 
 from panel.core.choices import NodeStatus, NodeTransport
 from panel.monitoring import alerts, store
+from panel.monitoring.models import NodeSampling
 from panel.nodes.models import Node, Npu
+from panel.nodes.services import node_status_message
 from panel.nodes.trust import send_agent_task
 from panel.realtime import frames
 from panel.realtime.broadcast import FLEET, broadcast, frame, node_group
 from workers.contracts import MetricBatch
+from workers.sampler import MIN_INTERVAL_S
 from workers.task_names import AGENT_SET_METRICS_INTERVAL
 
 log = logging.getLogger(__name__)
@@ -191,8 +194,6 @@ def touch_heartbeat(node: dict) -> None:
         )
         if came_back:
             row = Node.objects.get(pk=node["id"])
-            from panel.nodes.services import node_status_message
-
             status = node_status_message(row)
             transaction.on_commit(lambda: (broadcast(node_group(row.name), status), broadcast(FLEET, status)))
             alerts.node_came_back(row)
@@ -242,13 +243,9 @@ def _effective_status(row: dict) -> str:
 def set_metrics_interval(node: Node, seconds: float, user=None) -> float:
     """Save the node's sampling interval and, after commit, tell its agent (task on the node's queue). An
     SSH node has no agent: its probes read the saved interval (panel.monitoring.ssh_probes)."""
-    from workers.sampler import MIN_INTERVAL_S
-
     seconds = float(seconds)
     if not MIN_INTERVAL_S <= seconds <= 3600:
         raise ValueError(f"metrics interval must be between {MIN_INTERVAL_S} and 3600 seconds, got {seconds}")
-    from panel.monitoring.models import NodeSampling
-
     with transaction.atomic():
         NodeSampling.objects.update_or_create(node=node, defaults={"interval_s": seconds})
         if node.transport == NodeTransport.AGENT:

@@ -10,7 +10,9 @@ import httpx
 
 from panel.core.panel_tasks import panel_task
 from panel.monitoring import ssh_probes
+from panel.monitoring.history import downsample_all
 from panel.monitoring.inbox import MetricsIngestStep
+from panel.monitoring.models import Alert, HostMetricMinute, NpuMetricMinute
 from workers.celery_app import app
 
 log = logging.getLogger(__name__)
@@ -25,8 +27,6 @@ app.steps["worker"].add(MetricsIngestStep)
 @panel_task("panel.monitoring.downsample")
 def downsample() -> int:
     """Write every complete minute in the ring buffers to the minute tables. Returns rows written."""
-    from panel.monitoring.history import downsample_all
-
     return downsample_all()
 
 
@@ -34,8 +34,6 @@ def downsample() -> int:
 def prune() -> int:
     """Delete minute rows older than PANEL_METRICS_RETENTION_DAYS, and resolved alerts as old."""
     from django.conf import settings
-
-    from panel.monitoring.models import Alert, HostMetricMinute, NpuMetricMinute
 
     cutoff = datetime.now(UTC) - timedelta(days=settings.PANEL_METRICS_RETENTION_DAYS)
     deleted = NpuMetricMinute.objects.filter(minute__lt=cutoff).delete()[0]

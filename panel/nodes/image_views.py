@@ -9,14 +9,13 @@ from django.views.decorators.http import require_POST
 from panel.accounts.roles import OPERATOR
 from panel.core.views import role_required
 from panel.deployments import images
+from panel.deployments.containers import containers_of
 from panel.nodes.models import Node
+from panel.provisioning.models import PackageFile, PackageKind
 
 
 def images_context(node) -> dict:
     """What the node page shows of its container engines and images, and the archives it can load."""
-    from panel.deployments.containers import containers_of
-    from panel.provisioning.models import PackageFile, PackageKind
-
     facts = containers_of(node)
     return {
         "engine": facts.get("engine"),
@@ -38,8 +37,6 @@ def node_images(request, name):
         elif action == "remove":
             operation = images.start_remove(node, image, user=request.user)
         elif action == "load":
-            from panel.provisioning.models import PackageFile
-
             package = get_object_or_404(PackageFile, pk=request.POST.get("package") or 0)
             panel_url = request.build_absolute_uri("/").rstrip("/")
             operation = images.start_load(node, package, panel_url=panel_url, user=request.user)

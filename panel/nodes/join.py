@@ -19,7 +19,8 @@ from panel.accounts.models import hash_token
 from panel.audit import actions as audit
 from panel.audit.services import record
 from panel.core.choices import NodeTransport
-from panel.nodes.models import JoinToken, Node
+from panel.nodes.models import JoinToken, Node, new_credential_id
+from panel.nodes.trust import agent_key
 
 JOIN_TOKEN_LIFETIME = timedelta(hours=24)
 LOOPBACK_NAMES = {"127.0.0.1", "localhost", "::1"}
@@ -56,9 +57,6 @@ class JoinRefused(Exception):
 def exchange_join_token(node_name: str, token: str) -> tuple[Node, bytes]:
     """Use up a join token (one winner under races) and issue the node's credential: a new node, or a new
     credential for a node that joins again (the old one stops working at once). Returns (node, its key)."""
-    from panel.nodes.models import new_credential_id
-    from panel.nodes.trust import agent_key
-
     with transaction.atomic():
         pending = JoinToken.objects.filter(
             key_hash=hash_token(token or ""),

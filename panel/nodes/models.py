@@ -158,15 +158,3 @@ class JoinToken(models.Model):
 
     def __str__(self):
         return f"join token for {self.node_name}"
-
-
-def _watch_credentials() -> None:
-    from django.db.models.signals import post_delete, post_save
-
-    from panel.nodes.trust import forget_credentials
-
-    post_save.connect(forget_credentials, sender=Node, dispatch_uid="node-credentials-saved")
-    post_delete.connect(forget_credentials, sender=Node, dispatch_uid="node-credentials-deleted")
-
-
-_watch_credentials()

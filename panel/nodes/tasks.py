@@ -1,13 +1,13 @@
 from panel.core.panel_tasks import panel_task
+from panel.nodes.services import mark_silent_nodes_offline as sweep
+from panel.nodes.services import record_heartbeat
+from panel.nodes.trust import Refused, open_envelope
 from workers.celery_app import app
 from workers.task_names import HEARTBEAT
 
 
 @app.task(name=HEARTBEAT)
 def heartbeat(envelope: dict) -> None:
-    from panel.nodes.services import record_heartbeat
-    from panel.nodes.trust import Refused, open_envelope
-
     try:
         _node, signer, beat = open_envelope("heartbeat", HEARTBEAT, envelope)
     except Refused:
@@ -17,6 +17,4 @@ def heartbeat(envelope: dict) -> None:
 
 @panel_task("panel.mark_silent_nodes_offline")
 def mark_silent_nodes_offline() -> list[str]:
-    from panel.nodes.services import mark_silent_nodes_offline as sweep
-
     return sweep()

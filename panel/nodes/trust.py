@@ -13,7 +13,11 @@ import threading
 import time
 from functools import lru_cache
 
+from panel.core.choices import NodeTransport
 from panel.core.refusals import first_sight, first_sights, refuse, rejected_counts
+from panel.core.secrets import key_material
+from panel.nodes.models import Node
+from panel.nodes.ssh import task_route
 from workers.celery_app import app as celery_app
 from workers.identity import (
     AUTH_KWARG,
@@ -37,8 +41,6 @@ class Refused(Exception):
 
 
 def _material() -> str:
-    from panel.core.secrets import key_material
-
     return key_material()
 
 
@@ -80,8 +82,6 @@ def _key_of(signer: str, node) -> bytes:
 def open_envelope(kind: str, task_name: str, envelope) -> tuple:
     """(node, signer, body) of a signed agent message that is fresh and seen for the first time, or raises
     Refused (logged and counted)."""
-    from panel.nodes.models import Node
-
     sender = envelope.get("signer", "?") if isinstance(envelope, dict) else "?"
     try:
         if not isinstance(envelope, dict) or not isinstance(envelope.get("body"), dict):
@@ -115,8 +115,6 @@ class _CredentialCache:
         self._read_at = float("-inf")
 
     def lookup(self, names: set[str]) -> dict:
-        from panel.nodes.models import Node
-
         with self._lock:
             stale = time.monotonic() - self._read_at > self.CACHE_S
             if stale or not names <= self._nodes.keys():
@@ -182,8 +180,6 @@ def trusted_metrics(lines: list[tuple[str, str, bytes, str]]) -> list[bool]:
 def task_signing_key(node) -> bytes:
     """The key tasks for `node` are signed with: its agent's, or the central agent's for an SSH node. What
     is sealed for the agent that runs a node's tasks is sealed with it too (workers.sealing.seal_for_node)."""
-    from panel.core.choices import NodeTransport
-
     return panel_central_key() if node.transport == NodeTransport.SSH else agent_key(node)
 
 
@@ -192,8 +188,6 @@ def send_agent_task(node, task_name: str, kwargs: dict, *, task_id: str | None =
     receiving agent can tell it comes from the panel, is meant for that node and still counts: its signed
     expiry is the `expires` option (seconds) when given. Each call signs anew, so a re-sent operation is a
     new message, never a replay of the old one."""
-    from panel.nodes.ssh import task_route
-
     queue, route_kwargs = task_route(node)
     kwargs = {**kwargs, **route_kwargs}
     signer = CENTRAL if "target" in route_kwargs else node.name

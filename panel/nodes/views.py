@@ -24,6 +24,7 @@ from panel.nodes.join import JoinRefused, agent_broker, agent_broker_url, exchan
 from panel.nodes.models import JoinToken, Node
 from panel.nodes.presentation import facts_view, inventory_changes_view, versions_view
 from panel.nodes.ssh import host_key_fingerprint
+from panel.nodes.trust import refuse
 from panel.operations import node_operations
 from panel.operations.node_operations import start_install_agent, start_inventory
 
@@ -274,8 +275,6 @@ def agent_join(request):
     try:
         node, key = exchange_join_token(node_name, token)
     except JoinRefused as refusal:
-        from panel.nodes.trust import refuse
-
         refuse("join", node_name, str(refusal), "join")
         return JsonResponse({"detail": str(refusal)}, status=403)
     log.info("node %s joined from %s", node.name, request.META.get("REMOTE_ADDR"))

@@ -13,6 +13,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from panel.core.choices import OperationStatus
+from panel.nodes.trust import send_agent_task
 from panel.operations.models import Operation
 from workers.identity import DISPATCH_KWARG
 
@@ -24,8 +25,6 @@ RESEND_AFTER_S = 3
 
 def dispatch(operation_id) -> bool:
     """Send the operation's task (signed for its node) with task_id = its id; True once the broker took it."""
-    from panel.nodes.trust import send_agent_task
-
     operation = Operation.objects.select_related("node").filter(pk=operation_id).first()
     if operation is None or operation.is_terminal or operation.node is None or not operation.task_name:
         return False

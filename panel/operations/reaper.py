@@ -19,6 +19,8 @@ from django.conf import settings
 from django.utils import timezone
 from django.utils.translation import gettext_noop
 
+from panel.audit import actions as audit
+from panel.audit.services import record
 from panel.core.choices import NodeStatus, NodeTransport, OperationStatus
 from panel.operations.dispatch import resend, send_unsent
 from panel.operations.models import Operation
@@ -119,9 +121,6 @@ def force_fail(operation: Operation, user, reason: str = "") -> bool:
     error = f"Force-failed by {user.get_username()}" + (f": {reason}" if reason else "")
     ended = mark_lost(operation, error, "")
     if ended:
-        from panel.audit import actions as audit
-        from panel.audit.services import record
-
         log.warning("operation %s force-failed by %s (%s)", operation.id, user, reason)
         node = operation.node.name if operation.node else ""
         record(

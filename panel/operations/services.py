@@ -8,6 +8,9 @@ from django.db.models import Count, Max
 from django.utils import timezone
 
 from panel.core.choices import OperationStatus
+from panel.nodes.services import apply_inventory
+from panel.nodes.trust import refuse
+from panel.operations.dispatch import dispatch
 from panel.operations.models import Operation, OperationEvent
 from panel.operations.signals import events_stored, operation_ended
 from panel.realtime.broadcast import OPERATIONS, broadcast, node_group, operation_group
@@ -24,8 +27,6 @@ def create_operation(
 ) -> Operation:
     """Save the operation with the task it must send (the outbox), then send it after commit with
     task_id = its id; what the broker does not take then, the sweep re-sends (panel.operations.dispatch)."""
-    from panel.operations.dispatch import dispatch
-
     with transaction.atomic():
         operation = Operation.objects.create(
             kind=kind,
@@ -83,8 +84,6 @@ def ingest_events(batch_data: dict, *, sender: str) -> list[OperationEvent]:
     the status: the newest attempt's do, and only while the operation is open: once it ended, no batch (one
     repeating the attempt number included) changes its state, result or error again. `sender` is the node
     whose credential signed the batch, always required: a batch about another node's operation is refused."""
-    from panel.nodes.trust import refuse
-
     batch = EventBatch.model_validate(batch_data)
     with transaction.atomic():
         operation = (
@@ -155,8 +154,6 @@ def still_wanted(ask: dict, *, sender: str) -> dict:
     (workers.asking): no once the operation ended (failed, cancelled, force-failed) or a newer delivery was
     sent. `sender` is the node whose credential signed the ask; an ask about another node's operation gets
     no and is refused."""
-    from panel.nodes.trust import refuse
-
     operation_id, dispatch = str(ask.get("operation_id", "")), ask.get("dispatch")
     answer = {"ask": str(ask.get("ask", "")), "operation_id": operation_id, "wanted": False, "ended": False}
     operation = Operation.objects.select_related("node").filter(pk=_uuid_or_none(operation_id)).first()
@@ -226,6 +223,4 @@ def on_terminal(operation: Operation) -> None:
     if operation.status != OperationStatus.SUCCEEDED or operation.node_id is None:
         return
     if operation.kind == "inventory":
-        from panel.nodes.services import apply_inventory
-
         apply_inventory(operation.node, operation.result)

@@ -1,5 +1,7 @@
 from panel.core.panel_tasks import panel_task
 from panel.nodes.trust import Refused, open_envelope, send_agent_task
+from panel.operations.reaper import reap
+from panel.operations.services import ingest_events as ingest
 from panel.operations.services import still_wanted
 from workers.celery_app import app
 from workers.task_names import AGENT_STILL_WANTED_ANSWER, ASK_STILL_WANTED, INGEST_EVENTS
@@ -9,9 +11,6 @@ ANSWER_VALIDITY_S = 30.0  # the agent waits about ten seconds for it (workers.as
 
 @app.task(name=INGEST_EVENTS)
 def ingest_events(envelope: dict) -> int:
-    from panel.nodes.trust import Refused, open_envelope
-    from panel.operations.services import ingest_events as ingest
-
     try:
         node, _signer, batch = open_envelope("event_batch", INGEST_EVENTS, envelope)
     except Refused:
@@ -33,6 +32,4 @@ def ask_still_wanted(envelope: dict) -> bool | None:
 
 @panel_task("panel.reap_operations")
 def reap_operations() -> dict:
-    from panel.operations.reaper import reap
-
     return reap()

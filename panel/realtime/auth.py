@@ -11,18 +11,17 @@ from channels.middleware import BaseMiddleware
 from channels.security.websocket import AllowedHostsOriginValidator
 from django.conf import settings
 
+from panel.accounts.authentication import user_for_token
+from panel.accounts.models import SCOPE_DEPLOY, ApiToken
+
 
 @database_sync_to_async
 def _user_for_token(raw):
-    from panel.accounts.authentication import user_for_token
-
     return user_for_token(raw)
 
 
 class TokenAuthMiddleware(BaseMiddleware):
     async def __call__(self, scope, receive, send):
-        from panel.accounts.models import SCOPE_DEPLOY
-
         headers = dict(scope.get("headers") or [])
         auth = headers.get(b"authorization", b"").decode("latin-1").split()
         if len(auth) == 2 and auth[0].lower() in ("bearer", "token"):
@@ -71,8 +70,6 @@ def request_credential_holds(request) -> bool:
     (HTTP Basic, where allowed) only that the user is still active."""
     from rest_framework.authentication import SessionAuthentication
 
-    from panel.accounts.models import ApiToken
-
     if isinstance(request.auth, ApiToken):
         return credential_holds(request.user, token_id=request.auth.pk)
     if isinstance(request.successful_authenticator, SessionAuthentication):
@@ -84,8 +81,6 @@ def credential_holds(user, *, token_id=None, session_key=None) -> bool:
     """Whether `user` is still signed in by the API token `token_id`, or by the session `session_key`
     (neither given: whether the user is still active)."""
     from django.contrib.auth import get_user, get_user_model
-
-    from panel.accounts.models import ApiToken
 
     if token_id is not None:
         return ApiToken.objects.usable().filter(pk=token_id, user=user, user__is_active=True).exists()

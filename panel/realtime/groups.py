@@ -5,6 +5,9 @@ import uuid
 
 from panel.accounts.roles import role_of
 from panel.accounts.temporary import must_change_password
+from panel.deployments.models import Deployment
+from panel.nodes.models import Node
+from panel.operations.models import Operation
 from panel.realtime.broadcast import ALERTS, FLEET
 
 GROUP_PATTERN = re.compile(r"^(operation|node|deployment)\.([A-Za-z0-9_.:-]{1,100})$")
@@ -22,17 +25,11 @@ def may_join(user, group: str) -> bool:
         return False
     kind, key = match.groups()
     if kind == "operation":
-        from panel.operations.models import Operation
-
         try:
             operation_id = uuid.UUID(key)
         except ValueError:
             return False
         return Operation.objects.visible_to(user).filter(pk=operation_id).exists()
     if kind == "node":
-        from panel.nodes.models import Node
-
         return Node.objects.visible_to(user).filter(name=key).exists()
-    from panel.deployments.models import Deployment
-
     return Deployment.objects.visible_to(user).filter(name=key).exists()

@@ -15,6 +15,7 @@ from typing import Any
 
 from workers.engine.memory import GIB
 from workers.engine.plan import CHIPS, PlanInput, PlanInputError, plan
+from workers.models.inspect import inspect_model
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,8 +40,6 @@ def build_parser() -> argparse.ArgumentParser:
 def load_facts(model_dir: str) -> dict[str, Any]:
     """inspect_model's facts plus the few config values the planner also uses."""
     # Imported here so the planner module itself stays a pure function library.
-    from workers.models.inspect import inspect_model
-
     facts = inspect_model(model_dir)
     return with_config_extras(
         facts, json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))

@@ -12,6 +12,7 @@ import binascii
 import hashlib
 from pathlib import Path
 
+from workers.hosts import LocalRunner
 from workers.hosts.ssh_connect import normalize_fingerprint
 from workers.i18n import gettext_noop as _
 from workers.models.commands import PINNED_HOST_ALIAS
@@ -47,8 +48,6 @@ def offered_keys(keyscan_output: str) -> dict[str, str]:
 
 def pinned_known_hosts(host: str, port: int, confirmed: str, folder: Path) -> Path:
     """A known_hosts file in folder holding the target's key if it matches the confirmed fingerprint."""
-    from workers.hosts import LocalRunner
-
     confirmed = normalize_fingerprint(confirmed)
     scan = LocalRunner().run_sync(
         ["ssh-keyscan", "-T", str(KEYSCAN_TIMEOUT_S), "-p", str(int(port)), host],

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
+from workers.hosts import LocalRunner
 from workers.i18n import gettext_noop as _
 from workers.models.commands import destination_and_parents, explain_rsync_failure, remote_df_argv
 from workers.models.download import DISK_MARGIN_BYTES
@@ -110,8 +111,6 @@ def free_space_at(
 
     TargetDiskError when ssh itself fails (the same reasons rsync would give, said before any byte moves);
     FreeSpaceUnknown when the target ran something but df gave no row."""
-    from workers.hosts import LocalRunner
-
     argv = remote_df_argv(
         user, host, target_path, port, known_hosts_file=known_hosts_file, identity_file=identity_file
     )

@@ -18,6 +18,8 @@ from __future__ import annotations
 import argparse
 import datetime
 
+from workers.models.model_folder import BadSourceError
+
 QUANT_TYPES = ("w8a8", "w8a16", "w4a16", "w8a8s", "w4a8")
 IMPLEMENTED = ("w8a8",)
 
@@ -60,8 +62,7 @@ def main(argv: list[str], root: str = "") -> int:
 
 
 def quantize(args: argparse.Namespace) -> int:
-    from workers.models.model_folder import BadSourceError
-    from workers.models.quantize import quantize_w8a8_dynamic
+    from workers.models.quantize import quantize_w8a8_dynamic  # numpy: only a quantize run loads it
 
     log("INFO", f"model_type: {args.model_type}, quant_type: {args.quant_type}, device: {args.device}")
     log("INFO", f"loading model from {args.model_path}")

@@ -13,6 +13,7 @@ import os
 import sys
 import time
 
+from workers.sim import atc, msmodelslim, net_tools
 from workers.sim import npu_smi_render as render
 from workers.sim import state as sim_state
 from workers.sim.profiles import FAMILY_310P, Profile, get_profile
@@ -53,16 +54,10 @@ def main(tool: str, argv: list[str], root: str) -> int:
     if tool == "uname":
         return uname(argv, root)
     if tool == "atc":
-        from workers.sim import atc
-
         return atc.main(argv, root)
     if tool == "msmodelslim":
-        from workers.sim import msmodelslim
-
         return msmodelslim.main(argv, root)
     if tool in ("hccn_tool", "ip", "ping"):
-        from workers.sim import net_tools
-
         return getattr(net_tools, tool)(argv, root)
     print(f"unknown sim tool {tool!r}", file=sys.stderr)
     return 2

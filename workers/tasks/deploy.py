@@ -12,17 +12,23 @@ import os
 import threading
 import time
 
+from workers.agent_config import AgentConfig
 from workers.ascend.diagnose import diagnose_lines
+from workers.contracts import utcnow
 from workers.engine import readiness, runtime
+from workers.engine.benchmark import run_benchmark
 from workers.engine.command import build_launch
 from workers.engine.launch_spec import launch_spec_from_payload
 from workers.engine.logstages import STAGE_TITLES, StartupProgress, relay_startup_lines
 from workers.engine.metrics import EngineMetrics, MetricsFormatError, parse_metrics, rates
 from workers.engine.stack import find_stack
+from workers.events import send_to_panel
 from workers.hosts.local import LocalRunner
 from workers.hosts.sync_loop import run_coroutine_sync
 from workers.i18n import gettext_noop as _
+from workers.identity import CENTRAL, key_for
 from workers.models.node_paths import host_path
+from workers.sealing import open_for_node
 from workers.task_names import (
     AGENT_BENCHMARK_DEPLOYMENT,
     AGENT_LAUNCH_DEPLOYMENT,
@@ -65,9 +71,6 @@ def _failure_findings(emitter, log_path: str, start_offset: int, fallback_hint: 
 
 def engine_api_key(config, payload: dict) -> str:
     """The deployment's engine API key, which the panel sealed for this node ("" from an older panel)."""
-    from workers.identity import CENTRAL, key_for
-    from workers.sealing import open_for_node
-
     sealed = payload.get("engine_key") or ""
     if not sealed:
         return ""
@@ -346,10 +349,6 @@ async def _probe(config, deployments: list[dict]) -> list[dict]:
 @agent_task(AGENT_PROBE_DEPLOYMENTS)
 def probe_deployments(request: dict) -> None:
     """Probe the engines the panel lists and send what was seen back (pid alive, /health, log, metrics)."""
-    from workers.agent_config import AgentConfig
-    from workers.contracts import utcnow
-    from workers.events import send_to_panel
-
     config = AgentConfig.from_env()
     results = run_coroutine_sync(_probe(config, request.get("deployments") or []))
     send_to_panel(
@@ -365,8 +364,6 @@ def probe_deployments(request: dict) -> None:
 
 @agent_task(AGENT_BENCHMARK_DEPLOYMENT)
 def benchmark_deployment(operation_id: str, payload: dict, start_seq: int = 0) -> None:
-    from workers.engine.benchmark import run_benchmark
-
     def body(emitter, config):
         return run_coroutine_sync(run_benchmark(emitter, payload, engine_api_key(config, payload)))
 

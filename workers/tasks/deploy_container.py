@@ -39,7 +39,7 @@ NO_ENGINE_HINT = _(
 
 def _fail(message: str, hint: str = "") -> Exception:
     # The process runtime's LaunchFailed, so run_operation reports message and hint the same way.
-    from workers.tasks.deploy import LaunchFailed
+    from workers.tasks.deploy import LaunchFailed  # deploy imports this module
 
     return LaunchFailed(message, hint)
 
@@ -136,6 +136,7 @@ async def _stop_process_engine(emitter, runner, config, name: str, grace: float)
 
 
 async def launch_container(emitter, config, payload: dict) -> dict:
+    # deploy imports this module
     from workers.tasks.deploy import _check_model_folder, _log_size, engine_api_key
 
     name = payload["name"]
@@ -245,7 +246,7 @@ async def _wait_ready(emitter, runner, config, payload, spec, record, start_offs
             _outcome, state = await lifecycle.stop(runner, record, grace)
             await asyncio.sleep(0.5)
             relay()
-            from workers.tasks.deploy import FIRST_REQUEST_HINT
+            from workers.tasks.deploy import FIRST_REQUEST_HINT  # deploy imports this module
 
             hint = _report_failure(emitter, record.log_path, start_offset, state, FIRST_REQUEST_HINT)
             if check.exited:
@@ -267,7 +268,7 @@ async def _recorded(runner, config, name: str, known: dict) -> lifecycle.Contain
         record = lifecycle.ContainerRecord.from_dict({**_blank(name), **known, "name": name})
     if record is not None:
         return record
-    from workers.tasks.deploy import LaunchFailed
+    from workers.tasks.deploy import LaunchFailed  # deploy imports this module
 
     try:
         engine = await choose_engine(runner, config, ContainerHost.from_env())

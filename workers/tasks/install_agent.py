@@ -1,5 +1,6 @@
 from functools import partial
 
+from workers.agent_install import run_install_agent
 from workers.task_names import AGENT_INSTALL_AGENT
 from workers.tasks.base import agent_task
 from workers.tasks.operation import run_operation
@@ -14,7 +15,5 @@ def install_agent(
     script_args=(),
     sealed_token: str = "",
 ) -> None:
-    from workers.agent_install import run_install_agent
-
     body = partial(run_install_agent, script=script, script_args=list(script_args), sealed_token=sealed_token)
     run_operation(operation_id, start_seq, body, target=target)

@@ -1,3 +1,5 @@
+from workers.sampler import set_interval
+from workers.ssh_sampler import sample_and_send
 from workers.task_names import AGENT_SAMPLE_SSH_NODE, AGENT_SET_METRICS_INTERVAL
 from workers.tasks.base import agent_task
 
@@ -5,8 +7,6 @@ from workers.tasks.base import agent_task
 @agent_task(AGENT_SET_METRICS_INTERVAL)
 def set_metrics_interval(seconds: float) -> float:
     """The panel changed this node's sampling interval; the running sampler picks it up on its next tick."""
-    from workers.sampler import set_interval
-
     return set_interval(seconds)
 
 
@@ -14,6 +14,4 @@ def set_metrics_interval(seconds: float) -> float:
 @agent_task(AGENT_SAMPLE_SSH_NODE, acks_late=False)
 def sample_ssh_node(target: dict) -> bool:
     """Sample an SSH node over SSH and send its MetricBatch (central agent, queue ssh-runner)."""
-    from workers.ssh_sampler import sample_and_send
-
     return sample_and_send(target)

@@ -8,7 +8,11 @@ import shutil
 from pathlib import Path
 
 from workers import host_locks
+from workers.ascend.diagnose import diagnose_lines
+from workers.engine.command import source_then_exec
+from workers.hosts import LocalRunner
 from workers.i18n import gettext_noop as _
+from workers.models.commands import CommandInputError, atc_argv, msmodelslim_argv
 from workers.models.node_paths import checked_model_dir, staging_dir
 from workers.task_names import AGENT_ATC_MODEL
 from workers.tasks.base import agent_task
@@ -23,8 +27,6 @@ def run_logged(
 ) -> tuple[bool, list[str]]:
     """Run argv, logging its lines; the log's first line is the command (`shown` when argv wraps it, e.g.
     in a bash that sources set_env.sh first), shell-quoted so it can be copied into a terminal."""
-    from workers.hosts import LocalRunner
-
     lines: list[str] = []
 
     def log_line(stream: str, line: str) -> None:
@@ -41,8 +43,6 @@ def run_logged(
 def msmodelslim_convert(
     emitter, source: Path, destination: Path, path: str, device: str, model_type: str
 ) -> dict:
-    from workers.models.commands import CommandInputError, msmodelslim_argv
-
     if shutil.which("msmodelslim") is None:
         raise ModelTaskError(
             "msmodelslim is not installed on this node",
@@ -81,8 +81,6 @@ def msmodelslim_convert(
 
 
 def _diagnosed_hint(lines: list[str]) -> str:
-    from workers.ascend.diagnose import diagnose_lines
-
     findings = diagnose_lines(lines)
     if findings:
         return f"{findings[0]['title']}: {findings[0]['hint']}"
@@ -100,9 +98,6 @@ def atc_body(
     input_shape: str = "",
     input_format: str = "NCHW",
 ) -> dict:
-    from workers.engine.command import source_then_exec
-    from workers.models.commands import atc_argv
-
     source = checked_model_dir(config.host_root, onnx_path, models_root)
     destination = checked_model_dir(config.host_root, path, models_root)
     if not source.is_file():

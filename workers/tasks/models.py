@@ -15,7 +15,19 @@ from pathlib import Path
 
 from workers import host_locks
 from workers.i18n import gettext_noop as _
+from workers.models.commands import (
+    CommandInputError,
+    explain_rsync_failure,
+    parse_rsync_progress,
+    rsync_argv,
+)
+from workers.models.download import DownloadError, download_files
+from workers.models.host_keys import HostKeyError, pinned_known_hosts
+from workers.models.hub import HubError, HubRepo, hub_facts, list_files
+from workers.models.model_folder import BadSourceError
 from workers.models.node_paths import checked_model_dir, staging_dir
+from workers.models.onnx_file import onnx_facts
+from workers.models.target_disk import TargetDiskError, ensure_room
 from workers.task_names import (
     AGENT_CONVERT_MODEL,
     AGENT_COPY_MODEL,
@@ -81,6 +93,7 @@ def human_bytes(n: float) -> str:
 
 def describe_folder(path: Path) -> dict:
     """Facts, format and size of a model folder (or an ONNX file / folder of ONNX files)."""
+    # Here, not at the top: this module's task is called inspect_model too.
     from workers.models.inspect import NotAModelError, inspect_model
 
     onnx = [path] if path.suffix == ".onnx" and path.is_file() else []
@@ -89,8 +102,6 @@ def describe_folder(path: Path) -> dict:
         if not onnx and sorted(path.glob("*.om")):
             return {"format": "om", "facts": {"om_files": [p.name for p in path.glob("*.om")]}}
     if onnx:
-        from workers.models.onnx_file import onnx_facts
-
         return {"format": "onnx", "facts": {"onnx_files": [p.name for p in onnx], **onnx_facts(onnx[0])}}
     try:
         facts = inspect_model(path)
@@ -115,8 +126,6 @@ def hub_unreachable(error: Exception) -> ModelTaskError:
 
 def inspect_body(emitter, config, path: str = "", hub: dict | None = None, models_root: str = "") -> dict:
     if hub:
-        from workers.models.hub import HubError, HubRepo, hub_facts
-
         repo = HubRepo.of(**hub)
         emitter.progress(
             10, _("Reading {repo} from {endpoint}").format(repo=repo.repo_id, endpoint=repo.endpoint)
@@ -150,9 +159,6 @@ def download_body(
     revision: str = "",
     endpoint: str = "",
 ) -> dict:
-    from workers.models.download import DownloadError
-    from workers.models.hub import HubError
-
     try:
         return _download(emitter, config, source, repo_id, path, models_root, revision, endpoint)
     except HubError as error:
@@ -168,9 +174,6 @@ def download_body(
 
 
 def _download(emitter, config, source, repo_id, path, models_root, revision, endpoint) -> dict:
-    from workers.models.download import download_files
-    from workers.models.hub import HubRepo, list_files
-
     destination = checked_model_dir(config.host_root, path, models_root)
     repo = HubRepo.of(source, repo_id, revision, endpoint)
     emitter.progress(
@@ -219,7 +222,7 @@ def convert_body(
     source = checked_model_dir(config.host_root, source_path, models_root)
     destination = checked_model_dir(config.host_root, path, models_root)
     if backend == "msmodelslim":
-        from workers.tasks.model_tools import msmodelslim_convert
+        from workers.tasks.model_tools import msmodelslim_convert  # model_tools imports this module
 
         return msmodelslim_convert(emitter, source, destination, path, device, model_type)
     if target_format == "w8a8_dynamic":
@@ -228,8 +231,7 @@ def convert_body(
 
 
 def _quantize(emitter, source: Path, destination: Path, path: str) -> dict:
-    from workers.models.model_folder import BadSourceError
-    from workers.models.quantize import quantize_w8a8_dynamic
+    from workers.models.quantize import quantize_w8a8_dynamic  # numpy: only the task that needs it loads it
 
     emitter.progress(0, _("Quantizing to W8A8_DYNAMIC"))
     try:
@@ -275,8 +277,7 @@ def _quantize(emitter, source: Path, destination: Path, path: str) -> dict:
 
 
 def _convert_dtype(emitter, source: Path, destination: Path, path: str, dtype: str) -> dict:
-    from workers.models.convert import convert_dtype
-    from workers.models.model_folder import BadSourceError
+    from workers.models.convert import convert_dtype  # numpy: only the task that needs it loads it
 
     emitter.progress(5, _("Converting to {dtype}").format(dtype=dtype))
     try:
@@ -317,15 +318,6 @@ def copy_body(
 
     target_host_key is the fingerprint the panel confirmed for the target; without one, the agent user's
     known_hosts must already know the target."""
-    from workers.models.commands import (
-        CommandInputError,
-        explain_rsync_failure,
-        parse_rsync_progress,
-        rsync_argv,
-    )
-    from workers.models.host_keys import HostKeyError, pinned_known_hosts
-    from workers.models.target_disk import TargetDiskError, ensure_room
-
     source = checked_model_dir(config.host_root, path, models_root)  # nothing outside the roots leaves
     if not source.is_dir():
         raise ModelTaskError(f"{path} is not a folder on {config.node_name}")
@@ -390,7 +382,7 @@ def copy_body(
         emitter.progress(
             0, _("Copying {path} to {target}").format(path=path, target=f"{target_host}:{target_path}")
         )
-        from workers.tasks.model_tools import run_logged
+        from workers.tasks.model_tools import run_logged  # model_tools imports this module
 
         ok, lines = run_logged(emitter, argv, COPY_TIMEOUT_S, on_progress)
     if not ok:

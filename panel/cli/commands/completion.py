@@ -25,7 +25,8 @@ def register(commands) -> None:
 
 
 def completion_command(args) -> int:
-    from panel.cli.main import build_parser  # the whole parser, not the one this command hangs from
+    # main imports this module; the whole parser, not the one this command hangs from
+    from panel.cli.main import build_parser
 
     print(bash_script(build_parser()))
     return 0

@@ -7,6 +7,7 @@ filled in after translation."""
 from django import template
 from django.utils.translation import gettext
 
+from panel.core.choices import OperationStatus
 from panel.core.numbers import compact, is_big
 from panel.core.translated import filled, in_language
 from panel.deployments.reasons import current
@@ -75,6 +76,4 @@ def rollout_message(rollout) -> str:
 @register.filter
 def status_label(value: str) -> str:
     """A run's status (pending, running, succeeded, failed, cancelled) in the viewer's language."""
-    from panel.core.choices import OperationStatus
-
     return OperationStatus(value).label if value in OperationStatus.values else value

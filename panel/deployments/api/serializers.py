@@ -2,12 +2,16 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from panel.core.choices import DeploymentState, DesiredState, OperationStatus
+from panel.core.templatetags.panel_text import deployment_reason
 from panel.deployments.findings import findings_of
 from panel.deployments.models import Benchmark, Deployment, DeploymentLog
 from panel.deployments.planning import NodeChoiceSerializer
 from panel.deployments.replicas import index_of as replica_index
 from panel.deployments.rollouts import progress
+from panel.deployments.services import served_name_of
 from panel.deployments.spec import nodes_of
+from panel.gateway.links import gateway_url
+from panel.operations.models import Operation
 
 
 class DeploymentNpuSerializer(serializers.Serializer):
@@ -156,18 +160,12 @@ class DeploymentSerializer(serializers.ModelSerializer):
         return progress(latest)
 
     def get_endpoint(self, deployment) -> str:
-        from panel.gateway.links import gateway_url
-
         return deployment.endpoint or gateway_url(self.context.get("request"))
 
     def get_served_model_name(self, deployment) -> str:
-        from panel.deployments.services import served_name_of
-
         return served_name_of(deployment)
 
     def get_reason_display(self, deployment) -> str:
-        from panel.core.templatetags.panel_text import deployment_reason
-
         return deployment_reason(deployment)
 
     @extend_schema_field(DeploymentNpuSerializer(many=True))
@@ -183,8 +181,6 @@ class DeploymentSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(serializers.UUIDField(allow_null=True, help_text="Its latest deploy or stop."))
     def get_operation(self, deployment) -> str | None:
-        from panel.operations.models import Operation
-
         latest = Operation.objects.filter(target=deployment.name, kind__in=["deploy", "stop"]).order_by(
             "-created"
         )

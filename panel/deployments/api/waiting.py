@@ -18,6 +18,7 @@ from rest_framework import serializers
 
 from panel.core.choices import DeploymentState, DesiredState
 from panel.core.streams import FAILED, REACHED, TIMED_OUT
+from panel.core.templatetags.panel_text import deployment_reason
 from panel.deployments.api.serializers import DeploymentSerializer
 from panel.deployments.models import Deployment, Rollout
 from panel.realtime.broadcast import deployment_group
@@ -138,8 +139,6 @@ def failure_detail(name: str, target: str, deployment) -> str:
         return _("{name} will not reach {target}: it is now meant to be {wanted}.").format(
             name=name, target=target, wanted=wanted
         )
-    from panel.core.templatetags.panel_text import deployment_reason
-
     reason = deployment_reason(deployment)
     detail = _("{name} did not reach {target}: it is {status}.").format(
         name=name, target=target, status=deployment.observed_state

@@ -17,6 +17,7 @@ from panel.monitoring.api.serializers import (
 from panel.monitoring.filtersets import AlertFilterSet
 from panel.monitoring.history import HistoryError, node_history
 from panel.monitoring.models import Alert
+from panel.monitoring.services import set_metrics_interval
 from panel.nodes.models import Node
 
 # The node viewset documents its metrics actions with these.
@@ -77,8 +78,6 @@ def history_response(node: Node, request) -> Response:
 
 
 def set_interval_response(node: Node, request) -> Response:
-    from panel.monitoring.services import set_metrics_interval
-
     serializer = SetMetricsIntervalSerializer(data=request.data)
     serializer.is_valid(raise_exception=True)
     seconds = set_metrics_interval(node, serializer.validated_data["interval_s"], user=request.user)

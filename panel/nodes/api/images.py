@@ -10,7 +10,9 @@ from rest_framework.response import Response
 
 from panel.core.schema import ErrorSerializer
 from panel.deployments import images
+from panel.deployments.containers import containers_of
 from panel.operations.api.serializers import OperationSerializer
+from panel.provisioning.models import PackageFile
 
 STARTED_OR_REFUSED = {202: OperationSerializer, 409: ErrorSerializer}
 
@@ -46,7 +48,7 @@ class NodeImagesMixin:
     """Actions mixed into NodeViewSet."""
 
     def _image_operation(self, start, *args, **kwargs):
-        from panel.nodes.api.views import Conflict, validation_error
+        from panel.nodes.api.views import Conflict, validation_error  # views imports this mixin
 
         try:
             operation = start(*args, **kwargs)
@@ -60,8 +62,6 @@ class NodeImagesMixin:
     @action(detail=True, methods=["get"], url_path="images")
     def images(self, request, pk=None):
         """The node's container engines and images as the last inventory or image operation saw them."""
-        from panel.deployments.containers import containers_of
-
         node = self.get_object()
         facts = containers_of(node)
         body = {
@@ -94,8 +94,7 @@ class NodeImagesMixin:
         """Load an image archive from the package store on the node (its sha256 checked there)."""
         from django.shortcuts import get_object_or_404
 
-        from panel.nodes.api.views import panel_url
-        from panel.provisioning.models import PackageFile
+        from panel.nodes.api.views import panel_url  # views imports this mixin
 
         form = LoadRequestSerializer(data=request.data)
         form.is_valid(raise_exception=True)
