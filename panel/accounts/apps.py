@@ -13,7 +13,7 @@ class AccountsConfig(AppConfig):
     def ready(self):
         from django.contrib.auth.signals import user_login_failed
 
-        from panel.accounts.signin_limits import count_failure
+        from panel.accounts.signin_limits import count_failure  # models load only once the registry is ready
 
         post_migrate.connect(_ensure_role_groups, sender=self)
         user_login_failed.connect(count_failure, dispatch_uid="panel.accounts.count_signin_failure")
