@@ -54,7 +54,7 @@ def test_a_deploy_spec_path_outside_the_models_roots_is_refused(node, bob, path)
 def test_a_copy_to_a_node_whose_models_roots_do_not_hold_the_path_is_refused(node, bob):
     from django.core.exceptions import ValidationError
 
-    from panel.catalog.services import start_copy
+    from panel.catalog.copies import start_copy
 
     node.address = "10.0.0.1"
     node.save()
