@@ -6,7 +6,10 @@ tasks of SSH nodes (nodes without an agent) over SSH; it needs PANEL_SECRETS_KEY
 Started on each Ascend host as `python -m workers.agent` (systemd unit in deploy/), configured by
 environment variables only:
   ASCEND_PANEL_NODE_NAME   the node's name in the panel (queue node.<name>)
-  REDIS_URL / CELERY_BROKER_URL   the broker
+  CELERY_BROKER_URL        the broker, as the join answer gave it: amqp(s)://node.<name>:…@host/vhost, this
+                           node's own RabbitMQ user (make run's embedded Redis on a single machine)
+  ASCEND_PANEL_BROKER_CA_FILE
+                           the broker's CA certificate pinned at join (amqps://)
   ASCEND_PANEL_AGENT_KEY   this node's credential (the join command writes it; or ..._AGENT_KEY_FILE):
                            it signs what the agent sends and verifies the panel's tasks (workers.identity)
   ASCEND_PANEL_STATE_DIR   the agent's own state: operation leases, the event spool (default
@@ -138,13 +141,14 @@ def start_background_threads(config: AgentConfig) -> threading.Event:
 def main_central(argv: list[str]) -> None:
     """The central agent: runs SSH nodes' tasks (queue ssh-runner); sends no heartbeat of its own."""
     import workers.tasks  # noqa: F401  registers the agent tasks
-    from workers.celery_app import app
+    from workers.celery_app import app, configure_agent
     from workers.identity import CENTRAL_ENV
     from workers.sealing import fernet_for, key_material_from_env
     from workers.task_names import SSH_RUNNER_QUEUE
 
     fernet_for(key_material_from_env())  # refuse to start without the key that opens node secrets
     os.environ[CENTRAL_ENV] = "1"  # signs and verifies with the central key (workers.identity)
+    configure_agent(app, SSH_RUNNER_QUEUE)
     app.worker_main(
         [
             "worker",
@@ -160,6 +164,7 @@ def main_central(argv: list[str]) -> None:
             os.environ.get("LOG_LEVEL", "INFO"),
             "--without-mingle",
             "--without-gossip",
+            "--without-heartbeat",
             *argv,
         ]
     )
@@ -169,7 +174,7 @@ def main(argv: list[str] | None = None) -> None:
     from celery.signals import worker_ready, worker_shutdown
 
     import workers.tasks  # noqa: F401  registers the agent tasks
-    from workers.celery_app import app
+    from workers.celery_app import app, configure_agent
     from workers.task_names import node_queue
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -196,6 +201,7 @@ def main(argv: list[str] | None = None) -> None:
             threads["stop"].set()
 
     concurrency = os.environ.get("ASCEND_PANEL_AGENT_CONCURRENCY", "4")
+    configure_agent(app, node_queue(config.node_name))
     app.worker_main(
         [
             "worker",
@@ -211,6 +217,7 @@ def main(argv: list[str] | None = None) -> None:
             os.environ.get("LOG_LEVEL", "INFO"),
             "--without-mingle",
             "--without-gossip",
+            "--without-heartbeat",
             *argv,
         ]
     )

@@ -13,6 +13,7 @@ from django.utils.translation import gettext as _
 from panel.audit import actions as audit
 from panel.audit.services import record
 from panel.core.choices import DeploymentState, DesiredState, NodeStatus, NodeTransport, OperationStatus
+from panel.nodes import broker_admin
 from panel.nodes.agent_package import agent_sdist_sha256, install_script_sha256
 from panel.nodes.join import issue_join_token, join_command
 from panel.nodes.models import JoinToken, Node
@@ -187,9 +188,10 @@ def drain(node: Node, user=None) -> list:
 
 
 def remove_node(node: Node, *, force: bool = False) -> None:
-    """Forget a node. Refused while deployments run on it or were made from its model copies, unless
-    forced: then those deployments are marked failed (their engines are left running on the host), lose
-    their link to the copy, and the node's unfinished operations are ended."""
+    """Forget a node, and on the fleet's broker delete its broker user (its connections are closed).
+    Refused while deployments run on it or were made from its model copies, unless forced: then those
+    deployments are marked failed (their engines are left running on the host), lose their link to the
+    copy, and the node's unfinished operations are ended."""
     from panel.deployments.models import Deployment
     from panel.operations.services import mark_lost
 
@@ -226,4 +228,12 @@ def remove_node(node: Node, *, force: bool = False) -> None:
         name = node.name
         record(None, audit.NODE_REMOVED, name, force=force, failed_deployments=[d.name for d in active])
         node.delete()
+        if broker_admin.fleet_broker():  # last: a broker that refuses leaves the node in place
+            try:
+                broker_admin.deprovision_node(name)
+            except broker_admin.BrokerAdminError as error:
+                raise NodeActionRefused(
+                    _("The node's broker user could not be deleted, so the node was kept: %(error)s")
+                    % {"error": error}
+                ) from None
         transaction.on_commit(lambda: broadcast(FLEET, {"type": "node.removed", "node": name}))

@@ -1,5 +1,8 @@
+from panel.nodes import ingest_guard
 from workers.celery_app import app
 from workers.task_names import HEARTBEAT
+
+ingest_guard.install(app)
 
 
 @app.task(name=HEARTBEAT)
