@@ -75,6 +75,12 @@ def agent_queue(name: str, *, agent: bool = False) -> Queue:
     return Queue(name, exchange, routing_key=name, durable=True, no_declare=agent)
 
 
+def route(queue: Queue) -> dict:
+    """send_task options that publish to `queue` through its exchange. Celery sends a direct queue given
+    alone through the default exchange, which no node may write to (and which bypasses the panel's)."""
+    return {"queue": queue, "exchange": queue.exchange.name, "routing_key": queue.routing_key}
+
+
 def panel_topology() -> list[Queue]:
     """What the panel declares when it starts (node queues are declared when each node joins)."""
     return [panel_queue(), ingest_queue(), metrics_queue(), agent_queue(SSH_RUNNER_QUEUE)]

@@ -23,7 +23,7 @@ from workers.identity import (
     task_auth,
     verify,
 )
-from workers.topology import agent_queue
+from workers.topology import agent_queue, route
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +199,8 @@ def send_agent_task(node, task_name: str, kwargs: dict, *, task_id: str | None =
     key = task_signing_key(node)
     task_id = task_id or _new_task_id()
     kwargs[AUTH_KWARG] = task_auth(key, signer, task_name, task_id, node.name, kwargs)
-    celery_app.send_task(task_name, kwargs=kwargs, task_id=task_id, queue=agent_queue(queue), **options)
+    options = {**route(agent_queue(queue)), **options}
+    celery_app.send_task(task_name, kwargs=kwargs, task_id=task_id, **options)
 
 
 def _new_task_id() -> str:
