@@ -40,6 +40,12 @@ def exchange_join_token(node_name: str, token: str) -> tuple[Node, bytes, str]:
     from panel.nodes.models import new_credential_id
     from panel.nodes.trust import agent_key
 
+    if not broker_admin.fleet_broker() and not settings.DEVELOPMENT_MODE:
+        raise broker_admin.BrokerAdminError(
+            "the panel's broker is its own Redis, whose address nodes must never get: agents on other hosts "
+            "join through RabbitMQ; set CELERY_BROKER_URL=amqp://… and PANEL_BROKER_ADMIN_URL "
+            "(docs/fleet-broker.md)"
+        )
     with transaction.atomic():
         claimed = JoinToken.objects.filter(
             key_hash=hash_token(token or ""),

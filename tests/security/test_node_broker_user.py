@@ -133,3 +133,19 @@ def test_a_join_while_the_broker_admin_is_down_creates_nothing_and_the_token_sti
         "/nodes/agent/join/", {"node": name, "token": token}, content_type="application/json"
     )
     assert retried.status_code == 200
+
+
+def test_outside_make_run_and_tests_a_panel_on_redis_hands_no_node_its_redis(rabbit, settings):
+    from panel.nodes.models import Node
+
+    settings.CELERY_BROKER_URL = settings.REDIS_URL
+    settings.DEVELOPMENT_MODE = False
+    name = rabbit.node_name("npu-h")
+    answer = Client().post(
+        "/nodes/agent/join/", {"node": name, "token": issue_join_token(name)}, content_type="application/json"
+    )
+
+    assert answer.status_code == 503
+    assert "RabbitMQ" in answer.json()["detail"]
+    assert "redis://" not in answer.content.decode()
+    assert not Node.objects.filter(name=name).exists()
