@@ -82,7 +82,8 @@ def take_queued(limit: int = DRAIN_MAX) -> list[bytes]:
 
 class AmqpReader:
     """The panel's consumer of the metrics queue: the broker pushes lines (no acks: lossy by design) into a
-    local buffer of at most DRAIN_MAX × 2 unread ones (the prefetch window), read by one ingester thread."""
+    local buffer, read by one ingester thread. Without acks there is no prefetch window; the buffer holds at
+    most what the queue held (its x-max-length), and a drain takes what arrived within one short wait."""
 
     def __init__(self):
         self._buffer: collections.deque[bytes] = collections.deque()
@@ -92,9 +93,7 @@ class AmqpReader:
         if self._connection is None:
             connection = app.connection_for_read()
             connection.ensure_connection(max_retries=1)
-            consumer = connection.Consumer(
-                [metrics_queue()], on_message=self._on_message, no_ack=True, prefetch_count=DRAIN_MAX * 2
-            )
+            consumer = connection.Consumer([metrics_queue()], on_message=self._on_message, no_ack=True)
             consumer.consume()
             self._connection = connection
         return self._connection
