@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: run test test-all test-browser test-engine test-faults lint format messages bench clean
+.PHONY: run test test-all test-browser test-engine test-faults test-security lint format messages bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -34,13 +34,19 @@ test-engine: $(STAMP)
 test-faults: $(STAMP)
 	$(PY) -m pytest tests/faults -q
 
-# Everything: fast, browser, engine and fault tiers, each in its own process (Playwright's sync API keeps an event
+# Attacks as a node would make them, with its real credentials on the real broker (RabbitMQ: a vhost of the
+# session's own; skipped with the reason when RabbitMQ is absent, a failure under REQUIRE_RABBITMQ=1 as in CI).
+test-security: $(STAMP)
+	$(PY) -m pytest tests/security -q
+
+# Everything: fast, browser, engine, fault and security tiers, each in its own process (Playwright's sync API keeps an event
 # loop running in the main thread for the whole session, which asyncio.run() elsewhere cannot share).
 test-all: $(STAMP)
 	$(FAST)
 	$(PY) -m pytest tests/browser -q
 	$(PY) -m pytest tests/engine -q
 	$(PY) -m pytest tests/faults -q
+	$(PY) -m pytest tests/security -q
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

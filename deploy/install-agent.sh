@@ -9,7 +9,7 @@
 #          --package-sha256 PACKAGE_SHA256
 #
 # It downloads the agent package and checks its sha256, creates the venv /opt/ascend-panel/venv and installs
-# the package, trades the join token (once) at the panel for this node's credential and the broker address,
+# the package, trades the join token (once) at the panel for this node's credential and its own broker user,
 # writes them to /etc/ascend-panel/agent.env (mode 600), installs the systemd unit and starts it. Running it
 # again without a token upgrades in place and keeps the credential.
 #
@@ -141,12 +141,16 @@ json.dump({"node": sys.argv[1], "token": os.environ["ASCEND_PANEL_JOIN_TOKEN"]},
         --data-binary @"$work/join.json" "$panel/nodes/agent/join/")" ||
         fail "cannot reach $panel/nodes/agent/join/: check that this host reaches the panel"
     [ "$status" = "200" ] || fail "the panel refused to join: $(cat "$work/joined.json")"
+    # The broker's CA, when the panel gave one (amqps://): pinned here, the agent trusts no other for it.
     "$venv/bin/python" -c '
 import json, sys
 answer = json.load(open(sys.argv[1]))
 print(answer["agent_key"]); print(sys.argv[2] or answer["broker_url"])
-' "$work/joined.json" "$broker" > "$work/credential"
+if answer.get("broker_ca_pem"):
+    open(sys.argv[3], "w").write(answer["broker_ca_pem"])
+' "$work/joined.json" "$broker" "$etc_dir/broker-ca.pem.new" > "$work/credential"
     { read -r agent_key; read -r broker; } < "$work/credential"
+    if [ -f "$etc_dir/broker-ca.pem.new" ]; then mv -f "$etc_dir/broker-ca.pem.new" "$etc_dir/broker-ca.pem"; fi
 elif [ -f "$env_file" ] && grep -q '^ASCEND_PANEL_AGENT_KEY=' "$env_file"; then
     echo "==> No join token: keeping this node's credential from $env_file"
     agent_key="$(sed -n 's/^ASCEND_PANEL_AGENT_KEY=//p' "$env_file")"
@@ -162,6 +166,7 @@ echo "==> Writing $env_file"
     echo "ASCEND_PANEL_URL=$panel"
     echo "CELERY_BROKER_URL=$broker"
     echo "ASCEND_PANEL_AGENT_KEY=$agent_key"
+    if [ -f "$etc_dir/broker-ca.pem" ]; then echo "ASCEND_PANEL_BROKER_CA_FILE=/etc/ascend-panel/broker-ca.pem"; fi
 } > "$env_file.new"
 mv -f "$env_file.new" "$env_file"
 umask 022

@@ -1,6 +1,7 @@
 """The panel worker: the shared Celery app, with Django set up and the panel's tasks registered.
 
-celery -A panel.celery worker -Q panel     # ingests agent events, heartbeats and metrics
+celery -A panel.celery worker -Q panel     # the panel's tasks; also ingests agents' events, heartbeats
+                                           # (queue ingest) and metrics (panel.nodes.ingest_guard)
 celery -A panel.celery beat                # the sweeps (offline nodes, reconcile, downsampling)
 """
 
@@ -13,9 +14,10 @@ django.setup()
 
 from django.conf import settings  # noqa: E402
 
-from workers.celery_app import app  # noqa: E402
+from workers.celery_app import app, ssl_options  # noqa: E402
 
 app.conf.broker_url = settings.CELERY_BROKER_URL
+app.conf.broker_use_ssl = ssl_options(settings.CELERY_BROKER_URL, settings.PANEL_BROKER_CA_FILE)
 app.conf.beat_schedule = {
     "mark-silent-nodes-offline": {"task": "panel.mark_silent_nodes_offline", "schedule": 2.0},
     # Sends what the broker did not take, ends operations whose agent is gone, re-sends lost attempts.

@@ -336,6 +336,7 @@ def summary(
         f"  Sign in:   {sign_in}",
         f"  Running:   web (uvicorn), panel worker, beat, central agent, {redis}"
         f"agents of the simulated Ascend hosts {', '.join(nodes)}",
+        f"  Broker:    {broker_note(env)}",
         f"  Data:      {data_dir}",
         f"  Logs:      {data_dir / 'logs'}/ (web, panel-worker, beat, agents; setup.log: the start-up steps)",
         f"  Try:       Deployments → New deployment → tiny-chat (generated on {', '.join(nodes)})",
@@ -343,6 +344,16 @@ def summary(
         rule,
     ]
     return "\n" + "\n".join(lines) + "\n"
+
+
+def broker_note(env: dict) -> str:
+    """What carries the agents' tasks: make run's Redis is one machine's setup, not the fleet's."""
+    if (env.get("CELERY_BROKER_URL") or "").startswith(("amqp://", "amqps://")):
+        return "RabbitMQ (CELERY_BROKER_URL), one broker user per node"
+    return (
+        "the panel's Redis: a single-machine setup, NOT the fleet setup (agents on other hosts need "
+        "RabbitMQ with per-node users: CELERY_BROKER_URL=amqp://…, see README)"
+    )
 
 
 def stop_sim_engines(roots: list[Path]) -> None:

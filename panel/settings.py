@@ -287,7 +287,24 @@ CHANNEL_LAYERS = {
     }
 }
 
+# The fleet's broker: RabbitMQ (amqp://panel:PASSWORD@rabbitmq:5672/ascend, amqps:// with TLS) in
+# production, docker-compose and CI; each node gets its own user there at join (panel.nodes.broker_admin).
+# Left unset, the panel's Redis carries Celery too: make run's single-machine setup, not the fleet one.
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL)
+# RabbitMQ's management API, where the panel creates and deletes node users: http://admin:PASSWORD@host:15672.
+PANEL_BROKER_ADMIN_URL = _read_secret("PANEL_BROKER_ADMIN_URL", default="")
+# The CA certificate of the broker's TLS listener (amqps://): the panel verifies the broker with it and hands
+# it to agents at join, which pin it.
+PANEL_BROKER_CA_FILE = env.str("PANEL_BROKER_CA_FILE", default="")
+if (
+    CELERY_BROKER_URL.startswith(("amqp://", "amqps://"))
+    and not DEVELOPMENT_MODE
+    and not PANEL_BROKER_ADMIN_URL
+):
+    raise SystemExit(
+        "CELERY_BROKER_URL is RabbitMQ but PANEL_BROKER_ADMIN_URL is not set: the panel creates each node's "
+        "broker user through RabbitMQ's management API; set it, e.g. http://admin:PASSWORD@rabbitmq:15672."
+    )
 
 # Panel behaviour
 PANEL_ADMIN_PASSWORD = _read_secret("PANEL_ADMIN_PASSWORD", default="")
@@ -316,15 +333,16 @@ PANEL_WATCH_RESYNC_S = env.float("PANEL_WATCH_RESYNC_S", default=30)
 PANEL_SECRETS_KEY = _read_secret("PANEL_SECRETS_KEY", default="")
 PANEL_METRICS_ALLOW = env.list("PANEL_METRICS_ALLOW", default=["127.0.0.1", "::1"])
 PANEL_METRICS_TOKEN = _read_secret("PANEL_METRICS_TOKEN", default="")
-# The broker address agents on other hosts use (the join command, shown on Add node). When empty, the
+# The broker address agents on other hosts use (the join answer, shown on Add node). When empty, the
 # broker URL with a loopback host replaced by the panel's host name (a warning says it may not be reachable).
 PANEL_AGENT_BROKER_URL = env.str("PANEL_AGENT_BROKER_URL", default="")
 if PANEL_AGENT_BROKER_URL and not re.fullmatch(
-    r"rediss?://([^/@]*@)?[^/:@]+(:\d+)?(/\d*)?", PANEL_AGENT_BROKER_URL
+    r"(rediss?://([^/@]*@)?[^/:@]+(:\d+)?(/\d*)?|amqps?://[^/:@]+(:\d+)?(/[^/@]*)?)", PANEL_AGENT_BROKER_URL
 ):
     raise SystemExit(
-        f"PANEL_AGENT_BROKER_URL={PANEL_AGENT_BROKER_URL!r} is not a Redis URL. Give the broker address "
-        "agents reach from their hosts, e.g. redis://panel.example.com:6379/0 (or rediss:// for TLS)."
+        f"PANEL_AGENT_BROKER_URL={PANEL_AGENT_BROKER_URL!r} is not a broker URL. Give the broker address "
+        "agents reach from their hosts, without a user (each node gets its own at join): e.g. "
+        "amqps://panel.example.com:5671/ascend, or redis://panel.example.com:6379/0 for a single machine."
     )
 # The panel's address as agents reach it (package downloads, diagnostics uploads); the request's address
 # when empty. Diagnostics after a failed start (no request) are collected only when it is set.

@@ -6,7 +6,10 @@ tasks of SSH nodes (nodes without an agent) over SSH; it needs PANEL_SECRETS_KEY
 Started on each Ascend host as `python -m workers.agent` (systemd unit in deploy/), configured by
 environment variables only:
   ASCEND_PANEL_NODE_NAME   the node's name in the panel (queue node.<name>)
-  REDIS_URL / CELERY_BROKER_URL   the broker
+  CELERY_BROKER_URL        the broker, as the join answer gave it: amqp(s)://node.<name>:…@host/vhost, this
+                           node's own RabbitMQ user (make run's embedded Redis on a single machine)
+  ASCEND_PANEL_BROKER_CA_FILE
+                           the broker's CA certificate pinned at join (amqps://)
   ASCEND_PANEL_AGENT_KEY   this node's credential (the join command writes it; or ..._AGENT_KEY_FILE):
                            it signs what the agent sends and verifies the panel's tasks (workers.identity)
   ASCEND_PANEL_STATE_DIR   the agent's own state: operation leases, the event spool (default
@@ -34,7 +37,7 @@ import threading
 import workers.tasks  # noqa: F401  registers the agent tasks
 from workers import __version__
 from workers.agent_config import AgentConfig
-from workers.celery_app import app
+from workers.celery_app import app, configure_agent
 from workers.contracts import Heartbeat, utcnow
 from workers.events import publish_unsealed, send_to_panel
 from workers.identity import CENTRAL_ENV, Untrusted, signing_key
@@ -77,6 +80,7 @@ def main_central(argv: list[str]) -> None:
     """The central agent: runs SSH nodes' tasks (queue ssh-runner); sends no heartbeat of its own."""
     fernet_for(key_material_from_env())  # refuse to start without the key that opens node secrets
     os.environ[CENTRAL_ENV] = "1"  # signs and verifies with the central key (workers.identity)
+    configure_agent(app, SSH_RUNNER_QUEUE)
     app.worker_main(
         [
             "worker",
@@ -92,6 +96,7 @@ def main_central(argv: list[str]) -> None:
             os.environ.get("LOG_LEVEL", "INFO"),
             "--without-mingle",
             "--without-gossip",
+            "--without-heartbeat",
             *argv,
         ]
     )
@@ -122,6 +127,7 @@ def main(argv: list[str] | None = None) -> None:
             threads["stop"].set()
 
     concurrency = os.environ.get("ASCEND_PANEL_AGENT_CONCURRENCY", "4")
+    configure_agent(app, node_queue(config.node_name))
     app.worker_main(
         [
             "worker",
@@ -137,6 +143,7 @@ def main(argv: list[str] | None = None) -> None:
             os.environ.get("LOG_LEVEL", "INFO"),
             "--without-mingle",
             "--without-gossip",
+            "--without-heartbeat",
             *argv,
         ]
     )

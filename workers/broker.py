@@ -1,5 +1,5 @@
-"""Plain Redis access to the broker, for the few things agents and the panel share outside Celery messages
-(cancel flags, the metrics inbox). The broker is the only service an agent is sure to reach.
+"""Plain Redis access to the broker when it is make run's Redis, for the metrics inbox
+(workers.metrics_inbox); on RabbitMQ, the fleet's broker, nothing uses this.
 
 Keys take the broker's own key prefix, so test sessions sharing a Redis stay apart."""
 

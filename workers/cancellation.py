@@ -1,33 +1,56 @@
-"""Cancel between steps: the panel sets a Redis key, the agent reads it before each step.
+"""Cancel between steps: the panel sends the agent a signed cancel task on the node's own queue; the agent
+records a flag in its state directory, and the running operation reads it before each step.
 
-The key lives on the broker's Redis (the only thing an agent is sure to reach) under the same key prefix
-as the broker's own keys, so test sessions sharing a Redis stay apart.
+The same on both transports, and nothing but the agent's own queue and disk: an agent needs no Redis. The
+agent's worker runs a thread pool, so the cancel task is handled while an install's step runs.
 """
 
 import logging
+import os
+import time
+from pathlib import Path
 
-import redis
-
-from workers.broker import broker_key, broker_redis
+from workers.leases import state_dir
 
 log = logging.getLogger(__name__)
 
-CANCEL_TTL_S = 7 * 24 * 3600  # long enough for any install; short enough to clean itself up
+CANCEL_TTL_S = 7 * 24 * 3600  # long enough for any install; flags older than this are swept away
 
 
-def cancel_key(operation_id: str) -> str:
-    return broker_key(f"cancel:{operation_id}")
+def _flags_dir() -> Path:
+    folder = state_dir() / "cancel"
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return folder
 
 
-def request_cancel(operation_id: str) -> None:
-    broker_redis().set(cancel_key(str(operation_id)), "1", ex=CANCEL_TTL_S)
+def _flag(operation_id: str) -> Path:
+    name = str(operation_id)
+    if not name or "/" in name or name.startswith("."):
+        raise ValueError(f"not an operation id: {name!r}")
+    return _flags_dir() / name
+
+
+def record_cancel(operation_id: str) -> None:
+    """The panel asked to cancel this operation (called by the verified cancel task)."""
+    _flag(operation_id).touch()
+    _sweep_old_flags()
 
 
 def cancel_requested(operation_id: str) -> bool:
-    """Whether the panel asked to cancel. A broker that is restarting is no reason to stop an install: the
-    answer is then no, and the check before the next step asks again."""
+    """Whether the panel asked to cancel. A state dir that cannot be read is no reason to stop an install:
+    the answer is then no, and the check before the next step asks again."""
     try:
-        return bool(broker_redis().exists(cancel_key(str(operation_id))))
-    except redis.RedisError as error:
+        return _flag(operation_id).exists()
+    except (OSError, ValueError) as error:
         log.warning("cancel flag of %s not readable (%s); carrying on", operation_id, error)
         return False
+
+
+def _sweep_old_flags() -> None:
+    cutoff = time.time() - CANCEL_TTL_S
+    for flag in _flags_dir().iterdir():
+        try:
+            if flag.stat().st_mtime < cutoff:
+                os.unlink(flag)
+        except OSError:
+            continue

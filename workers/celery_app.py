@@ -1,15 +1,33 @@
 """The Celery app shared by agents and the panel worker. Configured from the environment only, so an agent
-needs nothing but broker access."""
+needs nothing but broker access: its own RabbitMQ user in the fleet setup (workers.topology), or make run's
+embedded Redis on a single machine."""
 
 import os
+import ssl
+from urllib.parse import urlsplit
 
 from celery import Celery
 
 from workers.task_names import PANEL_QUEUE
+from workers.topology import agent_queue, is_amqp
+
+# The broker's CA certificate an agent pinned at join (the panel's own is PANEL_BROKER_CA_FILE).
+BROKER_CA_ENV = "ASCEND_PANEL_BROKER_CA_FILE"
 
 
 def broker_url() -> str:
     return os.environ.get("CELERY_BROKER_URL") or os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
+
+
+def ssl_options(url: str, ca_file: str | None) -> dict | None:
+    """Celery's broker_use_ssl for `url`: for amqps://, the server's certificate must verify against
+    `ca_file` (the CA pinned at join) or, without one, the system's CAs, and name the host dialled."""
+    if not url.startswith("amqps://"):
+        return None
+    options = {"cert_reqs": ssl.CERT_REQUIRED, "server_hostname": urlsplit(url).hostname}
+    if ca_file:
+        options["ca_certs"] = ca_file
+    return options
 
 
 app = Celery("ascend_panel")
@@ -40,4 +58,19 @@ app.conf.update(
     broker_transport_options={"socket_connect_timeout": 3, "visibility_timeout": 120},
     worker_hijack_root_logger=False,
     enable_utc=True,
+    broker_use_ssl=ssl_options(
+        broker_url(), os.environ.get(BROKER_CA_ENV) or os.environ.get("PANEL_BROKER_CA_FILE")
+    ),
 )
+
+
+def configure_agent(celery_app: Celery, queue_name: str) -> None:
+    """What an agent's worker needs on a broker where its user may only read its own queue and write the
+    ingest exchange: the queue named, not declared; no remote control (its pidbox queue and reply exchange),
+    no task events. Run with --without-mingle --without-gossip --without-heartbeat (workers.agent)."""
+    celery_app.conf.update(
+        task_queues=[agent_queue(queue_name, agent=is_amqp(celery_app.conf.broker_url))],
+        worker_enable_remote_control=False,
+        worker_send_task_events=False,
+        task_send_sent_event=False,
+    )

@@ -7,11 +7,13 @@ from workers.celery_app import app
 from workers.contracts import EventBatch, OperationEventMessage, utcnow
 from workers.identity import seal_for_panel
 from workers.spool import spool_for
-from workers.task_names import INGEST_EVENTS, PANEL_QUEUE
+from workers.task_names import INGEST_EVENTS
+from workers.topology import ingest_queue, is_amqp, route
 
 
 def publish(task_name: str, envelope: dict) -> None:
-    app.send_task(task_name, args=[envelope], queue=PANEL_QUEUE)
+    """Send a signed message to the panel's ingest queue, the one queue a node may write to."""
+    app.send_task(task_name, args=[envelope], **route(ingest_queue(agent=is_amqp(app.conf.broker_url))))
 
 
 def send_to_panel(task_name: str, payload: dict, *, signer: str | None = None) -> None:

@@ -1,23 +1,40 @@
-"""The metrics inbox: agents push MetricBatch JSON onto one Redis list on the broker; the panel worker
-drains it. This is the separate, lossy, fast path DESIGN.md gives metrics.
+"""The metrics inbox: agents send signed metric lines (workers.identity.metrics_line) to the panel; the panel
+worker drains them in batches. This is the separate, lossy, fast path DESIGN.md gives metrics.
 
 Why not a Celery task per batch: at 1 Hz per node, Celery's per-message work in the panel worker (message
 protocol, delivery, ack, prefetch bookkeeping) cost about 3 ms of CPU per batch, eight times the ingest
-itself. Here an agent makes one round trip per batch (RPUSH + LTRIM), and the panel takes whatever queued
-up with one LPOP of up to DRAIN_MAX a few times a second, blocking on BLPOP only while nothing comes.
+itself. Here an agent makes one publish per batch, and the panel takes whatever queued up a few times a
+second, blocking only while nothing comes.
 
-Lossy on purpose: the list keeps at most MAX_BACKLOG batches (the oldest go first), so a panel outage
-cannot fill Redis, and the panel skips batches older than MAX_AGE_S — after an outage it wants the current
-figures, not a backlog of old ones.
+Two transports behind the same three functions:
+- RabbitMQ (the fleet): one raw publish to the ingest exchange with routing key `metrics` (the one exchange a
+  node may write to), into the panel's metrics queue (workers.topology), consumed without acks.
+- make run's embedded Redis: one Redis list (RPUSH + LTRIM), drained with LPOP / BLPOP.
+
+Lossy on purpose: the inbox keeps at most MAX_BACKLOG batches (the oldest go first), so a panel outage
+cannot fill the broker, and the panel skips batches older than MAX_AGE_S — after an outage it wants the
+current figures, not a backlog of old ones (RabbitMQ also expires them: the queue's message TTL).
 """
 
+import collections
+import threading
+
 from workers.broker import broker_key, broker_redis
+from workers.celery_app import app
 from workers.contracts import MetricBatch
 from workers.identity import metrics_line
+from workers.topology import (
+    INGEST_EXCHANGE,
+    METRICS_MAX_AGE_S,
+    METRICS_MAX_BACKLOG,
+    METRICS_QUEUE,
+    is_amqp,
+    metrics_queue,
+)
 
 INBOX = "metrics-inbox"
-MAX_BACKLOG = 20_000  # ~2 KB each: 40 MB at most, ten minutes of 32 silent-panel nodes
-MAX_AGE_S = 30
+MAX_BACKLOG = METRICS_MAX_BACKLOG
+MAX_AGE_S = METRICS_MAX_AGE_S
 DRAIN_MAX = 500
 
 
@@ -26,9 +43,22 @@ def inbox_key() -> str:
 
 
 def push(batch: MetricBatch, signer: str | None = None) -> None:
-    """Queue one batch for the panel (one Redis round trip), signed by the node it is about or, for an SSH
+    """Queue one batch for the panel (one round trip), signed by the node it is about or, for an SSH
     node's sample, by the central agent (workers.identity)."""
     line = metrics_line(signer or batch.node, batch.model_dump_json().encode())
+    if is_amqp(app.conf.broker_url):
+        with app.producer_pool.acquire(block=True) as producer:
+            producer.publish(
+                line,
+                exchange=INGEST_EXCHANGE,
+                routing_key=METRICS_QUEUE,
+                serializer=None,
+                content_type="application/octet-stream",
+                content_encoding="binary",
+                delivery_mode=1,  # transient: a lost sample is replaced by the next one
+                retry=False,
+            )
+        return
     pipe = broker_redis().pipeline(transaction=False)
     pipe.rpush(inbox_key(), line)
     pipe.ltrim(inbox_key(), -MAX_BACKLOG, -1)
@@ -37,10 +67,84 @@ def push(batch: MetricBatch, signer: str | None = None) -> None:
 
 def wait_for_batch(wait_s: float) -> bytes | None:
     """The oldest batch, waiting up to wait_s for one to come (an idle panel blocks here)."""
+    if is_amqp(app.conf.broker_url):
+        return _amqp_reader().wait(wait_s)
     found = broker_redis().blpop([inbox_key()], timeout=wait_s)
     return None if found is None else found[1]
 
 
 def take_queued(limit: int = DRAIN_MAX) -> list[bytes]:
     """Up to `limit` queued batches, oldest first, without waiting."""
+    if is_amqp(app.conf.broker_url):
+        return _amqp_reader().take(limit)
     return broker_redis().lpop(inbox_key(), limit) or []
+
+
+class AmqpReader:
+    """The panel's consumer of the metrics queue: the broker pushes lines (no acks: lossy by design) into a
+    local buffer, read by one ingester thread. Without acks there is no prefetch window; the buffer holds at
+    most what the queue held (its x-max-length), and a drain takes what arrived within one short wait."""
+
+    def __init__(self):
+        self._buffer: collections.deque[bytes] = collections.deque()
+        self._connection = None
+
+    def _connect(self):
+        if self._connection is None:
+            connection = app.connection_for_read()
+            connection.ensure_connection(max_retries=1)
+            consumer = connection.Consumer([metrics_queue()], on_message=self._on_message, no_ack=True)
+            consumer.consume()
+            self._connection = connection
+        return self._connection
+
+    def _on_message(self, message) -> None:
+        self._buffer.append(message.body)
+
+    def _pump(self, timeout: float) -> None:
+        connection = self._connect()
+        try:
+            connection.drain_events(timeout=timeout)
+        except TimeoutError:
+            pass
+        except Exception:
+            self.close()  # the broker went away: the next call connects again
+            raise
+
+    def wait(self, wait_s: float) -> bytes | None:
+        if not self._buffer:
+            self._pump(wait_s)
+        return self._buffer.popleft() if self._buffer else None
+
+    def take(self, limit: int) -> list[bytes]:
+        while len(self._buffer) < limit:
+            before = len(self._buffer)
+            self._pump(0.01)
+            if len(self._buffer) == before:
+                break
+        return [self._buffer.popleft() for _ in range(min(limit, len(self._buffer)))]
+
+    def close(self) -> None:
+        if self._connection is not None:
+            try:
+                self._connection.release()
+            finally:
+                self._connection = None
+
+
+_readers = threading.local()  # one consumer per ingester thread
+
+
+def _amqp_reader() -> AmqpReader:
+    reader = getattr(_readers, "reader", None)
+    if reader is None:
+        reader = _readers.reader = AmqpReader()
+    return reader
+
+
+def close_reader() -> None:
+    """Close this thread's metrics consumer (the ingester, when it stops)."""
+    reader = getattr(_readers, "reader", None)
+    if reader is not None:
+        reader.close()
+        _readers.reader = None

@@ -16,6 +16,8 @@ AGENT_PREFLIGHT = "agent.preflight"
 AGENT_INSTALL = "agent.install"
 AGENT_SET_METRICS_INTERVAL = "agent.set_metrics_interval"
 AGENT_INSTALL_AGENT = "agent.install_agent"
+# The panel asks an agent to stop an operation between its steps (workers.cancellation).
+AGENT_CANCEL_OPERATION = "agent.cancel_operation"
 # One metrics sample (and liveness probe) of an SSH node, on the central agent's queue.
 AGENT_SAMPLE_SSH_NODE = "agent.sample_ssh_node"
 
@@ -41,6 +43,10 @@ AGENT_DELETE_MODEL = "agent.delete_model"
 AGENT_FABRIC_CHECK = "agent.fabric_check"
 # A deployment's diagnostics bundle from one node (engine log, npu-smi, versions, env, kernel log, plog).
 AGENT_COLLECT_DIAGNOSTICS = "agent.collect_diagnostics"
+
+# What agents may send the panel, through the ingest exchange: the panel worker refuses any other task name
+# arriving that way (panel.nodes.ingest_guard), whatever its signature.
+INGEST_TASKS = frozenset({INGEST_EVENTS, HEARTBEAT, INGEST_DEPLOYMENT_PROBE, ASK_STILL_WANTED})
 
 
 def node_queue(node_name: str) -> str:

@@ -10,6 +10,7 @@ from panel.audit.services import record
 from panel.core.choices import DeploymentState, DesiredState, OperationStatus
 from panel.deployments.models import Deployment
 from panel.deployments.services import stop
+from panel.nodes import broker_admin
 from panel.nodes.lifecycle import (
     ACTIVE_DEPLOYMENT_STATES,
     NodeActionRefused,
@@ -40,9 +41,10 @@ def drain(node: Node, user=None) -> list:
 
 
 def remove_node(node: Node, *, force: bool = False) -> None:
-    """Forget a node. Refused while deployments run on it or were made from its model copies, unless
-    forced: then those deployments are marked failed (their engines are left running on the host), lose
-    their link to the copy, and the node's unfinished operations are ended."""
+    """Forget a node, and on the fleet's broker delete its broker user (its connections are closed).
+    Refused while deployments run on it or were made from its model copies, unless forced: then those
+    deployments are marked failed (their engines are left running on the host), lose their link to the
+    copy, and the node's unfinished operations are ended."""
     with transaction.atomic():
         active = list(node.deployments.filter(observed_state__in=ACTIVE_DEPLOYMENT_STATES).order_by("name"))
         if active and not force:
@@ -76,4 +78,12 @@ def remove_node(node: Node, *, force: bool = False) -> None:
         name = node.name
         record(None, audit.NODE_REMOVED, name, force=force, failed_deployments=[d.name for d in active])
         node.delete()
+        if broker_admin.fleet_broker():  # last: a broker that refuses leaves the node in place
+            try:
+                broker_admin.deprovision_node(name)
+            except broker_admin.BrokerAdminError as error:
+                raise NodeActionRefused(
+                    _("The node's broker user could not be deleted, so the node was kept: %(error)s")
+                    % {"error": error}
+                ) from None
         transaction.on_commit(lambda: broadcast(FLEET, {"type": "node.removed", "node": name}))

@@ -54,6 +54,7 @@ class MetricsIngester:
         try:
             self._drain_until_stopped()
         finally:
+            metrics_inbox.close_reader()
             connections.close_all()  # this thread's own; left open, they outlive the thread
 
     def _drain_until_stopped(self) -> None:
@@ -61,7 +62,7 @@ class MetricsIngester:
         while not self._stop.is_set():
             try:
                 raws = self._next_drain(flowing)
-            except Exception:  # Redis restarting or unreachable: the agents' batches wait in the inbox
+            except Exception:  # the broker restarting or unreachable: the agents' batches wait in the inbox
                 log.exception("metrics inbox unreachable; retrying in %s s", RETRY_S)
                 self._stop.wait(RETRY_S)
                 continue

@@ -1,5 +1,6 @@
 """Agent registration with a join token: scoped to one node name, expiring, single use. The agent's install
-script trades it once, over the panel's URL, for the node's own credential (panel.nodes.trust).
+script trades it once, over the panel's URL, for the node's own credential (panel.nodes.trust) and, on the
+fleet's RabbitMQ, the node's own broker user (panel.nodes.broker_admin): never the panel's Redis.
 
 A node name has at most one pending token: a new one cancels the one before. A token for a node that is
 already joined (an agent node the panel knows and has not removed) would rotate its credential, so it is
@@ -19,6 +20,7 @@ from panel.accounts.models import hash_token
 from panel.audit import actions as audit
 from panel.audit.services import record
 from panel.core.choices import NodeTransport
+from panel.nodes import broker_admin
 from panel.nodes.models import JoinToken, Node, new_credential_id
 from panel.nodes.trust import agent_key
 
@@ -54,9 +56,17 @@ class JoinRefused(Exception):
     """The join token is unknown, used, expired or for another node name."""
 
 
-def exchange_join_token(node_name: str, token: str) -> tuple[Node, bytes]:
+def exchange_join_token(node_name: str, token: str) -> tuple[Node, bytes, str]:
     """Use up a join token (one winner under races) and issue the node's credential: a new node, or a new
-    credential for a node that joins again (the old one stops working at once). Returns (node, its key)."""
+    credential for a node that joins again (the old one stops working at once). On the fleet's broker the
+    node's broker user is (re)created last, inside the transaction: when the broker refuses, nothing of the
+    join is left (BrokerAdminError). Returns (node, its key, its broker password or "" on Redis)."""
+    if not broker_admin.fleet_broker() and not settings.DEVELOPMENT_MODE:
+        raise broker_admin.BrokerAdminError(
+            "the panel's broker is its own Redis, whose address nodes must never get: agents on other hosts "
+            "join through RabbitMQ; set CELERY_BROKER_URL=amqp://… and PANEL_BROKER_ADMIN_URL "
+            "(docs/fleet-broker.md)"
+        )
     with transaction.atomic():
         pending = JoinToken.objects.filter(
             key_hash=hash_token(token or ""),
@@ -84,12 +94,30 @@ def exchange_join_token(node_name: str, token: str) -> tuple[Node, bytes]:
 
         credential = "issued" if created else "rotated"
         record(None, audit.NODE_ADDED, node.name, transport="agent", joined=True, credential=credential)
-    return node, agent_key(node)
+        password = broker_admin.provision_node(node.name) if broker_admin.fleet_broker() else ""
+    return node, agent_key(node), password
 
 
-def agent_broker_url(panel_host: str) -> str:
-    """The broker URL an agent should use. A broker on the panel's loopback is reached through the panel's
-    host name; set PANEL_AGENT_BROKER_URL when agents see the broker under another address."""
+def agent_broker_url(panel_host: str, node_name: str = "", password: str = "") -> str:
+    """The broker URL an agent should use: on RabbitMQ with the node's own user (when given) in place of
+    the panel's. A broker on the panel's loopback is reached through the panel's host name; set
+    PANEL_AGENT_BROKER_URL when agents see the broker under another address."""
+    url = public_broker_url(panel_host)
+    if node_name and broker_admin.fleet_broker():
+        return broker_admin.node_broker_url(url, node_name, password)
+    return url
+
+
+def public_broker_url(panel_host: str) -> str:
+    """The broker address agents dial, with the panel's own user removed on RabbitMQ."""
+    url = _public_broker_url(panel_host)
+    if broker_admin.fleet_broker():
+        parts = urlsplit(url)
+        return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+    return url
+
+
+def _public_broker_url(panel_host: str) -> str:
     configured = settings.PANEL_AGENT_BROKER_URL
     if configured:
         return configured
@@ -112,7 +140,7 @@ def is_loopback_url(url: str) -> bool:
 def agent_broker(panel_host: str) -> dict:
     """What the Add node page shows about the broker address agents get: the URL, whether it came from
     PANEL_AGENT_BROKER_URL, and whether it is loopback (then only an agent on the panel's machine works)."""
-    url = agent_broker_url(panel_host)
+    url = public_broker_url(panel_host)
     return {"url": url, "configured": bool(settings.PANEL_AGENT_BROKER_URL), "loopback": is_loopback_url(url)}
 
 

@@ -1,9 +1,12 @@
 from panel.core.panel_tasks import panel_task
+from panel.nodes import ingest_guard
 from panel.nodes.services import mark_silent_nodes_offline as sweep
 from panel.nodes.services import record_heartbeat
 from panel.nodes.trust import Refused, open_envelope
 from workers.celery_app import app
 from workers.task_names import HEARTBEAT
+
+ingest_guard.install(app)
 
 
 @app.task(name=HEARTBEAT)

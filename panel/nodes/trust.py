@@ -30,6 +30,7 @@ from workers.identity import (
     open_metrics_seal,
     task_auth,
 )
+from workers.topology import agent_queue, route
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +196,8 @@ def send_agent_task(node, task_name: str, kwargs: dict, *, task_id: str | None =
     task_id = task_id or _new_task_id()
     validity_s = float(options.get("expires") or DEFAULT_TASK_VALIDITY_S)
     kwargs[AUTH_KWARG] = task_auth(key, signer, task_name, task_id, node.name, kwargs, validity_s)
-    celery_app.send_task(task_name, kwargs=kwargs, task_id=task_id, queue=queue, **options)
+    options = {**route(agent_queue(queue)), **options}
+    celery_app.send_task(task_name, kwargs=kwargs, task_id=task_id, **options)
 
 
 def _new_task_id() -> str:

@@ -17,6 +17,7 @@ from panel.core.views import role_required
 from panel.deployments import node_actions
 from panel.nodes import lifecycle
 from panel.nodes.agent_package import INSTALL_SCRIPT, UNIT_FILE, agent_sdist
+from panel.nodes.broker_admin import BrokerAdminError, broker_ca_pem
 from panel.nodes.filtersets import NodeFilterSet
 from panel.nodes.forms import NodeAddForm, NodeSettingsForm
 from panel.nodes.image_views import images_context
@@ -273,14 +274,24 @@ def agent_join(request):
         return JsonResponse({"detail": f"a join token is required: {usage}"}, status=403)
     node_name, token = str(body["node"]), str(body["token"])
     try:
-        node, key = exchange_join_token(node_name, token)
+        node, key, broker_password = exchange_join_token(node_name, token)
     except JoinRefused as refusal:
         refuse("join", node_name, str(refusal), "join")
         return JsonResponse({"detail": str(refusal)}, status=403)
+    except BrokerAdminError as error:  # nothing was joined: the token still works once the broker does
+        log.error("node %s could not join: %s", node_name, error)
+        return JsonResponse(
+            {"detail": f"the panel could not create this node's broker user: {error}"}, status=503
+        )
     log.info("node %s joined from %s", node.name, request.META.get("REMOTE_ADDR"))
-    return JsonResponse(
-        {"node": node.name, "agent_key": key.decode(), "broker_url": agent_broker_url(request.get_host())}
-    )
+    answer = {
+        "node": node.name,
+        "agent_key": key.decode(),
+        "broker_url": agent_broker_url(request.get_host(), node.name, broker_password),
+    }
+    if broker_password and (ca_pem := broker_ca_pem()):
+        answer["broker_ca_pem"] = ca_pem  # the agent pins the broker's CA it is given here
+    return JsonResponse(answer)
 
 
 @require_GET

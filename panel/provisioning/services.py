@@ -13,6 +13,7 @@ from django.utils.translation import gettext as _
 from panel.audit import actions as audit
 from panel.audit.services import record
 from panel.core.choices import OperationKind, OperationStatus
+from panel.nodes.trust import send_agent_task
 from panel.operations.models import Operation
 from panel.operations.services import create_operation
 from panel.provisioning import conf
@@ -21,8 +22,7 @@ from panel.provisioning.models import NodeStack, PackageFile, PackageKind, Stack
 from panel.provisioning.profiles import CPU, is_known
 from workers.ascend.compat import profile_for
 from workers.ascend.vercmp import Version, VersionError
-from workers.cancellation import request_cancel
-from workers.task_names import AGENT_INSTALL, AGENT_PREFLIGHT
+from workers.task_names import AGENT_CANCEL_OPERATION, AGENT_INSTALL, AGENT_PREFLIGHT
 
 DOWNLOAD_SALT = "panel.provisioning.download"
 DOWNLOAD_TOKEN_MAX_AGE_S = 2 * 24 * 3600
@@ -277,7 +277,7 @@ def cancel(operation: Operation) -> None:
         raise ValidationError({"operation": [_("The operation has already finished.")]})
     if operation.kind != OperationKind.INSTALL:
         raise ValidationError({"operation": [_("Only installs can be cancelled between steps.")]})
-    request_cancel(str(operation.pk))
+    send_agent_task(operation.node, AGENT_CANCEL_OPERATION, {"operation_id": str(operation.pk)})
 
 
 # --- results (panel.operations.signals.operation_ended, inside the ingest transaction) ---------------

@@ -55,6 +55,10 @@ def run_script(*args, destdir: Path, token: str | None = None):
     )
 
 
+BROKER_URL = "amqps://node.npu-01:s3cret@panel.example:5671/ascend"
+BROKER_CA = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+
+
 class JoinEndpoint(http.server.BaseHTTPRequestHandler):
     """The panel's POST /nodes/agent/join/ as the script sees it (the real one: tests/integration)."""
 
@@ -66,7 +70,10 @@ class JoinEndpoint(http.server.BaseHTTPRequestHandler):
         if body["token"] != "apj_good-token":
             answer, status = {"detail": "this join token is unknown, already used, expired"}, 403
         else:
-            answer, status = {"agent_key": "k" * 64, "broker_url": "redis://panel.example:6379/0"}, 200
+            answer, status = (
+                {"agent_key": "k" * 64, "broker_url": BROKER_URL, "broker_ca_pem": BROKER_CA},
+                200,
+            )
         data = json.dumps(answer).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -121,7 +128,10 @@ def test_it_trades_the_token_on_stdin_for_the_credential_and_installs_the_checke
     env_file = root / "etc/ascend-panel/agent.env"
     lines = env_file.read_text().splitlines()
     assert "ASCEND_PANEL_NODE_NAME=npu-01" in lines
-    assert "CELERY_BROKER_URL=redis://panel.example:6379/0" in lines  # from the panel's answer
+    assert f"CELERY_BROKER_URL={BROKER_URL}" in lines  # the node's own broker user, from the panel's answer
+    assert not any("redis" in line.lower() for line in lines)  # never the panel's Redis
+    assert "ASCEND_PANEL_BROKER_CA_FILE=/etc/ascend-panel/broker-ca.pem" in lines  # pinned
+    assert (root / "etc/ascend-panel/broker-ca.pem").read_text() == BROKER_CA
     assert f"ASCEND_PANEL_AGENT_KEY={'k' * 64}" in lines
     assert f"ASCEND_PANEL_URL={panel_url.rstrip('/')}" in lines  # trailing slash dropped
     assert not any("JOIN_TOKEN" in line for line in lines)  # used once, never kept

@@ -1,6 +1,7 @@
 """Agent task functions, one module per kind of work. Importing this package registers them all."""
 
 from workers.tasks import (  # noqa: F401
+    cancel,
     deploy,
     diagnostics,
     fabric,

@@ -1,0 +1,136 @@
+"""The fleet broker's node users, through RabbitMQ's management HTTP API (PANEL_BROKER_ADMIN_URL).
+
+Each agent node gets its own RabbitMQ user `node.<name>` when it joins, with a random password that only
+its join answer carries. On the panel's vhost that user may configure nothing (the panel declares every
+exchange and queue, workers.topology), write only to the ingest exchange and read only its own queue
+`node.<name>`. Joining again replaces the password (and closes the old one's connections); removing the
+node deletes the user, its connections and its queue. A stolen node therefore reaches that node's queue and
+the ingest exchange, nothing else.
+
+Only used when the panel's broker is RabbitMQ (CELERY_BROKER_URL amqp://…): make run's embedded Redis has
+no users, which is why it is not the fleet setup.
+"""
+
+import logging
+import re
+import secrets
+from urllib.parse import quote, urlsplit, urlunsplit
+
+import httpx
+from django.conf import settings
+
+from workers.celery_app import app as celery_app
+from workers.task_names import node_queue
+from workers.topology import INGEST_EXCHANGE, agent_queue, declare, is_amqp, vhost_of
+
+log = logging.getLogger(__name__)
+
+TIMEOUT_S = 5.0
+
+
+class BrokerAdminError(Exception):
+    """The broker's management API could not be reached or refused a change; the message says which."""
+
+
+def fleet_broker() -> bool:
+    """Whether the panel runs the fleet setup (RabbitMQ with per-node users)."""
+    return is_amqp(settings.CELERY_BROKER_URL)
+
+
+def node_user(node_name: str) -> str:
+    return node_queue(node_name)  # the user is named like the one queue it may read
+
+
+def node_permissions(node_name: str) -> dict:
+    return {
+        "configure": "^$",
+        "write": f"^{re.escape(INGEST_EXCHANGE)}$",
+        "read": f"^{re.escape(node_queue(node_name))}$",
+    }
+
+
+def _vhost() -> str:
+    return quote(vhost_of(settings.CELERY_BROKER_URL), safe="")
+
+
+def _request(method: str, path: str, **kwargs) -> httpx.Response:
+    """One call to the management API; an error names the setting and what failed."""
+    admin_url = settings.PANEL_BROKER_ADMIN_URL
+    if not admin_url:
+        raise BrokerAdminError(
+            "PANEL_BROKER_ADMIN_URL is not set: the panel needs RabbitMQ's management API (e.g. "
+            "http://admin:PASSWORD@rabbitmq:15672, plugin rabbitmq_management) to create node users"
+        )
+    parts = urlsplit(admin_url)
+    base = urlunsplit(parts._replace(netloc=parts.hostname + (f":{parts.port}" if parts.port else "")))
+    auth = (parts.username or "", parts.password or "")
+    try:
+        response = httpx.request(
+            method, base.rstrip("/") + path, auth=auth, timeout=TIMEOUT_S, verify=_admin_verify(), **kwargs
+        )
+    except httpx.HTTPError as error:
+        raise BrokerAdminError(
+            f"the broker's management API at {base} is unreachable ({error.__class__.__name__}: {error}); "
+            "check PANEL_BROKER_ADMIN_URL and that the rabbitmq_management plugin is enabled"
+        ) from None
+    if response.status_code >= 400 and not (method == "DELETE" and response.status_code == 404):
+        raise BrokerAdminError(
+            f"the broker's management API refused {method} {path}: HTTP {response.status_code} "
+            f"{response.text[:200]}; check the user in PANEL_BROKER_ADMIN_URL is an administrator"
+        )
+    return response
+
+
+def _admin_verify():
+    return settings.PANEL_BROKER_CA_FILE or True
+
+
+def provision_node(node_name: str) -> str:
+    """Create (or re-create, with a new password) the node's broker user, its permissions and its queue.
+    Returns the password. On failure nothing of it is left: the user is deleted again."""
+    user = quote(node_user(node_name), safe="")
+    password = secrets.token_urlsafe(32)
+    _request("PUT", f"/api/users/{user}", json={"password": password, "tags": ""})
+    close_connections(node_name)  # a re-join: whoever still holds the old password is cut off
+    try:
+        _request("PUT", f"/api/permissions/{_vhost()}/{user}", json=node_permissions(node_name))
+        with celery_app.connection_for_write(settings.CELERY_BROKER_URL) as connection:
+            declare(connection, [agent_queue(node_queue(node_name))])
+    except Exception as error:
+        _request("DELETE", f"/api/users/{user}")
+        if isinstance(error, BrokerAdminError):
+            raise
+        raise BrokerAdminError(f"the node's queue could not be declared on the broker: {error}") from None
+    log.info("broker user %s created with its permissions", node_user(node_name))
+    return password
+
+
+def deprovision_node(node_name: str) -> None:
+    """Delete the node's broker user, close its connections and drop its queue (what was queued for it)."""
+    user = quote(node_user(node_name), safe="")
+    _request("DELETE", f"/api/users/{user}")
+    close_connections(node_name)
+    _request("DELETE", f"/api/queues/{_vhost()}/{quote(node_queue(node_name), safe='')}")
+    log.info("broker user %s deleted", node_user(node_name))
+
+
+def close_connections(node_name: str) -> None:
+    user = quote(node_user(node_name), safe="")
+    _request("DELETE", f"/api/connections/username/{user}", headers={"X-Reason": "node user replaced"})
+
+
+def node_broker_url(public_url: str, node_name: str, password: str) -> str:
+    """`public_url` (the address agents dial) with the node's own user and password in it."""
+    parts = urlsplit(public_url)
+    host = parts.netloc.rpartition("@")[2]
+    userinfo = f"{quote(node_user(node_name), safe='')}:{quote(password, safe='')}"
+    return urlunsplit(parts._replace(netloc=f"{userinfo}@{host}"))
+
+
+def broker_ca_pem() -> str:
+    """The CA certificate agents pin for amqps:// (PANEL_BROKER_CA_FILE), or "" without one."""
+    path = settings.PANEL_BROKER_CA_FILE
+    if not path:
+        return ""
+    with open(path, encoding="ascii") as handle:
+        return handle.read()

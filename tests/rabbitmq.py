@@ -1,0 +1,72 @@
+"""A RabbitMQ of the test session's own: a vhost with a random suffix on the machine's RabbitMQ (CI's .ci/run
+installs and starts it), a panel user with full rights there, all deleted afterwards together with every
+node user the session's joins made (their names carry the same suffix).
+
+Absent RabbitMQ, the tests that need it are skipped with the reason, so `make test` works on a bare machine;
+CI sets REQUIRE_RABBITMQ=1, which turns the skip into a failure."""
+
+import os
+import secrets
+import uuid
+from dataclasses import dataclass
+from urllib.parse import quote, urlsplit, urlunsplit
+
+import httpx
+import pytest
+
+ADMIN_URL = os.environ.get("TEST_RABBITMQ_ADMIN_URL", "http://guest:guest@127.0.0.1:15672")
+AMQP_ADDRESS = os.environ.get("TEST_RABBITMQ_ADDRESS", "127.0.0.1:5672")
+
+
+@dataclass
+class TestBroker:
+    suffix: str
+    vhost: str
+    panel_url: str  # the panel's own user: full rights on the vhost
+    admin_url: str  # the management API, for broker_admin (PANEL_BROKER_ADMIN_URL)
+
+    __test__ = False  # not a test class, whatever its name
+
+    @property
+    def agent_url(self) -> str:
+        """The address agents dial (PANEL_AGENT_BROKER_URL): no user in it, each node gets its own."""
+        return f"amqp://{AMQP_ADDRESS}/{quote(self.vhost, safe='')}"
+
+    def api(self, method: str, path: str, **kwargs) -> httpx.Response:
+        parts = urlsplit(self.admin_url)
+        base = urlunsplit(parts._replace(netloc=f"{parts.hostname}:{parts.port}"))
+        auth = (parts.username or "", parts.password or "")
+        return httpx.request(method, base + path, auth=auth, timeout=10, **kwargs)
+
+    def node_name(self, label: str) -> str:
+        """A node name for this session only (node users are broker-wide, not per vhost)."""
+        return f"{label}-{self.suffix}"
+
+    def close(self) -> None:
+        self.api("DELETE", f"/api/vhosts/{quote(self.vhost, safe='')}")
+        for user in self.api("GET", "/api/users").json():
+            if self.suffix in user["name"]:
+                self.api("DELETE", f"/api/users/{quote(user['name'], safe='')}")
+
+
+def start_test_broker() -> TestBroker:
+    suffix = uuid.uuid4().hex[:8]
+    broker = TestBroker(suffix, f"ascend-test-{suffix}", "", ADMIN_URL)
+    try:
+        broker.api("GET", "/api/overview").raise_for_status()
+    except httpx.HTTPError as error:
+        reason = (
+            f"RabbitMQ's management API is not reachable at {ADMIN_URL} ({error}): install rabbitmq-server "
+            "and run `rabbitmq-plugins enable rabbitmq_management` (.ci/run does both)"
+        )
+        if os.environ.get("REQUIRE_RABBITMQ"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    vhost = quote(broker.vhost, safe="")
+    user, password = f"panel-{suffix}", secrets.token_urlsafe(16)
+    broker.api("PUT", f"/api/vhosts/{vhost}").raise_for_status()
+    broker.api("PUT", f"/api/users/{user}", json={"password": password, "tags": ""}).raise_for_status()
+    everything = {"configure": ".*", "write": ".*", "read": ".*"}
+    broker.api("PUT", f"/api/permissions/{vhost}/{user}", json=everything).raise_for_status()
+    broker.panel_url = f"amqp://{user}:{password}@{AMQP_ADDRESS}/{vhost}"
+    return broker

@@ -1,0 +1,120 @@
+"""The fleet setup end to end on RabbitMQ: a real agent process holding nothing but the broker URL its join
+answer gave and its key runs a task the panel sent (panel → node.<name> → agent → events back through the
+ingest exchange → rows), and its metrics reach the panel through the metrics queue. A node that publishes
+one of the panel's own task names through the ingest exchange has it refused and counted, not run."""
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from celery import Celery
+
+from tests.conftest import REPO
+from tests.security.test_node_broker_user import join
+from workers.task_names import PANEL_QUEUE
+from workers.topology import ingest_queue, route
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
+
+
+def wait_for(check, what: str, timeout: float = 60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def panel_worker(_wired_to_redis):
+    """The panel worker as `celery -A panel.celery worker -Q panel` runs it, in this process, on RabbitMQ."""
+    from celery.contrib.testing.worker import start_worker
+
+    import panel.audit.tasks  # noqa: F401  a panel task a node may name
+    import panel.monitoring.tasks  # noqa: F401  the metrics ingester
+    import panel.nodes.tasks  # noqa: F401  heartbeats, the ingest queue and its guard
+    import panel.operations.tasks  # noqa: F401  event batches
+    from workers.celery_app import app
+
+    with start_worker(
+        app,
+        pool="threads",
+        concurrency=4,
+        perform_ping_check=False,
+        queues=[PANEL_QUEUE],
+        loglevel="WARNING",
+        shutdown_timeout=30,
+    ) as worker:
+        yield worker
+
+
+@pytest.fixture
+def agent_on_amqp(rabbit, sim_host, tmp_path):
+    """A real agent process for a joined node: its broker URL and key only (REDIS_URL points nowhere)."""
+    name = rabbit.node_name("sim-a2")
+    answer = join(name)
+    root, sim_env = sim_host(name=name)
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("REDIS", "CELERY", "DJANGO", "PYTEST"))},
+        **sim_env,
+        "CELERY_BROKER_URL": answer["broker_url"],
+        "REDIS_URL": "redis://127.0.0.1:9/0",  # nothing listens: an agent that touched Redis would fail
+        "ASCEND_PANEL_AGENT_KEY": answer["agent_key"],
+        "ASCEND_PANEL_STATE_DIR": str(tmp_path / "state"),
+        "ASCEND_PANEL_HEARTBEAT_S": "1",
+        "ASCEND_PANEL_METRICS_S": "1",
+        "PYTHONPATH": str(REPO),
+    }
+    log_path = tmp_path / "agent.log"
+    with log_path.open("wb") as log:
+        agent = subprocess.Popen(
+            [sys.executable, "-m", "workers.agent"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT
+        )
+    yield name, answer, log_path
+    agent.terminate()
+    agent.wait(30)
+
+
+def test_an_agent_on_rabbitmq_runs_the_panels_task_and_its_events_and_metrics_come_back(
+    panel_worker, agent_on_amqp
+):
+    from panel.nodes.operations import start_inventory
+
+    from panel.monitoring import store
+    from panel.nodes.models import Node
+    from panel.operations.models import Operation
+
+    name, answer, log_path = agent_on_amqp
+    assert answer["broker_url"].startswith("amqp://")
+    node = wait_for(
+        lambda: Node.objects.filter(name=name, last_heartbeat__isnull=False).first(),
+        f"a heartbeat through the ingest queue ({log_path.read_text()[-2000:]})",
+    )
+    operation = start_inventory(node)
+
+    def finished():
+        operation_now = Operation.objects.get(pk=operation.pk)
+        return operation_now if operation_now.is_terminal else None
+
+    done = wait_for(finished, f"the inventory to finish ({log_path.read_text()[-2000:]})")
+    assert done.status == "succeeded", log_path.read_text()[-2000:]
+    assert node.npus.count() == 8
+    assert done.events.exists()
+    latest = wait_for(lambda: store.read_latest([name]).get(name), "metrics through the metrics queue")
+    assert latest
+
+
+def test_a_panel_task_name_sent_through_the_ingest_exchange_is_refused_and_counted(rabbit, panel_worker):
+    from panel.nodes.trust import rejected_counts
+
+    url = join(rabbit.node_name("npu-x"))["broker_url"]
+    before = rejected_counts().get("ingest-task", 0)
+    attacker = Celery("attacker", broker=url)
+    attacker.conf.broker_transport_options = {"socket_connect_timeout": 3}
+    attacker.send_task("panel.audit.prune", **route(ingest_queue(agent=True)))
+
+    wait_for(lambda: rejected_counts().get("ingest-task", 0) > before, "the refusal to be counted")
