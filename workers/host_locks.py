@@ -4,10 +4,10 @@ operation's deliveries apart).
 
 An exclusive flock on <state dir>/locks/<node>.<kind>.lock, which the kernel drops if the agent dies,
 holding the id of the operation that took it (the node's name is in it for test and demo processes that play
-several nodes on one state directory; a real host has one). The second one fails at once, naming the first, rather than waiting: a
-waiting task would hold one of the agent's few worker threads (and an answer to the ask-before-run may need
-one, workers.asking), and the panel would show it running for hours while it does nothing. The admin (or
-the reconcile loop) runs it again once the first ended.
+several nodes on one state directory; a real host has one). The second one fails at once, naming the first,
+rather than waiting: a waiting task would hold one of the agent's few worker threads (and an answer to the
+ask-before-run may need one, workers.asking), and the panel would show it running for hours while it does
+nothing. The admin (or the reconcile loop) runs it again once the first ended.
 """
 
 import fcntl

@@ -13,17 +13,23 @@ def state_dir(tmp_path, monkeypatch):
 
 
 def test_a_second_install_on_one_host_fails_naming_the_first():
-    with host_lock(INSTALL, "op-first", "node-a"):
-        with pytest.raises(HostBusy, match="another install runs on this host \\(operation op-first\\)") as busy:
-            with host_lock(INSTALL, "op-second", "node-a"):
-                pytest.fail("two installs ran at once")
-        assert busy.value.hint
+    busy_message = "another install runs on this host \\(operation op-first\\)"
+    with (
+        host_lock(INSTALL, "op-first", "node-a"),
+        pytest.raises(HostBusy, match=busy_message) as busy,
+        host_lock(INSTALL, "op-second", "node-a"),
+    ):
+        pytest.fail("two installs ran at once")
+    assert busy.value.hint
 
 
 def test_other_kinds_and_other_nodes_are_not_held_up():
-    with host_lock(INSTALL, "op-install", "node-a"):
-        with host_lock(CONVERSION, "op-convert", "node-a"), host_lock(INSTALL, "op-other", "node-b"):
-            pass
+    with (
+        host_lock(INSTALL, "op-install", "node-a"),
+        host_lock(CONVERSION, "op-convert", "node-a"),
+        host_lock(INSTALL, "op-other", "node-b"),
+    ):
+        pass
 
 
 def test_the_lock_is_free_again_once_its_holder_ended():
