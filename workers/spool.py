@@ -4,7 +4,8 @@ A message is sent at once while nothing waits; when the broker does not take it 
 network down) it is appended to a spool file in the agent's state directory, and so is everything after it
 until a sender thread has delivered the spool in order. Killing the agent loses nothing written there; the
 next start sends it. Bounded: past MAX_SPOOL_BYTES new messages are dropped and counted, never the old ones
-(they hold the start of what the panel is missing).
+(they hold the start of what the panel is missing). The agent's events spool their message unsealed and
+are sealed when they leave (workers.events.publish_unsealed), so a stamp never goes stale on disk.
 """
 
 import json
