@@ -175,6 +175,13 @@ def build_request(
     return {key: value for key, value in request.items() if value is not None}
 
 
+def port_pinned(spec: dict[str, Any], current: Deployment | None) -> bool:
+    """Is the port the user's? Given in the spec, or given before and kept since."""
+    if "port" in spec["engine_given"]:
+        return True
+    return current is not None and bool((current.plan or {}).get("port_pinned"))
+
+
 def copy_on(model: Model, node_name: str) -> ModelArtifact:
     """The copy of the model a spec that names only the model serves: the ready, servable one on the node
     (the newest when there are several)."""
@@ -301,7 +308,7 @@ def apply(name: str, spec: dict[str, Any], user, *, dry_run: bool = False) -> Ou
         )
     request = build_request(spec, model, artifact, user, current)
     try:
-        planned = plan_request(request, user=user, replacing=current)
+        planned = plan_request(request, user=user, replacing=current, port_pinned=port_pinned(spec, current))
     except serializers.ValidationError as error:
         raise _as_spec_fields(error, spec) from None
     if current is None:
@@ -311,8 +318,9 @@ def apply(name: str, spec: dict[str, Any], user, *, dry_run: bool = False) -> Ou
 
 def plan_member(spec, model: Model, artifact, user, index: int, served: str, row: Deployment | None):
     """The plan of replica `index` (2..N), in place of `row` or as a new row."""
-    request = build_request(replicas.spec_for(spec, index, served), model, artifact, user, row)
-    return plan_request(request, user=user, replacing=row)
+    member = replicas.spec_for(spec, index, served)
+    request = build_request(member, model, artifact, user, row)
+    return plan_request(request, user=user, replacing=row, port_pinned=port_pinned(member, row))
 
 
 def _apply_to(current: Deployment, planned, spec, model, artifact, user, *, dry_run: bool) -> Outcome:

@@ -17,7 +17,7 @@ from rest_framework import exceptions, serializers
 from panel.accounts.roles import ADMIN, has_role
 from panel.catalog.models import SERVABLE_FORMATS, Model, ModelArtifact
 from panel.core.choices import DesiredState
-from panel.deployments import containers
+from panel.deployments import containers, ports
 from panel.deployments.launch_tuning import TuningFields, node_stack, planner_inputs, tune_parts
 from panel.deployments.models import Deployment
 from panel.nodes.models import Node, Npu
@@ -146,6 +146,7 @@ class DeploymentPlan:
     plan: dict[str, Any] | None
     warnings: list[dict[str, Any]]
     chip: str
+    port_pinned: bool = False  # the user gave the port: it is never moved (panel/deployments/ports.py)
 
     def as_review(self) -> dict[str, Any]:
         """What the wizard's review step shows: the plan and, per node, the exact command and env."""
@@ -220,10 +221,13 @@ def _fail(errors: dict[str, list[str]]):
     raise serializers.ValidationError(errors)
 
 
-def plan_request(raw: dict[str, Any], user=None, replacing: Deployment | None = None) -> DeploymentPlan:
+def plan_request(
+    raw: dict[str, Any], user=None, replacing: Deployment | None = None, port_pinned: bool | None = None
+) -> DeploymentPlan:
     """Validate and plan for `user`; raises ValidationError with field errors (the planner's reasons among
     them), or AdminOnlyFlag when a non-admin (or no user) sets a code-loading flag. `replacing`: the
-    deployment an apply changes (its name and NPUs are its own)."""
+    deployment an apply changes (its name and NPUs are its own). `port_pinned`: whether the request's port
+    is the user's (default: whenever it has one); an apply passes a port it only keeps as not pinned."""
     serializer = DeploymentRequestSerializer(data=raw, context={"replacing": replacing})
     serializer.is_valid(raise_exception=True)
     data = serializer.validated_data
@@ -233,9 +237,10 @@ def plan_request(raw: dict[str, Any], user=None, replacing: Deployment | None = 
     model_path = _model_path(data, parts)
     plan_dict, warnings, tp, dp = _run_planner(data, parts, chip)
     served = data["served_model_name"] or data["name"]
-    port = data.get("port") or free_port([part.node for part in parts], replacing)
+    port, pinned = _port(data, parts, replacing, port_pinned)
     for index, part in enumerate(parts):
-        listen = "0.0.0.0" if part.node.address and part.node.address not in LOOPBACK else "127.0.0.1"  # noqa: S104
+        loopback = not part.node.address or part.node.address in ports.LOOPBACK
+        listen = "127.0.0.1" if loopback else "0.0.0.0"  # noqa: S104
         payload = {
             "model_path": model_path,
             "served_model_name": served,
@@ -277,7 +282,9 @@ def plan_request(raw: dict[str, Any], user=None, replacing: Deployment | None = 
         warnings = [*warnings, *found]
         for part in parts:
             part.container = containers.container_payload(data["image"], part.npus)
-    result = DeploymentPlan(data=dict(data), parts=parts, plan=plan_dict, warnings=warnings, chip=chip)
+    result = DeploymentPlan(
+        data=dict(data), parts=parts, plan=plan_dict, warnings=warnings, chip=chip, port_pinned=pinned
+    )
     try:
         result.as_review()
     except LaunchSpecError as error:
@@ -285,7 +292,18 @@ def plan_request(raw: dict[str, Any], user=None, replacing: Deployment | None = 
     return result
 
 
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
+def _port(data, parts: list[NodePart], replacing, port_pinned: bool | None) -> tuple[int, bool]:
+    """(port, pinned): the request's port, unless another deployment on the same host holds it (refused
+    when the user gave it, moved when it was only kept), else a free one."""
+    nodes = [part.node for part in parts]
+    port = data.get("port")
+    pinned = bool(port) if port_pinned is None else port_pinned
+    holder = ports.holder_of(port, nodes, replacing) if port else None
+    if holder is not None and pinned:
+        _fail({"port": [ports.clash_message(port, holder)]})
+    if not port or holder is not None:
+        return ports.free_port(nodes, replacing), False
+    return port, pinned
 
 
 def _common_numa(npus: list[Npu]) -> int | None:
@@ -428,19 +446,3 @@ def _run_planner(data: dict[str, Any], parts: list[NodePart], chip: str):
         )
     warnings = [item for item in reasons if item["level"] != "error"]
     return {**result.as_dict(), "eplb": eplb and asdict(eplb)}, warnings, result.tensor_parallel_size, dp
-
-
-def free_port(nodes: list[Node], replacing: Deployment | None = None) -> int:
-    """The lowest port from PANEL_DEPLOY_BASE_PORT that no live deployment on these nodes uses."""
-    used = set()
-    live = Deployment.objects.filter(nodes__in=nodes).exclude(desired_state=DesiredState.DELETED).distinct()
-    if replacing is not None:
-        live = live.exclude(pk=replacing.pk)
-    for deployment in live:
-        port = (deployment.spec or {}).get("port")
-        if port:
-            used.update({int(port), int(port) + 1})
-    port = settings.PANEL_DEPLOY_BASE_PORT
-    while port in used or port + 1 in used:
-        port += 2
-    return port
