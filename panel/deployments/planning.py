@@ -10,7 +10,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Q
 from django.utils.translation import gettext as _
 from rest_framework import exceptions, serializers
 
@@ -327,16 +326,10 @@ def _node_parts(data: dict[str, Any], replacing: Deployment | None = None) -> li
                     node=node.name, ids=", ".join(map(str, missing))
                 )
             )
-        busy = Npu.objects.filter(pk__in=[n.pk for n in npus], deployments__isnull=False).exclude(
-            Q(deployments__desired_state=DesiredState.DELETED)
-        )
-        if replacing is not None:
-            busy = busy.exclude(deployments=replacing)
-        taken = sorted({npu.logic_id for npu in busy})
-        if taken:
+        for holder, taken in _holders(npus, replacing).items():
             errors.append(
-                _("NPUs {ids} of {node} serve another deployment.").format(
-                    node=node.name, ids=", ".join(map(str, taken))
+                _("NPUs {ids} of {node} serve the deployment {name}.").format(
+                    node=node.name, ids=", ".join(map(str, taken)), name=holder
                 )
             )
         if not wanted and node.npus.exists():
@@ -356,6 +349,19 @@ def _node_parts(data: dict[str, Any], replacing: Deployment | None = None) -> li
     return parts
 
 
+def _holders(npus: list[Npu], replacing: Deployment | None) -> dict[str, list[int]]:
+    """{deployment name: logic ids} of the NPUs that live deployments other than `replacing` hold: named,
+    so a deployment's own NPUs (a surge beside it) are not blamed on another."""
+    holders = Deployment.objects.filter(npus__in=npus).exclude(desired_state=DesiredState.DELETED)
+    if replacing is not None:
+        holders = holders.exclude(pk=replacing.pk)
+    wanted = {npu.pk for npu in npus}
+    taken: dict[str, list[int]] = {}
+    for holder in holders.distinct().prefetch_related("npus"):
+        taken[holder.name] = sorted(npu.logic_id for npu in holder.npus.all() if npu.pk in wanted)
+    return taken
+
+
 def _model_path(data: dict[str, Any], parts: list[NodePart]) -> str:
     artifact = data.get("artifact")
     if artifact is not None:
@@ -368,9 +374,20 @@ def _model_path(data: dict[str, Any], parts: list[NodePart]) -> str:
             _fail({"artifact": [refusal.format(format=artifact.get_format_display())]})
         return artifact.path
     if data.get("path"):
+        data["artifact"] = _copy_at(data["path"], data["model"], parts)
         return data["path"]
     _fail({"path": [_("Choose a copy of the model (artifact) or give its folder on the node.")]})
     return ""
+
+
+def _copy_at(path: str, model: Model, parts: list[NodePart]) -> ModelArtifact | None:
+    """The registered copy a folder given by path is (on the first node), so the deployment is linked to it
+    and the copy is not deleted under it; None for a folder not registered."""
+    copy = ModelArtifact.objects.filter(path=path, node=parts[0].node).select_related("model").first()
+    if copy is not None and copy.model_id != model.pk:
+        refusal = _("This folder is registered as another model, {model}.")
+        _fail({"path": [refusal.format(model=copy.model.name)]})
+    return copy
 
 
 def _run_planner(data: dict[str, Any], parts: list[NodePart], chip: str):

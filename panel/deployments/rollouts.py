@@ -28,7 +28,7 @@ from rest_framework import serializers
 from rest_framework.exceptions import APIException
 
 from panel.core.choices import DeploymentState, DesiredState
-from panel.deployments import reasons, replicas, services
+from panel.deployments import reasons, replicas, services, spec_model
 from panel.deployments.models import Deployment, Rollout
 from panel.deployments.reasons import part
 from panel.nodes.models import Npu
@@ -215,10 +215,8 @@ def _roll_back(rollout: Rollout, row: Deployment) -> list[dict]:
 
 
 def _inputs(rollout: Rollout):
-    from panel.deployments.apply import resolve_model
-
     spec = rollout.spec
-    model, artifact = resolve_model(spec, rollout.created_by, dry_run=True)
+    model, artifact = spec_model.resolve_model(spec, rollout.created_by, dry_run=True)
     return spec, model, artifact, replicas.served_name(spec, rollout.deployment)
 
 
