@@ -236,7 +236,7 @@ def plan_request(
     model_path = _model_path(data, parts)
     plan_dict, warnings, tp, dp = _run_planner(data, parts, chip)
     served = data["served_model_name"] or data["name"]
-    port, pinned = _port(data, parts, replacing, port_pinned)
+    port, pinned = ports.choose(data.get("port"), [part.node for part in parts], replacing, port_pinned)
     for index, part in enumerate(parts):
         loopback = not part.node.address or part.node.address in ports.LOOPBACK
         listen = "127.0.0.1" if loopback else "0.0.0.0"  # noqa: S104
@@ -289,20 +289,6 @@ def plan_request(
     except LaunchSpecError as error:
         _fail({"non_field_errors": [str(error)]})
     return result
-
-
-def _port(data, parts: list[NodePart], replacing, port_pinned: bool | None) -> tuple[int, bool]:
-    """(port, pinned): the request's port, unless another deployment on the same host holds it (refused
-    when the user gave it, moved when it was only kept), else a free one."""
-    nodes = [part.node for part in parts]
-    port = data.get("port")
-    pinned = bool(port) if port_pinned is None else port_pinned
-    holder = ports.holder_of(port, nodes, replacing) if port else None
-    if holder is not None and pinned:
-        _fail({"port": [ports.clash_message(port, holder)]})
-    if not port or holder is not None:
-        return ports.free_port(nodes, replacing), False
-    return port, pinned
 
 
 def _common_numa(npus: list[Npu]) -> int | None:

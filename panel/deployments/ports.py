@@ -15,6 +15,7 @@ from collections.abc import Iterable
 
 from django.conf import settings
 from django.utils.translation import gettext as _
+from rest_framework import serializers
 
 from panel.core.choices import DesiredState
 from panel.deployments.models import Deployment
@@ -70,6 +71,19 @@ def free_port(nodes: list[Node], replacing: Deployment | None = None, avoid: Ite
     while port in used or port + 1 in used:
         port += 2
     return port
+
+
+def choose(port: int | None, nodes: list[Node], replacing, port_pinned: bool | None) -> tuple[int, bool]:
+    """(port, pinned) for a plan: the request's port, unless another deployment on the same host holds it
+    (refused when the user gave it, moved when it was only kept), else a free one. `port_pinned` None:
+    the port is the user's whenever there is one."""
+    pinned = bool(port) if port_pinned is None else port_pinned
+    holder = holder_of(port, nodes, replacing) if port else None
+    if holder is not None and pinned:
+        raise serializers.ValidationError({"port": [clash_message(port, holder)]})
+    if not port or holder is not None:
+        return free_port(nodes, replacing), False
+    return port, pinned
 
 
 def holder_of(port: int, nodes: list[Node], replacing: Deployment | None = None) -> Deployment | None:
