@@ -219,19 +219,14 @@ def start_copy(artifact: ModelArtifact, target_node, user=None, target_user: str
     )
 
 
-def deployments_using(artifact: ModelArtifact) -> list[str]:
-    return list(artifact.deployments.values_list("name", flat=True))
+class CopyInUse(ValidationError):
+    """A deployment serves from this copy (409 in the API); the message names it."""
 
 
 def _refuse_if_deployed(artifact: ModelArtifact) -> None:
-    using = deployments_using(artifact)
-    if using:
-        raise ValidationError(
-            {
-                "artifact": _("Deployments %(names)s use this copy; delete them first.")
-                % {"names": ", ".join(using)}
-            }
-        )
+    if using := list(artifact.deployments.values_list("name", flat=True)):
+        names = {"names": ", ".join(using)}
+        raise CopyInUse({"artifact": _("Deployments %(names)s use this copy; delete them first.") % names})
 
 
 def start_artifact_delete(artifact: ModelArtifact, user=None) -> Operation:

@@ -9,7 +9,6 @@ held at once, the old ones are free once it stopped.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,20 +20,17 @@ from rest_framework import serializers
 from panel.audit import actions as audit
 from panel.audit.services import record
 from panel.catalog.models import SERVABLE_FORMATS, Model, ModelArtifact
-from panel.catalog.services import register_model
-from panel.core.choices import DesiredState, ModelSource
-from panel.deployments import placement, reasons, replicas, rollouts, services
+from panel.core.choices import DesiredState
+from panel.deployments import placement, reasons, replicas, rollouts, services, spec_model
 from panel.deployments.models import Deployment, Rollout
 from panel.deployments.planning import ENGINE_SETTINGS, DeploymentPlan, plan_request
 from panel.deployments.spec import engine_settings_of, nodes_of
-from panel.nodes.models import Node
 
 # Engine settings the planner fills when a spec leaves them out; the rest have fixed defaults.
 PLANNER_FILLS = ("tensor_parallel_size", "data_parallel_size", "max_model_len")
 # Settings a spec that leaves them out keeps as they are (a new port would break every client).
 KEPT_WHEN_LEFT_OUT = ("port", "served_model_name")
 TUNING = ("env", "mtp_tokens")  # kept as the user gave them; the launch's env adds the chip recipe
-HUB_ID = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
 
 
 @dataclass
@@ -47,86 +43,11 @@ class Outcome:
     warnings: list[dict[str, Any]] = field(default_factory=list)
     replicas: dict[str, int] = field(default_factory=dict)  # {"wanted": N, "now": M before the apply}
     rollout: Rollout | None = None
+    inspection: str | None = None  # result "waiting": the inspection the plan waits for (an operation id)
 
 
 def _fail(field_name: str, message: str):
     raise serializers.ValidationError({field_name: [message]})
-
-
-def find_model(reference: str, user) -> Model | None:
-    """A model by id, name or hub id (owner/name)."""
-    models = Model.objects.visible_to(user)
-    if reference.isdigit():
-        return models.filter(pk=int(reference)).first()
-    found = models.filter(name=reference).first()
-    if found is None and HUB_ID.fullmatch(reference):
-        matches = list(models.filter(repo_id__iexact=reference)[:2])
-        if len(matches) > 1:
-            _fail("model", _("Several models come from {hub}: name one of them.").format(hub=reference))
-        found = matches[0] if matches else None
-    return found
-
-
-def _spec_node(spec: dict[str, Any]) -> str:
-    if spec.get("nodes"):
-        return spec["nodes"][0]["node"]
-    return (spec.get("placement") or {}).get("node") or ""
-
-
-def resolve_model(spec: dict[str, Any], user, *, dry_run: bool) -> tuple[Model | None, ModelArtifact | None]:
-    """The model and the copy to serve; with only a `path`, the folder is registered on the node (not on
-    a dry run: then the model is None and the plan says so)."""
-    artifact = None
-    if spec["artifact"] is not None:
-        artifact = ModelArtifact.objects.visible_to(user).filter(pk=spec["artifact"]).first()
-        if artifact is None:
-            _fail("artifact", _("No model copy with id {id}.").format(id=spec["artifact"]))
-    model = find_model(spec["model"], user) if spec["model"] else None
-    if spec["model"] and model is None:
-        _fail(
-            "model",
-            _("No model called {name}; register it first (PUT /api/v1/models/{name}/).").format(
-                name=spec["model"]
-            ),
-        )
-    if artifact is not None:
-        if model is not None and artifact.model_id != model.pk:
-            _fail("artifact", _("This copy is of another model."))
-        return artifact.model, artifact
-    if spec["path"]:
-        node_name = _spec_node(spec)
-        copies = ModelArtifact.objects.visible_to(user).filter(path=spec["path"])
-        if node_name:
-            copies = copies.filter(node__name=node_name)
-        elif copies.count() != 1:
-            _fail("path", _("Name the node the folder is on (placement.node)."))
-        artifact = copies.first()
-        if artifact is not None:
-            if model is not None and artifact.model_id != model.pk:
-                _fail(
-                    "path",
-                    _("This folder is registered as another model, {model}.").format(
-                        model=artifact.model.name
-                    ),
-                )
-            return artifact.model, artifact
-        if model is None and not dry_run:
-            model = _register_folder(spec, node_name, user)
-            return model, model.artifacts.first()
-    return model, None
-
-
-def _register_folder(spec: dict[str, Any], node_name: str, user) -> Model:
-    from django.core.exceptions import ValidationError as DjangoValidationError
-
-    node = Node.objects.visible_to(user).filter(name=node_name).first()
-    if node is None:
-        _fail("placement", _("No node named {name}.").format(name=node_name))
-    try:
-        model, _operation = register_model(source=ModelSource.LOCAL, node=node, path=spec["path"], user=user)
-    except DjangoValidationError as error:
-        raise serializers.ValidationError(error.message_dict) from None
-    return model
 
 
 def build_request(
@@ -172,6 +93,13 @@ def build_request(
         image=spec.get("image") or "",
     )
     return {key: value for key, value in request.items() if value is not None}
+
+
+def port_pinned(spec: dict[str, Any], current: Deployment | None) -> bool:
+    """Is the port the user's? Given in the spec, or given before and kept since."""
+    if "port" in spec["engine_given"]:
+        return True
+    return current is not None and bool((current.plan or {}).get("port_pinned"))
 
 
 def copy_on(model: Model, node_name: str) -> ModelArtifact:
@@ -221,7 +149,8 @@ def diff(current: Deployment, planned: DeploymentPlan, model: Model, spec) -> li
 
     note("model", current.model.name, model.name)
     chosen = planned.data.get("artifact")  # the copy the spec names, or the one found for its model
-    note("artifact", current.artifact_id, chosen.pk if chosen else None)
+    if not _links_its_own_folder(current, chosen):
+        note("artifact", current.artifact_id, chosen.pk if chosen else None)
     old_nodes = nodes_of(current)
     new_nodes = [
         {"node": part.node.name, "npus": [npu.logic_id for npu in part.npus]} for part in planned.parts
@@ -241,6 +170,13 @@ def diff(current: Deployment, planned: DeploymentPlan, model: Model, spec) -> li
     if not changes and _launches(current.spec or {}) != [(p.node.name, p.payload) for p in planned.parts]:
         changes.append({"field": "launch", "from": None, "to": None})  # e.g. the node's facts moved on
     return changes
+
+
+def _links_its_own_folder(current: Deployment, chosen: ModelArtifact | None) -> bool:
+    """A deployment made from a folder before that folder was a registered copy (or before deployments
+    made by path were linked to theirs) now serves that copy: the same folder, nothing to restart."""
+    model_path = (current.spec or {}).get("model_path")
+    return current.artifact_id is None and chosen is not None and chosen.path == model_path
 
 
 def effect_of(changes: list[dict], state: str) -> str:
@@ -283,7 +219,7 @@ def apply(name: str, spec: dict[str, Any], user, *, dry_run: bool = False) -> Ou
         raise services.DeploymentConflict(
             _("A rolling update of this deployment is under way; apply again once it has ended.")
         )
-    model, artifact = resolve_model(spec, user, dry_run=dry_run)
+    model, artifact = spec_model.resolve_model(spec, user, dry_run=dry_run)
     if model is None:  # a dry run of a folder not registered yet
         return Outcome(
             "created" if current is None else "changed",
@@ -298,9 +234,12 @@ def apply(name: str, spec: dict[str, Any], user, *, dry_run: bool = False) -> Ou
                 }
             ],
         )
+    inspection = spec_model.inspection_under_way(model)
+    if inspection is not None:
+        return _waiting(current, model, inspection)
     request = build_request(spec, model, artifact, user, current)
     try:
-        planned = plan_request(request, user=user, replacing=current)
+        planned = plan_for(request, spec, user, current)
     except serializers.ValidationError as error:
         raise _as_spec_fields(error, spec) from None
     if current is None:
@@ -308,10 +247,41 @@ def apply(name: str, spec: dict[str, Any], user, *, dry_run: bool = False) -> Ou
     return _apply_to(current, planned, spec, model, artifact, user, dry_run=dry_run)
 
 
+def _waiting(current: Deployment | None, model: Model, inspection) -> Outcome:
+    """Nothing is planned before the model's inspection ends (its facts size the plan): apply again then."""
+    message = _(
+        "{model} is being inspected on {node}; apply again once the inspection has ended (operation {id}), "
+        "or use apply --wait, which waits for it."
+    ).format(model=model.name, node=inspection.node.name if inspection.node else "-", id=inspection.pk)
+    outcome = Outcome(
+        "waiting",
+        "none",
+        deployment=current,
+        warnings=[{"code": "waiting_for_inspection", "level": "info", "message": message}],
+    )
+    outcome.inspection = str(inspection.pk)
+    return outcome
+
+
 def plan_member(spec, model: Model, artifact, user, index: int, served: str, row: Deployment | None):
     """The plan of replica `index` (2..N), in place of `row` or as a new row."""
-    request = build_request(replicas.spec_for(spec, index, served), model, artifact, user, row)
-    return plan_request(request, user=user, replacing=row)
+    member = replicas.spec_for(spec, index, served)
+    request = build_request(member, model, artifact, user, row)
+    return plan_for(request, member, user, row)
+
+
+def plan_for(request: dict[str, Any], spec: dict[str, Any], user, row: Deployment | None) -> DeploymentPlan:
+    """Plan the request in place of `row` (or as a new one). A spec that leaves `dtype` out asks for auto;
+    a row that runs with the dtype auto comes to (bfloat16 for a bfloat16 model) keeps its own spelling,
+    so applying it changes nothing."""
+    pinned = port_pinned(spec, row)
+    planned = plan_request(request, user=user, replacing=row, port_pinned=pinned)
+    if row is None or "dtype" in spec["engine_given"]:
+        return planned
+    stored = (row.spec or {}).get("dtype")
+    if stored in (None, request.get("dtype")) or (planned.plan or {}).get("dtype") != stored:
+        return planned
+    return plan_request({**request, "dtype": stored}, user=user, replacing=row, port_pinned=pinned)
 
 
 def _apply_to(current: Deployment, planned, spec, model, artifact, user, *, dry_run: bool) -> Outcome:
@@ -339,6 +309,8 @@ def _apply_to(current: Deployment, planned, spec, model, artifact, user, *, dry_
         "changed" if changes else "unchanged", effect, changes, planned, current, planned.warnings
     )
     outcome.replicas = {"wanted": wanted, "now": now}
+    if not dry_run:
+        _link_copies(plans, [current, *stays])
     if changes and not dry_run:
         with transaction.atomic():
             # Scale first: the rollout's surge is a row above N that scaling must not take for a spare.
@@ -346,6 +318,16 @@ def _apply_to(current: Deployment, planned, spec, model, artifact, user, *, dry_
             outcome.rollout = _change(current, plans, spec, effect, changes, user, stale)
         outcome.deployment = Deployment.objects.get(pk=current.pk)
     return outcome
+
+
+def _link_copies(plans: dict[int, DeploymentPlan], rows: list[Deployment]) -> None:
+    """Rows serving a registered copy's folder without a link to it get the link: the copy cannot be
+    deleted under them. Their launch does not change."""
+    for row in rows:
+        chosen = plans[row.pk].data.get("artifact")
+        if _links_its_own_folder(row, chosen):
+            Deployment.objects.filter(pk=row.pk, artifact__isnull=True).update(artifact=chosen)
+            row.artifact = chosen
 
 
 def _as_spec_fields(error: serializers.ValidationError, spec: dict[str, Any]) -> serializers.ValidationError:

@@ -11,7 +11,6 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db.models import Q
 from django.utils.translation import gettext as _
 from rest_framework import exceptions, serializers
 
@@ -19,7 +18,7 @@ from panel.accounts.roles import ADMIN, has_role
 from panel.catalog.models import SERVABLE_FORMATS, Model, ModelArtifact
 from panel.core.choices import DesiredState
 from panel.core.names import DEPLOYMENT_NAME, NameField
-from panel.deployments import containers
+from panel.deployments import containers, ports
 from panel.deployments.launch_tuning import TuningFields, node_stack, planner_inputs, tune_parts
 from panel.deployments.models import Deployment
 from panel.nodes.models import Node, Npu
@@ -149,6 +148,7 @@ class DeploymentPlan:
     plan: dict[str, Any] | None
     warnings: list[dict[str, Any]]
     chip: str
+    port_pinned: bool = False  # the user gave the port: it is never moved (panel/deployments/ports.py)
 
     def as_review(self) -> dict[str, Any]:
         """What the wizard's review step shows: the plan and, per node, the exact command and env."""
@@ -223,10 +223,13 @@ def _fail(errors: dict[str, list[str]]):
     raise serializers.ValidationError(errors)
 
 
-def plan_request(raw: dict[str, Any], user=None, replacing: Deployment | None = None) -> DeploymentPlan:
+def plan_request(
+    raw: dict[str, Any], user=None, replacing: Deployment | None = None, port_pinned: bool | None = None
+) -> DeploymentPlan:
     """Validate and plan for `user`; raises ValidationError with field errors (the planner's reasons among
     them), or AdminOnlyFlag when a non-admin (or no user) sets a code-loading flag. `replacing`: the
-    deployment an apply changes (its name and NPUs are its own)."""
+    deployment an apply changes (its name and NPUs are its own). `port_pinned`: whether the request's port
+    is the user's (default: whenever it has one); an apply passes a port it only keeps as not pinned."""
     serializer = DeploymentRequestSerializer(data=raw, context={"replacing": replacing})
     serializer.is_valid(raise_exception=True)
     data = serializer.validated_data
@@ -236,9 +239,10 @@ def plan_request(raw: dict[str, Any], user=None, replacing: Deployment | None = 
     model_path = _model_path(data, parts)
     plan_dict, warnings, tp, dp = _run_planner(data, parts, chip)
     served = data["served_model_name"] or data["name"]
-    port = data.get("port") or free_port([part.node for part in parts], replacing)
+    port, pinned = ports.choose(data.get("port"), [part.node for part in parts], replacing, port_pinned)
     for index, part in enumerate(parts):
-        listen = "0.0.0.0" if part.node.address and part.node.address not in LOOPBACK else "127.0.0.1"  # noqa: S104
+        loopback = not part.node.address or part.node.address in ports.LOOPBACK
+        listen = "127.0.0.1" if loopback else "0.0.0.0"  # noqa: S104
         payload = {
             "model_path": model_path,
             "served_model_name": served,
@@ -280,15 +284,14 @@ def plan_request(raw: dict[str, Any], user=None, replacing: Deployment | None = 
         warnings = [*warnings, *found]
         for part in parts:
             part.container = containers.container_payload(data["image"], part.npus)
-    result = DeploymentPlan(data=dict(data), parts=parts, plan=plan_dict, warnings=warnings, chip=chip)
+    result = DeploymentPlan(
+        data=dict(data), parts=parts, plan=plan_dict, warnings=warnings, chip=chip, port_pinned=pinned
+    )
     try:
         result.as_review()
     except LaunchSpecError as error:
         _fail({"non_field_errors": [str(error)]})
     return result
-
-
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def _common_numa(npus: list[Npu]) -> int | None:
@@ -312,16 +315,10 @@ def _node_parts(data: dict[str, Any], replacing: Deployment | None = None) -> li
                     node=node.name, ids=", ".join(map(str, missing))
                 )
             )
-        busy = Npu.objects.filter(pk__in=[n.pk for n in npus], deployments__isnull=False).exclude(
-            Q(deployments__desired_state=DesiredState.DELETED)
-        )
-        if replacing is not None:
-            busy = busy.exclude(deployments=replacing)
-        taken = sorted({npu.logic_id for npu in busy})
-        if taken:
+        for holder, taken in _holders(npus, replacing).items():
             errors.append(
-                _("NPUs {ids} of {node} serve another deployment.").format(
-                    node=node.name, ids=", ".join(map(str, taken))
+                _("NPUs {ids} of {node} serve the deployment {name}.").format(
+                    node=node.name, ids=", ".join(map(str, taken)), name=holder
                 )
             )
         if not wanted and node.npus.exists():
@@ -341,6 +338,19 @@ def _node_parts(data: dict[str, Any], replacing: Deployment | None = None) -> li
     return parts
 
 
+def _holders(npus: list[Npu], replacing: Deployment | None) -> dict[str, list[int]]:
+    """{deployment name: logic ids} of the NPUs that live deployments other than `replacing` hold: named,
+    so a deployment's own NPUs (a surge beside it) are not blamed on another."""
+    holders = Deployment.objects.filter(npus__in=npus).exclude(desired_state=DesiredState.DELETED)
+    if replacing is not None:
+        holders = holders.exclude(pk=replacing.pk)
+    wanted = {npu.pk for npu in npus}
+    taken: dict[str, list[int]] = {}
+    for holder in holders.distinct().prefetch_related("npus"):
+        taken[holder.name] = sorted(npu.logic_id for npu in holder.npus.all() if npu.pk in wanted)
+    return taken
+
+
 def _model_path(data: dict[str, Any], parts: list[NodePart]) -> str:
     artifact = data.get("artifact")
     if artifact is not None:
@@ -354,11 +364,23 @@ def _model_path(data: dict[str, Any], parts: list[NodePart]) -> str:
         return artifact.path
     if data.get("path"):
         try:  # the engine reads it as root on every node of the deployment: only inside their models roots
-            return [path_under_roots(part.node, data["path"]) for part in parts][0]
+            data["path"] = [path_under_roots(part.node, data["path"]) for part in parts][0]
         except DjangoValidationError as error:
             _fail(error.message_dict)
+        data["artifact"] = _copy_at(data["path"], data["model"], parts)
+        return data["path"]
     _fail({"path": [_("Choose a copy of the model (artifact) or give its folder on the node.")]})
     return ""
+
+
+def _copy_at(path: str, model: Model, parts: list[NodePart]) -> ModelArtifact | None:
+    """The registered copy a folder given by path is (on the first node), so the deployment is linked to it
+    and the copy is not deleted under it; None for a folder not registered."""
+    copy = ModelArtifact.objects.filter(path=path, node=parts[0].node).select_related("model").first()
+    if copy is not None and copy.model_id != model.pk:
+        refusal = _("This folder is registered as another model, {model}.")
+        _fail({"path": [refusal.format(model=copy.model.name)]})
+    return copy
 
 
 def _run_planner(data: dict[str, Any], parts: list[NodePart], chip: str):
@@ -434,19 +456,3 @@ def _run_planner(data: dict[str, Any], parts: list[NodePart], chip: str):
         )
     warnings = [item for item in reasons if item["level"] != "error"]
     return {**result.as_dict(), "eplb": eplb and asdict(eplb)}, warnings, result.tensor_parallel_size, dp
-
-
-def free_port(nodes: list[Node], replacing: Deployment | None = None) -> int:
-    """The lowest port from PANEL_DEPLOY_BASE_PORT that no live deployment on these nodes uses."""
-    used = set()
-    live = Deployment.objects.filter(nodes__in=nodes).exclude(desired_state=DesiredState.DELETED).distinct()
-    if replacing is not None:
-        live = live.exclude(pk=replacing.pk)
-    for deployment in live:
-        port = (deployment.spec or {}).get("port")
-        if port:
-            used.update({int(port), int(port) + 1})
-    port = settings.PANEL_DEPLOY_BASE_PORT
-    while port in used or port + 1 in used:
-        port += 2
-    return port

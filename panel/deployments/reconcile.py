@@ -23,7 +23,7 @@ from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext_noop
 
 from panel.core.choices import DeploymentState, DesiredState, NodeTransport, OperationKind, OperationStatus
-from panel.deployments import metrics_history, reasons, rollouts, services
+from panel.deployments import metrics_history, ports, reasons, rollouts, services
 from panel.deployments.findings import fitting_hint
 from panel.deployments.models import Deployment
 from panel.forensics.services import collect_after_failed_start
@@ -140,7 +140,7 @@ def apply_launch_result(deployment: Deployment, operation: Operation) -> None:
             "log_tail": failure.get("log_tail") or [],
         }
         reason = reasons.launch_failed(operation.error, fitting_hint(operation.hint, deployment))
-        schedule_restart(deployment, Policy.from_settings(), reason, timezone.now())
+        _after_failed_launch(deployment, node, operation.result or {}, reason)
         collect_after_failed_start(
             deployment
         )  # every node's logs and state of this failure (panel.forensics)
@@ -149,6 +149,45 @@ def apply_launch_result(deployment: Deployment, operation: Operation) -> None:
         if len(services.parts_of(deployment)) > 1 and not stopping:
             services.send_stop(deployment, change_state=False)
     deployment.save()
+
+
+def _after_failed_launch(deployment: Deployment, node: str, outcome: dict, reason: list[dict]) -> None:
+    """Retry a launch that may work next time, after its back-off. A permanent failure (the agent says the
+    same launch would fail the same way: a missing model folder, a port another process holds) fails the
+    deployment at once, except a port the panel picked: that moves to a free one and starts again. Every
+    start that follows counts as a restart."""
+    now = timezone.now()
+    if outcome.get("permanent"):
+        moved = _move_refused_port(deployment, node, outcome)
+        if moved is None:
+            deployment.failed_restarts += 1
+            deployment.next_restart_at = None
+            services.move(deployment, DeploymentState.FAILED, reason)
+            return
+        deployment.restart_count += 1
+        if len(services.parts_of(deployment)) == 1:
+            services.launch(deployment)  # at once: a rollout waiting on it sees a start, not a failure
+            services.move(deployment, DeploymentState.STARTING, moved)
+        else:
+            deployment.next_restart_at = now  # the tick starts it once its other nodes have stopped
+            services.move(deployment, DeploymentState.UNHEALTHY, moved)
+        return
+    schedule_restart(deployment, Policy.from_settings(), reason, now)
+    if deployment.observed_state != DeploymentState.FAILED:
+        deployment.restart_count += 1
+
+
+def _move_refused_port(deployment: Deployment, node: str, outcome: dict) -> list[dict] | None:
+    """The reason when the refused port was the panel's pick and has moved; None when it stays."""
+    refused = outcome.get("port")
+    if outcome.get("code") != "port_in_use" or refused != deployment.spec.get("port"):
+        return None
+    port = ports.move_after_refusal(deployment, refused)
+    if port is None:
+        return None
+    moved = gettext_noop("Port {port} is taken on {node} by another process: starting again on port {new}.")
+    services.append_logs(deployment, node, [f"[panel] {moved.format(port=refused, node=node, new=port)}"])
+    return [reasons.part(moved, port=refused, node=node, new=port)]
 
 
 def apply_stop_result(deployment: Deployment, operation: Operation) -> None:

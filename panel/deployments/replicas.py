@@ -3,7 +3,9 @@
 The spec's `name` is the primary row (replica 1); replicas 2..N are rows named `<name>-r<i>` whose
 `replica_of` is the primary. Every replica serves the primary's served model name, so the /v1 gateway
 (which pools every running deployment serving a model name) balances over them without knowing about
-replicas. Each replica is planned like the primary but on its own free NPUs (and its own port).
+replicas. Each replica is planned like the primary but on its own free NPUs and its own port: with
+`engine.port` P, replica i listens on P + 2(i - 1) (each engine also takes the port after its own); without
+it, the panel picks a free one per replica. A surge replica of a rollout always gets a picked port.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from panel.deployments.models import Deployment
 # "-r64" must still fit the 63-character name of a deployment.
 MAX_NAME_WITH_REPLICAS = 59
 MAX_REPLICAS = 64
+PORT_MAX = 65535
 
 
 def replica_name(name: str, index: int) -> str:
@@ -35,7 +38,7 @@ def index_of(primary_name: str, row_name: str) -> int:
 
 
 def check(spec: dict[str, Any], name: str) -> None:
-    """400 when the spec cannot have its replicas: each replica takes NPUs and a port of its own."""
+    """400 when the spec cannot have its replicas: each replica takes NPUs and ports of its own."""
     wanted = spec["replicas"]
     if wanted == 1:
         return
@@ -57,8 +60,14 @@ def check(spec: dict[str, Any], name: str) -> None:
                 "not NPU ids or nodes."
             ),
         )
-    if spec["engine"].get("port"):
-        _fail("replicas", _("Replicas each get their own port: leave engine.port out."))
+    port = spec["engine"].get("port")
+    if port and port + 2 * wanted - 1 > PORT_MAX:
+        _fail(
+            "engine.port",
+            _("Replica {n} would listen on {port}, above {max}: give a lower engine.port.").format(
+                n=wanted, port=port + 2 * (wanted - 1), max=PORT_MAX
+            ),
+        )
 
 
 def _fail(field_name: str, message: str):
@@ -74,13 +83,25 @@ def served_name(spec: dict[str, Any], primary: Deployment | None) -> str:
     return spec["name"]
 
 
+def port_of(spec: dict[str, Any], index: int) -> int | None:
+    """The port the spec gives replica `index`: engine.port + 2(index - 1); None when the spec gives none
+    or for a surge replica (an index above the spec's replicas), whose port the panel picks."""
+    port = spec["engine"].get("port") if "port" in spec["engine_given"] else None
+    if not port or index > spec["replicas"]:
+        return None
+    return port + 2 * (index - 1)
+
+
 def spec_for(spec: dict[str, Any], index: int, served: str) -> dict[str, Any]:
-    """The spec of replica `index`: its own name, the shared served model name, a port of its own (a spec
-    of one replica may pin the primary's port; a surge replica beside it must not take it too)."""
+    """The spec of replica `index`: its own name, the shared served model name and its own port."""
     if index == 1:
         return spec
+    port = port_of(spec, index)
     engine = {key: value for key, value in spec["engine"].items() if key != "port"}
     given = {*spec["engine_given"], "served_model_name"} - {"port"}
+    if port is not None:
+        engine["port"] = port
+        given.add("port")
     return {
         **spec,
         "name": replica_name(spec["name"], index),

@@ -29,8 +29,8 @@ from rest_framework.exceptions import APIException
 
 from panel.core.choices import DeploymentState, DesiredState
 from panel.core.translated import in_language
-from panel.deployments import reasons, replicas, services
-from panel.deployments.apply import flat_errors, plan_member, resolve_model
+from panel.deployments import reasons, replicas, services, spec_model
+from panel.deployments.apply import flat_errors, plan_member
 from panel.deployments.models import Deployment, Rollout
 from panel.deployments.reasons import part, spelled
 from panel.nodes.models import Npu
@@ -214,7 +214,7 @@ def _roll_back(rollout: Rollout, row: Deployment) -> list[dict]:
 
 def _inputs(rollout: Rollout):
     spec = rollout.spec
-    model, artifact = resolve_model(spec, rollout.created_by, dry_run=True)
+    model, artifact = spec_model.resolve_model(spec, rollout.created_by, dry_run=True)
     return spec, model, artifact, replicas.served_name(spec, rollout.deployment)
 
 

@@ -134,6 +134,7 @@ def take_plan(deployment: Deployment, planned: DeploymentPlan) -> None:
         "warnings": planned.warnings,
         "chip": planned.chip,
         "tuning": {"env": data.get("env") or {}, "mtp_tokens": data.get("mtp_tokens") or 0},
+        "port_pinned": planned.port_pinned,
     }
     if planned.parts[0].container:
         deployment.spec["container"] = {"image": planned.parts[0].container["image"]}

@@ -159,11 +159,11 @@ def spec_of(deployment: Deployment) -> dict[str, Any]:
     else:
         spec["path"] = (deployment.spec or {}).get("model_path", "")
     engine = engine_settings_of(deployment)
+    if not (deployment.plan or {}).get("port_pinned"):
+        engine.pop("port")  # the panel picked it: left out, it is kept, and stays the panel's to move
     if deployment.replicas_wanted > 1 and len(nodes) == 1:
-        # Each replica takes NPUs and a port of its own: a count (the primary's, so it stays where it
-        # is) and no port.
+        # Each replica takes NPUs of its own: a count (the primary's, so it stays where it is).
         spec["placement"] = {"node": nodes[0]["node"], "npus": len(nodes[0]["npus"])}
-        engine.pop("port")
     elif len(nodes) == 1:
         spec["placement"] = {"node": nodes[0]["node"], "npus": nodes[0]["npus"]}
     else:

@@ -213,11 +213,18 @@ def test_a_model_folder_missing_on_the_node_fails_the_start_at_once_saying_so(
         "nodes": [{"node": TEST_NODE, "npus": [2]}],
     }
     pk = client.post("/api/v1/deployments/", body, format="json").json()["id"]
-    failed = wait_for(
-        lambda: deployment_json(client, pk)["failed_restarts"] == 1 and deployment_json(client, pk),
-        30,
-        "the start to fail",
-    )
+
+    def failed_once():
+        current = deployment_json(client, pk)
+        return current if current["failed_restarts"] else None
+
+    failed = wait_for(failed_once, 30, "the start to fail")
+    # Permanent: failed at once, not tried again (the first retry of a transient failure is immediate).
+    assert (failed["status"], failed["failed_restarts"], failed["restart_count"]) == ("failed", 1, 0)
+    assert failed["next_restart_at"] is None
+    from panel.operations.models import Operation
+
+    assert Operation.objects.filter(kind="deploy", target="no-folder").count() == 1
     assert "the model folder /nowhere/tiny-llama does not exist on this node" in failed["reason"]
     lines = [row["line"] for row in client.get(f"/api/v1/deployments/{pk}/logs/").json()["results"]]
     assert "[panel] start failed: the model folder /nowhere/tiny-llama does not exist on this node" in lines

@@ -224,7 +224,7 @@ def test_deleting_the_primary_deletes_its_replicas(client, tiny):
         ("x" * 60, one_npu(replicas=2), "name"),
         ("chat", spec(replicas=2, placement={"node": "npu-a", "npus": [0]}), "replicas"),
         ("chat", spec(replicas=2, placement=None, nodes=[{"node": "npu-a", "npus": [0]}]), "replicas"),
-        ("chat", one_npu(replicas=2, engine={"port": 9000}), "replicas"),
+        ("chat", one_npu(replicas=2, engine={"port": 65534}), "engine.port"),  # replica 2: 65536
         ("chat", one_npu(replicas=5), "replicas"),  # 5 x 1 NPU on a node of 4
     ],
 )
@@ -235,6 +235,33 @@ def test_replicas_that_cannot_be_placed_are_refused(client, tiny, name, body, fi
     assert answer.status_code == 400, answer.json()
     assert field in answer.json()["errors"], answer.json()
     assert not Deployment.objects.exists()
+
+
+def test_replicas_given_a_port_take_it_and_the_ports_after_it_and_keep_them(client, tiny):
+    body = one_npu(replicas=3, engine={"max_model_len": 2048, "port": 19000})
+    assert put(client, "chat", body).status_code == 201
+    settle()
+    assert {name: row.spec["port"] for name, row in rows("chat").items()} == {
+        "chat": 19000,
+        "chat-r2": 19002,
+        "chat-r3": 19004,
+    }
+    assert put(client, "chat", body).json()["result"] == "unchanged"
+    round_trip = client.get("/api/v1/deployments/chat/?format=spec").json()
+    assert round_trip["engine"]["port"] == 19000
+    assert put(client, "chat", round_trip).json()["result"] == "unchanged"
+
+
+def test_a_surge_replica_gets_a_port_of_its_own_beside_pinned_ones(client, tiny):
+    assert put(client, "chat", one_npu(engine={"max_model_len": 2048, "port": 19000})).status_code == 201
+    settle()
+    rolled = put(client, "chat", one_npu(engine={"max_model_len": 1024, "port": 19000}))
+    assert rolled.json()["effect"] == "rolling", rolled.json()
+    now = rows("chat")
+    assert sorted(now) == ["chat", "chat-r2"]
+    assert now["chat"].spec["port"] == 19000
+    assert now["chat-r2"].spec["port"] not in (19000, 19001)
+    assert not now["chat-r2"].plan["port_pinned"]
 
 
 def test_a_replica_is_not_applied_on_its_own(client, tiny):

@@ -21,6 +21,7 @@ from workers.engine.command import build_launch
 from workers.engine.launch_spec import launch_spec_from_payload
 from workers.engine.logstages import STAGE_TITLES, StartupProgress, relay_startup_lines
 from workers.engine.metrics import EngineMetrics, MetricsFormatError, parse_metrics, rates
+from workers.engine.ports import port_in_use
 from workers.engine.stack import find_stack
 from workers.events import send_to_panel
 from workers.hosts.local import LocalRunner
@@ -54,9 +55,29 @@ FIRST_REQUEST_HINT = _(
 
 
 class LaunchFailed(Exception):
-    def __init__(self, message: str, hint: str = ""):
+    """A foreseen launch failure. `permanent`: launching the same again fails the same way (a missing
+    folder, a port another process holds), so the panel must not retry it; `details` say what for the
+    panel to act on (the operation's result: {"permanent": true, "code": ..., **details})."""
+
+    def __init__(self, message: str, hint: str = "", *, permanent: bool = False, code: str = "", **details):
         super().__init__(message)
         self.hint = hint
+        self.permanent = permanent
+        self.code = code
+        self.details = details
+
+
+def refuse_taken_port(spec) -> None:
+    """Fail before starting when another process listens where the engine would (the panel cannot see
+    that): permanent for this port; the panel moves a port it picked itself and launches again."""
+    if port_in_use(spec.host, spec.port):
+        raise LaunchFailed(
+            _("port {port} is already in use on this node").format(port=spec.port),
+            _("Stop what listens there or give the deployment another port."),
+            permanent=True,
+            code="port_in_use",
+            port=spec.port,
+        )
 
 
 def _failure_findings(emitter, log_path: str, start_offset: int, fallback_hint: str = "") -> str:
@@ -136,11 +157,8 @@ async def _launch(emitter, config, payload: dict) -> dict:
         )
         await runtime.stop_engine(runner, existing, payload.get("stop_grace_s", 10.0))
 
-    if not follower and await runtime.http_status(f"http://127.0.0.1:{spec.port}/health", 1.0) is not None:
-        raise LaunchFailed(
-            _("port {port} is already in use on this node").format(port=spec.port),
-            _("Stop what listens there or give the deployment another port."),
-        )
+    if not follower:
+        refuse_taken_port(spec)
     emitter.log("$ " + " ".join(launch.argv))
     start_offset = offset = _log_size(log_path)  # earlier runs' lines are not this start's
     record = await runtime.start_engine(
@@ -209,6 +227,8 @@ def _check_model_folder(host_root: str, model_path: str) -> None:
         raise LaunchFailed(
             _("the model folder {path} does not exist on this node").format(path=model_path),
             _("Copy the model there (Models → Copy to node), or deploy a copy that is on this node."),
+            permanent=True,
+            code="model_folder_missing",
         )
 
 

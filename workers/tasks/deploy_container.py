@@ -137,7 +137,7 @@ async def _stop_process_engine(emitter, runner, config, name: str, grace: float)
 
 async def launch_container(emitter, config, payload: dict) -> dict:
     # deploy imports this module
-    from workers.tasks.deploy import _check_model_folder, _log_size, engine_api_key
+    from workers.tasks.deploy import _check_model_folder, _log_size, engine_api_key, refuse_taken_port
 
     name = payload["name"]
     runner = LocalRunner()
@@ -169,11 +169,8 @@ async def launch_container(emitter, config, payload: dict) -> dict:
             _("the image {image} is not on this node ({engine})").format(image=cspec.image, engine=engine),
             _("Pull it on the node's Images tab, or load it there from an archive in the package store."),
         )
-    if not follower and await runtime.http_status(f"http://127.0.0.1:{spec.port}/health", 1.0) is not None:
-        raise _fail(
-            _("port {port} is already in use on this node").format(port=spec.port),
-            _("Stop what listens there or give the deployment another port."),
-        )
+    if not follower:
+        refuse_taken_port(spec)
     run = build_container_run(cspec, host.passed_env())
     emitter.log("$ " + shlex.join(run.argv))
     start_offset = _log_size(log_path)

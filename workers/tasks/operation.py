@@ -77,6 +77,14 @@ def still_wanted_answer(answer: dict, target: dict | None = None) -> None:
     asking.receive_answer(answer)
 
 
+def _why(exc: Exception) -> dict:
+    """What a failed operation's result says: a permanent failure (the same attempt would fail the same
+    way) and its code, so the panel does not retry it."""
+    if not getattr(exc, "permanent", False):
+        return {}
+    return {"permanent": True, "code": getattr(exc, "code", ""), **(getattr(exc, "details", None) or {})}
+
+
 def _run_body(emitter: EventEmitter, config: AgentConfig, body, operation_id: str) -> str:
     try:
         result = body(emitter, config) or {}
@@ -93,7 +101,8 @@ def _run_body(emitter: EventEmitter, config: AgentConfig, body, operation_id: st
             log.exception("operation %s failed", operation_id)
             for line in traceback.format_exc().splitlines()[-8:]:
                 emitter.log(line, stream="stderr")
-        emitter.finish("failed", error=str(exc) or type(exc).__name__, hint=getattr(exc, "hint", "") or "")
+        error, hint = str(exc) or type(exc).__name__, getattr(exc, "hint", "") or ""
+        emitter.finish("failed", error=error, hint=hint, result=_why(exc))
         return "failed"
     emitter.finish("succeeded", result=result)
     return "succeeded"

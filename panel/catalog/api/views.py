@@ -123,10 +123,16 @@ class ModelArtifactViewSet(mixins.DestroyModelMixin, ReadOnlyPanelViewSet):
     lookup_name_field = None  # copies have no name of their own
     serializer_class = ModelArtifactSerializer
 
-    @extend_schema(responses={202: OperationSerializer, 400: ErrorSerializer})
+    @extend_schema(responses={202: OperationSerializer, 400: ErrorSerializer, 409: ErrorSerializer})
     def destroy(self, request, pk=None):
-        """Delete the copy's folder on its node (refused while a deployment uses it); answers 202."""
-        return _started(_call(copies.start_artifact_delete, self.get_object(), request.user))
+        """Delete the copy's folder on its node (409 while a deployment uses it); answers 202."""
+        try:
+            operation = copies.start_artifact_delete(self.get_object(), request.user)
+        except copies.CopyInUse as error:
+            raise Conflict(" ".join(error.message_dict["artifact"])) from None
+        except DjangoValidationError as error:
+            raise ValidationError(error.message_dict) from None
+        return _started(operation)
 
     @extend_schema(request=ConvertSerializer, responses={202: OperationSerializer})
     @action(detail=True, methods=["post"])

@@ -2,12 +2,13 @@
 
 import json
 import os
+import time
 
 from panel.cli import output
 from panel.cli.client import WAIT_MARGIN_S, Client, connect, path_of
 from panel.cli.commands import add_command, file_option, output_option, timeout_option
 from panel.cli.commands.deployments import server_wait
-from panel.cli.errors import FAILED, CliError
+from panel.cli.errors import FAILED, TIMEOUT, CliError
 from panel.cli.specs import read_specs
 
 IDEMPOTENCY_ENV = "ASCEND_PANEL_IDEMPOTENCY_KEY"
@@ -20,7 +21,9 @@ examples:
 
 Prints, per spec: created, unchanged, or changed: <fields> (<what the change does>), and exits 0.
 --wait returns once the deployment runs (stopped, for a spec with state: stopped): exit 1 when it fails
-first, with its findings and log tail; exit 3 when the timeout runs out.
+first, with its findings and log tail; exit 3 when the timeout runs out. A spec whose path is a folder
+the panel did not know answers `waiting` while the folder is inspected: --wait waits for the inspection,
+says so, and applies again.
 --idempotency-key (or {IDEMPOTENCY_ENV}) lets a pipeline that runs twice deploy once: the panel
 answers the second run as it answered the first. A file of several specs sends KEY/NAME for each."""
 
@@ -102,7 +105,10 @@ def apply_command(args) -> int:
             key = args.idempotency_key
             if key and len(specs) > 1:
                 key = f"{key}/{spec['name']}"  # the panel binds a key to one body
+            started = time.monotonic()
             answer = apply_one(client, spec, dry_run=args.dry_run, wait_seconds=wait_seconds, key=key)
+            if answer.get("result") == "waiting" and wait_seconds is not None:
+                answer = apply_after_inspection(client, spec, answer, args, started, key)
             answers.append(answer)
             if args.output == "text":
                 # Flushed per spec: a CI log shows each deployment's line as it is done, not at the end.
@@ -130,6 +136,30 @@ def apply_one(
     timeout = wait_seconds + WAIT_MARGIN_S if wait_seconds is not None else None
     path = f"/deployments/{path_of(str(spec['name']))}/"
     return client.request("PUT", path, json=spec, params=params, headers=headers, timeout=timeout).json()
+
+
+def apply_after_inspection(client: Client, spec: dict, answer: dict, args, started: float, key) -> dict:
+    """The panel registered the spec's folder and inspects it: wait for that, then apply again (with a key
+    of its own: the first key's answer is the `waiting` one)."""
+    name, operation = str(spec["name"]), answer["inspection"]
+    if args.output == "text":
+        print(f"{name}: waiting for the inspection of its model (operation {operation})", flush=True)
+    deadline = started + args.timeout
+    while True:
+        found = client.get(f"/operations/{operation}/")
+        if found.get("status") == "succeeded":
+            break
+        if found.get("status") in ("failed", "cancelled"):
+            details = [found["hint"]] if found.get("hint") else []
+            raise CliError(f"{name}: the inspection of its model {found['status']}: {found.get('error')}",
+                           FAILED, details)  # fmt: skip
+        if time.monotonic() >= deadline:
+            raise CliError(f"{name}: the inspection of its model did not end within --timeout", TIMEOUT)
+        time.sleep(1)
+    if args.output == "text":
+        print(f"{name}: inspected; applying", flush=True)
+    left = server_wait(max(1.0, deadline - time.monotonic()))
+    return apply_one(client, spec, dry_run=False, wait_seconds=left, key=f"{key}/inspected" if key else None)
 
 
 def result_line(name: str, answer: dict) -> str:

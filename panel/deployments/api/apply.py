@@ -25,7 +25,11 @@ class ReplicaCountSerializer(serializers.Serializer):
 
 
 class ApplyAnswerSerializer(serializers.Serializer):
-    result = serializers.ChoiceField(["created", "unchanged", "changed"])
+    result = serializers.ChoiceField(
+        ["created", "unchanged", "changed", "waiting"],
+        help_text="waiting: the model's folder was registered and is being inspected; apply again once "
+        "`inspection` (an operation) has ended.",
+    )
     dry_run = serializers.BooleanField()
     effect = serializers.ChoiceField(
         ["none", "create", "restart", "move_npus", "start", "stop", "scale", "rolling"],
@@ -37,6 +41,7 @@ class ApplyAnswerSerializer(serializers.Serializer):
     warnings = serializers.ListField(child=serializers.DictField())
     replicas = ReplicaCountSerializer()
     rollout = RolloutSerializer(allow_null=True, help_text="The rolling update this apply started.")
+    inspection = serializers.UUIDField(allow_null=True, help_text="With result waiting: the inspection.")
 
 
 class SpecAnswerSerializer(serializers.Serializer):
@@ -67,6 +72,7 @@ def answer_of(outcome: Outcome, dry_run: bool) -> dict[str, Any]:
         "warnings": outcome.warnings,
         "replicas": outcome.replicas,
         "rollout": progress(outcome.rollout),
+        "inspection": outcome.inspection,
     }
 
 

@@ -13,7 +13,7 @@ from panel.core.api import PanelViewSet, ReadOnlyPanelViewSet
 from panel.core.choices import DesiredState
 from panel.core.idempotency import idempotent
 from panel.core.schema import ErrorSerializer
-from panel.core.streams import StreamsMixin
+from panel.core.streams import WAIT_ATTRIBUTE, StreamsMixin
 from panel.core.watch import WatchSpec
 from panel.core.yaml_api import YAML_PARSERS, SpecJSONRenderer, SpecYAMLRenderer
 from panel.deployments import metrics_history, services
@@ -145,6 +145,9 @@ class DeploymentViewSet(StreamsMixin, mixins.ListModelMixin, mixins.RetrieveMode
             outcome = apply(pk, spec, request.user, dry_run=dry_run)
         except services.DeploymentConflict as error:
             raise Conflict(str(error)) from None
+        if outcome.result == "waiting":
+            # Nothing to wait for here yet: the caller waits for the inspection, then applies again.
+            setattr(request._request, WAIT_ATTRIBUTE, None)
         codes = {"created": status.HTTP_201_CREATED, "unchanged": status.HTTP_200_OK}
         return Response(
             answer_of(outcome, dry_run), status=codes.get(outcome.result, status.HTTP_202_ACCEPTED)

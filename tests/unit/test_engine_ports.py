@@ -1,0 +1,37 @@
+"""The agent's check that an engine's port is free: a listener anywhere on the port makes it taken, a port
+left in TIME_WAIT by a stopped engine of ours does not."""
+
+import socket
+
+from workers.engine.ports import port_in_use
+
+
+def listener(host: str, port: int = 0, reuse: bool = False) -> socket.socket:
+    sock = socket.socket()
+    if reuse:  # as an engine's server (uvicorn) binds
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen()
+    return sock
+
+
+def test_a_port_another_process_listens_on_is_in_use_on_that_address_and_on_every_address():
+    with listener("127.0.0.1") as other:
+        port = other.getsockname()[1]
+        assert port_in_use("127.0.0.1", port)
+        assert port_in_use("0.0.0.0", port)  # noqa: S104  the engine of a node with an address binds all
+
+
+def test_a_listener_on_every_address_takes_the_port_on_loopback_too():
+    with listener("0.0.0.0") as other:  # noqa: S104
+        assert port_in_use("127.0.0.1", other.getsockname()[1])
+
+
+def test_the_port_of_an_engine_that_stopped_is_free_again():
+    with listener("127.0.0.1", reuse=True) as other:
+        port = other.getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        accepted, _peer = other.accept()
+        accepted.close()  # the server side closes first: its end of the connection waits in TIME_WAIT
+        client.close()
+    assert not port_in_use("127.0.0.1", port)
