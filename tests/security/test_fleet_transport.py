@@ -82,11 +82,10 @@ def agent_on_amqp(rabbit, sim_host, tmp_path):
 def test_an_agent_on_rabbitmq_runs_the_panels_task_and_its_events_and_metrics_come_back(
     panel_worker, agent_on_amqp
 ):
-    from panel.nodes.operations import start_inventory
-
     from panel.monitoring import store
     from panel.nodes.models import Node
     from panel.operations.models import Operation
+    from panel.operations.node_operations import start_inventory
 
     name, answer, log_path = agent_on_amqp
     assert answer["broker_url"].startswith("amqp://")

@@ -52,7 +52,7 @@ def test_a_pickle_planted_under_a_throttle_key_is_refused_and_never_run(
     expected = api.get("/api/v1/operations/").status_code  # 200, or 401 for the anonymous caller
     key = _throttle_key(redis_cache, kind)
     marker = tmp_path / "pwned"
-    before = refusals.counts(redis_cache).get("cache", 0)
+    before = refusals.state_counts(redis_cache).get("cache", 0)
 
     redis_cache.set(key, pickle.dumps(_Payload(marker)))
     answer = api.get("/api/v1/operations/")
@@ -60,7 +60,7 @@ def test_a_pickle_planted_under_a_throttle_key_is_refused_and_never_run(
     assert answer.status_code == expected
     assert not marker.exists()
     assert not redis_cache.get(key).startswith(b"\x80")  # the throttle wrote its own JSON history anew
-    assert refusals.counts(redis_cache)["cache"] == before + 1
+    assert refusals.state_counts(redis_cache)["cache"] == before + 1
 
 
 def test_what_the_panel_caches_comes_back_as_it_went_in(redis_cache):

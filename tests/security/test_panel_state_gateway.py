@@ -31,7 +31,7 @@ def fresh_gateway_state(_wired_to_redis):
 
 
 def refused(kind: str) -> int:
-    return refusals.counts(store.client()).get(kind, 0)
+    return refusals.state_counts(store.client()).get(kind, 0)
 
 
 def resolve(raw: str, served_name: str | None = "chat") -> identity.Resolved:
