@@ -20,6 +20,13 @@ pytestmark = pytest.mark.django_db
 __all__ = ["client", "npu_node", "tiny"]  # fixtures used by name
 
 
+@pytest.fixture(autouse=True)
+def models_under_models(npu_node):
+    """The copies here live under /models: a models root of this node (the panel refuses paths outside)."""
+    npu_node.models_roots = ["/models"]
+    npu_node.save(update_fields=["models_roots"])
+
+
 def inspected(operation, facts) -> None:
     """The inspection ends as the ingest ends it: its result recorded on the model and its copy."""
     from django.db import transaction

@@ -209,7 +209,7 @@ def test_a_model_folder_missing_on_the_node_fails_the_start_at_once_saying_so(
     body = {
         "name": "no-folder",
         "model": model.pk,
-        "path": "/nowhere/tiny-llama",
+        "path": "/data/models/no-such-tiny-llama",  # inside the models roots, absent on the node
         "nodes": [{"node": TEST_NODE, "npus": [2]}],
     }
     pk = client.post("/api/v1/deployments/", body, format="json").json()["id"]
@@ -225,9 +225,9 @@ def test_a_model_folder_missing_on_the_node_fails_the_start_at_once_saying_so(
     from panel.operations.models import Operation
 
     assert Operation.objects.filter(kind="deploy", target="no-folder").count() == 1
-    assert "the model folder /nowhere/tiny-llama does not exist on this node" in failed["reason"]
+    assert "the model folder /data/models/no-such-tiny-llama does not exist on this node" in failed["reason"]
     lines = [row["line"] for row in client.get(f"/api/v1/deployments/{pk}/logs/").json()["results"]]
-    assert "[panel] start failed: the model folder /nowhere/tiny-llama does not exist on this node" in lines
+    assert "[panel] start failed: the model folder /data/models/no-such-tiny-llama does not exist on this node" in lines
     assert client.post(f"/api/v1/deployments/{pk}/stop/").status_code == 202
 
 

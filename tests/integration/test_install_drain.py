@@ -157,7 +157,7 @@ def test_a_resume_is_refused_only_if_its_remaining_steps_restart_the_driver_or_h
 def test_after_the_install_the_pages_offer_to_uncordon_and_start_what_the_drain_stopped(serving_rows, bob):
     from django.test import Client
 
-    from panel.nodes.lifecycle import drain
+    from panel.deployments.node_actions import drain
     from panel.operations.models import Operation
     from panel.provisioning.models import NodeStack
 

@@ -44,6 +44,7 @@ TOKEN_GUARDED = {"provisioning:download", "nodes:agent-join", "forensics:upload"
 # Where a viewer may write: their own API tokens and password, their language, signing out.
 VIEWER_WRITES = {
     "accounts:change-password",
+    "accounts:password-required",
     "accounts:login",
     "accounts:logout",
     "set_language",
