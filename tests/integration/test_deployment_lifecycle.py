@@ -227,7 +227,8 @@ def test_a_model_folder_missing_on_the_node_fails_the_start_at_once_saying_so(
     assert Operation.objects.filter(kind="deploy", target="no-folder").count() == 1
     assert "the model folder /data/models/no-such-tiny-llama does not exist on this node" in failed["reason"]
     lines = [row["line"] for row in client.get(f"/api/v1/deployments/{pk}/logs/").json()["results"]]
-    assert "[panel] start failed: the model folder /data/models/no-such-tiny-llama does not exist on this node" in lines
+    missing = "the model folder /data/models/no-such-tiny-llama does not exist on this node"
+    assert f"[panel] start failed: {missing}" in lines
     assert client.post(f"/api/v1/deployments/{pk}/stop/").status_code == 202
 
 
