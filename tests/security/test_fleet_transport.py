@@ -107,6 +107,7 @@ def test_an_agent_on_rabbitmq_runs_the_panels_task_and_its_events_and_metrics_co
     assert latest
 
 
+@pytest.mark.attacks_panel
 def test_a_panel_task_name_sent_through_the_ingest_exchange_is_refused_and_counted(rabbit, panel_worker):
     from panel.nodes.trust import rejected_counts
 

@@ -43,6 +43,7 @@ def test_a_join_creates_the_node_user_with_only_its_own_queue_and_the_ingest_exc
     assert node_permissions(name) == {"configure": "^$", "write": "^ingest$", "read": own_queue}
 
 
+@pytest.mark.reaches_other_node
 def test_a_node_cannot_read_another_nodes_queue(rabbit):
     own, other = rabbit.node_name("npu-b"), rabbit.node_name("npu-c")
     url = join(own)["broker_url"]
@@ -54,6 +55,7 @@ def test_a_node_cannot_read_another_nodes_queue(rabbit):
             channel.basic_get(f"node.{other}")
 
 
+@pytest.mark.reaches_other_node
 @pytest.mark.parametrize(
     ("exchange", "routing_key"),
     [("panel", "panel"), ("", "panel"), ("nodes", "node.anyone"), ("amq.direct", "panel")],
@@ -68,6 +70,7 @@ def test_a_node_cannot_publish_anywhere_but_the_ingest_exchange(rabbit, exchange
             channel.basic_publish_confirm(amqp.Message(b"{}"), exchange=exchange, routing_key=routing_key)
 
 
+@pytest.mark.reaches_other_node
 def test_a_node_cannot_declare_queues_or_exchanges_or_bind_its_queue_elsewhere(rabbit):
     name = rabbit.node_name("npu-d")
     url = join(name)["broker_url"]

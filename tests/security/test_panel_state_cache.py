@@ -12,7 +12,7 @@ from rest_framework.test import APIClient
 from panel.core import refusals
 from tests.conftest import api_client_for
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.attacks_panel]
 
 
 class _Payload:

@@ -16,7 +16,7 @@ from panel.core import refusals
 from panel.gateway import identity, sealing, store, usage
 from panel.gateway.models import UsageRecord
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.attacks_panel]
 
 ATTACKER = "http://203.0.113.7:8000/v1"
 

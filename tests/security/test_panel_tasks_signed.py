@@ -18,7 +18,7 @@ from workers.celery_app import app
 from workers.identity import AUTH_KWARG, new_stamp, signature
 from workers.task_names import PANEL_QUEUE
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120), pytest.mark.attacks_panel]
 
 
 @contextlib.contextmanager
