@@ -25,7 +25,7 @@ from panel.core.choices import DesiredState, ModelSource
 from panel.deployments import placement, reasons, replicas, services
 from panel.deployments.models import Deployment, Rollout
 from panel.deployments.planning import ENGINE_SETTINGS, DeploymentPlan, plan_request
-from panel.deployments.spec import engine_settings_of, nodes_of
+from panel.deployments.spec import engine_settings_of, nodes_of, spec_of
 
 # Engine settings the planner fills when a spec leaves them out; the rest have fixed defaults.
 PLANNER_FILLS = ("tensor_parallel_size", "data_parallel_size", "max_model_len")
@@ -342,6 +342,7 @@ def _apply_to(current: Deployment, planned, spec, model, artifact, user, *, dry_
     outcome.replicas = {"wanted": wanted, "now": now}
     if changes and not dry_run:
         with transaction.atomic():
+            Deployment.objects.filter(pk=current.pk).update(previous_spec=spec_of(current))
             # Scale first: the rollout's surge is a row above N that scaling must not take for a spare.
             _scale(current, spec, model, artifact, user, served)
             outcome.rollout = _change(current, plans, spec, effect, changes, user, stale)
