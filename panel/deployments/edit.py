@@ -89,9 +89,21 @@ def run(name: str, raw: dict[str, Any], user, *, dry_run: bool) -> Outcome:
         raise Refused({"engine.env": [str(error.detail)]}) from None
     except serializers.ValidationError as error:
         detail = error.detail if isinstance(error.detail, dict) else {"": error.detail}
-        raise Refused({key: flatten(texts) for key, texts in detail.items()}) from None
+        raise Refused(_by_dotted_field(detail)) from None
     except services.DeploymentConflict as error:
         raise Refused({"": [str(error)]}) from None
+
+
+def _by_dotted_field(detail: dict, prefix: str = "") -> dict[str, list[str]]:
+    """{"engine": {"port": [...]}} (the spec's own check) as {"engine.port": [...]} (the planner's)."""
+    out: dict[str, list[str]] = {}
+    for key, texts in detail.items():
+        name = f"{prefix}{key}"
+        if isinstance(texts, dict):
+            out.update(_by_dotted_field(texts, f"{name}."))
+        else:
+            out[name] = flatten(texts)
+    return out
 
 
 def outcome_context(outcome: Outcome) -> dict[str, Any]:
