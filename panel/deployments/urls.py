@@ -11,6 +11,7 @@ urlpatterns = [
     path("benchmarks/", views.benchmark_compare, name="benchmarks"),
     path("<slug:name>/", views.deployment_detail, name="detail"),
     path("<slug:name>/findings/", views.deployment_findings, name="findings"),
+    path("<slug:name>/replicas/", views.deployment_replicas, name="replicas"),
     path("<slug:name>/benchmark/", views.deployment_benchmark, name="benchmark"),
     path("<slug:name>/edit/", edit.deployment_edit, name="edit"),
     path("<slug:name>/scale/", edit.deployment_scale, name="scale"),

@@ -193,6 +193,15 @@ def deployment_detail(request, name):
 
 @role_required(VIEWER)
 @require_safe
+def deployment_replicas(request, name):
+    """The replicas card alone: static/js/replicas_box.js swaps it in when a replica changes."""
+    deployment = visible_deployment(request, name)
+    context = {"deployment": deployment, "replica_set": _replica_set(deployment)}
+    return render(request, "deployments/replicas_box.html", context)
+
+
+@role_required(VIEWER)
+@require_safe
 def deployment_findings(request, name):
     """The findings box alone: the page swaps it in when a start fails or the engine turns unhealthy."""
     deployment = visible_deployment(request, name)

@@ -2,9 +2,12 @@
 applied, the apply, the spec kept for a rollback, and who may do it (operators and admins; viewers are
 refused; the admin-only vLLM flags stay refused to operators)."""
 
+import asyncio
 import re
 
 import pytest
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
 from django.test import Client
 
 from tests.integration.test_deployment_apply import (  # noqa: F401  (fixtures)
@@ -111,13 +114,22 @@ def test_an_operator_may_not_add_a_code_loading_flag_in_edit_and_an_admin_may(al
     assert 'data-change="engine.extra_flags"' in allowed
 
 
-def test_scale_adds_a_replica(bob, stopped):
+def test_scale_adds_a_replica(bob, stopped, django_capture_on_commit_callbacks):
     from panel.deployments.models import Deployment
 
-    answer = page_client(bob).post("/deployments/ci-qwen/scale/", {"replicas": "2"})
+    layer = get_channel_layer()
+    primary_page = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)("deployment.ci-qwen", primary_page)
+    with django_capture_on_commit_callbacks(execute=True):
+        answer = page_client(bob).post("/deployments/ci-qwen/scale/", {"replicas": "2"})
     assert answer.status_code == 302
     assert Deployment.objects.get(name="ci-qwen").replicas_wanted == 2
     assert Deployment.objects.filter(name="ci-qwen-r2", replica_of__name="ci-qwen").exists()
+    # The primary's page is told (and redraws its replicas card), in a type its status never is.
+    told = async_to_sync(asyncio.wait_for)(layer.receive(primary_page), 10)["message"]
+    assert (told["type"], told["replica"]) == ("deployment.replicas", "ci-qwen-r2")
+    card = page_client(bob).get("/deployments/ci-qwen/replicas/").content.decode()
+    assert 'data-replica="ci-qwen-r2"' in card
 
 
 def test_rollback_without_an_earlier_spec_says_so(bob, stopped):
