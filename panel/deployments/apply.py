@@ -24,7 +24,7 @@ from panel.core.choices import DesiredState
 from panel.deployments import placement, reasons, replicas, rollouts, services, spec_model
 from panel.deployments.models import Deployment, Rollout
 from panel.deployments.planning import ENGINE_SETTINGS, DeploymentPlan, plan_request
-from panel.deployments.spec import engine_settings_of, nodes_of
+from panel.deployments.spec import engine_settings_of, nodes_of, spec_of
 
 # Engine settings the planner fills when a spec leaves them out; the rest have fixed defaults.
 PLANNER_FILLS = ("tensor_parallel_size", "data_parallel_size", "max_model_len")
@@ -313,6 +313,7 @@ def _apply_to(current: Deployment, planned, spec, model, artifact, user, *, dry_
         _link_copies(plans, [current, *stays])
     if changes and not dry_run:
         with transaction.atomic():
+            Deployment.objects.filter(pk=current.pk).update(previous_spec=spec_of(current))
             # Scale first: the rollout's surge is a row above N that scaling must not take for a spare.
             _scale(current, spec, model, artifact, user, served)
             outcome.rollout = _change(current, plans, spec, effect, changes, user, stale)

@@ -227,6 +227,31 @@ class EngineStepForm(forms.Form):
         return dict(self.cleaned_data)
 
 
+class EditForm(EngineStepForm):
+    """A deployment page's Edit: the wizard's model copy, NPUs and engine settings on one page. Without NPU
+    choices (a deployment with replicas, where each takes NPUs of its own) the NPUs stay as they are."""
+
+    artifact = forms.ModelChoiceField(
+        queryset=ModelArtifact.objects.none(), label=_("Model copy"), empty_label=None
+    )
+    npus = forms.MultipleChoiceField(
+        label=_("NPUs"),
+        widget=forms.CheckboxSelectMultiple,
+        error_messages={"required": PlacementStepForm.base_fields["npus"].error_messages["required"]},
+    )
+
+    def __init__(self, *args, artifacts, npu_choices=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["artifact"].queryset = artifacts
+        self.fields["artifact"].label_from_instance = lambda copy: (
+            f"{copy.model.name} · {copy.node.name}:{copy.path}"
+        )
+        if npu_choices:
+            self.fields["npus"].choices = list(npu_choices)
+        else:
+            del self.fields["npus"]
+
+
 def flags_as_text(extra: dict) -> str:
     """The text a user would type for `extra` (the inverse of clean_extra_flags), to refill the field."""
     parts = []

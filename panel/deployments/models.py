@@ -79,6 +79,8 @@ class Deployment(TimestampedModel):
     replicas_wanted = models.PositiveSmallIntegerField(
         default=1, help_text="On the primary: the spec's replicas (the primary counts as one)."
     )
+    # On the primary: the spec it had before the last apply that changed it, for a rollback (undo.py).
+    previous_spec = models.JSONField(null=True, blank=True, default=None)
 
     class Meta:
         ordering = ["name"]

@@ -87,6 +87,18 @@ def announce(deployment: Deployment) -> None:
     message = status_message(deployment)
     # Also to DEPLOYMENTS: a watched deployment list learns of new and changed ones there.
     transaction.on_commit(lambda: broadcast(deployment_group(deployment.name), message, also=(DEPLOYMENTS,)))
+    tell_primary(deployment.replica_of_id, deployment.name, deployment.observed_state)
+
+
+def tell_primary(primary_id: int | None, name: str, status: str) -> None:
+    """A replica changed, came or went: the primary's page redraws its replicas card. A type of its own,
+    so that what follows the primary's status (watch, wait, deployment.js) never takes it for the primary."""
+    if primary_id is None:
+        return
+    primary = Deployment.objects.filter(pk=primary_id).values_list("name", flat=True).first()
+    if primary is not None:
+        message = {"type": "deployment.replicas", "name": primary, "replica": name, "status": status}
+        transaction.on_commit(lambda: broadcast(deployment_group(primary), message))
 
 
 def move(deployment: Deployment, state: str, reason: str | list[dict] = "") -> None:
@@ -171,6 +183,8 @@ def create_deployment(
             deployment.desired_state = DesiredState.STOPPED
             move(deployment, DeploymentState.STOPPED, "")
             deployment.save()
+        if replica_of is not None:
+            tell_primary(replica_of.pk, deployment.name, deployment.observed_state)
     return deployment
 
 
@@ -366,6 +380,7 @@ def delete(deployment: Deployment, user=None) -> Deployment:
 def release_and_remove(deployment: Deployment) -> None:
     deployment.npus.clear()
     name = deployment.name
+    tell_primary(deployment.replica_of_id, name, "deleted")
     deployment.delete()
     transaction.on_commit(lambda: metrics_history.forget(name))
     gone = {"type": "deployment.status", "name": name, "status": "deleted", "desired_state": "deleted"}

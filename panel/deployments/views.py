@@ -79,7 +79,7 @@ def deployment_list(request):
     )
 
 
-def _deployment(request, name):
+def visible_deployment(request, name):
     queryset = Deployment.objects.visible_to(request.user).select_related("model", "artifact__node")
     return get_object_or_404(queryset.prefetch_related("nodes", "npus__node"), name=name)
 
@@ -124,7 +124,7 @@ def _replica_set(deployment) -> dict:
 @role_required(VIEWER)
 @require_safe
 def deployment_detail(request, name):
-    deployment = _deployment(request, name)
+    deployment = visible_deployment(request, name)
     launch = _latest_launch(deployment)
     review = _stored_review(deployment)
     spec = {key: value for key, value in (deployment.spec or {}).items() if key != "parts"}
@@ -149,6 +149,7 @@ def deployment_detail(request, name):
         "gateway_url": deployment.endpoint or gateway_url(request),
         "benchmarks": benchmarks,
         "replica_set": _replica_set(deployment),
+        "replica_count": (deployment.replica_of or deployment).replicas_wanted,
         "benchmark_form": BenchmarkForm(),
         "confirm_texts": _confirm_texts(deployment),
         "action_buttons": [
@@ -195,9 +196,18 @@ def deployment_detail(request, name):
 
 @role_required(VIEWER)
 @require_safe
+def deployment_replicas(request, name):
+    """The replicas card alone: static/js/replicas_box.js swaps it in when a replica changes."""
+    deployment = visible_deployment(request, name)
+    context = {"deployment": deployment, "replica_set": _replica_set(deployment)}
+    return render(request, "deployments/replicas_box.html", context)
+
+
+@role_required(VIEWER)
+@require_safe
 def deployment_findings(request, name):
     """The findings box alone: the page swaps it in when a start fails or the engine turns unhealthy."""
-    deployment = _deployment(request, name)
+    deployment = visible_deployment(request, name)
     return render(request, "deployments/findings.html", {"findings": findings_of(deployment)})
 
 
@@ -219,7 +229,7 @@ def _confirm_texts(deployment) -> dict:
 @role_required(OPERATOR)
 @require_POST
 def deployment_action(request, name, action):
-    deployment = _deployment(request, name)
+    deployment = visible_deployment(request, name)
     command = ACTIONS.get(action)
     if command is None:
         return redirect("deployments:detail", name=name)
@@ -243,7 +253,7 @@ def deployment_action(request, name, action):
 @role_required(OPERATOR)
 @require_POST
 def deployment_benchmark(request, name):
-    deployment = _deployment(request, name)
+    deployment = visible_deployment(request, name)
     form = BenchmarkForm(request.POST)
     serializer = BenchmarkRequestSerializer(
         data={

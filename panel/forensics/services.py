@@ -29,6 +29,7 @@ from panel.forensics.models import BundleStatus, BundleTrigger, DiagnosticsBundl
 from panel.operations.models import Operation
 from panel.operations.services import create_operation
 from panel.provisioning import conf
+from panel.realtime.broadcast import broadcast, deployment_group
 from workers.task_names import AGENT_COLLECT_DIAGNOSTICS
 
 log = logging.getLogger(__name__)
@@ -91,7 +92,14 @@ def collect(
                     }
                 },
             )
+        _announce(bundle)
     return bundle
+
+
+def _announce(bundle: DiagnosticsBundle) -> None:
+    """Tell the deployment's page its diagnostics box changed (it fetches the box again), once committed."""
+    message = {"type": "deployment.diagnostics", "name": bundle.deployment, "bundle": bundle.pk}
+    transaction.on_commit(lambda: broadcast(deployment_group(bundle.deployment), message))
 
 
 def collect_after_failed_start(deployment) -> DiagnosticsBundle | None:
@@ -204,6 +212,7 @@ def _pack(bundle: DiagnosticsBundle) -> None:
     bundle.save()
     shutil.rmtree(folder() / str(bundle.pk), ignore_errors=True)
     _forget_old(bundle.deployment)
+    _announce(bundle)
 
 
 def _forget_old(deployment: str) -> None:

@@ -1,12 +1,12 @@
 from django.contrib import messages
 from django.core.exceptions import ValidationError
 from django.http import FileResponse, Http404, HttpResponseForbidden, JsonResponse
-from django.shortcuts import get_object_or_404, redirect
+from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST, require_safe
 
-from panel.accounts.roles import OPERATOR, VIEWER
+from panel.accounts.roles import OPERATOR, VIEWER, has_role
 from panel.core.views import role_required
 from panel.deployments.models import Deployment
 from panel.forensics import services
@@ -50,3 +50,12 @@ def download(request, pk):
     if path is None:
         raise Http404(_("This bundle has no archive (yet)."))
     return FileResponse(path.open("rb"), as_attachment=True, filename=bundle.file_name)
+
+
+@role_required(VIEWER)
+@require_safe
+def deployment_bundles(request, name):
+    """The deployment page's diagnostics box alone: static/js/diagnostics_box.js swaps it in when told."""
+    deployment = get_object_or_404(Deployment.objects.visible_to(request.user), name=name)
+    context = {"deployment": deployment, "can_operate": has_role(request.user, OPERATOR)}
+    return render(request, "forensics/deployment_bundles.html", context)

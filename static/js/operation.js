@@ -8,6 +8,7 @@ const log = document.querySelector("[data-field=log]");
 const field = (name) => root.querySelector(`[data-field=${name}]`);
 const labels = JSON.parse(document.getElementById("status-labels")?.textContent || "{}");
 const colours = { pending: "offline", running: "running", succeeded: "ok", failed: "alarm", cancelled: "warning" };
+const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
 
 function render(events) {
   const lines = [];
@@ -42,6 +43,9 @@ function showStatus(summary) {
   badge.textContent = labels[summary.status] || summary.status;
   field("progress-bar").className = `progress-bar status-${colours[summary.status] || "offline"}`;
   showProgress(summary.progress, summary.stage);
+  // An ended operation cannot be force-failed (the server refuses it too): the form goes with the end.
+  const forceFail = field("force-fail");
+  if (forceFail) forceFail.hidden = TERMINAL.has(summary.status);
   if (summary.error) {
     field("failure").hidden = false;
     field("error").textContent = summary.error;

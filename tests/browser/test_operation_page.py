@@ -25,6 +25,18 @@ def test_inventory_started_from_the_node_page_reaches_100_percent_live(panel_pag
     assert page.evaluate("window.__loadedOnce") is True, "the page reloaded instead of updating live"
 
 
+def test_force_fail_goes_away_live_when_the_operation_ends(panel_page):
+    page = panel_page("alice")  # an admin: the only role offered Force-fail
+    page.goto("/nodes/sim-a2/")
+    page.get_by_test_id("run-inventory").click()
+    page.wait_for_url(re.compile(r"/operations/[0-9a-f-]{36}/$"))
+    page.evaluate("window.__loadedOnce = true")
+
+    expect(page.locator("#operation")).to_have_attribute("data-status", "succeeded", timeout=30_000)
+    expect(page.locator("[data-field=force-fail]")).to_be_hidden()
+    assert page.evaluate("window.__loadedOnce") is True, "the page reloaded instead of updating live"
+
+
 def test_operation_page_switches_to_chinese(panel_page):
     page = panel_page("bob")
     page.goto("/nodes/sim-a2/")

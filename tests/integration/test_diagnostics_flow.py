@@ -4,6 +4,7 @@ panel and downloaded from the page and the API; and asked for by the panel itsel
 
 # ruff: noqa: E501  (log lines are quoted whole)
 
+import asyncio
 import io
 import json
 import os
@@ -11,6 +12,8 @@ import tarfile
 import time
 
 import pytest
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
 from django.db import transaction
 from django.test import Client
 
@@ -57,6 +60,22 @@ def failed_deployment(celery_worker):
     return deployment
 
 
+def received(layer, channel) -> list[dict]:
+    """The panel messages already waiting on `channel` (a browser's socket stands in here)."""
+    messages = []
+
+    async def drain():
+        while True:
+            try:
+                event = await asyncio.wait_for(layer.receive(channel), 2)
+            except TimeoutError:
+                return
+            messages.append(event["message"])
+
+    async_to_sync(drain)()
+    return messages
+
+
 def wait_ready(bundle, timeout=180):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -73,17 +92,28 @@ def test_collected_from_the_page_and_downloaded_as_one_archive(
     from panel.forensics.models import DiagnosticsBundle
 
     settings.PANEL_URL = live_server.url
+    layer = get_channel_layer()
+    page_socket = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)("deployment.broken-one", page_socket)
     client = Client()
     client.force_login(bob)
     assert client.post("/forensics/deployments/broken-one/collect/").status_code == 302
     bundle = wait_ready(DiagnosticsBundle.objects.get())
     assert bundle.status == "ready", bundle.summary
     assert bundle.trigger == "on_demand"
+    # The page is told twice (started, packed) and fetches its box again: "Ready" without a reload.
+    told = [
+        message for message in received(layer, page_socket) if message["type"] == "deployment.diagnostics"
+    ]
+    assert [message["bundle"] for message in told] == [bundle.pk, bundle.pk]
 
     page = Client()
     page.force_login(charlie)
     html = page.get("/deployments/broken-one/").content.decode()
     assert 'data-testid="download-diagnostics"' in html
+    box = page.get("/forensics/deployments/broken-one/bundles/").content.decode()
+    assert 'data-testid="download-diagnostics"' in box
+    assert "Collecting" not in box
     assert 'data-testid="collect-diagnostics"' not in html  # a viewer downloads, does not collect
     download = page.get(f"/forensics/bundles/{bundle.pk}/download/")
     assert download["Content-Disposition"].startswith('attachment; filename="diagnostics-broken-one-')
