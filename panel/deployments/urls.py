@@ -1,6 +1,6 @@
 from django.urls import path
 
-from panel.deployments import edit, views, wizard
+from panel.deployments import edit_views, views, wizard
 
 app_name = "deployments"
 urlpatterns = [
@@ -14,8 +14,8 @@ urlpatterns = [
     path("<slug:name>/findings/", views.deployment_findings, name="findings"),
     path("<slug:name>/replicas/", views.deployment_replicas, name="replicas"),
     path("<slug:name>/benchmark/", views.deployment_benchmark, name="benchmark"),
-    path("<slug:name>/edit/", edit.deployment_edit, name="edit"),
-    path("<slug:name>/scale/", edit.deployment_scale, name="scale"),
-    path("<slug:name>/rollback/", edit.deployment_rollback, name="rollback"),
+    path("<slug:name>/edit/", edit_views.deployment_edit, name="edit"),
+    path("<slug:name>/scale/", edit_views.deployment_scale, name="scale"),
+    path("<slug:name>/rollback/", edit_views.deployment_rollback, name="rollback"),
     path("<slug:name>/<slug:action>/", views.deployment_action, name="action"),
 ]

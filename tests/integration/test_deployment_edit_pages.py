@@ -31,7 +31,7 @@ def page_client(user) -> Client:
 
 def edit_fields(name: str, **overrides) -> dict:
     """The edit form as the page fills it, with `overrides`."""
-    from panel.deployments.edit import _initial
+    from panel.deployments.edit_views import _initial
     from panel.deployments.models import Deployment
 
     fields = {k: ("" if v is None else v) for k, v in _initial(Deployment.objects.get(name=name)).items()}
