@@ -36,12 +36,16 @@ def run_operation(operation_id: str, start_seq: int, body, target: dict | None =
         log.info("delivery of operation %s not run: %s", operation_id, why)
         return
     try:
-        if not _still_wanted(lease, config, target):
-            return
         emitter = EventEmitter(
             operation_id, config.node_name, attempt=attempt, signer=CENTRAL if target else None
         )
+        # Said before the ask, and sent at once: an agent that dies while it waits for the answer leaves a
+        # running operation its next heartbeat does not list, which the reaper sends again. Nothing has run
+        # yet, and the panel ignores it for an operation that already ended.
         emitter.emit("state", state="running")
+        emitter.flush()
+        if not _still_wanted(lease, config, target):
+            return
         if attempt > 1:
             emitter.log(
                 f"attempt {attempt}: the task was delivered again after an earlier attempt ended early"
