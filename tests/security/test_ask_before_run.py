@@ -88,7 +88,8 @@ def test_a_frozen_agent_resumed_after_the_admin_failed_and_retried_the_operation
     assert lease_record(stuck)["finished"] == "ended on the panel"
     assert stuck.status == "failed"
     assert stuck.error.startswith("Force-failed by alice")
-    assert not stuck.events.exists()  # not even a "running": nothing of it ran
+    # It said it was picked up (so the reaper can tell if it dies while asking), then ran no step.
+    assert [(e.kind, e.payload) for e in stuck.events.all()] == [("state", {"state": "running"})]
 
 
 def test_a_delivery_held_back_while_a_newer_one_was_sent_runs_nothing_and_the_newer_runs(
@@ -111,5 +112,7 @@ def test_a_delivery_held_back_while_a_newer_one_was_sent_runs_nothing_and_the_ne
     release(held, 1)
     operation = wait_ended(operation)
     assert operation.status == "succeeded"
-    attempts = set(operation.events.values_list("attempt", flat=True))
-    assert attempts == {2}  # the first delivery took the lease, asked, and ran nothing
+    # The first delivery took the lease, said it was picked up, asked, and ran nothing.
+    first = [(e.kind, e.payload) for e in operation.events.filter(attempt=1)]
+    assert first == [("state", {"state": "running"})]
+    assert operation.events.filter(attempt=2, kind="log").exists()
