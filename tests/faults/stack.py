@@ -146,6 +146,9 @@ class FaultStack:
             **STACK_ENV,
             PANEL_DATA_DIR=str(self.dir / "data"),
             PANEL_MODELS_ROOT=str(self.dir / "models"),
+            # The agents' own policy (ASCEND_PANEL_MODELS_ROOT) holds the scenarios' model folders too, as
+            # an admin configures a host whose models live outside /data/models.
+            ASCEND_PANEL_MODELS_ROOT=f"/data/models:{self.dir / 'models'}",
             PANEL_DEPLOY_BASE_PORT=str(free_port_pair()),
         )
         self.shared_database_url = os.environ.get("DATABASE_URL", "")
