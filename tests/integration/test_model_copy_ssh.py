@@ -63,6 +63,8 @@ def source(celery_worker, sshd_server, settings, monkeypatch, tmp_path):
 
     monkeypatch.setenv("ASCEND_PANEL_SSH_KEY", str(sshd_server.workdir / "client_key"))
     settings.PANEL_MODELS_ROOT = str(tmp_path / "models")
+    # The agent's own policy holds that folder too (it checks a copy's source as well as its target).
+    monkeypatch.setenv("ASCEND_PANEL_MODELS_ROOT", f"/data/models:{settings.PANEL_MODELS_ROOT}")
     path = f"{settings.PANEL_MODELS_ROOT}/tiny"
     make_tiny_model(celery_worker.sim_root / path.lstrip("/"), arch="qwen2", target_mb=2)
     node = Node.objects.create(name=TEST_NODE, transport="agent")
