@@ -39,6 +39,18 @@ def ingest_as_its_node(batch: dict) -> list:
     return ingest_events(batch, sender=batch["node"])
 
 
+@pytest.fixture(autouse=True)
+def _a_channel_layer_of_its_own():
+    """Each test gets a channel layer instance of its own: channels_redis keeps one receive lock per instance,
+    bound to the event loop that first received, and a test that leaves a receive pending (a socket never
+    disconnected) would leave it locked for every later test in this process."""
+    import channels.layers
+
+    channels.layers.channel_layers.backends.clear()
+    yield
+    channels.layers.channel_layers.backends.clear()
+
+
 @pytest.fixture
 def celery_worker(_wired_to_redis, transactional_db, monkeypatch, sim_host):
     """A worker serving queue `panel` and `node.it-node`, whose agent side sees a simulated A2 host."""
