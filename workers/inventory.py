@@ -7,7 +7,14 @@ import asyncio
 import json
 
 from workers.ascend.facts import collect_host_facts, npu_numa_nodes
-from workers.ascend.npu_smi import npu_smi_argv, parse_mapping, parse_table, raise_for_error
+from workers.ascend.npu_smi import (
+    NpuSmiError,
+    npu_smi_argv,
+    parse_mapping,
+    parse_table,
+    parse_topo,
+    raise_for_error,
+)
 from workers.ascend.versions import find_versions
 from workers.containers.detect import detect_containers
 from workers.i18n import gettext_noop as _
@@ -62,6 +69,18 @@ async def read_npus(runner, host_root: str) -> tuple[list[dict], str]:
     return npus, table_run.stdout
 
 
+async def read_topology(runner) -> dict | None:
+    """How the NPUs are linked (`npu-smi info -t topo`), or None where the driver cannot say: older drivers
+    and some cards have no topo query, which is no reason to fail an inventory."""
+    run = await runner.run(npu_smi_argv("topo"), timeout=NPU_SMI_TIMEOUT_S)
+    if not run.ok:
+        return None
+    try:
+        return parse_topo(run.stdout)
+    except NpuSmiError:
+        return None
+
+
 async def python_stacks(runner, pythons: list[dict]) -> dict[str, dict]:
     """Versions of torch / torch-npu / vllm / vllm-ascend for each interpreter found on the host."""
     stacks = {}
@@ -87,6 +106,7 @@ async def gather_inventory(
     facts = await collect_host_facts(runner, host_root)
     progress(35, _("Reading NPUs (npu-smi)"))
     npus, raw = await read_npus(runner, host_root)
+    facts["npu_topology"] = await read_topology(runner) if npus else None
     progress(60, _("Reading driver, firmware and CANN versions"))
     found = await find_versions(runner, ascend_root)
     progress(80, _("Reading Python stacks"))

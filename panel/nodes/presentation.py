@@ -53,3 +53,49 @@ def inventory_changes_view(changes: dict) -> list[dict]:
     for chip in changes.get("npus_removed") or []:
         rows.append({"what": f"NPU {chip}", "before": _("present"), "after": _("gone"), "kind": _("NPU")})
     return rows
+
+
+# What each link type of `npu-smi info -t topo` means, fastest first; the colour says how good it is for
+# tensor parallelism (HCCS and SIO carry collectives on chip; PCIe paths do not).
+LINK_KINDS = (
+    ("HCCS", gettext_lazy("HCCS (Huawei Cache Coherence System)"), "ok"),
+    ("SIO", gettext_lazy("SIO: between the two dies of one NPU"), "ok"),
+    ("UB", gettext_lazy("Unified Bus"), "ok"),
+    ("HCCS_SW", gettext_lazy("HCCS through a switch"), "ok"),
+    ("PIX", gettext_lazy("PCIe, at most one bridge"), "warning"),
+    ("PXB", gettext_lazy("PCIe, several bridges"), "warning"),
+    ("PHB", gettext_lazy("PCIe through the host bridge"), "warning"),
+    ("SYS", gettext_lazy("PCIe across NUMA nodes"), "alarm"),
+    ("NA", gettext_lazy("Unknown"), "unknown"),
+)
+_LINK_COLOUR = {kind: colour for kind, _label, colour in LINK_KINDS}
+
+
+def topology_view(topology) -> dict | None:
+    """The NPU link matrix for the node page, or None when the inventory has none (older drivers). Only
+    strings reach the page: the matrix comes from the node's own report."""
+    if not isinstance(topology, dict) or not isinstance(topology.get("links"), dict):
+        return None
+    devices = [str(d) for d in topology.get("devices") or [] if isinstance(d, str)]
+    links, affinity = topology["links"], topology.get("cpu_affinity") or {}
+    rows = []
+    for device in devices:
+        row = links.get(device) if isinstance(links.get(device), dict) else {}
+        cells = []
+        for other in devices:
+            link = str(row.get(other) or "NA")
+            cells.append(
+                {"link": link, "colour": "self" if link == "X" else _LINK_COLOUR.get(link, "unknown")}
+            )
+        rows.append({"device": device, "cells": cells, "affinity": str(affinity.get(device) or "")})
+    seen = {cell["link"] for row in rows for cell in row["cells"]}
+    return {
+        "devices": devices,
+        "rows": rows,
+        "has_affinity": bool(affinity),
+        "legend": [
+            {"link": kind, "label": label, "colour": colour}
+            for kind, label, colour in LINK_KINDS
+            if kind in seen
+        ],
+    }

@@ -23,7 +23,7 @@ from panel.nodes.forms import NodeAddForm, NodeSettingsForm
 from panel.nodes.image_views import images_context
 from panel.nodes.join import JoinRefused, agent_broker, agent_broker_url, exchange_join_token
 from panel.nodes.models import JoinToken, Node
-from panel.nodes.presentation import facts_view, inventory_changes_view, versions_view
+from panel.nodes.presentation import facts_view, inventory_changes_view, topology_view, versions_view
 from panel.nodes.ssh import host_key_fingerprint
 from panel.nodes.trust import refuse
 from panel.operations import node_operations
@@ -74,6 +74,7 @@ def node_detail(request, name):
             "operations": node.operations.select_related("created_by")[:20],
             "deployments": node.deployments.order_by("name"),
             "facts": facts_view(node.facts),
+            "topology": topology_view(node.facts.get("npu_topology")),
             "versions": versions_view(node.versions),
             "changes": inventory_changes_view(node.inventory_changes),
             "is_admin": has_role(request.user, ADMIN),

@@ -1,17 +1,52 @@
-// The node page: its status badge follows heartbeats live, and the page reloads once an operation on this
-// node succeeds (an inventory brings new facts, NPUs and versions that are rendered server-side).
+// The node page: its status badge follows heartbeats live, each NPU row shows the newest metrics frame
+// (AI Core, memory, temperature, power; about one a second), and the page reloads once an operation on
+// this node succeeds (an inventory brings new facts, NPUs and versions that are rendered server-side).
 import { listen, onSubscribed } from "./live.js";
+import { MISSING, formatBytes, formatDateTime, formatPercent, formatPower, formatTemperature } from "./format.js";
 
 const root = document.getElementById("node");
 const name = root.dataset.node;
 const badge = document.querySelector(`[data-node-status="${CSS.escape(name)}"]`);
 const labels = JSON.parse(document.getElementById("node-status-labels")?.textContent || "{}");
+const sampled = root.querySelector('[data-live="sampled"]');
+const rows = new Map(
+  [...root.querySelectorAll("[data-testid=npu-table] tr[data-npu]")].map((row) => [row.dataset.npu, row]),
+);
 
 function showStatus(status) {
   if (!badge) return;
   badge.classList.remove("status-ok", "status-offline");
   badge.classList.add(status === "online" ? "status-ok" : "status-offline");
   if (labels[status]) badge.textContent = labels[status];
+}
+
+function setCell(row, field, text) {
+  const cell = row.querySelector(`[data-live="${field}"]`);
+  if (cell && cell.textContent !== text) cell.textContent = text;
+}
+
+function memoryText(npu) {
+  // HBM on 910 chips, DDR on 310P cards (which report no HBM).
+  const hbm = npu.hbm_total_mb > 0;
+  const used = hbm ? npu.hbm_used_mb : npu.memory_used_mb;
+  const total = hbm ? npu.hbm_total_mb : npu.memory_total_mb;
+  if (used === null || used === undefined) return MISSING;
+  return total ? `${formatBytes(used, "MB")} / ${formatBytes(total, "MB")}` : formatBytes(used, "MB");
+}
+
+function showMetrics(message) {
+  for (const npu of message.npus || []) {
+    const row = rows.get(`${npu.npu_id}/${npu.chip_id}`);
+    if (!row) continue;
+    setCell(row, "aicore", formatPercent(npu.aicore_pct));
+    setCell(row, "memory", memoryText(npu));
+    setCell(row, "temp", formatTemperature(npu.temp_c));
+    setCell(row, "power", formatPower(npu.power_w));
+  }
+  if (sampled && message.time) {
+    sampled.textContent = formatDateTime(message.time);
+    sampled.dataset.seq = String(message.seq ?? "");
+  }
 }
 
 async function refresh() {
@@ -24,6 +59,7 @@ async function refresh() {
 
 listen(`node.${name}`, (message) => {
   if (message.type === "node.status") showStatus(message.status);
+  else if (message.type === "metrics" && !message.error) showMetrics(message);
   else if (message.type === "operation.status" && message.status === "succeeded" && message.final_seq !== null) {
     location.reload();
   }

@@ -1,5 +1,6 @@
 """The nodes pages in a real browser: an admin adds an agent node and sees the one-line join command; an
-inventory started from the node page ends with the NPUs shown, logic ids and NUMA nodes included."""
+inventory started from the node page ends with the NPUs shown, logic ids and NUMA nodes included, their link
+matrix, and figures that follow the node's metrics frames."""
 
 import re
 
@@ -44,6 +45,14 @@ def test_inventory_from_the_node_page_shows_npus_with_logic_ids_and_numa_nodes(l
     assert len(numa) > 1
     expect(page.get_by_test_id("npu-smi-info")).to_contain_text("npu-smi")
     expect(page.get_by_test_id("numa-nodes")).to_contain_text("0-31")
+    topology = page.get_by_test_id("npu-topology")
+    expect(topology.locator("tr[data-device=NPU0] td.link")).to_have_text(["X"] + ["HCCS"] * 7)
+    # Each row follows the node's metrics frames: figures replace the dashes, and the next frame is shown.
+    expect(rows.first.locator("[data-live=aicore]")).to_have_text(re.compile(r"\d+\s?%"), timeout=30_000)
+    expect(rows.first.locator("[data-live=temp]")).to_have_text(re.compile(r"\d+\s?°C"))
+    sampled = page.locator("[data-live=sampled]")
+    first_seq = sampled.get_attribute("data-seq")
+    expect(sampled).not_to_have_attribute("data-seq", first_seq or "", timeout=30_000)
 
 
 def test_the_add_form_shows_and_sends_ssh_fields_only_for_ssh_nodes(live_panel, panel_page):

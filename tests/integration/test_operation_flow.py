@@ -89,6 +89,20 @@ async def test_inventory_events_reach_the_socket_in_order_and_match_rest(celery_
     assert {n.numa_node for n in npus} <= {0, 1, 2, 3}
     assert node.versions["driver"]
     assert node.facts["cpu"]["model"] == "Kunpeng-920"
+    # npu-smi info -t topo: a full HCCS mesh on the A2, shown on the node page with each NPU's CPUs.
+    assert node.facts["npu_topology"]["links"]["NPU0"]["NPU7"] == "HCCS"
+    page = await database_sync_to_async(page_of)(alice, f"/nodes/{TEST_NODE}/")
+    assert 'data-testid="npu-topology"' in page
+    assert page.count('class="link status-ok">HCCS</td>') == 8 * 7
+    assert page.count('data-live="aicore"') == 8  # filled in from the node's metrics frames
+
+
+def page_of(user, url: str) -> str:
+    from django.test import Client
+
+    client = Client()
+    client.force_login(user)
+    return client.get(url).content.decode()
 
 
 async def test_a_heartbeat_through_celery_marks_the_node_online(celery_worker):

@@ -366,3 +366,47 @@ def render_board(profile: Profile, npu_id: int, chip_id: int | None) -> str:
         kv("Firmware Version", profile.firmware_version),
     ]
     return "\n".join(lines) + "\n"
+
+
+# --- -t topo ---------------------------------------------------------------------------------------
+TOPO_LEGEND = (
+    ("X", "Self"),
+    ("SYS", "Across PCIe and the interconnect between NUMA nodes"),
+    ("PHB", "Across PCIe and a PCIe host bridge"),
+    ("PIX", "Across at most one PCIe bridge"),
+    ("HCCS", "Across HCCS"),
+    ("SIO", "Across SIO, between the two dies of one NPU"),
+    ("NA", "Unknown"),
+)
+
+
+def _link(profile: Profile, a, b) -> str:
+    if a == b:
+        return "X"
+    if profile.family == FAMILY_910_93 and a.npu_id == b.npu_id:
+        return "SIO"
+    if profile.family in (FAMILY_910B, FAMILY_910_93):
+        return "HCCS"  # a full HCCS mesh on the Atlas 800 (I) A2 / A3 boards
+    if a.npu_id == b.npu_id:
+        return "PIX"  # the two chips of one 310P Duo card share its PCIe switch
+    return "PHB" if a.numa_node == b.numa_node else "SYS"
+
+
+def render_topo(profile: Profile) -> str:
+    """The link matrix of `npu-smi info -t topo`: one row and column per chip, with each chip's CPUs
+    (its NUMA node's) last, except on A3 whose dies have no single NUMA node and print no affinity."""
+    prefix = "Phy-ID" if profile.family == FAMILY_910_93 else "NPU"
+    chips = list(profile.chips)
+    names = [f"{prefix}{chip.phy_id}" for chip in chips]
+    width = max(len(n) for n in names) + 4
+    affinity = profile.family != FAMILY_910_93
+    cpus = {node.node_id: node.cpulist for node in profile.numa_nodes}
+    header = " " * width + "".join(n.ljust(width) for n in names) + ("CPU Affinity" if affinity else "")
+    lines = [header.rstrip()]
+    for name, chip in zip(names, chips, strict=True):
+        cells = "".join(_link(profile, chip, other).ljust(width) for other in chips)
+        tail = cpus.get(chip.numa_node, "") if affinity else ""
+        lines.append((name.ljust(width) + cells + tail).rstrip())
+    lines += ["", "Legend:", ""]
+    lines += [f"  {key:<5}= {meaning}" for key, meaning in TOPO_LEGEND]
+    return "\n".join(lines) + "\n"

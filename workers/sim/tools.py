@@ -110,6 +110,9 @@ def _info(profile: Profile, state: dict, options: list[str]) -> int:
         sys.stdout.write(render.render_list(profile, serials))
         return 0
 
+    if options == ["-t", "topo"]:
+        sys.stdout.write(render.render_topo(profile))
+        return 0
     parsed = _parse_flags(options)
     if parsed is None:
         print("Command or option is not found.")
