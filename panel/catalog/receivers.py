@@ -1,17 +1,8 @@
 """What the catalog does when something below it happens (connected in CatalogConfig.ready())."""
 
 from panel.catalog.results import apply_model_operation
-from panel.core.choices import OperationKind, OperationStatus
+from panel.core.choices import MODEL_OPERATION_KINDS, OperationStatus
 from panel.operations.signals import operation_ended
-
-MODEL_OPERATION_KINDS = (
-    OperationKind.INSPECT_MODEL,
-    OperationKind.DOWNLOAD,
-    OperationKind.CONVERT,
-    OperationKind.ATC,
-    OperationKind.COPY_MODEL,
-    OperationKind.DELETE_MODEL,
-)
 
 
 def connect() -> None:

@@ -9,18 +9,9 @@ from panel.catalog import copies, services
 from panel.catalog.forms import AtcForm, ConvertForm, CopyForm, DownloadForm, RegisterModelForm
 from panel.catalog.models import Model, ModelArtifact
 from panel.catalog.planning import fit_on_typical_node
-from panel.core.choices import OperationKind
+from panel.core.choices import MODEL_OPERATION_KINDS
 from panel.core.views import role_required
 from panel.operations.models import Operation
-
-MODEL_KINDS = [
-    OperationKind.INSPECT_MODEL,
-    OperationKind.DOWNLOAD,
-    OperationKind.CONVERT,
-    OperationKind.ATC,
-    OperationKind.COPY_MODEL,
-    OperationKind.DELETE_MODEL,
-]
 
 
 def params_label(params) -> str:
@@ -47,7 +38,9 @@ def model_list(request):
 def model_detail(request, pk):
     model = get_object_or_404(Model.objects.visible_to(request.user), pk=pk)
     artifacts = model.artifacts.select_related("node", "made_from").prefetch_related("deployments")
-    operations = Operation.objects.visible_to(request.user).filter(kind__in=MODEL_KINDS, target=model.name)
+    operations = Operation.objects.visible_to(request.user).filter(
+        kind__in=MODEL_OPERATION_KINDS, target=model.name
+    )
     return render(
         request,
         "catalog/detail.html",

@@ -88,6 +88,17 @@ class OperationKind(models.TextChoices):
     IMAGE_REMOVE = "image_remove", _("Image removal")
 
 
+# The operations on a model's files: their end updates the catalog, and the model page lists them.
+MODEL_OPERATION_KINDS = (
+    OperationKind.INSPECT_MODEL,
+    OperationKind.DOWNLOAD,
+    OperationKind.CONVERT,
+    OperationKind.ATC,
+    OperationKind.COPY_MODEL,
+    OperationKind.DELETE_MODEL,
+)
+
+
 class DeploymentState(ColouredChoices):
     PENDING = "pending", _("Pending")
     STARTING = "starting", _("Starting")
