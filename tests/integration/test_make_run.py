@@ -1,6 +1,7 @@
 """`make run` (python -m panel.run) as a new admin meets it: a short console (the children's start-up banners
 go to the log files) ending in one summary block, a generated chat model on every sim host that deploys
-offline, and Ctrl-C leaving no engine behind while the deployment keeps its desired state: the next start
+offline (on both sim hosts at once, though another program holds the port the panel would pick first), and
+Ctrl-C leaving no engine behind while the deployment keeps its desired state: the next start
 runs it again. `kill -INT` sent to make's own process stops everything too."""
 
 import contextlib
@@ -92,6 +93,7 @@ def listening(port: int) -> bool:
 def test_make_run_serves_its_generated_model_and_ctrl_c_stops_the_engine_too(tmp_path):
     port, engine_port = _free_port(), free_port_pair()
     run = RunCommand(tmp_path, port, engine_port)
+    squatter = socket.socket()
     try:
         block = wait_for(run.summary, 240, f"the summary block; output so far: {run.lines[-30:]}", every=1)
         text = "\n".join(block)
@@ -112,23 +114,37 @@ def test_make_run_serves_its_generated_model_and_ctrl_c_stops_the_engine_too(tmp
         assert all(a["ready"] for a in copies.values())
         assert tiny["facts"]["has_chat_template"] is True
 
-        body = {
-            "name": "first",
-            "model": tiny["id"],
-            "artifact": copies["sim-a2"]["id"],
-            "nodes": [{"node": "sim-a2", "npus": [0]}],
-        }
-        created = api.post("/api/v1/deployments/", json=body)
-        assert created.status_code == 201, created.text
-        pk = created.json()["id"]
+        # Another program holds the first port the panel would pick, and both sim hosts (one address,
+        # 127.0.0.1) get a deployment at once with Port left empty: each ends on a port that is really free.
+        squatter.bind(("127.0.0.1", engine_port))
+        squatter.listen()
+        ids = {}
+        for name, node in (("first", "sim-a2"), ("second", "sim-duo")):
+            body = {
+                "name": name,
+                "model": tiny["id"],
+                "artifact": copies[node]["id"],
+                "nodes": [{"node": node, "npus": [0]}],
+            }
+            created = api.post("/api/v1/deployments/", json=body)
+            assert created.status_code == 201, created.text
+            ids[name] = created.json()["id"]
+        for name, deployment in ids.items():
+            wait_for(
+                lambda d=deployment: api.get(f"/api/v1/deployments/{d}/").json()["status"] == "running",
+                120,
+                f"{name} running",
+                every=1,
+            )
+        ports = {name: api.get(f"/api/v1/deployments/{d}/").json()["spec"]["port"] for name, d in ids.items()}
+        assert engine_port not in ports.values(), ports
+        assert ports["first"] != ports["second"], ports
+        assert all(listening(p) for p in ports.values())
+        pk, served_on = ids["first"], ports["first"]
+        assert api.delete(f"/api/v1/deployments/{ids['second']}/").status_code in (202, 204)
         wait_for(
-            lambda: api.get(f"/api/v1/deployments/{pk}/").json()["status"] == "running",
-            90,
-            "running",
-            every=1,
+            lambda: not listening(ports["second"]), 60, "the second deployment's engine stopped", every=1
         )
-        served_on = api.get(f"/api/v1/deployments/{pk}/").json()["spec"]["port"]
-        assert listening(served_on)
         api.close()
 
         run.interrupt()
@@ -146,6 +162,7 @@ def test_make_run_serves_its_generated_model_and_ctrl_c_stops_the_engine_too(tmp
         run.interrupt()
         assert not listening(served_on)
     finally:
+        squatter.close()
         run.kill()
         for node in ("sim-a2", "sim-duo"):
             kill_recorded_engines(tmp_path / "sim" / node)
