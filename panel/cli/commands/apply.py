@@ -176,8 +176,10 @@ def _error_body(error: CliError) -> dict:
 def _report(spec: Spec, error: CliError, name_the_file: bool) -> None:
     """The failure of one spec of several, as main() reports one: `error:` and the details, on stderr."""
     where = f"{spec.name} ({spec.source})" if name_the_file else spec.name
-    message = error.message if error.message.startswith(f"{spec.name}:") else f"{where}: {error.message}"
-    for line in [*output.error_lines(message, getattr(error, "body", None)), *error.details]:
+    first, *rest = output.error_lines(error.message, getattr(error, "body", None))
+    if not error.message.startswith(f"{spec.name}:"):
+        first = f"error: {where}: {error.message}"
+    for line in [first, *rest, *error.details]:
         output.note(line)
 
 
