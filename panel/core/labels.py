@@ -102,7 +102,7 @@ class Requirement:
         return ~has_key | (has_key & ~equal)  # a missing key is "not equal", and NULL compares to nothing
 
 
-SELECTOR_HELP = "key=value, key!=value, key, !key (joined by commas)"  # syntax: the same in every language
+SELECTOR_HELP = "key=value,key!=value,key,!key"  # syntax: the same in every language
 
 
 def parse_selector(text: str) -> list[Requirement]:
