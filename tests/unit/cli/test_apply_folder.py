@@ -164,3 +164,25 @@ def test_one_spec_that_fails_still_ends_as_before(api, tmp_path, capsys):
     api.on("PUT", put_path("one"), Answer(400, {"detail": "The spec is invalid."}))
     assert main(["apply", "-f", str(tmp_path)]) == 1
     assert capsys.readouterr().err == "error: The spec is invalid.\n"
+
+
+def test_a_spec_of_a_folder_that_waits_for_its_models_inspection_goes_on_after_it(api, tmp_path, capsys):
+    (tmp_path / "a.yaml").write_text("name: a\npath: /data/models/new\nplacement: {node: sim-a2, npus: 1}\n")
+    (tmp_path / "b.yaml").write_text("name: b\nmodel: m\n")
+    operation = "0b6f3c1e-0000-4000-8000-000000000001"
+    waiting = applied("waiting", "a", inspection=operation, deployment=None)
+    api.on("PUT", put_path("a"), Answer(202, waiting), Answer(201, applied("created", "a")))
+    api.on("GET", f"/api/v1/operations/{operation}/", Answer(200, {"status": "running"}),
+           Answer(200, {"status": "succeeded"}))  # fmt: skip
+    api.on("PUT", put_path("b"), Answer(200, applied("unchanged", "b")))
+    assert main(["apply", "-f", str(tmp_path), "--wait", "--idempotency-key", "k"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"a: waiting for the inspection of its model (operation {operation})",
+        "a: inspected; applying",
+        "a: created",
+        "a: running",
+        "b: unchanged",
+        "b: running",
+    ]
+    keys = [request.headers["Idempotency-Key"] for request in api.requests if request.method == "PUT"]
+    assert keys == ["k/a", "k/a/inspected", "k/b"]
