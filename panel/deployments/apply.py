@@ -363,8 +363,9 @@ def _create(
     if not dry_run:
         with transaction.atomic():
             deployment = services.create_deployment(
-                planned, user=user, start=spec["state"] == DesiredState.RUNNING, labels=spec["labels"]
+                planned, user=user, start=spec["state"] == DesiredState.RUNNING
             )
+            Deployment.objects.filter(pk=deployment.pk).update(labels=spec["labels"])  # the primary's
             _scale(deployment, spec, model, artifact, user, replicas.served_name(spec, None))
         outcome.deployment = Deployment.objects.get(pk=deployment.pk)
     return outcome

@@ -159,22 +159,15 @@ def take_plan(deployment: Deployment, planned: DeploymentPlan) -> None:
 
 
 def create_deployment(
-    planned: DeploymentPlan,
-    user=None,
-    start: bool = True,
-    replica_of: Deployment | None = None,
-    labels: dict[str, str] | None = None,
+    planned: DeploymentPlan, user=None, start: bool = True, replica_of: Deployment | None = None
 ) -> Deployment:
     """`start` False: created stopped (a spec with `state: stopped`); its NPUs are held all the same.
-    `replica_of`: the primary of a spec with several replicas (panel/deployments/replicas.py). `labels`:
-    the spec's, validated (panel/core/labels.py)."""
+    `replica_of`: the primary of a spec with several replicas (panel/deployments/replicas.py)."""
     data = planned.data
     with transaction.atomic():
         # A deleted deployment's name may be taken again once its row is gone.
         Deployment.objects.filter(name=data["name"], desired_state=DesiredState.DELETED).delete()
-        deployment = Deployment(
-            name=data["name"], created_by=user, replica_of=replica_of, labels=dict(labels or {})
-        )
+        deployment = Deployment(name=data["name"], created_by=user, replica_of=replica_of)
         take_plan(deployment, planned)
         record(
             user,
