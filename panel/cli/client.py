@@ -64,6 +64,10 @@ class ApiError(CliError):
         return cls(response.status_code, body, str(response.request.url))
 
 
+class Unreachable(CliError):
+    """The panel could not be reached, or did not answer in time: a request after it would fare no better."""
+
+
 class WatchUnsupported(Exception):  # noqa: N818 (a signal to fall back, not an error)
     """The panel answered `?watch=true` with something other than an event stream: poll instead."""
 
@@ -97,9 +101,9 @@ class Client:
         try:
             response = self.http.request(method, path, **kwargs)
         except httpx.TimeoutException:
-            raise CliError(f"The panel at {self.url} did not answer in time ({method} {path}).") from None
+            raise Unreachable(f"The panel at {self.url} did not answer in time ({method} {path}).") from None
         except httpx.HTTPError as error:
-            raise CliError(f"Cannot reach the panel at {self.url}: {error}") from None
+            raise Unreachable(f"Cannot reach the panel at {self.url}: {error}") from None
         if response.status_code >= 400:
             raise ApiError.from_response(response)
         return response
@@ -139,7 +143,7 @@ class Client:
         except (httpx.TimeoutException, WatchUnsupported, ApiError):
             raise  # the caller's to handle: a silent stream to reconnect, a panel to poll, a deployment gone
         except httpx.HTTPError as error:
-            raise CliError(f"Cannot reach the panel at {self.url}: {error}") from None
+            raise Unreachable(f"Cannot reach the panel at {self.url}: {error}") from None
 
     def find_deployment(self, name: str) -> dict | None:
         """The deployment named `name` (a number is an id), or None. Found through the list's search

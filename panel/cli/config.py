@@ -1,13 +1,24 @@
 """Where the CLI finds its panel: `login` stores URL and token in the user's config directory
-($XDG_CONFIG_HOME/ascend-panel/config.yaml, else ~/.config/…), readable by the user only (0600);
-ASCEND_PANEL_URL and ASCEND_PANEL_TOKEN override the file (what a CI job sets instead of logging in)."""
+($XDG_CONFIG_HOME/ascend-panel/config.yaml, else ~/.config/…), readable by the user only (0600), as a
+context: one named panel among several, as kubectl keeps clusters. The current context is the one used;
+`--context NAME` (or ASCEND_PANEL_CONTEXT) picks another for one command. ASCEND_PANEL_URL and
+ASCEND_PANEL_TOKEN override the context's values (what a CI job sets instead of logging in).
+
+    current-context: prod
+    contexts:
+      prod: {url: https://panel.example.com, token: ap_…, username: alice}
+      lab: {url: http://10.0.0.5:8000, token: ap_…}
+
+A file of the single-panel days (`url`, `token`, `username` at the top) reads as the context `default`, and
+is written in this shape the next time the CLI writes it."""
 
 import contextlib
 import os
+import re
 import stat
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -17,6 +28,12 @@ from panel.cli.errors import UsageError
 
 URL_ENV = "ASCEND_PANEL_URL"
 TOKEN_ENV = "ASCEND_PANEL_TOKEN"  # noqa: S105 (the variable's name, not a token)
+CONTEXT_ENV = "ASCEND_PANEL_CONTEXT"
+DEFAULT_CONTEXT = "default"
+CONTEXT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,62}")
+CONTEXT_RULE = "1 to 63 letters, digits, '.', '_', ':', '@' and '-', starting with a letter or digit"
+
+_chosen_context: str | None = None  # the global --context of this run (main sets it)
 
 
 @dataclass(frozen=True)
@@ -24,6 +41,32 @@ class Settings:
     url: str
     token: str
     source: str  # where they came from, for messages: the file's path or the variables
+    context: str = ""  # the context they came from ("" when the variables give both)
+
+
+@dataclass
+class Contexts:
+    """The file's contents: each context's url, token and username, and which one is current."""
+
+    path: Path
+    current: str = ""
+    entries: dict[str, dict] = field(default_factory=dict)
+
+    def save(self) -> None:
+        entries = {name: dict(entry) for name, entry in self.entries.items()}
+        write_file(self.path, {"current-context": self.current, "contexts": entries})
+
+
+def choose_context(name: str | None) -> None:
+    """The context this run uses instead of the current one (`--context NAME`); None: the usual one."""
+    global _chosen_context
+    _chosen_context = name
+
+
+def check_context_name(name: str) -> str:
+    if not CONTEXT_NAME.fullmatch(name):
+        raise UsageError(f"{name!r} is not a context name: {CONTEXT_RULE}.")
+    return name
 
 
 def config_path(environ=os.environ) -> Path:
@@ -79,20 +122,71 @@ def write_file(path: Path, data: dict) -> None:
         raise
 
 
-def save(url: str, token: str, username: str = "", environ=os.environ) -> Path:
+def read_contexts(environ=os.environ) -> Contexts:
+    """The file's contexts; a file of the single-panel days is the context `default`."""
     path = config_path(environ)
-    data = {"url": url, "token": token}
+    data = read_file(path)
+    if "contexts" not in data and "current-context" not in data:
+        if not data.get("url") and not data.get("token"):
+            return Contexts(path)
+        old = {key: data[key] for key in ("url", "token", "username") if data.get(key)}
+        return Contexts(path, DEFAULT_CONTEXT, {DEFAULT_CONTEXT: old})
+    entries = data.get("contexts") or {}
+    if not isinstance(entries, dict) or not all(isinstance(entry, dict) for entry in entries.values()):
+        raise UsageError(
+            f"{path}: `contexts` must map each name to its url and token; run ascend-panel login."
+        )
+    return Contexts(path, str(data.get("current-context") or ""), {str(k): v for k, v in entries.items()})
+
+
+def login_context(url: str, requested: str | None, environ=os.environ) -> str:
+    """The context `login URL` stores into: the one asked for; else the one that already points at URL;
+    else `default` for the first panel, or the panel's host[:port] beside others."""
+    return _login_name(read_contexts(environ), url, requested)
+
+
+def _login_name(contexts: Contexts, url: str, requested: str | None) -> str:
+    if requested:
+        return check_context_name(requested)
+    same = [name for name, entry in contexts.entries.items() if entry.get("url") == url]
+    if same:
+        return contexts.current if contexts.current in same else same[0]
+    if not contexts.entries:
+        return DEFAULT_CONTEXT
+    name = urlsplit(url).netloc
+    if name in contexts.entries:
+        raise UsageError(f"The context {name!r} points at another panel; name this one with --context NAME.")
+    return check_context_name(name)
+
+
+def save(url: str, token: str, username: str = "", environ=os.environ, context: str | None = None) -> Path:
+    """Store URL and token as `context` (chosen as login_context does when None) and make it current."""
+    contexts = read_contexts(environ)
+    name = _login_name(contexts, url, context)
+    entry = {"url": url, "token": token}
     if username:
-        data["username"] = username
-    write_file(path, data)
-    return path
+        entry["username"] = username
+    contexts.entries[name] = entry
+    contexts.current = name
+    contexts.save()
+    return contexts.path
+
+
+def selected_context(contexts: Contexts, environ=os.environ) -> tuple[str, bool]:
+    """(the context this run uses, whether it was asked for by --context or ASCEND_PANEL_CONTEXT)."""
+    asked = _chosen_context or environ.get(CONTEXT_ENV) or ""
+    return (asked, True) if asked else (contexts.current, False)
 
 
 def load(environ=os.environ) -> Settings:
-    """URL and token: each from its variable when set, else from the file; UsageError when either is
-    missing (the caller has not signed in)."""
-    path = config_path(environ)
-    stored = read_file(path)
+    """URL and token: each from its variable when set, else from the context in use; UsageError when
+    either is missing (the caller has not signed in) or a context asked for does not exist."""
+    contexts = read_contexts(environ)
+    name, asked = selected_context(contexts, environ)
+    if asked and name not in contexts.entries:
+        known = ", ".join(sorted(contexts.entries)) or "none"
+        raise UsageError(f"No context named {name!r} in {contexts.path} (there are: {known}).")
+    stored = contexts.entries.get(name) or {}
     url = environ.get(URL_ENV) or stored.get("url") or ""
     token = environ.get(TOKEN_ENV) or stored.get("token") or ""
     if not url or not token:
@@ -100,6 +194,7 @@ def load(environ=os.environ) -> Settings:
         raise UsageError(
             f"No panel {missing}: run `ascend-panel login URL`, or set {URL_ENV} and {TOKEN_ENV}."
         )
-    from_env = [name for name in (URL_ENV, TOKEN_ENV) if environ.get(name)]
-    source = ", ".join(from_env) if from_env else str(path)
-    return Settings(url=normalise_url(str(url)), token=str(token), source=source)
+    from_env = [variable for variable in (URL_ENV, TOKEN_ENV) if environ.get(variable)]
+    source = ", ".join(from_env) if from_env else str(contexts.path)
+    used = "" if len(from_env) == 2 else name
+    return Settings(url=normalise_url(str(url)), token=str(token), source=source, context=used)

@@ -4,19 +4,31 @@ import argparse
 import os
 import sys
 
-from panel.cli import output
+from panel.cli import config, output
 from panel.cli.client import version
-from panel.cli.commands import account, apply, chat, completion, deployments, logs, resources
+from panel.cli.commands import (
+    account,
+    apply,
+    chat,
+    completion,
+    contexts,
+    create,
+    deployments,
+    logs,
+    resources,
+)
 from panel.cli.errors import INTERRUPTED, USAGE, CliError
 
 DESCRIPTION = """\
 Deploy and run models on an Ascend Panel from a terminal or a CI job.
 
 Sign in once with `ascend-panel login URL`, or set ASCEND_PANEL_URL and ASCEND_PANEL_TOKEN.
+Several panels: `login URL --context NAME`, then `config use-context NAME` or `--context NAME`.
 Exit codes: 0 ok, 1 failed (the API refused, or the deployment failed), 2 usage, 3 timed out.
 See docs/cli.md for the spec file and a CI pipeline."""
 
-COMMAND_MODULES = (account, resources, apply, deployments, logs, chat, completion)
+COMMAND_MODULES = (account, contexts, resources, apply, deployments, create, logs, chat, completion)
+CONTEXT_HELP = "the context (a panel you signed in to) to use instead of the current one"
 
 
 class Parser(argparse.ArgumentParser):
@@ -35,12 +47,28 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=Parser)
     for module in COMMAND_MODULES:
         module.register(commands)
+    parser.add_argument("--context", metavar="NAME", help=CONTEXT_HELP).completer = "contexts"
+    _context_option_everywhere(parser)
     return parser
+
+
+def _context_option_everywhere(parser: argparse.ArgumentParser) -> None:
+    """`--context` after the command too (`ascend-panel get deployments --context lab`), as kubectl takes
+    it. SUPPRESS: a command's parser leaves the value given before the command alone."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in set(action.choices.values()):
+                if "--context" not in sub._option_string_actions:
+                    sub.add_argument(
+                        "--context", metavar="NAME", default=argparse.SUPPRESS, help=CONTEXT_HELP
+                    ).completer = "contexts"
+                _context_option_everywhere(sub)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    config.choose_context(args.context)
     try:
         return args.run(args) or 0
     except CliError as error:
@@ -55,3 +83,5 @@ def main(argv: list[str] | None = None) -> int:
         # at exit does not fail a second time (the recipe of Python's signal documentation).
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    finally:
+        config.choose_context(None)  # main() runs again in the same process in tests

@@ -4,7 +4,8 @@ The spec becomes the wizard's request and is planned exactly as the wizard's rev
 anything changes is decided on the planned launch per node (model path, NPUs, every engine flag and the
 environment they give), so a setting the planner fills (TP, max-model-len) or forces (eager mode) is not
 a change unless its outcome is. A change stops the engine and starts it with the new launch; new NPUs are
-held at once, the old ones are free once it stopped.
+held at once, the old ones are free once it stopped. Labels are the primary's own and change nothing
+that runs: a spec whose labels alone differ is `changed` with the effect `none`.
 """
 
 from __future__ import annotations
@@ -181,7 +182,7 @@ def _links_its_own_folder(current: Deployment, chosen: ModelArtifact | None) -> 
 
 def effect_of(changes: list[dict], state: str) -> str:
     """What the change does to the engine: a stopped deployment only keeps its new settings for later."""
-    fields = {change["field"] for change in changes} - {"replicas"}
+    fields = {change["field"] for change in changes} - {"replicas", "labels"}
     if state == DesiredState.STOPPED:
         return "stop" if "state" in fields else "none"
     if "placement" in fields:
@@ -195,7 +196,7 @@ def _effect(changes: list[dict], stale: list[Deployment], state: str, current: D
     """A serving deployment whose launch changed rolls; a new replica count alone scales."""
     if stale and state == DesiredState.RUNNING and current.desired_state == DesiredState.RUNNING:
         return "rolling"
-    if {change["field"] for change in changes} == {"replicas"}:
+    if {change["field"] for change in changes} - {"labels"} == {"replicas"}:
         return "scale"
     return effect_of(changes, state)
 
@@ -304,6 +305,8 @@ def _apply_to(current: Deployment, planned, spec, model, artifact, user, *, dry_
     now = 1 + len(others)
     if now != wanted:
         changes.append({"field": "replicas", "from": now, "to": wanted})
+    if (current.labels or {}) != spec["labels"]:
+        changes.append({"field": "labels", "from": current.labels or {}, "to": spec["labels"]})
     effect = _effect(changes, stale, spec["state"], current)
     outcome = Outcome(
         "changed" if changes else "unchanged", effect, changes, planned, current, planned.warnings
@@ -313,10 +316,16 @@ def _apply_to(current: Deployment, planned, spec, model, artifact, user, *, dry_
         _link_copies(plans, [current, *stays])
     if changes and not dry_run:
         with transaction.atomic():
-            Deployment.objects.filter(pk=current.pk).update(previous_spec=spec_of(current))
-            # Scale first: the rollout's surge is a row above N that scaling must not take for a spare.
-            _scale(current, spec, model, artifact, user, served)
-            outcome.rollout = _change(current, plans, spec, effect, changes, user, stale)
+            Deployment.objects.filter(pk=current.pk).update(
+                previous_spec=spec_of(current), labels=spec["labels"]
+            )
+            current.labels = spec["labels"]
+            if any(change["field"] != "labels" for change in changes):
+                # Scale first: the rollout's surge is a row above N that scaling must not take for a spare.
+                _scale(current, spec, model, artifact, user, served)
+                outcome.rollout = _change(current, plans, spec, effect, changes, user, stale)
+            else:  # only labels: nothing runs differently
+                record(user, audit.DEPLOYMENT_APPLIED, current.name, changes=["labels"])
         outcome.deployment = Deployment.objects.get(pk=current.pk)
     return outcome
 
@@ -356,6 +365,7 @@ def _create(
             deployment = services.create_deployment(
                 planned, user=user, start=spec["state"] == DesiredState.RUNNING
             )
+            Deployment.objects.filter(pk=deployment.pk).update(labels=spec["labels"])  # the primary's
             _scale(deployment, spec, model, artifact, user, replicas.served_name(spec, None))
         outcome.deployment = Deployment.objects.get(pk=deployment.pk)
     return outcome

@@ -81,6 +81,8 @@ class Deployment(TimestampedModel):
     )
     # On the primary: the spec it had before the last apply that changed it, for a rollback (undo.py).
     previous_spec = models.JSONField(null=True, blank=True, default=None)
+    # On the primary: the spec's labels ({key: value}, panel/core/labels.py), what `?labels=` selects by.
+    labels = models.JSONField(_("labels"), default=dict, blank=True)
 
     class Meta:
         ordering = ["name"]

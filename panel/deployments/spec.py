@@ -12,6 +12,7 @@ The same keys in JSON and YAML; unknown keys are errors. docs/deployment-spec.md
     replicas: 1                       # N: rows <name>, <name>-r2 … <name>-rN (panel/deployments/replicas.py)
     runtime: process                  # or container, with image: quay.io/ascend/vllm-ascend:v0.11.0
     state: running                    # or stopped
+    labels: {app: chat, tier: prod}   # what `?labels=app=chat` selects by (panel/core/labels.py)
 
 `spec_of(deployment)` gives back what apply accepts: applying it again changes nothing.
 """
@@ -21,9 +22,11 @@ from __future__ import annotations
 from typing import Any
 
 from django.utils.translation import gettext as _
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from panel.core.choices import DesiredState
+from panel.core.labels import MAX_LABELS, label_problems
 from panel.core.names import DEPLOYMENT_NAME, NameField
 from panel.deployments.models import Deployment
 from panel.deployments.planning import (
@@ -62,6 +65,28 @@ class NpuCountField(serializers.Field):
         return value
 
 
+@extend_schema_field(
+    {
+        "type": "object",
+        "additionalProperties": {"type": "string", "maxLength": 63},
+        "maxProperties": MAX_LABELS,
+        "description": "Labels as Kubernetes writes them: keys [prefix/]name, values of at most 63 "
+        "characters.",
+    }
+)
+class LabelsField(serializers.Field):
+    """`labels:` {key: value}, each checked as Kubernetes checks labels; refused whole, never cut."""
+
+    def to_internal_value(self, data):
+        problems = label_problems(data)
+        if problems:
+            raise serializers.ValidationError(problems)
+        return dict(sorted(data.items()))
+
+    def to_representation(self, value):
+        return value
+
+
 class PlacementSerializer(serializers.Serializer):
     node = serializers.SlugField(max_length=63, required=False, allow_blank=True, default="")
     npus = NpuCountField(required=False, default=AUTO)
@@ -89,6 +114,7 @@ class DeploymentSpecSerializer(serializers.Serializer):
         required=False, allow_blank=True, default="", max_length=255, help_text="runtime container: the image"
     )
     state = serializers.ChoiceField(STATES, required=False, default=DesiredState.RUNNING)
+    labels = LabelsField(required=False, default=dict, help_text="Left out: no labels.")
 
     def validate_path(self, value):
         if value and not value.startswith("/"):
@@ -174,4 +200,6 @@ def spec_of(deployment: Deployment) -> dict[str, Any]:
     if deployment.runtime_kind == "container":
         spec["image"] = (deployment.spec or {}).get("container", {}).get("image", "")
     spec["state"] = deployment.desired_state if deployment.desired_state in STATES else DesiredState.RUNNING
+    if deployment.labels:
+        spec["labels"] = dict(deployment.labels)
     return spec

@@ -35,10 +35,16 @@ def cli(panel, tmp_path):
 def test_login_with_a_password_stores_a_private_token_the_other_commands_use(cli):
     done = cli.login("bob")
     path = cli.home / "ascend-panel" / "config.yaml"
-    assert done.stdout == f"Signed in to {cli.url} as bob; the token is stored in {path}.\n"
+    assert (
+        done.stdout == f"Signed in to {cli.url} as bob; the token is stored in {path} as context default.\n"
+    )
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     stored = yaml.safe_load(path.read_text())
-    assert (stored["url"], stored["username"]) == (cli.url, "bob")
+    assert stored["current-context"] == "default"
+    assert (stored["contexts"]["default"]["url"], stored["contexts"]["default"]["username"]) == (
+        cli.url,
+        "bob",
+    )
     assert "bob-password" not in path.read_text()
 
     nodes = cli.run("nodes", "ls")

@@ -50,6 +50,10 @@ def name_argument(parser, completer: str | None = "deployments", help: str = "th
 
 def file_option(parser) -> None:
     action = parser.add_argument(
-        "-f", "--file", required=True, metavar="FILE", help="the spec file (YAML or JSON); - reads stdin"
+        "-f",
+        "--file",
+        required=True,
+        metavar="FILE",
+        help="the spec file (YAML or JSON), a folder of them, or - for stdin",
     )
     action.completer = "files"

@@ -1,5 +1,7 @@
-"""`login`: sign in to a panel and keep its URL and a new API token in the config file (config.py)."""
+"""`login`: sign in to a panel and keep its URL and a new API token in the config file (config.py), as a
+context (one panel among several; `config use-context` switches)."""
 
+import argparse
 import getpass
 import socket
 import sys
@@ -15,9 +17,12 @@ examples:
   ascend-panel login https://panel.example.com --username alice
   echo "$PANEL_PASSWORD" | ascend-panel login https://panel.example.com -u ci --password-stdin
   ascend-panel login https://panel.example.com --token "$PANEL_TOKEN"
+  ascend-panel login https://lab.example.com -u alice --context lab
 
 With a user name and password the panel issues a new API token of that user (a sign-in, audited and locked
-after repeated failures); the password is not stored. The file is written readable by you only (0600)."""
+after repeated failures); the password is not stored. The file is written readable by you only (0600).
+The panel is stored as a context and becomes the current one: --context NAME names it (default: the
+context already pointing at URL, else `default` for the first panel, else the URL's host)."""
 
 
 def register(commands) -> None:
@@ -31,6 +36,11 @@ def register(commands) -> None:
     )
     parser.add_argument("--token", help="store this API token instead of signing in with a password")
     parser.add_argument("--token-name", help="the new token's name (default: ascend-panel on HOST at TIME)")
+    # SUPPRESS: `ascend-panel --context lab login URL` (the global flag) means the same.
+    context = parser.add_argument(
+        "--context", default=argparse.SUPPRESS, metavar="NAME", help="the context to store the panel as"
+    )
+    context.completer = "contexts"
     parser.set_defaults(run=login)
 
 
@@ -38,6 +48,7 @@ def login(args) -> int:
     url = config.normalise_url(args.url)
     if args.token and (args.username or args.password_stdin):
         raise UsageError("Give either --token or a user name and password, not both.")
+    context = config.login_context(url, getattr(args, "context", None))  # a bad name fails before sign-in
     with Client(url, args.token or "") as client:
         if args.token:
             token, username = args.token, ""
@@ -45,9 +56,9 @@ def login(args) -> int:
         else:
             username, password = _credentials(args)
             token = _sign_in(client, username, password, args.token_name or _token_name())
-    path = config.save(url, token, username)
+    path = config.save(url, token, username, context=context)
     who = f" as {username}" if username else ""
-    print(f"Signed in to {url}{who}; the token is stored in {path}.")
+    print(f"Signed in to {url}{who}; the token is stored in {path} as context {context}.")
     return 0
 
 

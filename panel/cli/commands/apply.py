@@ -1,15 +1,17 @@
-"""`plan -f` and `apply -f`: a spec file (docs/cli.md) made real with PUT /api/v1/deployments/{name}/."""
+"""`plan -f` and `apply -f`: a spec file, or a folder of them (docs/cli.md), made real with PUT
+/api/v1/deployments/{name}/. Several specs are applied one by one, each reported; one that fails does not
+stop the others, and the exit code says that something failed."""
 
 import json
 import os
 import time
 
 from panel.cli import output
-from panel.cli.client import WAIT_MARGIN_S, Client, connect, path_of
+from panel.cli.client import WAIT_MARGIN_S, ApiError, Client, Unreachable, connect, path_of
 from panel.cli.commands import add_command, file_option, output_option, timeout_option
 from panel.cli.commands.deployments import server_wait
 from panel.cli.errors import FAILED, TIMEOUT, CliError
-from panel.cli.specs import read_specs
+from panel.cli.specs import Spec, read_sources, read_specs
 
 IDEMPOTENCY_ENV = "ASCEND_PANEL_IDEMPOTENCY_KEY"
 
@@ -17,6 +19,7 @@ APPLY_EPILOG = f"""\
 examples:
   ascend-panel apply -f qwen-chat.yaml --wait --timeout 10m
   ascend-panel apply -f qwen-chat.yaml --dry-run
+  ascend-panel apply -f deploy/ --wait            # every *.yaml, *.yml and *.json in deploy/, by name
   ascend-panel get deployments qwen-chat -o yaml | ascend-panel apply -f -
 
 Prints, per spec: created, unchanged, or changed: <fields> (<what the change does>), and exits 0.
@@ -25,7 +28,9 @@ first, with its findings and log tail; exit 3 when the timeout runs out. A spec 
 the panel did not know answers `waiting` while the folder is inspected: --wait waits for the inspection,
 says so, and applies again.
 --idempotency-key (or {IDEMPOTENCY_ENV}) lets a pipeline that runs twice deploy once: the panel
-answers the second run as it answered the first. A file of several specs sends KEY/NAME for each."""
+answers the second run as it answered the first. A file of several specs sends KEY/NAME for each.
+A folder (-f DIR) applies each spec file in it in name order (-R: its subfolders' too); a spec that
+fails is reported and the others are applied all the same; the exit code is then 1."""
 
 PLAN_EPILOG = """\
 Asks the panel's planner about each spec without changing anything: whether it fits, the NPUs, the
@@ -35,11 +40,13 @@ engine settings it would use, the command per node and the warnings. `apply --dr
 def register(commands) -> None:
     plan = add_command(commands, "plan", "show how the panel would run a spec", epilog=PLAN_EPILOG)
     file_option(plan)
+    recursive_option(plan)
     output_option(plan, formats=("table", "json", "yaml"))
     plan.set_defaults(run=plan_command)
 
     apply = add_command(commands, "apply", "make deployments look like a spec file", epilog=APPLY_EPILOG)
     file_option(apply)
+    recursive_option(apply)
     apply.add_argument("--dry-run", action="store_true", help="show what would change, change nothing")
     apply.add_argument("--wait", action="store_true", help="return once the deployment runs (or stopped)")
     timeout_option(apply, "wait with --wait")
@@ -53,8 +60,14 @@ def register(commands) -> None:
     apply.set_defaults(run=apply_command)
 
 
+def recursive_option(parser) -> None:
+    parser.add_argument(
+        "-R", "--recursive", action="store_true", help="with -f DIR: the spec files of its subfolders too"
+    )
+
+
 def plan_command(args) -> int:
-    specs = read_specs(args.file)
+    specs = read_specs(args.file, args.recursive)
     with connect() as client:
         reviews = [client.request("POST", "/deployments/plan/", json=spec).json() for spec in specs]
     if args.output != "table":
@@ -97,31 +110,77 @@ def failed_rollout(name: str, answer: dict) -> None:
 
 
 def apply_command(args) -> int:
-    specs = read_specs(args.file)
+    specs = read_sources(args.file, args.recursive)
     wait_seconds = server_wait(args.timeout) if args.wait and not args.dry_run else None
-    answers = []
+    several = len(specs) > 1
+    answers, failures = [], []
     with connect() as client:
         for spec in specs:
-            key = args.idempotency_key
-            if key and len(specs) > 1:
-                key = f"{key}/{spec['name']}"  # the panel binds a key to one body
-            started = time.monotonic()
-            answer = apply_one(client, spec, dry_run=args.dry_run, wait_seconds=wait_seconds, key=key)
-            if answer.get("result") == "waiting" and wait_seconds is not None:
-                answer = apply_after_inspection(client, spec, answer, args, started, key)
-            answers.append(answer)
-            if args.output == "text":
-                # Flushed per spec: a CI log shows each deployment's line as it is done, not at the end.
-                print(result_line(str(spec["name"]), answer), flush=True)
-                if wait_seconds is not None and isinstance(answer.get("deployment"), dict):
-                    print(f"{spec['name']}: {answer['deployment'].get('status')}", flush=True)
-                for warning in answer.get("warnings") or []:
-                    output.warn(f"{spec['name']}: {output.message_of(warning)}")
-            if wait_seconds is not None:
-                failed_rollout(str(spec["name"]), answer)
+            try:
+                answers.append(apply_spec(client, spec.body, args, wait_seconds, several))
+            except CliError as error:
+                if not several or not _about_the_spec(error):
+                    raise  # one spec, or a panel that cannot be reached or refuses the token: stop here
+                failures.append(error)
+                answers.append({"name": spec.name, "source": spec.source, "error": _error_body(error)})
+                _report(spec, error, len({s.source for s in specs}) > 1)
     if args.output != "text":
-        print(output.render(answers if len(answers) > 1 else answers[0], args.output))
+        print(output.render(answers if several else answers[0], args.output))
+    if failures:
+        names = ", ".join(answer["name"] for answer in answers if "error" in answer)
+        output.note(f"{len(failures)} of {len(specs)} specs failed: {names}")
+        codes = {error.code for error in failures}
+        return codes.pop() if len(codes) == 1 else FAILED  # all timed out: 3, as one wait says
     return 0
+
+
+def apply_spec(client: Client, spec: dict, args, wait_seconds: int | None, several: bool) -> dict:
+    """Apply one spec, print its lines (text output) and return the panel's answer."""
+    name = str(spec["name"])
+    key = args.idempotency_key
+    if key and several:
+        key = f"{key}/{name}"  # the panel binds a key to one body
+    started = time.monotonic()
+    answer = apply_one(client, spec, dry_run=args.dry_run, wait_seconds=wait_seconds, key=key)
+    if answer.get("result") == "waiting" and wait_seconds is not None:
+        answer = apply_after_inspection(client, spec, answer, args, started, key)
+    if args.output == "text":
+        # Flushed per spec: a CI log shows each deployment's line as it is done, not at the end.
+        print(result_line(name, answer), flush=True)
+        if wait_seconds is not None and isinstance(answer.get("deployment"), dict):
+            print(f"{name}: {answer['deployment'].get('status')}", flush=True)
+        for warning in answer.get("warnings") or []:
+            output.warn(f"{name}: {output.message_of(warning)}")
+    if wait_seconds is not None:
+        failed_rollout(name, answer)
+    return answer
+
+
+def _about_the_spec(error: CliError) -> bool:
+    """An answer about this spec (refused, failed, timed out), not a panel out of reach or a token refused:
+    after those the next spec would fail the same way."""
+    if isinstance(error, ApiError):
+        return error.status != 401
+    return not isinstance(error, Unreachable)
+
+
+def _error_body(error: CliError) -> dict:
+    body = {"detail": error.message, "exit_code": error.code}
+    if isinstance(error, ApiError):
+        body["status"] = error.status
+        if error.body.get("errors"):
+            body["errors"] = error.body["errors"]
+    return body
+
+
+def _report(spec: Spec, error: CliError, name_the_file: bool) -> None:
+    """The failure of one spec of several, as main() reports one: `error:` and the details, on stderr."""
+    where = f"{spec.name} ({spec.source})" if name_the_file else spec.name
+    first, *rest = output.error_lines(error.message, getattr(error, "body", None))
+    if not error.message.startswith(f"{spec.name}:"):
+        first = f"error: {where}: {error.message}"
+    for line in [first, *rest, *error.details]:
+        output.note(line)
 
 
 def apply_one(

@@ -15,6 +15,7 @@ NAME_SOURCES = {  # what a NAME argument completes to: the panel's names, asked 
     "deployments": "ascend-panel get deployments -o name 2>/dev/null",
     "models": "ascend-panel models ls -o name 2>/dev/null",
     "nodes": "ascend-panel nodes ls -o name 2>/dev/null",
+    "contexts": "ascend-panel config get-contexts -o name 2>/dev/null",  # the config file only
 }
 
 

@@ -3,6 +3,7 @@
 from panel.cli import output
 from panel.cli.client import WAIT_MARGIN_S, ApiError, connect
 from panel.cli.commands import add_command, add_group, name_argument, output_option, timeout_option
+from panel.cli.commands.labels import add_selector_options, list_params, with_labels
 from panel.cli.durations import describe
 from panel.cli.errors import CliError, UsageError
 from panel.cli.waiting import TARGETS, wait_for
@@ -14,6 +15,7 @@ examples:
   ascend-panel get deployments
   ascend-panel get deployments qwen-chat -o json
   ascend-panel get deployments qwen-chat -o yaml > qwen-chat.yaml   # its spec: apply -f takes it back
+  ascend-panel get deployments -l app=chat,tier!=dev --show-labels
 
 -o yaml of one deployment prints its spec (what `apply -f` reads; applying it again is `unchanged`);
 -o json prints the deployment as the API has it; -o name prints names only."""
@@ -35,6 +37,7 @@ def register(commands) -> None:
     name = deployments.add_argument("name", metavar="NAME", nargs="?", help="one deployment (or its id)")
     name.completer = "deployments"
     output_option(deployments)
+    add_selector_options(deployments)
     deployments.set_defaults(run=get_deployments)
 
     wait = add_command(
@@ -84,21 +87,23 @@ HEADERS = ["NAME", "STATUS", "MODEL", "NPUS", "ENDPOINT", "AGE"]
 
 
 def get_deployments(args) -> int:
+    selector = list_params(args)
     with connect() as client:
         if args.name is None:
-            items = list(client.pages("/deployments/"))
+            items = list(client.pages("/deployments/", **selector))
             if not items and args.output == "table":
                 output.note("No deployments.")
                 return 0
-            rows = [deployment_row(d) for d in items]
-            print(output.render(items, args.output, rows, HEADERS, [d["name"] for d in items]))
+            rows, headers = with_labels(args, items, [deployment_row(d) for d in items], HEADERS)
+            print(output.render(items, args.output, rows, headers, [d["name"] for d in items]))
             return 0
         deployment = client.deployment(args.name)
         if args.output == "yaml":
             spec = client.get(f"/deployments/{deployment['id']}/", format="spec")
             print(output.to_yaml(spec))
             return 0
-    print(output.render(deployment, args.output, [deployment_row(deployment)], HEADERS, [deployment["name"]]))
+    rows, headers = with_labels(args, [deployment], [deployment_row(deployment)], HEADERS)
+    print(output.render(deployment, args.output, rows, headers, [deployment["name"]]))
     return 0
 
 

@@ -9,7 +9,7 @@ from panel.deployments.apply import Outcome
 from panel.deployments.planning import ENGINE_SETTINGS
 from panel.deployments.rollouts import progress
 
-SPEC_ONLY_KEYS = ("engine", "placement", "replicas", "state")
+SPEC_ONLY_KEYS = ("engine", "placement", "replicas", "state", "labels")
 
 
 class ChangeSerializer(serializers.Serializer):
@@ -58,6 +58,9 @@ class SpecAnswerSerializer(serializers.Serializer):
     runtime = serializers.CharField()
     image = serializers.CharField(required=False)
     state = serializers.ChoiceField(["running", "stopped"])
+    labels = serializers.DictField(
+        child=serializers.CharField(allow_blank=True), required=False, help_text="When it has any."
+    )
 
 
 def answer_of(outcome: Outcome, dry_run: bool) -> dict[str, Any]:

@@ -134,6 +134,11 @@ class DeploymentSerializer(serializers.ModelSerializer):
     served_model_name = serializers.SerializerMethodField(
         help_text="The `model` clients send to the gateway."
     )
+    labels = serializers.DictField(
+        child=serializers.CharField(allow_blank=True),
+        read_only=True,
+        help_text="The spec's labels (on the primary); `?labels=app=chat,tier!=dev` selects by them.",
+    )
 
     class Meta:
         model = Deployment
@@ -142,7 +147,7 @@ class DeploymentSerializer(serializers.ModelSerializer):
             "status_display", "desired_state", "reason", "reason_display", "endpoint", "runtime",
             "runtime_kind", "restart_count", "failed_restarts", "next_restart_at", "drain_until", "spec",
             "plan", "metrics", "metrics_at", "operation", "findings", "replica_of", "replicas_wanted",
-            "replicas", "rollout", "created", "updated", "served_model_name",
+            "replicas", "rollout", "created", "updated", "served_model_name", "labels",
         ]  # fmt: skip
         read_only_fields = fields
 

@@ -31,11 +31,12 @@ def test_login_signs_in_and_stores_url_and_token_readable_by_the_user_only(
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
     assert yaml.safe_load(path.read_text()) == {
-        "url": api.url,
-        "token": "ap_abcdefg_secret",
-        "username": "bob",
+        "current-context": "default",
+        "contexts": {"default": {"url": api.url, "token": "ap_abcdefg_secret", "username": "bob"}},
     }
-    assert capsys.readouterr().out == f"Signed in to {api.url} as bob; the token is stored in {path}.\n"
+    assert capsys.readouterr().out == (
+        f"Signed in to {api.url} as bob; the token is stored in {path} as context default.\n"
+    )
     api.on("GET", "/api/v1/nodes/", Answer(200, page()))
     assert main(["nodes", "ls"]) == 0  # the stored token is used from now on
     assert api.sent("GET", "/api/v1/nodes/")[0].headers["Authorization"] == "Bearer ap_abcdefg_secret"
@@ -70,7 +71,8 @@ def test_login_with_a_token_checks_it_before_storing_it(api, tmp_path):
     api.on("GET", "/api/v1/tokens/", Answer(200, page()))
     assert main(["login", api.url, "--token", "ap_good"]) == 0
     assert api.sent("GET", "/api/v1/tokens/")[-1].headers["Authorization"] == "Bearer ap_good"
-    assert config.read_file(tmp_path / "config" / "ascend-panel" / "config.yaml")["token"] == "ap_good"
+    stored = config.read_file(tmp_path / "config" / "ascend-panel" / "config.yaml")
+    assert stored["contexts"]["default"]["token"] == "ap_good"
 
 
 def test_login_without_a_terminal_or_password_stdin_is_a_usage_error(api, monkeypatch, capsys):

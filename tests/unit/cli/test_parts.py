@@ -176,9 +176,12 @@ def test_the_config_file_is_0600_in_a_0700_directory_even_under_a_permissive_uma
 def test_saving_again_replaces_the_file_and_keeps_it_private(tmp_path):
     environ = {"XDG_CONFIG_HOME": str(tmp_path)}
     config.save("https://a.example", "ap_1", environ=environ)
-    path = config.save("https://b.example", "ap_2", environ=environ)
+    path = config.save("https://b.example", "ap_2", environ=environ)  # a second panel: a second context
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    assert config.load(environ) == config.Settings("https://b.example", "ap_2", str(path))
+    assert config.load(environ) == config.Settings("https://b.example", "ap_2", str(path), "b.example")
+    config.save("https://a.example", "ap_3", environ=environ)  # the first again: its context, refreshed
+    assert config.load(environ) == config.Settings("https://a.example", "ap_3", str(path), "default")
+    assert sorted(config.read_contexts(environ).entries) == ["b.example", "default"]
 
 
 def test_without_xdg_config_home_it_lives_in_dot_config(tmp_path):
