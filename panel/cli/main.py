@@ -6,7 +6,18 @@ import sys
 
 from panel.cli import output
 from panel.cli.client import version
-from panel.cli.commands import account, apply, chat, completion, deployments, logs, resources
+from panel.cli.commands import (
+    account,
+    apply,
+    chat,
+    completion,
+    deployments,
+    describe,
+    diff,
+    logs,
+    resources,
+    rollout,
+)
 from panel.cli.errors import INTERRUPTED, USAGE, CliError
 
 DESCRIPTION = """\
@@ -16,7 +27,7 @@ Sign in once with `ascend-panel login URL`, or set ASCEND_PANEL_URL and ASCEND_P
 Exit codes: 0 ok, 1 failed (the API refused, or the deployment failed), 2 usage, 3 timed out.
 See docs/cli.md for the spec file and a CI pipeline."""
 
-COMMAND_MODULES = (account, resources, apply, deployments, logs, chat, completion)
+COMMAND_MODULES = (account, resources, apply, diff, deployments, describe, rollout, logs, chat, completion)
 
 
 class Parser(argparse.ArgumentParser):

@@ -24,6 +24,22 @@ class ReplicaCountSerializer(serializers.Serializer):
     now = serializers.IntegerField(help_text="Replicas there were before this apply (0: created).")
 
 
+class SpecAnswerSerializer(serializers.Serializer):
+    """`GET /deployments/{name}/?format=spec`: the spec PUT takes back (docs/deployment-spec.md)."""
+
+    name = serializers.CharField()
+    model = serializers.CharField()
+    path = serializers.CharField(required=False)
+    artifact = serializers.IntegerField(required=False)
+    placement = serializers.DictField(required=False, help_text="{node, npus: [logic ids]}")
+    nodes = serializers.ListField(child=serializers.DictField(), required=False)
+    engine = serializers.DictField()
+    replicas = serializers.IntegerField()
+    runtime = serializers.CharField()
+    image = serializers.CharField(required=False)
+    state = serializers.ChoiceField(["running", "stopped"])
+
+
 class ApplyAnswerSerializer(serializers.Serializer):
     result = serializers.ChoiceField(
         ["created", "unchanged", "changed", "waiting"],
@@ -42,22 +58,11 @@ class ApplyAnswerSerializer(serializers.Serializer):
     replicas = ReplicaCountSerializer()
     rollout = RolloutSerializer(allow_null=True, help_text="The rolling update this apply started.")
     inspection = serializers.UUIDField(allow_null=True, help_text="With result waiting: the inspection.")
-
-
-class SpecAnswerSerializer(serializers.Serializer):
-    """`GET /deployments/{name}/?format=spec`: the spec PUT takes back (docs/deployment-spec.md)."""
-
-    name = serializers.CharField()
-    model = serializers.CharField()
-    path = serializers.CharField(required=False)
-    artifact = serializers.IntegerField(required=False)
-    placement = serializers.DictField(required=False, help_text="{node, npus: [logic ids]}")
-    nodes = serializers.ListField(child=serializers.DictField(), required=False)
-    engine = serializers.DictField()
-    replicas = serializers.IntegerField()
-    runtime = serializers.CharField()
-    image = serializers.CharField(required=False)
-    state = serializers.ChoiceField(["running", "stopped"])
+    spec = SpecAnswerSerializer(
+        allow_null=True,
+        help_text="On a dry run: the spec the deployment would have once applied (`?format=spec`'s shape; "
+        "its own spec when unchanged); null on a real apply or when nothing could be planned yet.",
+    )
 
 
 def answer_of(outcome: Outcome, dry_run: bool) -> dict[str, Any]:
@@ -73,6 +78,7 @@ def answer_of(outcome: Outcome, dry_run: bool) -> dict[str, Any]:
         "replicas": outcome.replicas,
         "rollout": progress(outcome.rollout),
         "inspection": outcome.inspection,
+        "spec": outcome.spec,
     }
 
 
