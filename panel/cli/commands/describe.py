@@ -196,7 +196,7 @@ def replica_lines(d: dict) -> list[str]:
     members = [{"name": d.get("name"), "status": d.get("status"), "desired_state": d.get("desired_state")}]
     members += d.get("replicas") or []
     rows = [[m.get("name"), m.get("status"), m.get("desired_state")] for m in members]
-    lines = [f"Replicas:  {wanted} wanted" if wanted else "Replicas:"]
+    lines = [f"Replicas: {wanted} wanted" if wanted else "Replicas:"]
     lines += indented_table(rows, ["NAME", "STATUS", "DESIRED"])
     rollout = d.get("rollout")
     if rollout:

@@ -92,7 +92,7 @@ def compare(client: Client, spec: dict) -> tuple[str, list[str]]:
     text = "".join(difflib.unified_diff(before, _lines(merged), f"live/{name}", f"merged/{name}"))
     if not text and answer.get("result") != "unchanged":
         fields = ", ".join(change.get("field", "?") for change in answer.get("changes") or [])
-        return text, [f"{name}: the spec is the same, but applying it would {answer.get('effect')}: {fields}"]
+        return text, [f"{name}: changed: {fields} ({answer.get('effect')}), which the spec does not show"]
     return text, []
 
 

@@ -93,6 +93,8 @@ class Progress:
             step = f"rolling update, {replaced} replaced: {rollout.get('message')}"
         else:
             step = f"{status}, {ready}/{count} replicas {wanted}"
+            if 1 + len(replicas) > count:  # a surge or a scale-down still going
+                step += f" ({1 + len(replicas) - count} more to remove)"
         self._note(step)
         if rollout.get("status") == "failed":
             raise CliError(
