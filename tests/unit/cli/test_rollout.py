@@ -3,6 +3,7 @@ every replica of the spec runs and no rolling update is under way (0), failed (1
 rollback call, its dry run, its key, and what an older panel without it answers."""
 
 import json
+import time
 
 import pytest
 
@@ -120,6 +121,45 @@ def test_status_times_out_with_exit_3(api, capsys):
     states(api, deployment(status="starting"))
     assert main(["rollout", "status", "qwen-chat", "--timeout", "0.3"]) == 3
     assert "did not finish within 0.3s (starting, 0/1 replicas running)" in capsys.readouterr().err
+
+
+def test_status_times_out_on_a_stream_that_only_keeps_alive(api, capsys, monkeypatch):
+    """The panel sends a keepalive every 15 s, so the stream's read timeout never fires: the keepalives
+    themselves must let the wait see its deadline pass."""
+    from panel.cli import client as client_module
+
+    def quiet_stream(self, path, read_timeout, **params):
+        yield "deployment", deployment(status="starting")
+        while True:
+            time.sleep(0.05)
+            yield client_module.KEEPALIVE, {}
+
+    monkeypatch.setattr(client_module.Client, "events", quiet_stream)
+    api.on("GET", LIST, Answer(200, page(deployment(status="starting"))))
+    began = time.monotonic()
+    assert main(["rollout", "status", "qwen-chat", "--timeout", "0.5"]) == 3
+    assert time.monotonic() - began < 5
+    assert "did not finish within" in capsys.readouterr().err
+
+
+def test_keepalive_comments_are_handed_on():
+    from panel.cli.client import KEEPALIVE, _parse_events
+
+    lines = [
+        "retry: 3000",
+        "",
+        ": keepalive",
+        "",
+        "event: deployment",
+        'data: {"name": "x"}',
+        "",
+        ": keepalive",
+    ]
+    assert list(_parse_events(iter(lines))) == [
+        (KEEPALIVE, {}),
+        ("deployment", {"name": "x"}),
+        (KEEPALIVE, {}),
+    ]
 
 
 def test_status_of_a_deployment_being_deleted_exits_1(api, capsys):
