@@ -14,6 +14,7 @@ from panel.cli.errors import FAILED, TIMEOUT, CliError
 
 DEFAULT_TIMEOUT = 30.0
 WAIT_MARGIN_S = 30.0  # a server-side wait answers after its own timeout; the read allows for that much more
+KEEPALIVE = "keepalive"  # the pseudo-event events() yields for each keepalive comment of the stream
 
 
 def version() -> str:
@@ -125,8 +126,9 @@ class Client:
             params = dict(parse_qsl(urlsplit(page["next"]).query))
 
     def events(self, path: str, read_timeout: float, **params) -> Iterator[tuple[str, dict]]:
-        """(event, data) of a Server-Sent Events stream (`?watch=true`). WatchUnsupported when the panel
-        answers otherwise; httpx.ReadTimeout when nothing (not even a keepalive) came for read_timeout."""
+        """(event, data) of a Server-Sent Events stream (`?watch=true`), and (KEEPALIVE, {}) for each of its
+        keepalives. WatchUnsupported when the panel answers otherwise; httpx.ReadTimeout when nothing (not
+        even a keepalive) came for read_timeout."""
         headers = {"Accept": "text/event-stream"}
         timeout = httpx.Timeout(read_timeout, connect=10.0)
         try:
@@ -176,7 +178,9 @@ def _parse_events(lines: Iterator[str]) -> Iterator[tuple[str, dict]]:
                     yield event, {"text": text}
             event, data = "message", []
         elif line.startswith(":"):
-            continue  # a comment: the keepalive
+            # The keepalive comment: handed on, so that a caller waiting on a quiet stream sees its deadline
+            # pass (the keepalives keep the read timeout from ever firing).
+            yield KEEPALIVE, {}
         else:
             field, _, value = line.partition(":")
             value = value.removeprefix(" ")

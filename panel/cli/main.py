@@ -14,8 +14,11 @@ from panel.cli.commands import (
     contexts,
     create,
     deployments,
+    describe,
+    diff,
     logs,
     resources,
+    rollout,
 )
 from panel.cli.errors import INTERRUPTED, USAGE, CliError
 
@@ -27,7 +30,20 @@ Several panels: `login URL --context NAME`, then `config use-context NAME` or `-
 Exit codes: 0 ok, 1 failed (the API refused, or the deployment failed), 2 usage, 3 timed out.
 See docs/cli.md for the spec file and a CI pipeline."""
 
-COMMAND_MODULES = (account, contexts, resources, apply, deployments, create, logs, chat, completion)
+COMMAND_MODULES = (
+    account,
+    contexts,
+    resources,
+    apply,
+    diff,
+    deployments,
+    describe,
+    rollout,
+    create,
+    logs,
+    chat,
+    completion,
+)
 CONTEXT_HELP = "the context (a panel you signed in to) to use instead of the current one"
 
 

@@ -6,6 +6,8 @@ from datetime import UTC, datetime
 
 import yaml
 
+from panel.cli import jsonpath
+
 FORMATS = ("table", "json", "yaml", "name")
 
 
@@ -26,7 +28,10 @@ def to_yaml(data) -> str:
 
 
 def render(data, fmt: str, rows=None, headers=None, names=None) -> str:
-    """`data` as `fmt`: json / yaml of the data itself, a table of rows(data), or one name per line."""
+    """`data` as `fmt`: json / yaml of the data itself, `jsonpath=…` through that template (jsonpath.py),
+    a table of rows(data), or one name per line."""
+    if fmt.startswith(jsonpath.PREFIX):
+        return jsonpath.render(fmt, data)
     if fmt == "json":
         return to_json(data)
     if fmt == "yaml":

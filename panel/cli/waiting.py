@@ -30,7 +30,7 @@ def wait_for(client: Client, name: str, target: str, timeout: float) -> dict | N
     seen_rollout: set = set()
     # A rollout that was running when the wait began (or began during it) decides the outcome.
     rolled = ((first or {}).get("rollout") or {}).get("status") == "running"
-    for deployment in _states(client, first, deadline):
+    for deployment in states(client, first, deadline):
         status = "deleted" if deployment is None else deployment.get("status")
         if status != last_status:
             output.note(f"{name}: {status}")
@@ -71,7 +71,7 @@ def _refuse_hopeless(name: str, target: str, deployment: dict | None, started_he
         raise CliError(f"{name} is being {deployment['desired_state']}; it will not reach running.")
 
 
-def _states(client: Client, first: dict | None, deadline: float) -> Iterator[dict | None]:
+def states(client: Client, first: dict | None, deadline: float) -> Iterator[dict | None]:
     """The deployment as it changes (None once gone), until the deadline passes."""
     yield first
     if first is None:

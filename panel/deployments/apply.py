@@ -24,6 +24,7 @@ from panel.catalog.models import SERVABLE_FORMATS, Model, ModelArtifact
 from panel.core.choices import DesiredState
 from panel.deployments import placement, reasons, replicas, rollouts, services, spec_model
 from panel.deployments.models import Deployment, Rollout
+from panel.deployments.planned_rows import spec_after
 from panel.deployments.planning import ENGINE_SETTINGS, DeploymentPlan, plan_request
 from panel.deployments.spec import engine_settings_of, nodes_of, spec_of
 
@@ -45,6 +46,7 @@ class Outcome:
     replicas: dict[str, int] = field(default_factory=dict)  # {"wanted": N, "now": M before the apply}
     rollout: Rollout | None = None
     inspection: str | None = None  # result "waiting": the inspection the plan waits for (an operation id)
+    spec: dict[str, Any] | None = None  # a dry run's: the spec the deployment would have (planned_rows)
 
 
 def _fail(field_name: str, message: str):
@@ -244,8 +246,12 @@ def apply(name: str, spec: dict[str, Any], user, *, dry_run: bool = False) -> Ou
     except serializers.ValidationError as error:
         raise _as_spec_fields(error, spec) from None
     if current is None:
-        return _create(planned, spec, model, artifact, user, dry_run=dry_run)
-    return _apply_to(current, planned, spec, model, artifact, user, dry_run=dry_run)
+        outcome = _create(planned, spec, model, artifact, user, dry_run=dry_run)
+    else:
+        outcome = _apply_to(current, planned, spec, model, artifact, user, dry_run=dry_run)
+    if dry_run:
+        outcome.spec = spec_after(name, spec, outcome.result, planned, current)
+    return outcome
 
 
 def _waiting(current: Deployment | None, model: Model, inspection) -> Outcome:

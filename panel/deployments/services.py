@@ -49,6 +49,7 @@ from panel.deployments import metrics_history, reasons
 from panel.deployments.drain import holds_stop
 from panel.deployments.engine_keys import ensure_engine_key, sealed_for_node
 from panel.deployments.models import Benchmark, Deployment, DeploymentLog
+from panel.deployments.planned_rows import fill_from_plan
 from panel.deployments.planning import DeploymentPlan
 from panel.deployments.reconcile import apply_launch_result, apply_stop_result
 from panel.fabric.services import gate_launch
@@ -131,26 +132,7 @@ def served_name_of(deployment: Deployment) -> str:
 
 def take_plan(deployment: Deployment, planned: DeploymentPlan) -> None:
     """Give the deployment what was planned: model, copy, launch per node, NPUs. Saves it."""
-    data = planned.data
-    deployment.model = data["model"]
-    deployment.artifact = data.get("artifact")
-    deployment.spec = {
-        **planned.parts[0].payload,
-        "parts": [
-            {"node": part.node.name, "role": part.role, "launch": part.payload, "container": part.container}
-            for part in planned.parts
-        ],
-    }
-    deployment.plan = {
-        "plan": planned.plan,
-        "warnings": planned.warnings,
-        "chip": planned.chip,
-        "tuning": {"env": data.get("env") or {}, "mtp_tokens": data.get("mtp_tokens") or 0},
-        "port_pinned": planned.port_pinned,
-    }
-    if planned.parts[0].container:
-        deployment.spec["container"] = {"image": planned.parts[0].container["image"]}
-    deployment.runtime_kind = data["runtime"]
+    fill_from_plan(deployment, planned)
     deployment.save()
     deployment.nodes.set([part.node for part in planned.parts])
     deployment.npus.set([npu for part in planned.parts for npu in part.npus])

@@ -106,7 +106,7 @@ def test_apply_creates_and_waits_then_a_rerun_with_the_same_key_deploys_nothing_
 
 
 def test_the_spec_round_trips_through_get_and_apply(cli):
-    exported = ok(cli.run("get", "deployments", NAME, "-o", "yaml")).stdout
+    exported = ok(cli.run("get", "deployments", NAME, "--spec")).stdout
     spec = yaml.safe_load(exported)
     assert spec["name"] == NAME
     assert spec["engine"]["max_model_len"] == 1024
@@ -121,9 +121,14 @@ def test_a_change_is_shown_by_a_dry_run_then_rolled_out(cli, spec):
         f"{NAME}: changed: engine.max_model_len (rolling) (dry run)",
         "  engine.max_model_len: 1024 -> 2048",
     ]
+    differs = cli.run("diff", "-f", path)
+    assert differs.returncode == 1, differs.stderr
+    assert "-  max_model_len: 1024\n+  max_model_len: 2048\n" in differs.stdout
     applied = ok(cli.run("apply", "-f", path, "--wait", "--timeout", "3m"))
     assert applied.stdout.splitlines()[0] == f"{NAME}: changed: engine.max_model_len (rolling)"
     ok(cli.run("wait", NAME, "--for", "running", "--timeout", "3m"))  # until the rollout ended
+    ok(cli.run("rollout", "status", NAME, "--timeout", "3m"), f"{NAME}: rolled out: 1/1 replicas running\n")
+    ok(cli.run("diff", "-f", path), "")
     assert (
         json.loads(cli.run("get", "deployments", NAME, "-o", "json").stdout)["spec"]["max_model_len"] == 2048
     )

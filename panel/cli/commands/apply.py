@@ -20,9 +20,10 @@ examples:
   ascend-panel apply -f qwen-chat.yaml --wait --timeout 10m
   ascend-panel apply -f qwen-chat.yaml --dry-run
   ascend-panel apply -f deploy/ --wait            # every *.yaml, *.yml and *.json in deploy/, by name
-  ascend-panel get deployments qwen-chat -o yaml | ascend-panel apply -f -
+  ascend-panel get deployments qwen-chat --spec | ascend-panel apply -f -
 
 Prints, per spec: created, unchanged, or changed: <fields> (<what the change does>), and exits 0.
+The planner's warnings go to stderr when the plan changes (created or changed), not when unchanged.
 --wait returns once the deployment runs (stopped, for a spec with state: stopped): exit 1 when it fails
 first, with its findings and log tail; exit 3 when the timeout runs out. A spec whose path is a folder
 the panel did not know answers `waiting` while the folder is inspected: --wait waits for the inspection,
@@ -149,8 +150,11 @@ def apply_spec(client: Client, spec: dict, args, wait_seconds: int | None, sever
         print(result_line(name, answer), flush=True)
         if wait_seconds is not None and isinstance(answer.get("deployment"), dict):
             print(f"{name}: {answer['deployment'].get('status')}", flush=True)
-        for warning in answer.get("warnings") or []:
-            output.warn(f"{name}: {output.message_of(warning)}")
+        # The planner's warnings are about a plan being made: an unchanged deployment keeps its plan, and
+        # repeating them on every apply of the same file only teaches people to skip them.
+        if answer.get("result") != "unchanged":
+            for warning in answer.get("warnings") or []:
+                output.warn(f"{name}: {output.message_of(warning)}")
     if wait_seconds is not None:
         failed_rollout(name, answer)
     return answer

@@ -2,10 +2,12 @@
 
 from panel.cli import output
 from panel.cli.client import WAIT_MARGIN_S, ApiError, connect
-from panel.cli.commands import add_command, add_group, name_argument, output_option, timeout_option
+from panel.cli.commands import add_command, add_group, name_argument, timeout_option
 from panel.cli.commands.labels import add_selector_options, list_params, with_labels
 from panel.cli.durations import describe
 from panel.cli.errors import CliError, UsageError
+from panel.cli.following import printer, watch
+from panel.cli.jsonpath import OutputFormats, output_format
 from panel.cli.waiting import TARGETS, wait_for
 
 MAX_SERVER_WAIT_S = 3600  # the panel's limit on `?wait=…&timeout=`
@@ -13,12 +15,18 @@ MAX_SERVER_WAIT_S = 3600  # the panel's limit on `?wait=…&timeout=`
 GET_EPILOG = """\
 examples:
   ascend-panel get deployments
-  ascend-panel get deployments qwen-chat -o json
-  ascend-panel get deployments qwen-chat -o yaml > qwen-chat.yaml   # its spec: apply -f takes it back
+  ascend-panel get deployments qwen-chat -o yaml
+  ascend-panel get deployments -o jsonpath='{.items[*].name}'
+  ascend-panel get deployments qwen-chat -o jsonpath='{.status}'
+  ascend-panel get deployments qwen-chat --spec > qwen-chat.yaml   # apply -f takes it back
+  ascend-panel get deployments -w
   ascend-panel get deployments -l app=chat,tier!=dev --show-labels
 
--o yaml of one deployment prints its spec (what `apply -f` reads; applying it again is `unchanged`);
--o json prints the deployment as the API has it; -o name prints names only."""
+-o json and -o yaml print the same object: the deployment as the API has it, or for a list
+{"items": [...]}; -o jsonpath=TEMPLATE prints parts of it ({.a.b}, {.items[*].name}, {.items[0].x},
+{.items[?(@.status=="running")].name}, {"\\n"}); -o name prints names only.
+--spec prints the deployment's spec instead (YAML unless -o json): what `apply -f` reads.
+-w follows the deployments (or NAME) as they change, a line per change, until Ctrl-C (exit 0)."""
 
 WAIT_EPILOG = """\
 examples:
@@ -36,7 +44,20 @@ def register(commands) -> None:
     )
     name = deployments.add_argument("name", metavar="NAME", nargs="?", help="one deployment (or its id)")
     name.completer = "deployments"
-    output_option(deployments)
+    deployments.add_argument(
+        "-o",
+        "--output",
+        type=output_format,
+        choices=GET_FORMATS,
+        default="table",
+        help="table, json, yaml, name or jsonpath=TEMPLATE (default: table)",
+    )
+    deployments.add_argument(
+        "-w", "--watch", action="store_true", help="after the list, print each change until Ctrl-C"
+    )
+    deployments.add_argument(
+        "--spec", action="store_true", help="print NAME's spec, which apply -f takes back (YAML or -o json)"
+    )
     add_selector_options(deployments)
     deployments.set_defaults(run=get_deployments)
 
@@ -73,6 +94,8 @@ def deployment_row(d: dict) -> list:
 def status_text(d: dict) -> str:
     """The status, with the replicas running and a rolling update's progress when there are any."""
     text = d.get("status", "")
+    if text == "deleted":  # its last line in a watch (following.py)
+        return text
     replicas = d.get("replicas") or []
     if replicas:
         up = 1 + sum(r.get("status") == "running" for r in replicas) - (text != "running")
@@ -84,9 +107,17 @@ def status_text(d: dict) -> str:
 
 
 HEADERS = ["NAME", "STATUS", "MODEL", "NPUS", "ENDPOINT", "AGE"]
+GET_FORMATS = OutputFormats(output.FORMATS)
 
 
 def get_deployments(args) -> int:
+    if args.spec and (args.name is None or args.watch):
+        raise UsageError("--spec prints the spec of one deployment: give NAME, without -w.")
+    if args.watch and list_params(args):
+        raise UsageError("-w follows every deployment or NAME; it does not take -l (yet): use NAME.")
+    if args.watch:
+        # Ctrl-C ends it with exit 0, as it ends kubectl's
+        return watch(args.name, printer(args.output, HEADERS, deployment_row))
     selector = list_params(args)
     with connect() as client:
         if args.name is None:
@@ -95,12 +126,14 @@ def get_deployments(args) -> int:
                 output.note("No deployments.")
                 return 0
             rows, headers = with_labels(args, items, [deployment_row(d) for d in items], HEADERS)
-            print(output.render(items, args.output, rows, headers, [d["name"] for d in items]))
+            # json, yaml and jsonpath see the same object, a list as kubectl's: {"items": [...]}
+            print(output.render({"items": items}, args.output, rows, headers, [d["name"] for d in items]))
             return 0
         deployment = client.deployment(args.name)
-        if args.output == "yaml":
+        if args.spec:
             spec = client.get(f"/deployments/{deployment['id']}/", format="spec")
-            print(output.to_yaml(spec))
+            fmt = "yaml" if args.output == "table" else args.output
+            print(output.render(spec, fmt, names=[deployment["name"]]))
             return 0
     rows, headers = with_labels(args, [deployment], [deployment_row(deployment)], HEADERS)
     print(output.render(deployment, args.output, rows, headers, [deployment["name"]]))

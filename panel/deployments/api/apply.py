@@ -24,26 +24,6 @@ class ReplicaCountSerializer(serializers.Serializer):
     now = serializers.IntegerField(help_text="Replicas there were before this apply (0: created).")
 
 
-class ApplyAnswerSerializer(serializers.Serializer):
-    result = serializers.ChoiceField(
-        ["created", "unchanged", "changed", "waiting"],
-        help_text="waiting: the model's folder was registered and is being inspected; apply again once "
-        "`inspection` (an operation) has ended.",
-    )
-    dry_run = serializers.BooleanField()
-    effect = serializers.ChoiceField(
-        ["none", "create", "restart", "move_npus", "start", "stop", "scale", "rolling"],
-        help_text="What applying does to the engine.",
-    )
-    changes = ChangeSerializer(many=True)
-    deployment = DeploymentSerializer(allow_null=True, help_text="Null on a dry run that would create it.")
-    plan = serializers.DictField(allow_null=True, help_text="The review: fits, chip, plan, warnings, nodes.")
-    warnings = serializers.ListField(child=serializers.DictField())
-    replicas = ReplicaCountSerializer()
-    rollout = RolloutSerializer(allow_null=True, help_text="The rolling update this apply started.")
-    inspection = serializers.UUIDField(allow_null=True, help_text="With result waiting: the inspection.")
-
-
 class SpecAnswerSerializer(serializers.Serializer):
     """`GET /deployments/{name}/?format=spec`: the spec PUT takes back (docs/deployment-spec.md)."""
 
@@ -63,6 +43,31 @@ class SpecAnswerSerializer(serializers.Serializer):
     )
 
 
+class ApplyAnswerSerializer(serializers.Serializer):
+    result = serializers.ChoiceField(
+        ["created", "unchanged", "changed", "waiting"],
+        help_text="waiting: the model's folder was registered and is being inspected; apply again once "
+        "`inspection` (an operation) has ended.",
+    )
+    dry_run = serializers.BooleanField()
+    effect = serializers.ChoiceField(
+        ["none", "create", "restart", "move_npus", "start", "stop", "scale", "rolling"],
+        help_text="What applying does to the engine.",
+    )
+    changes = ChangeSerializer(many=True)
+    deployment = DeploymentSerializer(allow_null=True, help_text="Null on a dry run that would create it.")
+    plan = serializers.DictField(allow_null=True, help_text="The review: fits, chip, plan, warnings, nodes.")
+    warnings = serializers.ListField(child=serializers.DictField())
+    replicas = ReplicaCountSerializer()
+    rollout = RolloutSerializer(allow_null=True, help_text="The rolling update this apply started.")
+    inspection = serializers.UUIDField(allow_null=True, help_text="With result waiting: the inspection.")
+    spec = SpecAnswerSerializer(
+        allow_null=True,
+        help_text="On a dry run: the spec the deployment would have once applied (`?format=spec`'s shape; "
+        "its own spec when unchanged); null on a real apply or when nothing could be planned yet.",
+    )
+
+
 def answer_of(outcome: Outcome, dry_run: bool) -> dict[str, Any]:
     deployment = outcome.deployment
     return {
@@ -76,6 +81,7 @@ def answer_of(outcome: Outcome, dry_run: bool) -> dict[str, Any]:
         "replicas": outcome.replicas,
         "rollout": progress(outcome.rollout),
         "inspection": outcome.inspection,
+        "spec": outcome.spec,
     }
 
 

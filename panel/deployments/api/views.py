@@ -38,6 +38,7 @@ from panel.deployments.filtersets import BenchmarkFilterSet, DeploymentFilterSet
 from panel.deployments.models import Benchmark, Deployment
 from panel.deployments.planning import DeploymentRequestSerializer, plan_request
 from panel.deployments.spec import DeploymentSpecSerializer, parse_spec, spec_of
+from panel.deployments.undo import undo
 from panel.realtime.broadcast import DEPLOYMENTS, deployment_group
 
 MAX_LOG_LINES_PER_PAGE = 5000
@@ -72,7 +73,7 @@ class DeploymentViewSet(StreamsMixin, mixins.ListModelMixin, mixins.RetrieveMode
     parser_classes = [*api_settings.DEFAULT_PARSER_CLASSES, *YAML_PARSERS]
 
     # "update" is PUT apply: waitable as soon as the action exists.
-    wait_actions = frozenset({"create", "update", "start", "stop", "restart", "destroy"})
+    wait_actions = frozenset({"create", "update", "start", "stop", "restart", "destroy", "rollback"})
     waiter = DeploymentWaiter()
     watch = WatchSpec(
         event="deployment",
@@ -152,6 +153,28 @@ class DeploymentViewSet(StreamsMixin, mixins.ListModelMixin, mixins.RetrieveMode
         return Response(
             answer_of(outcome, dry_run), status=codes.get(outcome.result, status.HTTP_202_ACCEPTED)
         )
+
+    @extend_schema(
+        request=None,
+        parameters=[
+            OpenApiParameter("dry_run", bool, required=False, description="Plan and compare; change nothing.")
+        ],
+        responses={200: ApplyAnswerSerializer, 202: ApplyAnswerSerializer, 409: ErrorSerializer},
+        description="Roll back: apply again the spec the deployment had before the last apply that changed "
+        "it (as `kubectl rollout undo`; rolling back twice returns). Answers as apply does: 202 changed with "
+        "the changes and their effect, 200 unchanged; 400 `previous_spec` when nothing was applied since it "
+        "was made.",
+    )
+    @action(detail=True, methods=["post"])
+    @idempotent
+    def rollback(self, request, pk=None):
+        dry_run = _flag(request.query_params.get("dry_run"), "dry_run")
+        try:
+            outcome = undo(self.get_object(), request.user, dry_run=dry_run)
+        except services.DeploymentConflict as error:
+            raise Conflict(str(error)) from None
+        code = status.HTTP_200_OK if outcome.result == "unchanged" else status.HTTP_202_ACCEPTED
+        return Response(answer_of(outcome, dry_run), status=code)
 
     @extend_schema(request=DeploymentRequestSerializer, responses={201: CreatedDeploymentSerializer})
     @idempotent(creates=Deployment.objects.exclude(desired_state=DesiredState.DELETED))

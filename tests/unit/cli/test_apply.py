@@ -179,6 +179,17 @@ def test_warnings_go_to_stderr_and_stdout_stays_the_result(api, spec_file, capsy
     assert captured.err == "warning: qwen-chat: max_model_len leaves room for 3 sequences.\n"
 
 
+def test_warnings_print_when_the_plan_changes_not_on_every_unchanged_apply(api, spec_file, capsys):
+    warnings = [{"level": "warning", "message": "max_model_len leaves room for 3 sequences."}]
+    changed = applied("changed", effect="rolling", warnings=warnings,
+                      changes=[{"field": "engine.max_model_len", "from": 2048, "to": 4096}])  # fmt: skip
+    api.on("PUT", PUT, Answer(200, applied("unchanged", warnings=warnings)), Answer(202, changed))
+    assert main(["apply", "-f", spec_file]) == 0
+    assert capsys.readouterr() == ("qwen-chat: unchanged\n", "")
+    assert main(["apply", "-f", spec_file]) == 0
+    assert capsys.readouterr().err == "warning: qwen-chat: max_model_len leaves room for 3 sequences.\n"
+
+
 def test_json_output_is_the_panels_answer(api, spec_file, capsys):
     api.on("PUT", PUT, Answer(201, applied("created")))
     assert main(["apply", "-f", spec_file, "-o", "json"]) == 0

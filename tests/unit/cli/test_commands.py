@@ -105,7 +105,25 @@ def test_get_one_as_json_is_the_deployment(api, capsys):
     assert json.loads(capsys.readouterr().out) == deployment()
 
 
-def test_get_one_as_yaml_is_its_spec(api, capsys):
+def test_json_and_yaml_print_the_same_object_for_one_and_for_a_list(api, capsys):
+    api.on("GET", "/api/v1/deployments/", Answer(200, page(deployment(), deployment(id=8, name="embed"))))
+    printed = {}
+    for fmt in ("json", "yaml"):
+        assert main(["get", "deployments", "qwen-chat", "-o", fmt]) == 0
+        one = capsys.readouterr().out
+        assert main(["get", "deployments", "-o", fmt]) == 0
+        every = capsys.readouterr().out
+        printed[fmt] = (
+            (json.loads(one), json.loads(every))
+            if fmt == "json"
+            else (yaml.safe_load(one), yaml.safe_load(every))
+        )
+    assert printed["json"] == printed["yaml"]
+    assert printed["json"][0] == deployment()
+    assert printed["json"][1] == {"items": [deployment(), deployment(id=8, name="embed")]}
+
+
+def test_get_spec_prints_the_spec_apply_takes_back_as_yaml_or_json(api, capsys):
     spec = {
         "name": "qwen-chat",
         "model": "qwen2.5-7b-instruct",
@@ -113,9 +131,17 @@ def test_get_one_as_yaml_is_its_spec(api, capsys):
     }
     api.on("GET", "/api/v1/deployments/", Answer(200, page(deployment())))
     api.on("GET", "/api/v1/deployments/7/", Answer(200, spec))
-    assert main(["get", "deployments", "qwen-chat", "-o", "yaml"]) == 0
+    assert main(["get", "deployments", "qwen-chat", "--spec"]) == 0
     assert yaml.safe_load(capsys.readouterr().out) == spec
-    assert api.sent("GET", "/api/v1/deployments/7/")[0].query == {"format": "spec"}
+    assert main(["get", "deployments", "qwen-chat", "--spec", "-o", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == spec
+    assert [r.query for r in api.sent("GET", "/api/v1/deployments/7/")] == [{"format": "spec"}] * 2
+
+
+def test_get_spec_needs_one_name(api, capsys):
+    assert main(["get", "deployments", "--spec"]) == 2
+    assert "--spec prints the spec of one deployment" in capsys.readouterr().err
+    assert api.requests == []
 
 
 def test_get_a_deployment_that_is_not_there_exits_1(api, capsys):

@@ -110,6 +110,13 @@ def test_every_command_has_help(path, capsys):
         ["chat", "qwen-chat"],
         ["completion", "zsh"],
         ["delete"],
+        ["get", "deployments", "-o", "jsonpath={.items["],
+        ["describe"],
+        ["describe", "pod", "x"],
+        ["rollout", "status"],
+        ["rollout", "restart", "x"],
+        ["rollout", "status", "x", "--timeout", "soon"],
+        ["diff"],
     ],
     ids=lambda argv: " ".join(argv) or "nothing",
 )
@@ -314,14 +321,18 @@ def test_bash_completes_commands_options_and_choices(completion_script, tmp_path
     assert complete(completion_script, "ascend-panel models ") == ["add", "ls", "rm"]
     assert complete(completion_script, "ascend-panel get deployments -o ") == [
         "json",
+        "jsonpath=",
         "name",
         "table",
         "yaml",
     ]
+    assert complete(completion_script, "ascend-panel rollout ") == ["status", "undo"]
+    assert complete(completion_script, "ascend-panel describe n") == ["node", "nodes"]
     assert complete(completion_script, "ascend-panel wait qwen --for r") == ["running"]
     assert complete(completion_script, "ascend-panel apply --d") == ["--dry-run"]
     (tmp_path / "qwen-chat.yaml").write_text("name: qwen-chat\n")
     assert complete(completion_script, "ascend-panel apply -f qw", cwd=tmp_path) == ["qwen-chat.yaml"]
+    assert complete(completion_script, "ascend-panel diff -f qw", cwd=tmp_path) == ["qwen-chat.yaml"]
     assert complete(completion_script, "ascend-panel apply --timeout ") == []
 
 
