@@ -203,6 +203,8 @@ SESSION_ENGINE = "django.contrib.sessions.backends.db"
 SESSION_SERIALIZER = "django.contrib.sessions.serializers.JSONSerializer"
 SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=not DEVELOPMENT_MODE)
 CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=SESSION_COOKIE_SECURE)
+# A CSRF refusal under /api/ says so in the API's error shape; pages keep Django's own.
+CSRF_FAILURE_VIEW = "panel.core.exceptions.csrf_failure"
 
 # HTTP Basic (a password on every API request) is off in production: scripts use API tokens. `make run` and
 # the tests keep it for curl and the browser tier's API client.

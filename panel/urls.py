@@ -23,7 +23,7 @@ from panel.operations.api.views import OperationViewSet
 from panel.provisioning.api.views import NodeStackViewSet, PackageFileViewSet, StackProfileViewSet
 
 router = DefaultRouter()
-router.include_format_suffixes = False  # `.json` twins would shadow real routes such as logs.txt
+router.include_format_suffixes = False  # `.json` twins would shadow names with a dot (`/models/qwen2.5-7b/`)
 router.register("nodes", NodeViewSet)
 router.register("operations", OperationViewSet)
 router.register("models", ModelViewSet)
@@ -45,6 +45,12 @@ router.register("usage-hourly", UsageHourViewSet, basename="usage-hourly")
 urlpatterns = [
     path("api/v1/metrics/latest/", LatestMetricsView.as_view(), name="metrics-latest"),
     path("api/v1/deployments/<str:ref>/chat/", deployment_chat, name="deployment-chat"),  # id or name
+    # A file to download: its name has no trailing slash.
+    path(
+        "api/v1/deployments/<str:pk>/logs.txt",
+        DeploymentViewSet.as_view({"get": "logs_txt"}, detail=True, basename="deployment"),
+        name="deployment-logs-txt",
+    ),
     path("api/v1/", include(router.urls)),
     path("metrics", prometheus_metrics, name="prometheus-metrics"),
     path("usage/", include("panel.gateway.urls")),
