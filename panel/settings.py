@@ -244,6 +244,7 @@ SPECTACULAR_SETTINGS = {
     "COMPONENT_SPLIT_REQUEST": True,
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
+        "panel.deployments.api.chat.document_chat",  # a plain async view the generator cannot see
         "panel.core.schema.close_request_bodies",
     ],
     "ENUM_NAME_OVERRIDES": {

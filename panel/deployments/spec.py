@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.utils.translation import gettext as _
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from panel.core.choices import DesiredState
@@ -36,6 +37,16 @@ AUTO = "auto"
 STATES = (DesiredState.RUNNING, DesiredState.STOPPED)
 
 
+@extend_schema_field(
+    {
+        "oneOf": [
+            {"type": "integer", "minimum": 0, "maximum": 64},
+            {"type": "string", "enum": [AUTO]},
+            {"type": "array", "items": {"type": "integer", "minimum": 0}, "uniqueItems": True},
+        ],
+        "description": 'A number of NPUs, "auto", or a list of logic ids such as [0, 1].',
+    }
+)
 class NpuCountField(serializers.Field):
     """`npus:` a count, "auto" (the planner's smallest layout that fits) or a list of logic ids."""
 
