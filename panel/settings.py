@@ -280,6 +280,9 @@ PANEL_IDEMPOTENCY_TTL_S = env.int("PANEL_IDEMPOTENCY_TTL_S", default=86400)
 # Largest multipart upload the API takes (the package store holds CANN .run files of a few GB); any other
 # request body is limited by DATA_UPLOAD_MAX_MEMORY_SIZE. Larger bodies get 413 before they are read.
 PANEL_MAX_UPLOAD_BYTES = env.int("PANEL_MAX_UPLOAD_BYTES", default=16 * 1024**3)
+# Largest other request body (bytes): the API's JSON and YAML, and the /v1 gateway's prompts (Django's own
+# default, 2.5 MB). Raise it for prompts that carry images as data URLs.
+DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("PANEL_MAX_BODY_BYTES", default=2621440)
 
 CHANNEL_LAYERS = {
     "default": {
