@@ -92,7 +92,10 @@ def api_not_found(request, *args, **kwargs):
     so: SDKs and scripts often drop it (`POST /api/v1/deployments`)."""
     detail = not_found_text(request)
     hint = trailing_slash_hint(request)
-    return JsonResponse({"detail": f"{detail} {hint}" if hint else detail}, status=404)
+    if hint:
+        # Translated as a whole: Chinese puts no space after the full stop.
+        detail = _("{not_found} {hint}").format(not_found=detail, hint=hint)
+    return JsonResponse({"detail": detail}, status=404)
 
 
 def trailing_slash_hint(request) -> str | None:

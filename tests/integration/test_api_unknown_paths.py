@@ -128,3 +128,11 @@ def test_a_csrf_refusal_outside_a_drf_view_under_api_is_json_and_names_csrf(rf):
     page = csrf_failure(rf.post("/accounts/login/"), reason="CSRF cookie not set.")
     assert page.status_code == 403
     assert page["Content-Type"].startswith("text/html")
+
+
+def test_the_hint_speaks_the_callers_language(alice):
+    client = caller("token", alice)
+    response = client.post("/api/v1/deployments", HTTP_ACCEPT_LANGUAGE="zh-hans")
+    assert response.json()["detail"] == (
+        "/api/v1/deployments 没有对应的 API 端点或对象。此路径需要末尾的斜杠：/api/v1/deployments/"
+    )
