@@ -203,6 +203,8 @@ SESSION_ENGINE = "django.contrib.sessions.backends.db"
 SESSION_SERIALIZER = "django.contrib.sessions.serializers.JSONSerializer"
 SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=not DEVELOPMENT_MODE)
 CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=SESSION_COOKIE_SECURE)
+# A CSRF refusal under /api/ says so in the API's error shape; pages keep Django's own.
+CSRF_FAILURE_VIEW = "panel.core.exceptions.csrf_failure"
 
 # HTTP Basic (a password on every API request) is off in production: scripts use API tokens. `make run` and
 # the tests keep it for curl and the browser tier's API client.
@@ -242,6 +244,7 @@ SPECTACULAR_SETTINGS = {
     "COMPONENT_SPLIT_REQUEST": True,
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
+        "panel.deployments.api.chat.document_chat",  # a plain async view the generator cannot see
         "panel.core.schema.close_request_bodies",
     ],
     "ENUM_NAME_OVERRIDES": {
@@ -277,6 +280,9 @@ PANEL_IDEMPOTENCY_TTL_S = env.int("PANEL_IDEMPOTENCY_TTL_S", default=86400)
 # Largest multipart upload the API takes (the package store holds CANN .run files of a few GB); any other
 # request body is limited by DATA_UPLOAD_MAX_MEMORY_SIZE. Larger bodies get 413 before they are read.
 PANEL_MAX_UPLOAD_BYTES = env.int("PANEL_MAX_UPLOAD_BYTES", default=16 * 1024**3)
+# Largest other request body (bytes): the API's JSON and YAML, and the /v1 gateway's prompts (Django's own
+# default, 2.5 MB). Raise it for prompts that carry images as data URLs.
+DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("PANEL_MAX_BODY_BYTES", default=2621440)
 
 CHANNEL_LAYERS = {
     "default": {

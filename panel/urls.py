@@ -4,14 +4,13 @@ from django.contrib import admin
 from django.templatetags.static import static as static_url
 from django.urls import include, path, re_path
 from django.views.generic import RedirectView
-from rest_framework.routers import DefaultRouter
 
 from panel.accounts.api.views import ApiTokenViewSet
 from panel.audit.api.views import AuditEntryViewSet
 from panel.catalog.api.views import ModelArtifactViewSet, ModelViewSet
-from panel.core.api_docs import DocsView, SchemaView
+from panel.core.api_docs import DocsView, PanelRouter, SchemaView
 from panel.core.exceptions import api_not_found
-from panel.deployments.api.chat import chat as deployment_chat
+from panel.deployments.api.chat import DeploymentChatView
 from panel.deployments.api.views import BenchmarkViewSet, DeploymentViewSet
 from panel.fabric.api.views import FabricCheckViewSet, NodeFabricViewSet
 from panel.forensics.api.views import DiagnosticsBundleViewSet
@@ -22,8 +21,8 @@ from panel.nodes.api.views import NodeViewSet
 from panel.operations.api.views import OperationViewSet
 from panel.provisioning.api.views import NodeStackViewSet, PackageFileViewSet, StackProfileViewSet
 
-router = DefaultRouter()
-router.include_format_suffixes = False  # `.json` twins would shadow real routes such as logs.txt
+router = PanelRouter()
+router.include_format_suffixes = False  # `.json` twins would shadow names with a dot (`/models/qwen2.5-7b/`)
 router.register("nodes", NodeViewSet)
 router.register("operations", OperationViewSet)
 router.register("models", ModelViewSet)
@@ -44,7 +43,14 @@ router.register("usage-hourly", UsageHourViewSet, basename="usage-hourly")
 
 urlpatterns = [
     path("api/v1/metrics/latest/", LatestMetricsView.as_view(), name="metrics-latest"),
-    path("api/v1/deployments/<str:ref>/chat/", deployment_chat, name="deployment-chat"),  # id or name
+    # <pk>: an id or a name, as in the router's routes. The playground is a plain async view.
+    path("api/v1/deployments/<str:pk>/chat/", DeploymentChatView.as_view(), name="deployment-chat"),
+    # A file to download: its name has no trailing slash.
+    path(
+        "api/v1/deployments/<str:pk>/logs.txt",
+        DeploymentViewSet.as_view({"get": "logs_txt"}, detail=True, basename="deployment"),
+        name="deployment-logs-txt",
+    ),
     path("api/v1/", include(router.urls)),
     path("metrics", prometheus_metrics, name="prometheus-metrics"),
     path("usage/", include("panel.gateway.urls")),

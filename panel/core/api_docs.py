@@ -1,9 +1,15 @@
 """/api/schema/ and /api/docs/ need a signed-in user (session) or an API token, like the rest of the API:
-the schema lists every endpoint and field, which is a map of the panel nobody outside it needs."""
+the schema lists every endpoint and field, which is a map of the panel nobody outside it needs.
+
+The schema lists every route under /api/v1/ (tests/integration/test_api_schema.py walks the URL conf to
+hold it to that): the router's root is documented here, the deployment playground (a plain async view) by
+its own postprocessing hook, panel.deployments.api.chat.document_chat."""
 
 from django.contrib.auth.views import redirect_to_login
+from drf_spectacular.utils import extend_schema
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
-from rest_framework import exceptions
+from rest_framework import exceptions, routers
+from rest_framework.schemas.inspectors import DefaultSchema
 
 from panel.accounts.permissions import RolePermission
 from panel.core.api import StrictRequestMixin
@@ -24,3 +30,26 @@ class DocsView(SpectacularSwaggerView):
         if isinstance(exc, (exceptions.NotAuthenticated, exceptions.AuthenticationFailed)):
             return redirect_to_login(self.request.get_full_path())
         return super().handle_exception(exc)
+
+
+class ApiRootView(StrictRequestMixin, routers.APIRootView):
+    """GET /api/v1/: each resource and the URL of its list. DRF leaves its root out of the schema."""
+
+    schema = DefaultSchema()
+
+    @extend_schema(
+        operation_id="v1_root",
+        responses={
+            200: {
+                "type": "object",
+                "description": "Each resource's name and the URL of its list.",
+                "additionalProperties": {"type": "string", "format": "uri"},
+            }
+        },
+    )
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
+
+
+class PanelRouter(routers.DefaultRouter):
+    APIRootView = ApiRootView

@@ -4,7 +4,10 @@ HTML page or a Python repr under /api/; panel.core.middleware.ApiErrorsMiddlewar
 reaches a DRF view (no route, a body too large, Django's own error pages)."""
 
 from django.http import JsonResponse
+from django.urls import Resolver404, resolve
 from django.utils.translation import gettext as _
+from django.views.csrf import csrf_failure as django_csrf_failure
+from django.views.decorators.csrf import csrf_exempt
 from django.views.defaults import page_not_found
 from django.views.defaults import server_error as django_server_error
 from rest_framework import exceptions
@@ -81,10 +84,45 @@ def exception_handler(exc, context):
     return response
 
 
+@csrf_exempt  # it changes nothing: a POST without a CSRF token gets the 404 too, not a CSRF 403
 def api_not_found(request, *args, **kwargs):
-    """Every /api/ URL no route matches, whatever the method and with DEBUG on (where Django would show its
-    technical 404 page and turn a POST without its trailing slash into a 500)."""
-    return JsonResponse({"detail": not_found_text(request)}, status=404)
+    """Every /api/ URL no route matches, whatever the method, the credentials (none, a token, a session
+    without its CSRF token) and with DEBUG on (where Django would show its technical 404 page and turn a POST
+    without its trailing slash into a 500). A path that names an endpoint but for its trailing slash says
+    so: SDKs and scripts often drop it (`POST /api/v1/deployments`)."""
+    detail = not_found_text(request)
+    hint = trailing_slash_hint(request)
+    if hint:
+        # Translated as a whole: Chinese puts no space after the full stop.
+        detail = _("{not_found} {hint}").format(not_found=detail, hint=hint)
+    return JsonResponse({"detail": detail}, status=404)
+
+
+def trailing_slash_hint(request) -> str | None:
+    """A sentence naming the endpoint this path misses by its trailing slash only, or None."""
+    path = request.path_info
+    if path.rstrip("/") in ("", API_PREFIX.rstrip("/")):
+        return None
+    needs_slash = not path.endswith("/")
+    candidate = path + "/" if needs_slash else path[:-1]
+    try:
+        match = resolve(candidate, getattr(request, "urlconf", None))
+    except Resolver404:
+        return None
+    if match.func is api_not_found:
+        return None
+    fixed = request.path + "/" if needs_slash else request.path[:-1]
+    if needs_slash:
+        return _("This path needs its trailing slash: {path}").format(path=fixed)
+    return _("This path takes no trailing slash: {path}").format(path=fixed)
+
+
+def csrf_failure(request, reason=""):
+    """CSRF_FAILURE_VIEW: under /api/ the error shape with a sentence that names the cause (the generic 403
+    text, "Your role may not do this.", blamed the user's role); pages keep Django's page."""
+    if is_api(request):
+        return JsonResponse({"detail": _("CSRF check failed: send the X-CSRFToken header.")}, status=403)
+    return django_csrf_failure(request, reason)
 
 
 def not_found(request, exception):

@@ -111,15 +111,13 @@ def _limit(request) -> int:
 
 
 def too_large(request):
-    limit = _limit(request)
-    return JsonResponse(
-        {
-            "detail": _("The request body is larger than the {size} MB the panel takes.").format(
-                size=round(limit / 1024 / 1024, 1)
-            )
-        },
-        status=413,
-    )
+    return JsonResponse({"detail": too_large_text(_limit(request))}, status=413)
+
+
+def too_large_text(limit: int) -> str:
+    """The 413 sentence, the API's and the /v1 gateway's: "… larger than the 2.5 MB the panel takes."."""
+    size = format(round(limit / 1024 / 1024, 1), "g")
+    return _("The request body is larger than the {size} MB the panel takes.").format(size=size)
 
 
 def as_json_error(request, response):

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from django import forms
 from django.core.exceptions import ValidationError
-from django.core.validators import MaxLengthValidator
+from django.core.validators import MaxLengthValidator, RegexValidator
 from django.utils.functional import Promise, lazy
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
@@ -94,8 +94,16 @@ class _DocumentedLimit(MaxLengthValidator):
         return None
 
 
+class _DocumentedPattern(RegexValidator):
+    """The characters as the schema generator reads them (pattern); the rule's own check refuses."""
+
+    def __call__(self, value):
+        return None
+
+
 class NameField(serializers.CharField):
-    """An API field for a rule's name; the schema shows the limit, a bad name gets the rule's message."""
+    """An API field for a rule's name; the schema shows the limit and, where a JSON Schema pattern can say
+    it, the characters; a bad name gets the rule's message."""
 
     def __init__(self, rule: NameRule, **kwargs):
         self.rule = rule
@@ -103,6 +111,11 @@ class NameField(serializers.CharField):
         super().__init__(**kwargs)
         self.max_length = rule.limit
         self.validators.extend([_DocumentedLimit(rule.limit), self._check])
+        # JSON Schema's patterns are ECMA-262, where \w means ASCII only: a rule that takes any letter
+        # (Python's \w) would be documented narrower than it is, so such a rule states its characters in
+        # its help text only.
+        if "\\w" not in rule.pattern.pattern:
+            self.validators.append(_DocumentedPattern(f"^{rule.pattern.pattern}$"))
 
     def _check(self, value: str) -> None:
         if (problem := self.rule.problem(value)) is not None:

@@ -12,6 +12,28 @@ class StandardPagination(pagination.PageNumberPagination):
     page_size_query_param = "page_size"
     max_page_size = 1000
 
+    def get_schema_operation_parameters(self, view):
+        """What the two parameters take, as get_page_size and get_page_number check it."""
+        return [
+            {
+                "name": self.page_query_param,
+                "required": False,
+                "in": "query",
+                "description": "A page number (the first is 1), or `last`.",
+                "schema": {
+                    "oneOf": [{"type": "integer", "minimum": 1}, {"type": "string", "enum": ["last"]}]
+                },
+            },
+            {
+                "name": self.page_size_query_param,
+                "required": False,
+                "in": "query",
+                "description": f"Results per page (default {self.page_size}); a larger size than "
+                f"{self.max_page_size} is taken as {self.max_page_size}.",
+                "schema": {"type": "integer", "minimum": 1, "default": self.page_size},
+            },
+        ]
+
     def get_page_size(self, request):
         raw = request.query_params.get(self.page_size_query_param)
         if raw is None:

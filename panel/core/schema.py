@@ -39,6 +39,13 @@ ERROR_DESCRIPTIONS = {
     "404": _("No such object, or you may not see it."),
     "413": _("The request body is larger than the panel takes."),
     "415": _("The request body is of a type this endpoint does not read (send JSON)."),
+    "429": _("Too many requests: wait the seconds Retry-After gives, then send it again."),
+}
+RETRY_AFTER_HEADER = {
+    "Retry-After": {
+        "schema": {"type": "integer", "minimum": 0},
+        "description": "Seconds to wait before the next request.",
+    }
 }
 IDEMPOTENCY_ANSWERS = {
     "409": _("A request with this Idempotency-Key is still being processed; retry later."),
@@ -74,14 +81,36 @@ class PanelAutoSchema(AutoSchema):
         error_ref = self.resolve_serializer(ErrorSerializer, "response").ref
         descriptions = {**ERROR_DESCRIPTIONS, **(IDEMPOTENCY_ANSWERS if self._idempotent() else {})}
         for code in self._error_codes(operation):
-            operation["responses"].setdefault(
-                code,
-                {
-                    "description": str(descriptions[code]),
-                    "content": {"application/json": {"schema": error_ref}},
-                },
-            )
+            answer = {
+                "description": str(descriptions[code]),
+                "content": {"application/json": {"schema": error_ref}},
+            }
+            documented = operation["responses"].setdefault(code, answer)
+            if not documented.get("description"):  # a view's own @extend_schema(responses={429: …})
+                documented["description"] = answer["description"]
+            if code == "429":  # not required: django-axes' sign-in lockout answers 429 without it
+                documented.setdefault("headers", {}).update(RETRY_AFTER_HEADER)
         return operation
+
+    def _map_serializer_field(self, field, direction, bypass_extensions=False):
+        """drf-spectacular's mapping, plus the bounds of a list that DRF checks outside the field's validators
+        (`allow_empty=False`, a nested serializer's `many=True, min_length=…, max_length=…`): the schema
+        states every rule the panel refuses a body by."""
+        schema = super()._map_serializer_field(field, direction, bypass_extensions)
+        if direction == "request" and isinstance(schema, dict) and schema.get("type") == "array":
+            least = (
+                getattr(field, "min_length", None) if isinstance(field, serializers.ListSerializer) else None
+            )
+            if getattr(field, "allow_empty", True) is False:
+                least = max(least or 0, 1)
+            if least is not None:
+                schema["minItems"] = max(schema.get("minItems", 0), least)
+            most = (
+                getattr(field, "max_length", None) if isinstance(field, serializers.ListSerializer) else None
+            )
+            if most is not None:
+                schema["maxItems"] = min(schema.get("maxItems", most), most)
+        return schema
 
     def get_override_parameters(self):
         """The view's `extra_query_params` for this action (panel.core.api), and the Idempotency-Key
@@ -137,6 +166,8 @@ class PanelAutoSchema(AutoSchema):
             codes += ["413", "415"]
         if self._idempotent():
             codes += list(IDEMPOTENCY_ANSWERS)
+        if getattr(self.view, "throttle_classes", None):  # panel.core.throttling; anonymous callers too
+            codes.append("429")
         return codes
 
 

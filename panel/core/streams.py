@@ -191,7 +191,7 @@ def wait_parameters(targets) -> dict[str, OpenApiParameter]:
         ),
         "timeout": OpenApiParameter(
             "timeout",
-            OpenApiTypes.NUMBER,
+            {"type": "number", "minimum": 0, "maximum": MAX_TIMEOUT_S, "default": DEFAULT_TIMEOUT_S},
             description=f"Seconds to wait, with `wait` (default {DEFAULT_TIMEOUT_S}, at most "
             f"{MAX_TIMEOUT_S}).",
         ),

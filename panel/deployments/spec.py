@@ -39,6 +39,16 @@ AUTO = "auto"
 STATES = (DesiredState.RUNNING, DesiredState.STOPPED)
 
 
+@extend_schema_field(
+    {
+        "oneOf": [
+            {"type": "integer", "minimum": 0, "maximum": 64},
+            {"type": "string", "enum": [AUTO]},
+            {"type": "array", "items": {"type": "integer", "minimum": 0}, "uniqueItems": True},
+        ],
+        "description": 'A number of NPUs, "auto", or a list of logic ids such as [0, 1].',
+    }
+)
 class NpuCountField(serializers.Field):
     """`npus:` a count, "auto" (the planner's smallest layout that fits) or a list of logic ids."""
 

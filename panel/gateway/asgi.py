@@ -19,11 +19,11 @@ from django.utils import translation
 from django.utils.translation.trans_real import get_supported_language_variant, parse_accept_lang_header
 
 from panel.core.client_ip import client_ip
-from panel.gateway.errors import Answer, error
+from panel.core.middleware import too_large_text
+from panel.gateway.errors import INVALID_REQUEST, Answer, error
 from panel.gateway.handler import Request, handle
 
 log = logging.getLogger(__name__)
-MAX_BODY_BYTES = 32 * 1024 * 1024  # a long prompt with images as data URLs, not a file upload
 
 
 def language_of(accept: str) -> str:
@@ -39,8 +39,24 @@ class TooLarge(Exception):
     pass
 
 
-async def _body(receive) -> bytes | None:
-    """The request body, or None when the client left; TooLarge past MAX_BODY_BYTES."""
+def body_limit() -> int | None:
+    """The largest request body the gateway takes: the API's (DATA_UPLOAD_MAX_MEMORY_SIZE, 2.5 MB unless
+    PANEL_MAX_BODY_BYTES says otherwise), read per request so a changed setting applies at once. A prompt is
+    JSON like any API body; a limit the API keeps would mean little if /v1 in the same process held ten
+    times as much per request in memory."""
+    return settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+
+
+def _declared_length(headers: dict[str, str]) -> int | None:
+    try:
+        return int(headers["content-length"])
+    except (KeyError, ValueError):
+        return None  # chunked (or no body): counted while it arrives
+
+
+async def _body(receive, limit: int | None) -> bytes | None:
+    """The request body, or None when the client left; TooLarge as soon as more than `limit` bytes came, so
+    a chunked body (no Content-Length) past the limit is never held whole."""
     chunks, size = [], 0
     while True:
         message = await receive()
@@ -48,10 +64,16 @@ async def _body(receive) -> bytes | None:
             return None
         chunks.append(message.get("body", b""))
         size += len(chunks[-1])
-        if size > MAX_BODY_BYTES:
+        if limit is not None and size > limit:
             raise TooLarge
         if not message.get("more_body"):
             return b"".join(chunks)
+
+
+def too_large(limit: int, accept_language: str) -> Answer:
+    with translation.override(language_of(accept_language)):
+        message = too_large_text(limit)
+    return error(413, message, INVALID_REQUEST, "request_too_large")
 
 
 async def _send(answer: Answer, send) -> None:
@@ -104,15 +126,19 @@ def _client_address(scope, headers: dict[str, str]) -> str:
 async def application(scope, receive, send) -> None:
     if scope["type"] != "http":
         return
+    headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope["headers"]}
+    limit = body_limit()
+    declared = _declared_length(headers)
+    # Refused before a byte of the body is read when its length is declared, else once the count passes it.
     try:
-        body = await _body(receive)
+        if limit is not None and declared is not None and declared > limit:
+            raise TooLarge
+        body = await _body(receive, limit)
     except TooLarge:
-        limit = MAX_BODY_BYTES // 2**20
-        await _send(error(413, f"The request body is over {limit} MiB.", "invalid_request_error"), send)
+        await _send(too_large(limit, headers.get("accept-language", "")), send)
         return
     if body is None:
         return
-    headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope["headers"]}
     # A client that goes away cancels its request wherever it is: waiting for an engine's answer, or in the
     # middle of a stream. The engine's connection then closes (and the engine stops generating); the usage
     # record says 499.

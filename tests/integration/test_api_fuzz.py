@@ -25,6 +25,7 @@ from panel.deployments.models import Benchmark, Deployment
 from panel.monitoring.models import Alert
 from panel.nodes.models import Node, Npu
 from panel.operations.models import Operation
+from panel.run import free_port
 
 application = get_wsgi_application()
 
@@ -39,7 +40,23 @@ def _panel_openapi() -> dict:
 schema = schemathesis.openapi.from_dict(_panel_openapi())
 schema.app = application  # calls go straight into Django, no server
 
-CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
+
+def no_undocumented_server_error(ctx, response, case):
+    """Schemathesis' not_a_server_error, but a 5xx the operation documents is an answer, not a crash: the
+    playground's 502 when the deployment's engine does not answer (the fuzz world runs none), the 503 of an
+    Idempotency-Key while Redis is down. A 500 is documented nowhere, so it always fails."""
+    documented = case.operation.definition.raw.get("responses", {})
+    if response.status_code != 500 and str(response.status_code) in documented:
+        return None
+    return not_a_server_error(ctx, response, case)
+
+
+CHECKS = [
+    no_undocumented_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+]
 
 # Path parameters of rows the `world_to_fuzz` fixture creates, by path prefix: each row by id and, where
 # it has one, by name. Random values almost never hit a row, so most generated cases are pointed at a real
@@ -95,9 +112,11 @@ def world_to_fuzz(alice, _wired_to_redis):
     )  # fmt: skip
     model = Model.objects.create(name="fuzz-model.v1")  # a name with a dot, as models often have
     artifact = ModelArtifact.objects.create(model=model, node=node, path="/models/fuzz-model")
+    # A port nothing listens on: the playground's calls get the documented 502, never another test's engine.
+    port = free_port()
     deployment = Deployment.objects.create(
         name="fuzz-deployment", model=model, artifact=artifact, observed_state=DeploymentState.RUNNING,
-        spec={"port": 18000, "served_model_name": "fuzz", "parts": [{"node": node.name, "role": "single"}]},
+        spec={"port": port, "served_model_name": "fuzz", "parts": [{"node": node.name, "role": "single"}]},
         runtime={"findings": [{"code": "fuzz", "message": "fuzz"}], "log_tail": ["a line"]},
     )  # fmt: skip
     deployment.nodes.add(node)

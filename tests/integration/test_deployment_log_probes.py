@@ -50,7 +50,7 @@ def test_the_api_leaves_probe_lines_out_unless_asked(charlie, deployment):
     assert seqs(client.get(path)) == [seq for seq in range(1, 8) if seq not in PROBES]
     assert seqs(client.get(path, {"probes": "true"})) == list(range(1, 8))
     assert seqs(client.get(path, {"after_seq": 4})) == [5, 6]
-    download = client.get(f"/api/v1/deployments/{deployment.pk}/logs.txt/").content.decode()
+    download = client.get(f"/api/v1/deployments/{deployment.pk}/logs.txt").content.decode()
     assert download.count("GET /health") == 3
 
 

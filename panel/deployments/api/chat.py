@@ -1,7 +1,9 @@
 """The playground: POST /api/v1/deployments/<id or name>/chat/ proxies an OpenAI chat body to the engine.
 
 An async view so a streamed answer (SSE) passes through chunk by chunk without holding a thread. Operators
-and admins only; API tokens or a browser session (with its CSRF token) authenticate.
+and admins only; API tokens or a browser session (with its CSRF token) authenticate. Not a DRF view (DRF
+has no async views), so drf-spectacular does not see it: `document_chat` writes its operation into the
+schema, and the view holds itself to it (undocumented query parameters are refused as everywhere).
 """
 
 import json
@@ -10,15 +12,19 @@ import httpx
 from asgiref.sync import sync_to_async
 from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
 from django.middleware.csrf import CsrfViewMiddleware
+from django.utils.decorators import method_decorator
 from django.utils.translation import gettext as _
+from django.views import View
 from django.views.decorators.csrf import csrf_exempt
 
 from panel.accounts.authentication import user_for_token
 from panel.accounts.models import SCOPE_DEPLOY
 from panel.accounts.roles import OPERATOR, has_role
+from panel.core import strict
 from panel.core.api import is_id
 from panel.core.choices import DeploymentState
-from panel.core.exceptions import not_found_text
+from panel.core.exceptions import InputError, flat_errors, not_found_text
+from panel.core.schema import ERROR_DESCRIPTIONS
 from panel.deployments.engine_keys import auth_headers
 from panel.deployments.models import Deployment
 from panel.deployments.services import engine_url, served_name_of
@@ -55,6 +61,12 @@ def _target(request, ref: str):
         return None, error
     if not has_role(user, OPERATOR):
         return None, _error(403, _("The playground needs the operator role."))
+    try:
+        strict.check_request(request)  # the query only: the body is the engine's to read
+    except InputError as refused:
+        return None, JsonResponse(
+            {"detail": refused.summary, "errors": flat_errors(refused.detail)}, status=400
+        )
     lookup = {"pk": ref} if is_id(ref) else {"name": ref}
     deployment = Deployment.objects.visible_to(user).filter(**lookup).first()
     if deployment is None:
@@ -64,10 +76,15 @@ def _target(request, ref: str):
     return (deployment, engine_url(deployment) + "/chat/completions", auth_headers(deployment)), None
 
 
-@csrf_exempt
+@method_decorator(csrf_exempt, name="dispatch")  # a session's CSRF token is checked in _authenticate
+class DeploymentChatView(View):
+    """POST only: another method is a 405 with Allow: POST (in JSON, panel.core.middleware)."""
+
+    async def post(self, request, pk: str):  # an id or a name, as every deployment route's <pk>
+        return await chat(request, pk)
+
+
 async def chat(request, ref: str):
-    if request.method != "POST":
-        return _error(405, _("Use POST."))
     found, error = await sync_to_async(_target)(request, ref)
     if error is not None:
         return error
@@ -106,3 +123,81 @@ async def chat(request, ref: str):
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
     return response
+
+
+CHAT_PATH = "/api/v1/deployments/{id}/chat/"
+
+
+def document_chat(result, generator, request, public):
+    """drf-spectacular postprocessing hook: the playground's operation, which the generator cannot see (a
+    plain async view). Its error answers are the API's (panel.core.schema); 429 is not among them, as DRF's
+    throttles do not run here."""
+    error = {"$ref": "#/components/schemas/Error"}
+
+    def answer(code: str, text=None) -> dict:
+        return {
+            "description": str(text or ERROR_DESCRIPTIONS[code]),
+            "content": {"application/json": {"schema": error}},
+        }
+
+    operation = {
+        "operationId": "v1_deployments_chat",
+        "description": "The playground: an OpenAI chat completion request, sent to the deployment's engine "
+        "as it is; `model` defaults to the deployment's served name. Operators and admins; an API token "
+        "needs the deploy scope (applications use the /v1 gateway with an inference key), a browser session "
+        "its CSRF token (X-CSRFToken). An error of the engine's own comes back with the engine's status and "
+        "body.",
+        "tags": ["v1"],
+        "parameters": [
+            {
+                "in": "path",
+                "name": "id",
+                "required": True,
+                "schema": {"type": "string", "pattern": r"^[^/]+$"},
+                "description": "The id or the name of the deployment: digits only are an id, anything else "
+                "a name.",
+            }
+        ],
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "type": "object",
+                        "description": "OpenAI's chat completion request; fields beyond these go to the "
+                        "engine unchanged.",
+                        "properties": {
+                            "messages": {"type": "array", "items": {"type": "object"}},
+                            "model": {"type": "string"},
+                            "stream": {"type": "boolean", "default": False},
+                        },
+                        "required": ["messages"],
+                        "additionalProperties": True,
+                    }
+                }
+            },
+        },
+        "security": [{"apiToken": []}, {"cookieAuth": []}],
+        "responses": {
+            "200": {
+                "description": "The engine's chat completion; with `stream: true`, its Server-Sent Events.",
+                "content": {
+                    "application/json": {"schema": {"type": "object", "additionalProperties": True}},
+                    "text/event-stream": {"schema": {"type": "string"}},
+                },
+            },
+            "400": answer(
+                "400", _("The body is not a JSON object, or a query parameter was sent (none is taken).")
+            ),
+            "401": answer("401"),
+            "403": answer("403", _("Not an operator, a token without the deploy scope, or no CSRF token.")),
+            "404": answer("404"),
+            "409": answer("409", _("The deployment is not running.")),
+            "413": answer("413"),
+            "502": answer("502", _("The engine did not answer.")),
+        },
+    }
+    paths = result.setdefault("paths", {})
+    paths[CHAT_PATH] = {"post": operation}
+    result["paths"] = dict(sorted(paths.items()))
+    return result

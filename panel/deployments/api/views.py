@@ -258,8 +258,8 @@ class DeploymentViewSet(StreamsMixin, mixins.ListModelMixin, mixins.RetrieveMode
             }
         )
 
+    # Routed in panel/urls.py as `<id>/logs.txt`, a file name without the trailing slash a router would add.
     @extend_schema(responses={(200, "text/plain"): OpenApiTypes.STR}, filters=False)
-    @action(detail=True, methods=["get"], url_path="logs.txt")
     def logs_txt(self, request, pk=None):
         deployment = self.get_object()
         text = "".join(

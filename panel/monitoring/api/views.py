@@ -64,7 +64,11 @@ HISTORY_PARAMETERS = [
     OpenApiParameter(
         "since", str, description="ISO 8601 time, or relative: 90s, 5m, 1h, 24h, 7d. Default 1h."
     ),
-    OpenApiParameter("step", int, description="Seconds per point; default keeps it under 1000 points."),
+    OpenApiParameter(
+        "step",
+        {"type": "integer", "minimum": 1},
+        description="Seconds per point; default keeps it under 1000 points.",
+    ),
 ]
 
 
