@@ -21,10 +21,12 @@ def default_models_roots() -> list[str]:
 
 
 class NodeQuerySet(VisibleQuerySet):
-    def with_live_status(self, now=None, prefix: str = ""):
+    def with_live_status(self, now=None):
         """Annotate `live_status`: `Node.effective_status` computed by the database, so pages and the fleet
-        summary can filter and count nodes by it (see `live_status_expression`)."""
-        return self.annotate(live_status=live_status_expression(now, prefix))
+        summary can filter and count nodes by it (see `live_status_expression`). Once per queryset."""
+        if "live_status" in self.query.annotations:
+            return self
+        return self.annotate(live_status=live_status_expression(now))
 
 
 def live_status_expression(now=None, prefix: str = "") -> models.Case:
