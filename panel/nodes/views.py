@@ -48,9 +48,9 @@ def _panel_url(request) -> str:
 @require_safe
 def node_list(request):
     """One page of nodes (NODES_PER_PAGE), filtered by NodeFilterSet; the page links keep the filters."""
-    filterset = NodeFilterSet(
-        request.GET, queryset=Node.objects.visible_to(request.user).annotate(npu_count=Count("npus"))
-    )
+    # Ordered here: a query with an aggregate does not take Meta.ordering.
+    nodes = Node.objects.visible_to(request.user).annotate(npu_count=Count("npus")).order_by("name")
+    filterset = NodeFilterSet(request.GET, queryset=nodes)
     page = Paginator(filterset.qs, NODES_PER_PAGE).get_page(request.GET.get("page"))
     waiting = JoinToken.objects.filter(used__isnull=True, expires__gt=timezone.now()).exclude(
         node_name__in=Node.objects.values("name")
