@@ -84,6 +84,26 @@ def first_summary() -> dict:
         return fleet_summary(live=False)
 
 
+def card_texts() -> dict:
+    """The words of an NPU card (templates/core/npu_card.html), translated once for all the page's cards."""
+    no_reading = _("No reading yet: the node's agent has not sent a sample of this NPU.")
+    return {
+        "npu": _("NPU"),
+        "no_reading": no_reading,
+        "util_title": _("AI Core utilisation"),
+        "ai_core": _("AI Core"),
+        "hbm": _("HBM"),
+        "ddr": _("DDR"),
+        "power": _("Power"),
+        "temperature": _("Temperature"),
+        "no_power_310p": _(
+            "This chip does not report its power: npu-smi shows none for 310P chips (Atlas 300I Pro / Duo), "
+            "whose card MCU measures it for the whole card."
+        ),
+        "holder": _("Deployment on this NPU"),
+    }
+
+
 def page_labels() -> dict:
     """Words dashboard.js writes into the page, in the viewer's language."""
     return {
