@@ -13,8 +13,8 @@ live figures are there.
 Then Django's test client asks for each page and list endpoint `--runs` times, signed in as an admin
 (pages: a session; API: a token), and the fleet summary the panel worker sends once a second is timed too.
 For each: median and p95 in ms, the number of SQL queries, the answer's size. The last line is JSON:
-{"nodes", "npus", "deployments", "metric_rows", "database", "runs", "results": {name: {"median_ms",
-"p95_ms", "queries", "bytes"}}}.
+{"nodes", "npus", "deployments", "metric_rows", "database", "runs", "load_average_1m", "cpus", "results":
+{name: {"median_ms", "p95_ms", "queries", "bytes"}}}.
 """
 
 import argparse
@@ -217,9 +217,11 @@ def ingest_one_batch_per_node(nodes) -> None:
     now = datetime.now(UTC)
     batches = []
     for index, node in enumerate(nodes):
+        hot = index % 13 == 0  # NPU 2 of these nodes runs hot: their open temperature alerts stay open
         npus = [
             NpuSample(npu_id=n, chip_id=0, logic_id=n, name="910B3", health="OK", aicore_pct=(index + n) % 90,
-                power_w=240.0 + n, temp_c=55.0, hbm_used_mb=30000.0 + n, hbm_total_mb=65536)
+                power_w=240.0 + n, temp_c=86.0 if hot and n == 2 else 55.0, hbm_used_mb=30000.0 + n,
+                hbm_total_mb=65536)
             for n in range(NPUS_PER_NODE)
         ]  # fmt: skip
         host = HostSample(cpu_pct=20, memory_used_mb=200_000, memory_total_mb=1_000_000, load1=3)
@@ -321,6 +323,9 @@ def main() -> None:
                 "metric_rows": fleet["metric_rows"],
                 "database": vendor,
                 "runs": args.runs,
+                # Timings are wall-clock on this machine: read them with its load beside them.
+                "load_average_1m": round(os.getloadavg()[0], 1),
+                "cpus": os.cpu_count(),
                 "results": results,
             }
         )
