@@ -1,15 +1,23 @@
-"""The dashboard's first paint: fleet figures and NPU cards from the last inventory, before any live frame.
+"""The dashboard's first paint: the fleet summary (panel.monitoring.fleet) and, for one page of nodes, their
+NPU cards from the last inventory, before any live frame.
 
-Live frames (websocket groups `fleet` and `node.<name>`) then replace these figures in the browser; the
-labels go to the page as JSON so static/js/dashboard.js shows the same words the server renders.
+The browser then subscribes to the fleet summary and to the `node.<name>` groups of the nodes on its page
+only: what a viewer receives grows with what it shows, not with the fleet. The labels go to the page as
+JSON so static/js/dashboard.js shows the same words the server renders.
 """
 
+import logging
 from dataclasses import dataclass, field
 
+import redis
 from django.utils.translation import gettext as _
 
 from panel.core.choices import COLOUR_OFFLINE, NodeStatus, NpuHealth
+from panel.monitoring.fleet import fleet_summary
+from panel.monitoring.models import Alert
 from panel.nodes.models import Node, Npu
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -19,6 +27,7 @@ class NodeTile:
     colour: str
     npus: list[Npu] = field(default_factory=list)
     multi_chip: bool = False
+    alert_ids: list[int] = field(default_factory=list)  # open alerts; the page counts them live
 
     @property
     def status_label(self) -> str:
@@ -36,9 +45,14 @@ def npu_colour(health: str, node_status: str) -> str:
     return NpuHealth.colour(health)
 
 
-def node_tiles(user) -> list[NodeTile]:
+def node_tiles(nodes: list[Node]) -> list[NodeTile]:
+    """Tiles of the nodes on one page (their NPUs and the deployments holding them prefetched)."""
+    open_alerts: dict[int, list[int]] = {}
+    rows = Alert.objects.open().filter(node__in=[node.pk for node in nodes]).order_by("pk")
+    for node_id, alert_id in rows.values_list("node_id", "pk"):
+        open_alerts.setdefault(node_id, []).append(alert_id)
     tiles = []
-    for node in Node.objects.visible_to(user).prefetch_related("npus__deployments"):
+    for node in nodes:
         status = node.effective_status
         npus = list(node.npus.all())
         for npu in npus:
@@ -54,17 +68,39 @@ def node_tiles(user) -> list[NodeTile]:
                 colour=NodeStatus.colour(status),
                 npus=npus,
                 multi_chip=any(count > 1 for count in chips_per_npu.values()),
+                alert_ids=open_alerts.get(node.pk, []),
             )
         )
     return tiles
 
 
-def fleet_totals(tiles: list[NodeTile]) -> dict:
+def first_summary() -> dict:
+    """The fleet summary for the first paint. Without the panel's Redis the live figures wait for the first
+    frame; the counts come from the database either way."""
+    try:
+        return fleet_summary()
+    except redis.RedisError:
+        log.warning("live figures unavailable for the dashboard's first paint", exc_info=True)
+        return fleet_summary(live=False)
+
+
+def card_texts() -> dict:
+    """The words of an NPU card (templates/core/npu_card.html), translated once for all the page's cards."""
+    no_reading = _("No reading yet: the node's agent has not sent a sample of this NPU.")
     return {
-        "nodes": len(tiles),
-        "online": sum(1 for tile in tiles if tile.status == NodeStatus.ONLINE),
-        "npus": sum(len(tile.npus) for tile in tiles),
-        "memory_total_mb": sum(tile.device_memory_total_mb for tile in tiles),
+        "npu": _("NPU"),
+        "no_reading": no_reading,
+        "util_title": _("AI Core utilisation"),
+        "ai_core": _("AI Core"),
+        "hbm": _("HBM"),
+        "ddr": _("DDR"),
+        "power": _("Power"),
+        "temperature": _("Temperature"),
+        "no_power_310p": _(
+            "This chip does not report its power: npu-smi shows none for 310P chips (Atlas 300I Pro / Duo), "
+            "whose card MCU measures it for the whole card."
+        ),
+        "holder": _("Deployment on this NPU"),
     }
 
 
@@ -95,4 +131,8 @@ def page_labels() -> dict:
         "chart_hbm": _("HBM used"),
         "chart_power": _("Power"),
         "chart_temp": _("Temperature"),
+        "no_chip_name": _("Not inventoried"),
+        "node_states": _(
+            "Nodes: %(online)s online · %(offline)s offline · %(unknown)s unknown · %(cordoned)s cordoned"
+        ),
     }

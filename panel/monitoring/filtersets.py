@@ -5,8 +5,16 @@ from panel.core.filters import StrictBooleanFilter
 from panel.monitoring.models import Alert, AlertKind, AlertSeverity
 
 
+class NameInFilter(django_filters.BaseInFilter, django_filters.CharFilter):
+    pass
+
+
 class AlertFilterSet(django_filters.FilterSet):
     node = django_filters.CharFilter(field_name="node__name", label=_("Node"))
+    # The dashboard asks for the open alerts of the nodes on its page in one request.
+    nodes = NameInFilter(
+        field_name="node__name", label=_("Nodes"), help_text=_("Node names, separated by commas.")
+    )
     kind = django_filters.ChoiceFilter(choices=AlertKind.choices, label=_("Kind"))
     severity = django_filters.ChoiceFilter(choices=AlertSeverity.choices, label=_("Severity"))
     open = StrictBooleanFilter(field_name="resolved_at", lookup_expr="isnull", label=_("Open"))
@@ -16,4 +24,4 @@ class AlertFilterSet(django_filters.FilterSet):
 
     class Meta:
         model = Alert
-        fields = ["node", "kind", "severity", "open", "acknowledged"]
+        fields = ["node", "nodes", "kind", "severity", "open", "acknowledged"]

@@ -1,5 +1,5 @@
-"""Use-cases of monitoring: ingest a metrics batch (the 1 Hz path), the fleet summary, the per-node sampling
-interval, acknowledging alerts.
+"""Use-cases of monitoring: ingest a metrics batch (the 1 Hz path), sending the fleet summary
+(panel.monitoring.fleet), the per-node sampling interval, acknowledging alerts.
 
 The ingest path takes whatever batches the panel worker drained from the metrics inbox at once: one Redis
 round trip for all of them, which also publishes their frames to browsers (panel.realtime.frames). It
@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from panel.core.choices import NodeStatus, NodeTransport
 from panel.monitoring import alerts, store
+from panel.monitoring.fleet import fleet_summary, node_figures
 from panel.monitoring.models import NodeSampling
 from panel.nodes.models import Node, Npu
 from panel.nodes.services import node_status_message
@@ -153,6 +154,7 @@ def _queue_store(pipe, name: str, batch: MetricBatch, message: dict, received: f
     """Queue the latest value and the ring-buffer samples of one batch. The ring is trimmed (and its expiry
     pushed back) once a minute, not per sample: readers filter by time anyway."""
     pipe.set(store.latest_key(name), _latest_json(message, received), ex=store.LATEST_TTL_S)
+    pipe.hset(store.FIGURES, name, node_figures(message, received))
     ring = store.ring_key(name)
     members = {}
     for sample in batch.samples[:-1]:
@@ -200,44 +202,6 @@ def touch_heartbeat(node: dict) -> None:
         else:
             Node.objects.filter(pk=node["id"]).update(last_heartbeat=now)
     nodes.forget(node["name"])  # the cached status was stale either way
-
-
-def fleet_summary() -> dict:
-    """One line per node: status, NPU count, mean utilisation, HBM and power totals, open alerts."""
-    rows = list(Node.objects.values("id", "name", *STATUS_FIELDS))
-    names = [row["name"] for row in rows]
-    latest = store.read_latest(names)
-    pipe = store.client().pipeline(transaction=False)
-    for name in names:
-        pipe.smembers(store.alerts_key(name))
-    open_sets = pipe.execute() if names else []
-    summary = []
-    for row, open_keys in zip(rows, open_sets, strict=True):
-        message = latest.get(row["name"]) or {}
-        npus = message.get("npus") or []
-        utils = [n["aicore_pct"] for n in npus if n.get("aicore_pct") is not None]
-        memory = [alerts.device_memory(n) for n in npus]
-        summary.append(
-            {
-                "name": row["name"],
-                "status": _effective_status(row),
-                "npus": len(npus),
-                "util_mean": round(sum(utils) / len(utils), 1) if utils else None,
-                "hbm_used_mb": sum(used or 0 for used, _ in memory) if npus else None,
-                "hbm_total_mb": sum(total or 0 for _, total in memory) if npus else None,
-                "power_w": round(sum(n.get("power_w") or 0 for n in npus), 1) if npus else None,
-                "alerts": len(set(open_keys) - {store.SENTINEL}),
-                "time": message.get("time"),
-            }
-        )
-    return {"type": "fleet.summary", "nodes": summary}
-
-
-STATUS_FIELDS = ("status", "transport", "last_heartbeat", "heartbeat_interval", "ssh_host_key_fingerprint")
-
-
-def _effective_status(row: dict) -> str:
-    return Node(**{field: row[field] for field in STATUS_FIELDS}).effective_status
 
 
 def set_metrics_interval(node: Node, seconds: float, user=None) -> float:

@@ -11,6 +11,8 @@ Keys (all under `mon:`):
   hb-write        exists while the last batched heartbeat write is recent enough
   ds:<node>       epoch of the last minute written to the minute table
   fleet-due       exists while a fleet summary was sent less than a second ago
+  figures         hash, node -> JSON sums over the chips of its newest sample, for the fleet summary's
+                  live figures (panel.monitoring.fleet)
 """
 
 import orjson
@@ -20,6 +22,7 @@ from panel.core.panel_redis import client
 PREFIX = "mon:"
 NODES = f"{PREFIX}nodes"
 FLEET_DUE = f"{PREFIX}fleet-due"
+FIGURES = f"{PREFIX}figures"
 HEARTBEATS_DUE = f"{PREFIX}hb-due"
 HEARTBEATS_WRITE = f"{PREFIX}hb-write"
 SENTINEL = "-"
@@ -99,3 +102,4 @@ def forget_node(node: str) -> None:
         latest_key(node), ring_key(node), alerts_key(node), heartbeat_key(node), downsampled_key(node)
     )
     client().srem(NODES, node)
+    client().hdel(FIGURES, node)

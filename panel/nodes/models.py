@@ -7,7 +7,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from panel.core.choices import NodeStatus, NodeTransport, NpuHealth
-from panel.core.models import TimestampedModel
+from panel.core.models import TimestampedModel, VisibleQuerySet
 
 SILENT_INTERVALS_BEFORE_OFFLINE = 3
 
@@ -18,6 +18,50 @@ def new_credential_id() -> str:
 
 def default_models_roots() -> list[str]:
     return list(settings.PANEL_MODELS_ROOTS)
+
+
+class NodeQuerySet(VisibleQuerySet):
+    def with_live_status(self, now=None):
+        """Annotate `live_status`: `Node.effective_status` computed by the database, so pages and the fleet
+        summary can filter and count nodes by it (see `live_status_expression`). Once per queryset."""
+        if "live_status" in self.query.annotations:
+            return self
+        return self.annotate(live_status=live_status_expression(now))
+
+
+def live_status_expression(now=None, prefix: str = "") -> models.Case:
+    """`Node.effective_status` as a SQL CASE, for counting and filtering many nodes in one query; `prefix`
+    ("node__") reads it through a relation. The heartbeat deadline depends on each node's own interval, and
+    date arithmetic with a column differs per database, so it takes one small query first: the distinct
+    intervals in use (a handful on a real fleet), one WHEN each."""
+    now = now or timezone.now()
+
+    def q(**lookups) -> models.Q:
+        return models.Q(**{f"{prefix}{lookup}": value for lookup, value in lookups.items()})
+
+    def deadline(interval: float):
+        silent = (interval or settings.PANEL_HEARTBEAT_INTERVAL) * SILENT_INTERVALS_BEFORE_OFFLINE
+        return now - timedelta(seconds=silent)
+
+    intervals = Node.objects.order_by().values_list("heartbeat_interval", flat=True).distinct()
+    heard_lately = [
+        models.When(
+            q(heartbeat_interval=interval, last_heartbeat__gte=deadline(interval)),
+            then=models.Value(NodeStatus.ONLINE),
+        )
+        for interval in intervals
+    ]
+    not_watched = ~q(transport=NodeTransport.AGENT) & q(ssh_host_key_fingerprint="")
+    return models.Case(
+        models.When(not_watched, then=models.F(f"{prefix}status")),
+        models.When(
+            q(last_heartbeat__isnull=True, status=NodeStatus.UNKNOWN), then=models.Value(NodeStatus.UNKNOWN)
+        ),
+        models.When(q(last_heartbeat__isnull=True), then=models.Value(NodeStatus.OFFLINE)),
+        *heard_lately,
+        default=models.Value(NodeStatus.OFFLINE),
+        output_field=models.CharField(),
+    )
 
 
 class Node(TimestampedModel):
@@ -72,6 +116,8 @@ class Node(TimestampedModel):
         default=default_models_roots,
         help_text=_("Folders on the node that model folders, copies and deployments must lie in."),
     )
+
+    objects = NodeQuerySet.as_manager()
 
     class Meta:
         ordering = ["name"]

@@ -3,6 +3,8 @@ import logging
 
 from django.contrib import messages
 from django.core.exceptions import ValidationError
+from django.core.paginator import Paginator
+from django.db.models import Count
 from django.http import HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
@@ -31,6 +33,8 @@ from panel.operations.node_operations import start_install_agent, start_inventor
 
 log = logging.getLogger(__name__)
 
+NODES_PER_PAGE = 50
+
 
 def _node(request, name):
     return get_object_or_404(Node.objects.visible_to(request.user), name=name)
@@ -43,9 +47,11 @@ def _panel_url(request) -> str:
 @role_required(VIEWER)
 @require_safe
 def node_list(request):
-    filterset = NodeFilterSet(
-        request.GET, queryset=Node.objects.visible_to(request.user).prefetch_related("npus")
-    )
+    """One page of nodes (NODES_PER_PAGE), filtered by NodeFilterSet; the page links keep the filters."""
+    # Ordered here: a query with an aggregate does not take Meta.ordering.
+    nodes = Node.objects.visible_to(request.user).annotate(npu_count=Count("npus")).order_by("name")
+    filterset = NodeFilterSet(request.GET, queryset=nodes)
+    page = Paginator(filterset.qs, NODES_PER_PAGE).get_page(request.GET.get("page"))
     waiting = JoinToken.objects.filter(used__isnull=True, expires__gt=timezone.now()).exclude(
         node_name__in=Node.objects.values("name")
     )
@@ -53,8 +59,9 @@ def node_list(request):
         request,
         "nodes/list.html",
         {
-            "nodes": filterset.qs,
+            "page": page,
             "filter": filterset,
+            "filtered": any(request.GET.get(name) for name in filterset.filters),
             "waiting": waiting.order_by("node_name"),
             "is_admin": has_role(request.user, ADMIN),
         },

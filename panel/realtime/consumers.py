@@ -17,7 +17,7 @@ from panel.operations.texts import translated_message
 from panel.realtime.auth import credential_still_valid
 from panel.realtime.broadcast import carries_frames, user_group
 from panel.realtime.frames import hub, joined_text
-from panel.realtime.groups import MAX_GROUPS, may_join
+from panel.realtime.groups import MAX_GROUPS, joinable
 
 # Not signed in, or no longer: a revoked or expired token, a deactivated user, a session that ended. The
 # client should sign in again rather than reconnect (static/js/live.js reloads the page, which asks to).
@@ -107,7 +107,8 @@ class PanelConsumer(AsyncJsonWebsocketConsumer):
             )
             return
         wanted_set = set(wanted)
-        allowed = {g for g in wanted_set if await database_sync_to_async(may_join)(self.scope["user"], g)}
+        # Every group is checked against what the user may see, the whole list in one trip to the database.
+        allowed = await database_sync_to_async(joinable)(self.scope["user"], wanted_set)
         for group in self.groups_joined - allowed:
             await self.channel_layer.group_discard(group, self.channel_name)
         for group in allowed - self.groups_joined:

@@ -1,10 +1,12 @@
-// The dashboard: fleet figures and a card per NPU, kept live from the websocket groups `fleet` (summary
-// and node status) and `node.<name>` (one metrics frame a second per node).
+// The dashboard: fleet figures and, for the nodes on this page, a card per NPU, kept live from the
+// websocket groups `fleet` (the fleet summary, counted by the server, and node status) and `node.<name>` of
+// the nodes on this page only (one metrics frame a second per node, their alerts). A fleet of 512 nodes
+// costs a viewer one summary a second plus its page's nodes, never every NPU of the fleet.
 //
-// Built for 64 nodes × 8 NPUs at 1 Hz: every element a frame touches is looked up once, a text node is
+// Built for 50 nodes × 8 NPUs at 1 Hz: every element a frame touches is looked up once, a text node is
 // written only when its text changes, nothing reads layout, sparklines draw in one animation frame and only
-// while visible (sparkline.js), and the fleet totals are recomputed at most once per animation frame.
-// After a (re)connect, the last minute of history is fetched per node so sparklines have no hole.
+// while visible (sparkline.js). After a (re)connect, the latest figures, the open alerts and the last minute
+// of history of the page's nodes are fetched so nothing has a hole.
 import { listen, onSubscribed } from "./live.js";
 import {
   MISSING,
@@ -190,7 +192,9 @@ class NodeView {
     this.multiChip = section.dataset.multiChip === "true";
     this.cards = new Map();
     this.lastFrame = 0; // performance.now() of the last metrics frame
-    this.figures = { npus: 0, util: null, memoryUsed: null, memoryTotal: 0, power: null, alerts: null };
+    this.figures = { npus: 0, util: null, memoryUsed: null, memoryTotal: 0, power: null };
+    // Ids of this node's open alerts: rendered with the page, then kept by its alert messages.
+    this.alertIds = new Set((row?.dataset.alertIds || "").split(" ").filter(Boolean).map(Number));
     for (const element of section.querySelectorAll(".npu-card")) {
       const card = new CardView(element, this);
       this.cards.set(card.key, card);
@@ -265,17 +269,28 @@ class NodeView {
     dashboard.npuChart.pushLive(this.name, time, npus);
   }
 
-  applySummary(summary) {
-    this.applyStatus(summary.status);
-    const figures = {
-      npus: summary.npus || this.figures.npus,
-      util: summary.util_mean ?? this.figures.util,
-      memoryUsed: summary.hbm_used_mb ?? this.figures.memoryUsed,
-      memoryTotal: summary.hbm_total_mb || this.figures.memoryTotal,
-      power: summary.power_w ?? this.figures.power,
-      alerts: summary.alerts ?? this.figures.alerts,
-    };
-    Object.assign(this.figures, figures);
+  // A "raised" alert adds to the node's open ones, a "resolved" one removes it (an acknowledged alert stays
+  // open until its condition goes away).
+  applyAlert(message) {
+    const alert = message.alert || {};
+    if (!isNumber(alert.id)) return;
+    if (message.event === "resolved" || alert.resolved_at) {
+      this.alertIds.delete(alert.id);
+      dashboard.resolvedAlerts.add(alert.id);
+    } else if (!dashboard.resolvedAlerts.has(alert.id)) {
+      this.alertIds.add(alert.id);
+      dashboard.alertsRaised?.add(alert.id);
+    }
+    this.showFigures();
+  }
+
+  // The open alerts fetched after a (re)subscription, with those raised meanwhile (their messages may have
+  // come before the answer) and without those resolved meanwhile.
+  setAlerts(ids, raisedMeanwhile) {
+    const open = new Set(ids);
+    for (const id of this.alertIds) if (raisedMeanwhile.has(id)) open.add(id);
+    for (const id of dashboard.resolvedAlerts) open.delete(id);
+    this.alertIds = open;
     this.showFigures();
   }
 
@@ -293,11 +308,10 @@ class NodeView {
       if (card.latest?.health !== undefined) card.showHealth(card.latest.health);
       else if (!this.online) card.showHealth(null);
     }
-    dashboard.scheduleTotals();
   }
 
   needsAttention() {
-    if (!this.online || this.section.classList.contains("is-stale") || this.figures.alerts > 0) return true;
+    if (!this.online || this.section.classList.contains("is-stale") || this.alertIds.size > 0) return true;
     for (const card of this.cards.values()) {
       if (card.element._status === "alarm" || card.element._status === "warning") return true;
     }
@@ -311,9 +325,8 @@ class NodeView {
     setText(this.row.memory, memoryText(f.memoryUsed, f.memoryTotal));
     setWidth(this.row["memory-bar"], isNumber(f.memoryUsed) && f.memoryTotal ? (100 * f.memoryUsed) / f.memoryTotal : 0);
     setText(this.row.power, formatPower(f.power));
-    setText(this.row.alerts, isNumber(f.alerts) ? formatNumber(f.alerts) : MISSING);
-    if (this.row.alerts) setStatus(this.row.alerts, f.alerts > 0 ? "alarm" : "ok");
-    dashboard.scheduleTotals();
+    setText(this.row.alerts, formatNumber(this.alertIds.size));
+    if (this.row.alerts) setStatus(this.row.alerts, this.alertIds.size > 0 ? "alarm" : "ok");
   }
 
   // Once a second: a node that is online but sends no frames says so, and its figures fade.
@@ -336,52 +349,80 @@ const dashboard = {
   frames: [], // [NodeView, metrics message] waiting for the next flush
   flushTimer: 0,
   backfilling: null,
-  totalsPending: false,
   lastMessage: 0,
+  summary: null, // the last "fleet.summary"
+  chipsShown: "",
+  resolvedAlerts: new Set(), // ids of alerts seen resolved: a resolved alert never opens again
+  alertsRaised: null, // while open alerts are being fetched: ids raised meanwhile
   stats: fields(root.querySelector(".fleet-stats")),
+  chips: fields(root.querySelector(".chips-card")),
   connection: root.querySelector("[data-f=connection]"),
-  filter: { text: root.querySelector(".fleet-filter [data-f=filter]"), problems: root.querySelector(".fleet-filter [data-f=problems]") },
+  filter: {
+    form: root.querySelector(".fleet-filter"),
+    text: root.querySelector(".fleet-filter [data-f=filter]"),
+    status: root.querySelector(".fleet-filter [data-f=status]"),
+    problems: root.querySelector(".fleet-filter [data-f=problems]"),
+  },
   npuChart: null,
 
-  scheduleTotals() {
-    if (this.totalsPending) return;
-    this.totalsPending = true;
-    requestAnimationFrame(() => {
-      this.totalsPending = false;
-      this.showTotals();
-    });
-  },
-
-  showTotals() {
-    const nodes = [...this.nodes.values()];
-    const online = nodes.filter((n) => n.online);
-    const cards = nodes.flatMap((n) => [...n.cards.values()]);
-    const unhealthy = cards.filter((c) => c.element._status === "alarm" || c.element._status === "warning").length;
-    const weighted = online.filter((n) => isNumber(n.figures.util));
-    const npuCount = sum(weighted.map((n) => n.figures.npus));
-    setText(this.stats.online, formatNumber(online.length));
-    setText(this.stats.nodes, formatNumber(nodes.length));
-    setText(this.stats.npus, formatNumber(Math.max(cards.length, sum(nodes.map((n) => n.figures.npus)))));
+  // The fleet's figures, counted by the server over every node (not only this page's).
+  applySummary(summary) {
+    this.summary = summary;
+    const nodes = summary.nodes || {};
+    const npus = summary.npus || {};
+    const live = summary.live || {};
+    const alerts = summary.alerts || {};
+    setText(this.stats.online, formatNumber(nodes.online));
+    setText(this.stats.nodes, formatNumber(nodes.total));
+    setText(this.stats.npus, formatNumber(npus.total));
+    const unhealthy = npus.unhealthy || 0;
     setText(this.stats.unhealthy, unhealthy ? interpolate(labels.unhealthy, { count: formatNumber(unhealthy) }) : "");
     setStatus(this.stats.unhealthy.closest(".stat"), unhealthy ? "alarm" : "ok");
+    setText(this.stats.util, isNumber(live.util_mean) ? formatPercent(live.util_mean) : MISSING);
+    setText(this.stats["memory-used"], isNumber(live.memory_used_mb) ? formatBytes(live.memory_used_mb, "MB") : MISSING);
+    const memoryTotal = npus.memory_total_mb || live.memory_total_mb;
+    setText(this.stats["memory-total"], memoryTotal ? formatBytes(memoryTotal, "MB") : MISSING);
+    setText(this.stats.power, isNumber(live.power_w) ? formatFleetPower(live.power_w) : MISSING);
+    setText(this.stats.alerts, isNumber(alerts.open) ? formatNumber(alerts.open) : MISSING);
+    setStatus(this.stats.alerts.closest(".stat"), alerts.open > 0 ? "alarm" : "ok");
     setText(
-      this.stats.util,
-      npuCount ? formatPercent(sum(weighted.map((n) => n.figures.util * n.figures.npus)) / npuCount) : MISSING,
+      this.chips["node-states"],
+      interpolate(labels.node_states, {
+        online: formatNumber(nodes.online),
+        offline: formatNumber(nodes.offline),
+        unknown: formatNumber(nodes.unknown),
+        cordoned: formatNumber(nodes.cordoned),
+      }),
     );
-    const used = online.map((n) => n.figures.memoryUsed).filter(isNumber);
-    setText(this.stats["memory-used"], used.length ? formatBytes(sum(used), "MB") : MISSING);
-    setText(this.stats["memory-total"], formatBytes(sum(nodes.map((n) => n.figures.memoryTotal)), "MB"));
-    const powers = online.map((n) => n.figures.power).filter(isNumber);
-    setText(this.stats.power, powers.length ? formatFleetPower(sum(powers)) : MISSING);
-    const alerts = nodes.map((n) => n.figures.alerts).filter(isNumber);
-    setText(this.stats.alerts, alerts.length ? formatNumber(sum(alerts)) : MISSING);
-    setStatus(this.stats.alerts.closest(".stat"), sum(alerts) > 0 ? "alarm" : "ok");
+    this.showChips(summary.chips || []);
+  },
+
+  // One row per chip type; rebuilt only when a count changed (a few times a day on a steady fleet).
+  showChips(chips) {
+    const shown = JSON.stringify(chips.map((c) => [c.chip, c.total, c.free, c.busy, c.unhealthy, c.offline]));
+    if (shown === this.chipsShown || !this.chips.chips) return;
+    this.chipsShown = shown;
+    const rows = chips.map((chip) => {
+      const row = document.createElement("tr");
+      row.dataset.chip = chip.chip;
+      const name = document.createElement("td");
+      name.textContent = chip.chip || labels.no_chip_name;
+      row.append(name);
+      for (const key of ["total", "free", "busy", "unhealthy", "offline"]) {
+        const cell = document.createElement("td");
+        cell.className = "num";
+        cell.textContent = formatNumber(chip[key]);
+        row.append(cell);
+      }
+      return row;
+    });
+    if (rows.length) this.chips.chips.replaceChildren(...rows);
   },
 
   onFleet(message) {
     this.heard();
     if (message.type === "fleet.summary") {
-      for (const summary of message.nodes || []) this.nodes.get(summary.name)?.applySummary(summary);
+      this.applySummary(message);
     } else if (message.type === "node.status") {
       this.nodes.get(message.node)?.applyStatus(message.status);
     }
@@ -391,10 +432,10 @@ const dashboard = {
     this.heard();
     if (message.type === "metrics") this.queueFrame(node, message);
     else if (message.type === "node.status") node.applyStatus(message.status);
-    else if (message.type === "alert" && isNumber(message.open_unacknowledged)) this.scheduleTotals();
+    else if (message.type === "alert") node.applyAlert(message);
   },
 
-  // Frames from 64 nodes arrive spread over each second; applying each at once would dirty the layout in
+  // Frames from 50 nodes arrive spread over each second; applying each at once would dirty the layout in
   // nearly every animation frame. Applied together every FLUSH_MS, the page lays out twice a second.
   queueFrame(node, message) {
     this.frames.push([node, message]);
@@ -412,8 +453,10 @@ const dashboard = {
     this.lastMessage = performance.now();
   },
 
-  // Name filter and "needs attention" (not online, an unhealthy NPU, an open alert, no data): hidden nodes
-  // cost nothing to lay out. Re-checked once a second, so a node that turns bad appears by itself.
+  // Typing in the name box narrows this page at once (hidden nodes cost nothing to lay out); Enter, a status
+  // or "needs attention" asks the server for every page of nodes that match. With "needs attention" on,
+  // this page is also re-checked once a second, so a node that recovers leaves it and one that turns bad
+  // shows.
   applyFilter() {
     const text = this.filter.text.value.trim().toLowerCase();
     const problemsOnly = this.filter.problems.checked;
@@ -447,8 +490,9 @@ const dashboard = {
 
   async fetchMissed() {
     this.heard();
-    const latest = await fetchJson(root.dataset.latestUrl);
-    for (const [name, message] of Object.entries(latest.nodes || {})) this.nodes.get(name)?.applyMetrics(message);
+    const names = [...this.nodes.keys()];
+    if (!names.length) return;
+    await Promise.all([this.fetchLatest(names), this.fetchAlerts(names)]);
     const queue = [...this.nodes.values()];
     const worker = async () => {
       while (queue.length) {
@@ -462,6 +506,31 @@ const dashboard = {
       }
     };
     await Promise.all(Array.from({ length: BACKFILL_PARALLEL }, worker));
+  },
+
+  async fetchLatest(names) {
+    const query = names.map((name) => `node=${encodeURIComponent(name)}`).join("&");
+    const latest = await fetchJson(`${root.dataset.latestUrl}?${query}`);
+    for (const [name, message] of Object.entries(latest.nodes || {})) this.nodes.get(name)?.applyMetrics(message);
+  },
+
+  // The open alerts of this page's nodes, every page of the answer.
+  async fetchAlerts(names) {
+    const raised = new Set();
+    this.alertsRaised = raised;
+    const open = new Map(names.map((name) => [name, []]));
+    let url = `${root.dataset.alertsUrl}?open=true&page_size=1000&nodes=${names.map(encodeURIComponent).join(",")}`;
+    try {
+      while (url) {
+        const answer = await fetchJson(url);
+        if (answer.error) return; // keep what the page and the live messages said
+        for (const alert of answer.results || []) open.get(alert.node)?.push(alert.id);
+        url = answer.next;
+      }
+      for (const [name, ids] of open) this.nodes.get(name)?.setAlerts(ids, raised);
+    } finally {
+      if (this.alertsRaised === raised) this.alertsRaised = null;
+    }
   },
 };
 
@@ -528,11 +597,15 @@ function start() {
       if (openFromCard(event.target)) event.preventDefault();
     }
   });
+  // Only the nodes on this page: the server checks each group against what the viewer may see.
   listen("fleet", (message) => dashboard.onFleet(message));
   for (const node of dashboard.nodes.values()) listen(`node.${node.name}`, (message) => dashboard.onNode(node, message));
   onSubscribed(() => dashboard.backfill());
-  for (const input of Object.values(dashboard.filter)) input.addEventListener("input", () => dashboard.applyFilter());
-  dashboard.showTotals();
+  const filter = dashboard.filter;
+  filter.text.addEventListener("input", () => dashboard.applyFilter());
+  for (const input of [filter.status, filter.problems]) input.addEventListener("change", () => filter.form.requestSubmit());
+  dashboard.applySummary(JSON.parse(document.getElementById("fleet-summary").textContent));
+  dashboard.applyFilter();
   dashboard.tick();
   setInterval(() => dashboard.tick(), 1000);
   openFromHash();

@@ -1,9 +1,11 @@
 """The dashboard in a real browser against a live panel: NPU cards from a simulated A2 host update every
 second without reload, a health fault turns a card red and raises an alert, the page reads in Chinese,
-an NPU opens its uPlot charts, and 64 nodes × 8 NPUs stay fluent.
+an NPU opens its uPlot charts, and 64 nodes × 8 NPUs stay fluent: 50 nodes a page, the socket subscribed
+to the fleet summary and the nodes on the page only, filters that work across pages.
 
 Screenshots: set PANEL_SCREENSHOTS=<dir> and the 64-node test saves light and dark full pages there."""
 
+import json
 import os
 import re
 import subprocess
@@ -20,6 +22,7 @@ from tests.browser.fake_fleet import NPUS_PER_NODE, node_names
 COMPILED_CATALOG = REPO / "locale" / "zh_Hans" / "LC_MESSAGES" / "django.mo"
 SIM_NODE = "sim-a2"
 FLEET_SIZE = 64
+NODES_PER_PAGE = 50
 
 
 def card(page, node, npu, chip=0):
@@ -180,13 +183,36 @@ def main_thread_metrics(cdp) -> dict:
     return {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
 
 
+def watch_subscriptions(page) -> list[list[str]]:
+    """The group lists the page's sockets send, in order, from now on."""
+    sent: list[list[str]] = []
+
+    def on_socket(socket):
+        def on_frame(payload):
+            message = json.loads(payload) if isinstance(payload, str) else {}
+            if message.get("type") == "subscribe":
+                sent.append(sorted(message["groups"]))
+
+        socket.on("framesent", on_frame)
+
+    page.on("websocket", on_socket)
+    return sent
+
+
 def test_dashboard_stays_fluent_with_64_nodes_of_8_npus(big_fleet, panel_page):
     page = panel_page("alice", viewport={"width": 1600, "height": 1000})
-    expected_cards = FLEET_SIZE * NPUS_PER_NODE
+    sent = watch_subscriptions(page)
+    page.reload()
+    first_page = big_fleet[:NODES_PER_PAGE]
+    expected_cards = NODES_PER_PAGE * NPUS_PER_NODE
     page.wait_for_function(f"document.querySelectorAll('#npu-nodes .npu-card').length >= {expected_cards}")
     page.wait_for_timeout(3000)  # let the first back-fill settle before measuring steady state
+    # What the page shows and nothing more: the fleet summary, the 50 nodes on this page (and the alert
+    # banner every page has).
+    assert sent, "the page sent no subscription"
+    assert sent[-1] == sorted(["alerts", "fleet", *(f"node.{name}" for name in first_page)])
 
-    last = big_fleet[-1]
+    last = first_page[-1]
     before = card_texts(page, last)
     cdp = page.context.new_cdp_session(page)
     cdp.send("Performance.enable")
@@ -198,20 +224,50 @@ def test_dashboard_stays_fluent_with_64_nodes_of_8_npus(big_fleet, panel_page):
     # applied in batches, so the page lays out a few times a second, not once per frame of each node.
     layouts = end["LayoutCount"] - start["LayoutCount"]
     assert layouts <= 25, f"{layouts} layouts in 5 s: live updates lay out the page once per frame"
+    # The figures at the top count the whole fleet, not the page.
     expect(page.locator(".fleet-stats [data-f=online]")).to_have_text(str(FLEET_SIZE + 1))
 
     sections = page.locator(".node-section:visible")
-    page.get_by_role("searchbox").fill("fleet-07")
+    expect(sections).to_have_count(NODES_PER_PAGE)
+    search = page.get_by_role("searchbox")
+    search.fill("fleet-07")  # typing narrows this page at once
     expect(sections).to_have_count(1)
-    page.get_by_role("searchbox").fill("")
-    page.get_by_label("Only nodes that need attention").check()
+    search.fill("fleet-6")
+    expect(sections).to_have_count(0)  # fleet-60 … fleet-64 are on the next page
+    with page.expect_navigation():
+        search.press("Enter")  # Enter searches every page
+    expect(page).to_have_url(re.compile(r"[?&]name=fleet-6(&|$)"))
+    expect(sections).to_have_count(5)
+    search = page.get_by_role("searchbox")
+    search.fill("")
+    with page.expect_navigation():
+        search.press("Enter")
+
+    with page.expect_navigation():
+        page.get_by_label("Only nodes that need attention").check()
+    expect(page).to_have_url(re.compile(r"[?&]attention=true"))
+    page.wait_for_timeout(3000)  # live frames colour the cards
     unhealthy = ":has(.npu-card.status-alarm, .npu-card.status-warning)"
     shown_unhealthy = page.locator(f".node-section:visible{unhealthy}")
     expect(shown_unhealthy).to_have_count(page.locator(f".node-section{unhealthy}").count())
     # Nodes with no data yet also "need attention", so on a slow machine more than the unhealthy ones show.
     assert 0 < shown_unhealthy.count() <= sections.count()
-    page.get_by_label("Only nodes that need attention").uncheck()
-    expect(sections).to_have_count(FLEET_SIZE + 1)
+    with page.expect_navigation():
+        page.get_by_label("Only nodes that need attention").uncheck()
+    expect(sections).to_have_count(NODES_PER_PAGE)
+
+    pager = page.get_by_test_id("pager").first
+    expect(pager.locator("[data-f=range]")).to_contain_text(f"1–{NODES_PER_PAGE} of {FLEET_SIZE + 1}")
+    with page.expect_navigation():
+        pager.get_by_role("link", name="Next").click()
+    second_page = [*big_fleet[NODES_PER_PAGE:], SIM_NODE]
+    expect(page.locator(".node-section")).to_have_count(len(second_page))
+    wanted = sorted(["alerts", "fleet", *(f"node.{name}" for name in second_page)])
+    deadline = time.monotonic() + 15
+    while sent[-1] != wanted and time.monotonic() < deadline:
+        page.wait_for_timeout(200)
+    assert sent[-1] == wanted
+    expect(card(page, big_fleet[-1], 0).locator("[data-f=util]")).not_to_have_text("—")
 
     shots = os.environ.get("PANEL_SCREENSHOTS")
     if shots:

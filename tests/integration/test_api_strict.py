@@ -168,7 +168,7 @@ def test_the_message_lists_the_parameters_the_endpoint_does_take(alice):
     body = refused(api_client_for(alice).get("/api/v1/alerts/?sevrity=critical"), "sevrity")
     assert body["errors"]["sevrity"] == [
         "Unknown query parameter; this endpoint takes: "
-        "acknowledged, kind, node, open, page, page_size, severity."
+        "acknowledged, kind, node, nodes, open, page, page_size, severity."
     ]
 
 

@@ -94,9 +94,10 @@ async def test_a_sample_reaches_the_socket_the_ring_buffer_and_the_minute_table(
     assert message["npus"][0]["deployment"] is None
     assert message["host"]["memory_total_mb"] > 0
     summary = await receive(communicator, lambda m: m["type"] == "fleet.summary")
-    line = next(n for n in summary["nodes"] if n["name"] == TEST_NODE)
-    assert line["npus"] == 8
-    assert line["hbm_total_mb"] == 8 * 65536
+    assert summary["group"] == "fleet"
+    assert summary["nodes"]["online"] == 1
+    assert summary["live"]["npus"] == 8
+    assert summary["live"]["memory_total_mb"] == 8 * 65536
     await communicator.disconnect()
 
     ring = await database_sync_to_async(store.read_ring)(TEST_NODE, 0)

@@ -1,7 +1,8 @@
+from django.db.models import OuterRef, Subquery
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from panel.core.choices import DeploymentState, DesiredState, OperationStatus
+from panel.core.choices import DeploymentState, DesiredState, OperationKind, OperationStatus
 from panel.core.templatetags.panel_text import deployment_reason
 from panel.deployments.findings import findings_of
 from panel.deployments.models import Benchmark, Deployment, DeploymentLog
@@ -106,6 +107,21 @@ class RolloutSerializer(serializers.Serializer):
     created = serializers.DateTimeField()
 
 
+LATEST_OPERATION = "latest_operation_id"
+
+
+def launches_and_stops(target):
+    """A deployment's deploy and stop operations, newest first (`target`: its name, or OuterRef("name"))."""
+    kinds = [OperationKind.DEPLOY, OperationKind.STOP]
+    return Operation.objects.filter(target=target, kind__in=kinds).order_by("-created")
+
+
+def with_latest_operation(queryset):
+    """Deployments with the id of their latest deploy or stop, for DeploymentSerializer's `operation`."""
+    latest = launches_and_stops(OuterRef("name")).values("id")[:1]
+    return queryset.annotate(**{LATEST_OPERATION: Subquery(latest)})
+
+
 class DeploymentSerializer(serializers.ModelSerializer):
     status = serializers.ChoiceField(
         choices=DeploymentState.choices, source="observed_state", read_only=True, help_text="Observed state."
@@ -186,10 +202,11 @@ class DeploymentSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(serializers.UUIDField(allow_null=True, help_text="Its latest deploy or stop."))
     def get_operation(self, deployment) -> str | None:
-        latest = Operation.objects.filter(target=deployment.name, kind__in=["deploy", "stop"]).order_by(
-            "-created"
-        )
-        first = latest.values_list("id", flat=True).first()
+        # A list reads it from the annotation (DeploymentViewSet): one query for the page, not one a row.
+        if hasattr(deployment, LATEST_OPERATION):
+            first = getattr(deployment, LATEST_OPERATION)
+        else:
+            first = launches_and_stops(deployment.name).values_list("id", flat=True).first()
         return str(first) if first else None
 
     @extend_schema_field(DeploymentFindingsSerializer)

@@ -31,6 +31,7 @@ from panel.deployments.api.serializers import (
     DeploymentMetricsSerializer,
     DeploymentSerializer,
     PlanReviewSerializer,
+    with_latest_operation,
 )
 from panel.deployments.api.waiting import DeploymentWaiter
 from panel.deployments.apply import apply
@@ -64,8 +65,10 @@ class DeploymentViewSet(StreamsMixin, mixins.ListModelMixin, mixins.RetrieveMode
     The contract is written at the top of panel/deployments/services.py; waiting and watching
     (`?wait=`, `?watch=true`) in docs/api-streams.md."""
 
-    queryset = Deployment.objects.select_related("model", "replica_of").prefetch_related(
-        "nodes", "npus__node", "replicas", "rollouts"
+    queryset = with_latest_operation(
+        Deployment.objects.select_related("model", "replica_of").prefetch_related(
+            "nodes", "npus__node", "replicas", "rollouts"
+        )
     )
     serializer_class = DeploymentSerializer
     filterset_class = DeploymentFilterSet
