@@ -172,6 +172,7 @@ def main() -> int:
     from rest_framework.test import APIClient
 
     import panel.deployments.tasks  # noqa: F401
+    import panel.nodes.tasks  # noqa: F401  the ingest queue, where the agent's events and asks go
     import panel.operations.tasks  # noqa: F401
     import workers.tasks  # noqa: F401
     from panel.catalog.models import Model

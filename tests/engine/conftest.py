@@ -44,6 +44,7 @@ def cpu_agent(_wired_to_redis, transactional_db, monkeypatch, tmp_path_factory, 
     from celery.contrib.testing.worker import start_worker
 
     import panel.deployments.tasks  # noqa: F401  registers the panel tasks
+    import panel.nodes.tasks  # noqa: F401  and the ingest queue, where the agent's events and asks go
     import panel.operations.tasks  # noqa: F401
     import workers.tasks  # noqa: F401  registers the agent tasks
     from tests.deployment_helpers import kill_recorded_engines
