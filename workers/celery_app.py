@@ -67,12 +67,7 @@ app.conf.update(
 def configure_agent(celery_app: Celery, queue_name: str) -> None:
     """What an agent's worker needs on a broker where its user may only read its own queue and write the
     ingest exchange: the queue named, not declared; no remote control (its pidbox queue and reply exchange),
-    no task events. Run with --without-mingle --without-gossip --without-heartbeat (workers.agent). The
-    panel's answers to the agent's asks are handled as they arrive, beside the pool (workers.asking)."""
-    from workers.asking import AnswersInline
-
-    if AnswersInline not in celery_app.steps["consumer"]:
-        celery_app.steps["consumer"].add(AnswersInline)
+    no task events. Run with --without-mingle --without-gossip --without-heartbeat (workers.agent)."""
     celery_app.conf.update(
         task_queues=[agent_queue(queue_name, agent=is_amqp(celery_app.conf.broker_url))],
         worker_enable_remote_control=False,
