@@ -99,11 +99,12 @@ class AnswersInline(bootsteps.StartStopStep):
     def start(self, consumer):
         task = consumer.app.tasks.get(AGENT_STILL_WANTED_ANSWER)
         if task is not None:
-            consumer.strategies[AGENT_STILL_WANTED_ANSWER] = answer_handler(task)
+            consumer.strategies[AGENT_STILL_WANTED_ANSWER] = answer_handler(task, consumer.connection_errors)
 
 
-def answer_handler(task):
-    """A Celery task strategy (message, body, ack, reject, callbacks) running `task` in the calling thread."""
+def answer_handler(task, connection_errors=()):
+    """A Celery task strategy (message, body, ack, reject, callbacks) running `task` in the calling thread,
+    the consumer's: the message is acknowledged there too, at once."""
 
     def handle(message, body, ack, reject, callbacks, **options):
         try:
@@ -112,6 +113,6 @@ def answer_handler(task):
         except Exception:  # a malformed message must not stop the consumer
             log.exception("the panel's answer could not be handled")
         finally:
-            ack()
+            message.ack_log_error(log, connection_errors)
 
     return handle

@@ -133,17 +133,21 @@ def test_an_agent_whose_only_thread_waits_for_the_panels_answer_still_gets_it_an
         lambda: Node.objects.filter(name=name, last_heartbeat__isnull=False).first(),
         f"a heartbeat ({log_path.read_text()[-2000:]})",
     )
-    operation = start_inventory(node)
-    started = time.monotonic()
+    for _ in range(2):  # the same worker, still serving after the first
+        operation = start_inventory(node)
+        started = time.monotonic()
 
-    def finished():
-        operation_now = Operation.objects.get(pk=operation.pk)
-        return operation_now if operation_now.is_terminal else None
+        def finished(pk=operation.pk):
+            operation_now = Operation.objects.get(pk=pk)
+            return operation_now if operation_now.is_terminal else None
 
-    done = wait_for(finished, f"the inventory to finish ({log_path.read_text()[-2000:]})")
-    assert done.status == "succeeded", log_path.read_text()[-2000:]
-    assert time.monotonic() - started < ASK_TIMEOUT_S  # answered at once, not after the ask timed out
-    assert "is still wanted (ask" not in log_path.read_text()
+        done = wait_for(finished, f"the inventory to finish ({log_path.read_text()[-2000:]})")
+        assert done.status == "succeeded", log_path.read_text()[-2000:]
+        assert time.monotonic() - started < ASK_TIMEOUT_S  # answered at once, not after the ask timed out
+    log = log_path.read_text()
+    assert "is still wanted (ask" not in log
+    assert "Unrecoverable error" not in log, log[-2000:]
+    assert log.count("ready.") == 1  # never restarted
 
 
 @pytest.mark.attacks_panel
