@@ -331,6 +331,9 @@ class FaultStack:
             "CELERY_BROKER_URL": (self.dir / "sim" / f"{node}.broker").read_text().strip(),
             "REDIS_URL": "redis://127.0.0.1:9/0",  # nothing listens: an agent that touched Redis would fail
             "LOG_LEVEL": "INFO",  # its log says what it received, ran and refused, and when it reconnected
+            # Its leases, spool and locks in its host's tree, as on a real host (not the test session's
+            # shared ASCEND_PANEL_STATE_DIR, which tests/conftest.py sets for in-process agents).
+            "ASCEND_PANEL_STATE_DIR": str(self.sim_roots[node] / "var/lib/ascend-panel"),
             # Nor the panel's settings: with DJANGO_SETTINGS_MODULE set, Celery would set Django up in the
             # agent (its Django fix-up), database and all.
             **{
