@@ -2,22 +2,26 @@
 
     .venv/bin/python bench/faults.py [--only NAME ...]
 
-Starts one stack (tests/faults/stack.py: redis-server with its append-only file, the web server, the panel
-worker,
-beat; one agent per scenario on a simulated Ascend host of its own) and runs every scenario of
-tests/faults/scenarios.py on it: the agent, the panel worker, the web process, Redis or the engine is killed
-with SIGKILL and restarted as systemd would. One JSON line per scenario, then the summary as the last line:
-{"scenarios", "survived", "lost_events", "stuck_operations", "double_runs", "recovery_s_max"}.
+Starts one stack on the fleet setup (tests/faults/stack.py: a RabbitMQ node of its own as the broker, each
+agent with its node's own broker user; the panel's redis-server with its append-only file, the web server,
+the panel worker, beat; one agent per scenario on a simulated Ascend host of its own) and runs every
+scenario of tests/faults/scenarios.py on it: the agent, the panel worker, the web process, the panel's
+Redis, the broker or the engine is killed with SIGKILL and restarted as systemd would, or the agent is
+frozen (SIGSTOP) past its deadline and resumed. One JSON line per scenario, then the summary as the last
+line: {"scenarios", "survived", "lost_events", "stuck_operations", "double_runs", "recovery_s_max"}.
+Without rabbitmq-server the last line is {"skipped": REASON} (exit status 1 under REQUIRE_RABBITMQ=1).
 """
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from tests.faults.broker import rabbitmq_missing  # noqa: E402
 from tests.faults.checks import Outcome  # noqa: E402
 from tests.faults.scenarios import SCENARIOS, all_nodes, run_scenario  # noqa: E402
 from tests.faults.stack import FaultStack  # noqa: E402
@@ -28,6 +32,9 @@ def main() -> int:
     parser.add_argument("--only", nargs="*", help="scenario names (default: all)")
     args = parser.parse_args()
     chosen = [s for s in SCENARIOS if not args.only or s.name in args.only]
+    if missing := rabbitmq_missing():
+        print(json.dumps({"skipped": missing}))
+        return 1 if os.environ.get("REQUIRE_RABBITMQ") else 0
     started = time.monotonic()
     stack = FaultStack(all_nodes()).start()
     print(f"stack up in {time.monotonic() - started:.1f} s at {stack.dir}", file=sys.stderr, flush=True)

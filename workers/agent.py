@@ -37,6 +37,7 @@ import threading
 import workers.tasks  # noqa: F401  registers the agent tasks
 from workers import __version__
 from workers.agent_config import AgentConfig
+from workers.asking import AnswersInline
 from workers.celery_app import app, configure_agent
 from workers.contracts import Heartbeat, utcnow
 from workers.events import publish_unsealed, send_to_panel
@@ -76,11 +77,19 @@ def start_background_threads(config: AgentConfig) -> threading.Event:
     return stop
 
 
+def configure(queue_name: str) -> None:
+    """The worker serves `queue_name` as an agent, and handles the panel's answers to its asks as they
+    arrive, beside its pool (workers.asking.AnswersInline)."""
+    configure_agent(app, queue_name)
+    if AnswersInline not in app.steps["consumer"]:
+        app.steps["consumer"].add(AnswersInline)
+
+
 def main_central(argv: list[str]) -> None:
     """The central agent: runs SSH nodes' tasks (queue ssh-runner); sends no heartbeat of its own."""
     fernet_for(key_material_from_env())  # refuse to start without the key that opens node secrets
     os.environ[CENTRAL_ENV] = "1"  # signs and verifies with the central key (workers.identity)
-    configure_agent(app, SSH_RUNNER_QUEUE)
+    configure(SSH_RUNNER_QUEUE)
     app.worker_main(
         [
             "worker",
@@ -127,7 +136,7 @@ def main(argv: list[str] | None = None) -> None:
             threads["stop"].set()
 
     concurrency = os.environ.get("ASCEND_PANEL_AGENT_CONCURRENCY", "4")
-    configure_agent(app, node_queue(config.node_name))
+    configure(node_queue(config.node_name))
     app.worker_main(
         [
             "worker",

@@ -4,9 +4,11 @@ then resumed, a message held back and let go later) runs nothing.
 
 The agent reaches the panel only through the broker: it sends a signed ask (ASK_STILL_WANTED) to the panel's
 ingest, and the panel worker answers with a signed task on the node's own queue (AGENT_STILL_WANTED_ANSWER).
-The agent runs its tasks in a thread pool, so the answer is handled by another thread while the asking one
-waits here. No answer within ASK_TIMEOUT_S: ask again; none after ASK_TRIES: run nothing. The delivery is
-then lost as far as the panel can tell, and its reaper re-sends the operation as a new attempt.
+The answer is handled where the agent's worker receives it, not in its thread pool (AnswersInline): every
+pool thread may be waiting on an ask of its own (an agent frozen with several deliveries in hand, then
+resumed), and an answer queued behind them would be read only after they had all timed out. No answer
+within ASK_TIMEOUT_S: ask again; none after ASK_TRIES: run nothing. The delivery is then lost as far as the
+panel can tell, and its reaper re-sends the operation as a new attempt.
 """
 
 import logging
@@ -14,8 +16,10 @@ import secrets
 import threading
 from typing import NamedTuple
 
+from celery import bootsteps
+
 from workers.events import send_to_panel
-from workers.task_names import ASK_STILL_WANTED
+from workers.task_names import AGENT_STILL_WANTED_ANSWER, ASK_STILL_WANTED
 
 log = logging.getLogger(__name__)
 
@@ -82,3 +86,33 @@ def receive_answer(answer: dict) -> bool:
     )
     slot.answered.set()
     return True
+
+
+class AnswersInline(bootsteps.StartStopStep):
+    """The agent worker's consumer runs the panel's answers (AGENT_STILL_WANTED_ANSWER) itself, as they
+    arrive: verified like any task (workers.tasks.base.AgentTask, through Task.apply) and acknowledged, never
+    queued for a pool thread. Handing one over is setting an event, so the consumer is not held up."""
+
+    label = "answers inline"
+    requires = ("celery.worker.consumer.tasks:Tasks",)
+
+    def start(self, consumer):
+        task = consumer.app.tasks.get(AGENT_STILL_WANTED_ANSWER)
+        if task is not None:
+            consumer.strategies[AGENT_STILL_WANTED_ANSWER] = answer_handler(task, consumer.connection_errors)
+
+
+def answer_handler(task, connection_errors=()):
+    """A Celery task strategy (message, body, ack, reject, callbacks) running `task` in the calling thread,
+    the consumer's: the message is acknowledged there too, at once."""
+
+    def handle(message, body, ack, reject, callbacks, **options):
+        try:
+            args, kwargs, _embed = body or message.decode()  # Celery's message protocol 2
+            task.apply(args=args, kwargs=kwargs, task_id=(message.headers or {}).get("id"))
+        except Exception:  # a malformed message must not stop the consumer
+            log.exception("the panel's answer could not be handled")
+        finally:
+            message.ack_log_error(log, connection_errors)
+
+    return handle

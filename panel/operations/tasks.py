@@ -1,3 +1,7 @@
+import logging
+
+import redis
+
 from panel.core.panel_tasks import panel_task
 from panel.nodes.trust import Refused, open_envelope, send_agent_task
 from panel.operations.reaper import reap
@@ -6,15 +10,28 @@ from panel.operations.services import still_wanted
 from workers.celery_app import app
 from workers.task_names import AGENT_STILL_WANTED_ANSWER, ASK_STILL_WANTED, INGEST_EVENTS
 
+log = logging.getLogger(__name__)
+
 ANSWER_VALIDITY_S = 30.0  # the agent waits about ten seconds for it (workers.asking)
 
 
-@app.task(name=INGEST_EVENTS)
-def ingest_events(envelope: dict) -> int:
+# An event batch must not be lost to a panel Redis that is away for a moment (restarting, failing over): the
+# nonce check (panel.core.refusals.first_sight) needs it, and a task that failed would be acknowledged and
+# gone. The batch is sent again after a back-off, for as long as it counts (24 h, workers.identity); the
+# broker kept it meanwhile, so it waits in the broker as it would with the panel worker down.
+INGEST_RETRY_MAX_S = 30
+
+
+@app.task(name=INGEST_EVENTS, bind=True, max_retries=None)
+def ingest_events(self, envelope: dict) -> int:
     try:
         node, _signer, batch = open_envelope("event_batch", INGEST_EVENTS, envelope)
     except Refused:
         return 0
+    except (redis.ConnectionError, redis.TimeoutError) as error:
+        log.warning("event batch not ingested: the panel's Redis is unreachable (%s); retrying", error)
+        countdown = min(2 ** (self.request.retries + 1), INGEST_RETRY_MAX_S)
+        raise self.retry(exc=error, countdown=countdown) from error
     return len(ingest(batch, sender=node.name))
 
 

@@ -196,3 +196,41 @@ def audit_all(stack: FaultStack, node: str, outcome: Outcome) -> None:
     for operation in operations(stack, node):
         audit_events(stack, operation, outcome)
     outcome.details["operations"] = sorted(f"{o['kind']}:{o['status']}" for o in operations(stack, node))
+
+
+def package_runs(root) -> list[dict]:
+    """The sim host's record of its package runs (workers/sim/installers/script.py's RUN_RECORD), one dict
+    per run: package, action, pid, start, end (None: it never ended), result."""
+    import json
+    from pathlib import Path
+
+    from workers.sim.installers.script import RUN_RECORD
+
+    path = Path(root) / RUN_RECORD
+    runs: dict[int, dict] = {}
+    for line in path.read_text().splitlines() if path.exists() else []:
+        entry = json.loads(line)
+        if entry["event"] == "start":
+            runs[entry["pid"]] = {**entry, "start": entry["time"], "end": None, "result": None}
+        elif entry["pid"] in runs:
+            runs[entry["pid"]].update(end=entry["time"], result=entry.get("result"))
+    return sorted(runs.values(), key=lambda run: run["start"])
+
+
+def audit_package_runs(root, outcome: Outcome) -> None:
+    """Two package runs at once on one host (two installs at the same time) are a double run, and so is
+    one package installed twice by what should have been one install."""
+    runs = package_runs(root)
+    outcome.details["package_runs"] = [f"{r['kind']} {r['action']} {r['result']}" for r in runs]
+    for earlier, later in zip(runs, runs[1:], strict=False):
+        if earlier["end"] is None or later["start"] < earlier["end"]:
+            outcome.double_runs += 1
+            outcome.problems.append(f"{later['package']} ran while {earlier['package']} still did")
+    installed = defaultdict(int)
+    for run in runs:
+        if run["result"] == "ok":
+            installed[(run["package"], run["action"])] += 1
+    for (package, action), times in installed.items():
+        if times > 1:
+            outcome.double_runs += 1
+            outcome.problems.append(f"{package} {action} ran {times} times on the host")

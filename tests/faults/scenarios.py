@@ -3,7 +3,9 @@
 Each scenario gets a node of its own (a fresh sim host with its own agent) on one shared stack, starts work
 over REST, SIGKILLs one real process at a chosen moment, restarts it as systemd would (an engine is not
 restarted by hand: that is the reconcile loop's job), then checks what tests/faults/checks.py checks. A
-scenario leaves the shared stack healthy: the process it killed is running again.
+scenario leaves the shared stack healthy: the process it killed is running again. "broker" is the fleet's
+RabbitMQ (the stack's own node), "redis" the panel's own Redis; agent-frozen-past-deadline SIGSTOPs the agent
+instead of killing it (tests/faults/frozen_scenario.py).
 """
 
 from __future__ import annotations
@@ -33,25 +35,32 @@ INSTALL_PROFILE = "0.11.0"  # CANN 8.3.RC2: toolkit, ops, NNAL and a venv go ont
 @dataclass(frozen=True)
 class Scenario:
     name: str
-    target: str  # agent, panel-worker, web, redis, engine
-    phase: str  # install, deploy, serving, delete, create
+    target: str  # agent, panel-worker, web, redis (the panel's), broker (RabbitMQ), engine
+    phase: str  # install, deploy, serving, delete, create, copy, frozen
     doc: str
 
 
 SCENARIOS = [
     Scenario("agent-mid-install", "agent", "install", "agent killed while an install runs"),
     Scenario("worker-mid-install", "panel-worker", "install", "panel worker killed while an install runs"),
-    Scenario("redis-mid-install", "redis", "install", "Redis killed (restarted from its AOF) mid-install"),
+    Scenario("redis-mid-install", "redis", "install", "the panel's Redis killed (AOF kept) mid-install"),
     Scenario("agent-mid-deploy", "agent", "deploy", "agent killed while the launch runs"),
     Scenario("worker-mid-deploy", "panel-worker", "deploy", "panel worker killed while the launch runs"),
-    Scenario("redis-mid-deploy", "redis", "deploy", "Redis killed while the launch runs"),
+    Scenario("redis-mid-deploy", "redis", "deploy", "the panel's Redis killed while the launch runs"),
+    Scenario("broker-mid-deploy", "broker", "deploy", "RabbitMQ killed (back from its data) mid-launch"),
     Scenario("web-mid-create", "web", "create", "web killed during POST /deployments/, retried by key"),
     Scenario("agent-while-serving", "agent", "serving", "agent killed under a running engine: adopted"),
     Scenario("worker-while-serving", "panel-worker", "serving", "panel worker killed under a running engine"),
-    Scenario("redis-while-serving", "redis", "serving", "Redis killed under a running engine"),
+    Scenario("redis-while-serving", "redis", "serving", "the panel's Redis killed under a running engine"),
     Scenario("engine-killed", "engine", "serving", "the engine itself killed: restarted by reconcile"),
     Scenario("agent-mid-delete", "agent", "delete", "agent killed while the delete's stop runs"),
     Scenario("agent-mid-copy", "agent", "copy", "source agent killed while rsync copies a model"),
+    Scenario(
+        "agent-frozen-past-deadline",
+        "agent",
+        "frozen",
+        "agent SIGSTOPped with an install in hand until the panel failed it and it was retried",
+    ),
 ]
 BY_NAME = {s.name: s for s in SCENARIOS}
 
@@ -256,6 +265,12 @@ def during_copy(stack: FaultStack, scenario: Scenario, node: str, outcome: Outco
         outcome.details["copy"] = operation(stack, operation_id)["status"]
 
 
+def frozen(stack: FaultStack, scenario: Scenario, node: str, outcome: Outcome) -> None:
+    from tests.faults.frozen_scenario import frozen_past_deadline
+
+    frozen_past_deadline(stack, node, agent(node), outcome, INSTALL_PROFILE)
+
+
 PHASES = {
     "install": during_install,
     "deploy": during_deploy,
@@ -263,6 +278,7 @@ PHASES = {
     "delete": during_delete,
     "create": during_create,
     "copy": during_copy,
+    "frozen": frozen,
 }
 
 

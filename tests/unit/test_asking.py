@@ -32,3 +32,38 @@ def test_without_an_answer_it_asks_a_bounded_number_of_times_then_gives_up(monke
 
 def test_an_answer_for_another_operation_or_nobody_is_dropped():
     assert not asking.receive_answer({"ask": "nobody-asked", "operation_id": "op-1", "wanted": True})
+
+
+class FakeMessage:
+    def __init__(self, body, task_id="t-1"):
+        self.body, self.headers, self.acked = body, {"id": task_id, "task": "agent.still_wanted_answer"}, 0
+
+    def decode(self):
+        if isinstance(self.body, Exception):
+            raise self.body
+        return self.body
+
+    def ack_log_error(self, logger, errors):
+        self.acked += 1
+
+
+class FakeTask:
+    def __init__(self):
+        self.applied = []
+
+    def apply(self, args=None, kwargs=None, task_id=None):
+        self.applied.append((args, kwargs, task_id))
+
+
+def test_the_consumer_runs_an_answer_itself_with_its_task_id_and_acknowledges_it():
+    task, message = FakeTask(), FakeMessage([[], {"answer": {"ask": "a1"}, "_auth": "signed"}, {}])
+    asking.answer_handler(task)(message, None, ack=None, reject=None, callbacks=None)
+    assert task.applied == [([], {"answer": {"ask": "a1"}, "_auth": "signed"}, "t-1")]
+    assert message.acked == 1
+
+
+def test_an_answer_that_cannot_be_decoded_is_acknowledged_and_does_not_stop_the_consumer():
+    task, message = FakeTask(), FakeMessage(ValueError("not json"))
+    asking.answer_handler(task)(message, None, ack=None, reject=None, callbacks=None)
+    assert task.applied == []
+    assert message.acked == 1

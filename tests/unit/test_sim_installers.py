@@ -159,3 +159,38 @@ def test_uninstall_removes_the_toolkit(packages, root):
     result = run(toolkit, "--uninstall", f"--install-path={root}")
     assert result.returncode == 0, result.stderr
     assert not (root / "ascend-toolkit" / "8.3.RC2").exists()
+
+
+def test_on_a_sim_host_each_run_that_changes_something_is_recorded_with_its_start_and_end(
+    packages, root, tmp_path, monkeypatch
+):
+    import json
+
+    from workers.sim.installers.script import RUN_RECORD
+
+    host = tmp_path / "host"
+    monkeypatch.setenv("ASCEND_PANEL_SIM_ROOT", str(host))
+    driver, toolkit = packages("driver", "24.1.rc2"), packages("toolkit", "8.3.RC2")
+    run(driver, "--check")
+    install(driver, root, "--full", "--install-for-all")
+    assert run(packages("ops", "8.3.RC2"), "--install", "--quiet", f"--install-path={root}").returncode == 1
+    install(toolkit, root, "--full")
+
+    lines = [json.loads(line) for line in (host / RUN_RECORD).read_text().splitlines()]
+    assert [(line["kind"], line["action"], line["event"], line.get("result")) for line in lines] == [
+        ("driver", "--full", "start", None),
+        ("driver", "--full", "end", "ok"),
+        ("ops", "--install", "start", None),
+        ("ops", "--install", "end", "error"),  # no toolkit yet
+        ("toolkit", "--full", "start", None),
+        ("toolkit", "--full", "end", "ok"),
+    ]
+    assert lines[0]["pid"] == lines[1]["pid"] != lines[4]["pid"]
+    assert lines[0]["time"] <= lines[1]["time"] <= lines[4]["time"]
+
+
+def test_off_a_sim_host_nothing_is_recorded(packages, root, tmp_path, monkeypatch):
+    monkeypatch.delenv("ASCEND_PANEL_SIM_ROOT", raising=False)
+    monkeypatch.chdir(tmp_path)
+    install(packages("driver", "24.1.rc2"), root, "--full", "--install-for-all")
+    assert not list(tmp_path.rglob("operation.log"))

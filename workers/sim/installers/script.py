@@ -310,15 +310,36 @@ def accept_eula(package, modifiers):
         )
 
 
+# On a sim host (ASCEND_PANEL_SIM_ROOT), every run that changes something is recorded under the host's tree,
+# where Huawei's packages keep their operation log: one JSON line as it starts and one as it ends (time, pid,
+# package, action, result), so a test can tell what ran on the host, when, and whether two runs overlapped.
+RUN_RECORD = "var/log/ascend_seclog/operation.log"
+
+
+def record_run(package, action, event, **extra):
+    sim_root = os.environ.get("ASCEND_PANEL_SIM_ROOT")
+    if not sim_root:
+        return
+    path = Path(sim_root) / RUN_RECORD
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = {"time": datetime.datetime.now().timestamp(), "pid": os.getpid(), "event": event}
+    line.update(package=package["name"], kind=package["kind"], action=action, **extra)
+    with open(path, "a", encoding="utf-8") as handle:  # one short write per line: appends do not mix
+        handle.write(json.dumps(line) + "\n")
+
+
 def main(package, argv):
+    action = None
     try:
         action, modifiers, root = parse_flags(package, argv)
         print("Verifying archive integrity...  100%   SHA256 checksums are OK. All good.", flush=True)
         if action == "--check":
             return 0
+        record_run(package, action, "start")
         print(f"Uncompressing {package['name']}  100%", flush=True)
         if action == "--uninstall":
             uninstall(package, root)
+            record_run(package, action, "end", result="ok")
             return 0
         accept_eula(package, modifiers)
         log(package, "INFO", f"Start time: {datetime.datetime.now():%Y-%m-%d %H:%M:%S}")
@@ -326,9 +347,12 @@ def main(package, argv):
         if not os.access(root, os.W_OK):
             raise InstallError(f"No write permission on {root}; run as root or pick another --install-path.")
         INSTALLERS[package["kind"]](package, root, modifiers)
+        record_run(package, action, "end", result="ok")
         return 0
     except InstallError as error:
         log(package, "ERROR", str(error), sys.stderr)
+        if action and action != "--check":
+            record_run(package, action, "end", result="error")
         return 1
 
 
