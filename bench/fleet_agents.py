@@ -22,6 +22,7 @@ import argparse
 import heapq
 import json
 import logging
+import math
 import signal
 import sys
 import time
@@ -204,6 +205,16 @@ def play(args) -> None:
         print(f"load: {counts}, worst lag {schedule.worst_lag_s * 1000:.0f} ms", file=sys.stderr, flush=True)
 
 
+def next_time(due: float, every: float, now: float) -> float:
+    """The next tick after `due`; ticks this process fell behind on are skipped, as the agent's sampler
+    skips them (a starved machine then sends fewer samples, which bench/fleet.py reports, rather than
+    ever older ones)."""
+    later = due + every
+    if later < now:
+        later += math.ceil((now - later) / every) * every
+    return later
+
+
 def run_schedule(nodes: list[PlayedNode], schedule: Schedule, args, counts: dict, sent, stop) -> None:
     """Every node's metrics each second (spread evenly over it), heartbeats, its queue until the inventory
     came, and log lines of the streaming ones, until `stop()`."""
@@ -240,7 +251,7 @@ def run_schedule(nodes: list[PlayedNode], schedule: Schedule, args, counts: dict
             counts["errors"] += 1
             log.exception("%s: %s failed", node.name, what)
         if follow[what] is not None:
-            schedule.at(due + follow[what], index, what)
+            schedule.at(next_time(due, follow[what], time.monotonic()), index, what)
         if time.monotonic() >= next_flush:
             next_flush += SENT_FLUSH_S
             sent.flush()
