@@ -76,12 +76,23 @@ SETUP = """
 import json, os
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from panel.accounts.bootstrap import ensure_role_groups
 from panel.accounts.models import ApiToken
+from panel.accounts.roles import VIEWER
 from panel.nodes.join import issue_join_token
-user = get_user_model().objects.create_superuser("bench", password=None)
+ensure_role_groups()
+User = get_user_model()
+admin = User.objects.create_superuser("bench", password=None)
+viewers = []
+for i in range(int(os.environ["FLEET_VIEWERS"])):  # one person per dashboard: own account, own limits
+    viewer = User.objects.create_user(f"viewer-{i:02d}", password=None)
+    viewer.groups.add(Group.objects.get(name=VIEWER))
+    viewers.append(ApiToken.issue(viewer, "dashboard")[1])
 names = [f"{os.environ['FLEET_PREFIX']}-{i:03d}" for i in range(int(os.environ["FLEET_NODES"]))]
 print(json.dumps({
-    "token": ApiToken.issue(user, "bench")[1],
+    "token": ApiToken.issue(admin, "bench")[1],
+    "viewer_tokens": viewers,
     "join_tokens": {name: issue_join_token(name) for name in names},
     "retention_days": settings.PANEL_METRICS_RETENTION_DAYS,
 }))
@@ -117,6 +128,7 @@ class Fleet:
             # Node users are broker-wide: node names carry the vhost's suffix, so its close() finds them.
             FLEET_PREFIX=f"f{self.broker.suffix}",
             FLEET_NODES=str(args.nodes),
+            FLEET_VIEWERS=str(args.viewers),
         )
         self.supervisor = Supervisor(self.env, log_dir=self.dir / "logs")
         self.names = [f"{self.env['FLEET_PREFIX']}-{i:03d}" for i in range(args.nodes)]
@@ -128,6 +140,7 @@ class Fleet:
         output = self.supervisor.run_once([PYTHON, "manage.py", "shell", "-c", SETUP], capture=True)
         setup = json.loads(output.strip().splitlines()[-1])  # after whatever start-up printed
         self.token, self.retention_days = setup["token"], setup["retention_days"]
+        self.viewer_tokens = setup["viewer_tokens"]
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         argv = [
@@ -265,13 +278,19 @@ async def phase(fleet: Fleet, kind: str, pages: list[list[str]], seconds: float,
         url = f"ws://127.0.0.1:{fleet.port}/ws/"
         runs = [
             push_client(
-                url, fleet.token, ["fleet", *(f"node.{n}" for n in page)], window, stop, ready[i], received[i]
+                url,
+                fleet.viewer_tokens[i],
+                ["fleet", *(f"node.{n}" for n in page)],
+                window,
+                stop,
+                ready[i],
+                received[i],
             )
             for i, page in enumerate(pages)
         ]
     elif kind == "polling":
         runs = [
-            poll_client(fleet.base, fleet.token, page, window, stop, ready[i], received[i])
+            poll_client(fleet.base, fleet.viewer_tokens[i], page, window, stop, ready[i], received[i])
             for i, page in enumerate(pages)
         ]
     else:
