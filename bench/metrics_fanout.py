@@ -23,26 +23,33 @@ import argparse
 import asyncio
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
-import httpx
 import psutil
-import websockets
-
-from panel import web
-from workers.sim.profiles import get_profile
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+from bench.live_viewers import (  # noqa: E402
+    GRACE_S,
+    Window,
+    cpu_line,
+    cpu_seconds,
+    latencies,
+    lost_frames,
+    poll_client,
+    push_client,
+    quantile,
+)
+from panel import web  # noqa: E402
+from workers.sim.profiles import get_profile  # noqa: E402
+
 PYTHON = sys.executable
 PROFILE = "atlas-800i-a2"
-GRACE_S = 3  # after the window, frames of samples taken inside it may still be on their way
 SETUP = """
 from django.contrib.auth import get_user_model
 from panel.accounts.models import ApiToken
@@ -104,16 +111,13 @@ class Panel:
         self.publisher = psutil.Process(publisher.pid)
 
     def cpu_seconds(self) -> dict[str, float]:
-        def used(processes):
-            return sum(t.user + t.system for t in (p.cpu_times() for p in processes))
-
         return {
-            "panel": used(self.processes),
-            "web": used(self.processes[:1]),
-            "worker": used(self.processes[1:]),
-            "redis": used([self.redis]),
-            "publisher": used([self.publisher]),
-            "clients": used([psutil.Process()]),
+            "panel": cpu_seconds(self.processes),
+            "web": cpu_seconds(self.processes[:1]),
+            "worker": cpu_seconds(self.processes[1:]),
+            "redis": cpu_seconds([self.redis]),
+            "publisher": cpu_seconds([self.publisher]),
+            "clients": cpu_seconds([psutil.Process()], children=False),
         }
 
     def stop(self) -> None:
@@ -153,61 +157,6 @@ def publish(nodes: int) -> None:
             time.sleep(max(0.0, next_at - time.monotonic()))
 
 
-def sample_epoch(iso: str) -> float:
-    return datetime.fromisoformat(iso).replace(tzinfo=UTC).timestamp()
-
-
-class Window:
-    """The measured stretch of wall-clock time; samples taken inside it are the ones that count."""
-
-    def __init__(self):
-        self.start = self.end = float("inf")
-
-    def holds(self, epoch: float) -> bool:
-        return self.start <= epoch <= self.end
-
-
-async def push_client(url: str, token: str, names: list[str], window: Window, stop, ready, got: dict) -> None:
-    """Records, per node, the sequence numbers and latencies (ms) of in-window frames. `ready` is set once
-    the panel confirmed the subscription (the permission checks take a while on a busy machine)."""
-    origin = url.replace("ws://", "http://").removesuffix("/ws/")
-    headers = {"Authorization": f"Bearer {token}"}
-    async with websockets.connect(url, additional_headers=headers, origin=origin, max_size=None) as ws:
-        await ws.send(json.dumps({"type": "subscribe", "groups": [f"node.{n}" for n in names]}))
-        while not stop.is_set():
-            try:
-                raw = await asyncio.wait_for(ws.recv(), 0.5)
-            except TimeoutError:
-                continue
-            arrived = time.time()
-            data = json.loads(raw)
-            for message in data if isinstance(data, list) else [data]:  # frames come several to a message
-                if message.get("type") == "subscribed":
-                    ready.set()
-                if message.get("type") != "metrics":
-                    continue
-                taken = sample_epoch(message["time"])
-                if window.holds(taken):
-                    got.setdefault(message["node"], {})[message["seq"]] = (arrived - taken) * 1000
-
-
-async def poll_client(base: str, token: str, window: Window, stop, ready, got: dict) -> None:
-    """One GET of every node's latest message a second; records the latency of each new in-window sample."""
-    headers = {"Authorization": f"Bearer {token}"}
-    async with httpx.AsyncClient(base_url=base, headers=headers, timeout=30) as client:
-        while not stop.is_set():
-            started = time.monotonic()
-            response = await client.get("/api/v1/metrics/latest/")
-            arrived = time.time()
-            response.raise_for_status()
-            ready.set()
-            for name, message in response.json()["nodes"].items():
-                taken = sample_epoch(message["time"])
-                if window.holds(taken):
-                    got.setdefault(name, {}).setdefault(message["seq"], (arrived - taken) * 1000)
-            await asyncio.sleep(max(0.0, 1.0 - (time.monotonic() - started)))
-
-
 async def phase(panel: Panel, kind: str, clients: int, names: list[str], warmup: float, seconds: float):
     """Runs K clients of `kind`; returns (what each client got per node, CPU seconds used in the window)."""
     window, stop = Window(), asyncio.Event()
@@ -215,12 +164,15 @@ async def phase(panel: Panel, kind: str, clients: int, names: list[str], warmup:
     ready = [asyncio.Event() for _ in range(clients)]
     if kind == "push":
         url = f"ws://127.0.0.1:{panel.web_port}/ws/"
+        groups = [f"node.{n}" for n in names]
         runs = [
-            push_client(url, panel.token, names, window, stop, ready[i], received[i]) for i in range(clients)
+            push_client(url, panel.token, groups, window, stop, ready[i], received[i]) for i in range(clients)
         ]
     else:
         base = f"http://127.0.0.1:{panel.web_port}"
-        runs = [poll_client(base, panel.token, window, stop, ready[i], received[i]) for i in range(clients)]
+        runs = [
+            poll_client(base, panel.token, None, window, stop, ready[i], received[i]) for i in range(clients)
+        ]
     tasks = [asyncio.create_task(run) for run in runs]
     started = time.monotonic()
     await asyncio.wait_for(asyncio.gather(*(event.wait() for event in ready)), 120)
@@ -237,34 +189,6 @@ async def phase(panel: Panel, kind: str, clients: int, names: list[str], warmup:
         if failure is not None:
             print(f"{kind} client failed: {failure!r}", file=sys.stderr)
     return received, {key: after[key] - before[key] for key in after}
-
-
-def lost_frames(received: list[dict]) -> int:
-    """Per node, every sequence number from the first to the last that any client saw was sent; count the
-    ones each client is missing."""
-    lost = 0
-    for node in {node for got in received for node in got}:
-        seen = {seq for got in received for seq in got.get(node, {})}
-        expected = set(range(min(seen), max(seen) + 1))
-        lost += sum(len(expected - set(got.get(node, {}))) for got in received)
-    return lost
-
-
-def latencies(received: list[dict]) -> list[float]:
-    return [ms for got in received for per_node in got.values() for ms in per_node.values()]
-
-
-def quantile(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    if len(values) == 1:
-        return values[0]
-    return statistics.quantiles(values, n=100, method="inclusive")[int(q * 100) - 1]
-
-
-def cpu_line(label: str, cpu: dict) -> str:
-    figures = ", ".join(f"{key} {seconds:.2f}" for key, seconds in cpu.items())
-    return f"{label} CPU s: {figures}"
 
 
 async def main_async(args) -> dict:

@@ -315,6 +315,11 @@ if (
 # Panel behaviour
 PANEL_ADMIN_PASSWORD = _read_secret("PANEL_ADMIN_PASSWORD", default="")
 PANEL_HEARTBEAT_INTERVAL = env.float("PANEL_HEARTBEAT_INTERVAL", default=5.0)
+# How long the panel worker keeps a database connection across tasks (panel/core/worker_db.py); 0 opens one
+# per task. The test suite keeps Celery's default: its in-process workers must leave no connection behind.
+PANEL_WORKER_DB_CONN_MAX_AGE = env.int(
+    "PANEL_WORKER_DB_CONN_MAX_AGE", default=0 if PANEL_MODE == "test" else 300
+)
 # Inventory a node when its agent first speaks. Off in the test suite: tests start the operations they check.
 PANEL_INVENTORY_ON_FIRST_HEARTBEAT = env.bool(
     "PANEL_INVENTORY_ON_FIRST_HEARTBEAT", default=PANEL_MODE != "test"

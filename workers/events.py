@@ -11,15 +11,17 @@ from workers.task_names import INGEST_EVENTS
 from workers.topology import ingest_queue, is_amqp, route
 
 
-def publish(task_name: str, envelope: dict) -> None:
-    """Send a signed message to the panel's ingest queue, the one queue a node may write to."""
-    app.send_task(task_name, args=[envelope], **route(ingest_queue(agent=is_amqp(app.conf.broker_url))))
+def publish(task_name: str, envelope: dict, *, producer=None) -> None:
+    """Send a signed message to the panel's ingest queue, the one queue a node may write to. `producer`:
+    a kombu Producer on the sender's own broker connection (workers.metrics_inbox.push says when)."""
+    queue = ingest_queue(agent=is_amqp(app.conf.broker_url))
+    app.send_task(task_name, args=[envelope], producer=producer, **route(queue))
 
 
-def send_to_panel(task_name: str, payload: dict, *, signer: str | None = None) -> None:
+def send_to_panel(task_name: str, payload: dict, *, signer: str | None = None, producer=None) -> None:
     """Send a message about node payload["node"] now, signed (workers.identity); raises if the broker
     does not take it. For what must not be lost, use send_spooled."""
-    publish(task_name, seal_for_panel(task_name, payload["node"], payload, signer))
+    publish(task_name, seal_for_panel(task_name, payload["node"], payload, signer), producer=producer)
 
 
 def send_spooled(task_name: str, payload: dict, *, signer: str | None = None) -> None:

@@ -42,27 +42,36 @@ def inbox_key() -> str:
     return broker_key(INBOX)
 
 
-def push(batch: MetricBatch, signer: str | None = None) -> None:
+def push(batch: MetricBatch, signer: str | None = None, *, producer=None) -> None:
     """Queue one batch for the panel (one round trip), signed by the node it is about or, for an SSH
-    node's sample, by the central agent (workers.identity)."""
+    node's sample, by the central agent (workers.identity). On RabbitMQ `producer` is a kombu Producer on
+    the sender's own connection (a process that speaks for several nodes, each with its broker user:
+    bench/fleet_agents.py); an agent leaves it out and publishes through its app's pool."""
     line = metrics_line(signer or batch.node, batch.model_dump_json().encode())
+    if producer is not None:
+        _publish_line(producer, line)
+        return
     if is_amqp(app.conf.broker_url):
-        with app.producer_pool.acquire(block=True) as producer:
-            producer.publish(
-                line,
-                exchange=INGEST_EXCHANGE,
-                routing_key=METRICS_QUEUE,
-                serializer=None,
-                content_type="application/octet-stream",
-                content_encoding="binary",
-                delivery_mode=1,  # transient: a lost sample is replaced by the next one
-                retry=False,
-            )
+        with app.producer_pool.acquire(block=True) as pooled:
+            _publish_line(pooled, line)
         return
     pipe = broker_redis().pipeline(transaction=False)
     pipe.rpush(inbox_key(), line)
     pipe.ltrim(inbox_key(), -MAX_BACKLOG, -1)
     pipe.execute()
+
+
+def _publish_line(producer, line: bytes) -> None:
+    producer.publish(
+        line,
+        exchange=INGEST_EXCHANGE,
+        routing_key=METRICS_QUEUE,
+        serializer=None,
+        content_type="application/octet-stream",
+        content_encoding="binary",
+        delivery_mode=1,  # transient: a lost sample is replaced by the next one
+        retry=False,
+    )
 
 
 def wait_for_batch(wait_s: float) -> bytes | None:

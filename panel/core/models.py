@@ -18,6 +18,13 @@ class VisibleQuerySet(models.QuerySet):
         return self
 
 
+def one_or_none(queryset):
+    """The row of `queryset` (filtered on a unique key), or None: `.first()` without its ORDER BY. Django
+    compiles that ORDER BY (the model's Meta.ordering) against every selected column, which was a tenth of
+    the panel worker's CPU on the ingest path at fleet size (bench/fleet.py, docs/scaling.md)."""
+    return next(iter(queryset.order_by()[:1]), None)
+
+
 class TimestampedModel(models.Model):
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)

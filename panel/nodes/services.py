@@ -10,6 +10,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from panel.core.choices import NodeStatus, NodeTransport, NpuHealth
+from panel.core.models import one_or_none
 from panel.nodes.models import SILENT_INTERVALS_BEFORE_OFFLINE, Node, Npu
 from panel.nodes.signals import node_not_inventoried, node_offline, node_online
 from panel.realtime.broadcast import FLEET, broadcast, node_group
@@ -37,7 +38,7 @@ def record_heartbeat(data: dict, *, signer: str | None = None) -> Node | None:
     agent for an SSH node's probe)."""
     beat = Heartbeat.model_validate(data)
     with transaction.atomic():
-        node = Node.objects.select_for_update().filter(name=beat.node).first()
+        node = one_or_none(Node.objects.select_for_update().filter(name=beat.node))
         if node is None:
             log.warning("heartbeat from unknown node %r ignored", beat.node)
             return None

@@ -14,6 +14,7 @@ import time
 from functools import lru_cache
 
 from panel.core.choices import NodeTransport
+from panel.core.models import one_or_none
 from panel.core.refusals import first_sight, first_sights, refuse, rejected_counts
 from panel.core.secrets import key_material
 from panel.nodes.models import Node
@@ -88,7 +89,7 @@ def open_envelope(kind: str, task_name: str, envelope) -> tuple:
         if not isinstance(envelope, dict) or not isinstance(envelope.get("body"), dict):
             raise Untrusted("not a signed envelope", "malformed")
         name, signer, body = str(envelope.get("node", "")), str(envelope.get("signer", "")), envelope["body"]
-        node = Node.objects.filter(name=name).first()
+        node = one_or_none(Node.objects.filter(name=name))
         if node is None:
             raise Untrusted(f"no node named {name!r} (removed, or never added)", "sender")
         stamp = open_envelope_seal(_key_of(signer, node), task_name, envelope)

@@ -8,6 +8,7 @@ from django.db.models import Count, Max
 from django.utils import timezone
 
 from panel.core.choices import OperationStatus
+from panel.core.models import one_or_none
 from panel.nodes.services import apply_inventory
 from panel.nodes.trust import refuse
 from panel.operations.dispatch import dispatch
@@ -86,11 +87,10 @@ def ingest_events(batch_data: dict, *, sender: str) -> list[OperationEvent]:
     whose credential signed the batch, always required: a batch about another node's operation is refused."""
     batch = EventBatch.model_validate(batch_data)
     with transaction.atomic():
-        operation = (
+        operation = one_or_none(
             Operation.objects.select_for_update(of=("self",))
             .select_related("node")
             .filter(pk=batch.operation_id)
-            .first()
         )
         if operation is None:
             log.warning("events for unknown operation %s dropped", batch.operation_id)

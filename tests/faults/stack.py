@@ -86,9 +86,10 @@ print(json.dumps({"token": ApiToken.issue(user, "faults")[1], "model": model.pk}
 """
 
 
-def own_database(url: str) -> tuple[str, str | None]:
+def own_database(url: str, prefix: str = "faults") -> tuple[str, str | None]:
     """(DATABASE_URL for this stack, the PostgreSQL database to drop afterwards). A PostgreSQL DATABASE_URL
-    (CI's) names a shared database: the stack gets a fresh one on that server instead."""
+    (CI's) names a shared database: the stack gets a fresh one on that server instead, `<prefix>_<hex>`
+    (bench/fleet.py has its own prefix)."""
     from urllib.parse import urlsplit, urlunsplit
 
     parts = urlsplit(url)
@@ -96,7 +97,7 @@ def own_database(url: str) -> tuple[str, str | None]:
         return url, None
     import psycopg
 
-    name = f"faults_{uuid.uuid4().hex[:10]}"
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(url, autocommit=True) as connection:
         connection.execute(f'CREATE DATABASE "{name}"')
     return urlunsplit(parts._replace(path=f"/{name}")), name

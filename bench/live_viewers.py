@@ -1,0 +1,134 @@
+"""What the live-metrics benches share (bench/metrics_fanout.py, bench/fleet.py): the measured window, viewers
+that hold a websocket or poll the REST endpoint, what they received, and the tallies made of it.
+
+A viewer records, per node, the sequence number and the latency (ms, sample time on the agent → message
+received here) of every sample taken inside the window. Samples of a node are its agent's MetricBatch
+`seq` numbers.
+"""
+
+import asyncio
+import json
+import statistics
+import time
+from datetime import UTC, datetime
+
+import httpx
+import psutil
+import websockets
+
+GRACE_S = 3  # after the window, frames of samples taken inside it may still be on their way
+
+
+def sample_epoch(iso: str) -> float:
+    return datetime.fromisoformat(iso).replace(tzinfo=UTC).timestamp()
+
+
+class Window:
+    """The measured stretch of wall-clock time; samples taken inside it are the ones that count."""
+
+    def __init__(self):
+        self.start = self.end = float("inf")
+
+    def holds(self, epoch: float) -> bool:
+        return self.start <= epoch <= self.end
+
+
+async def push_client(
+    url: str, token: str, groups: list[str], window: Window, stop, ready, got: dict
+) -> None:
+    """A websocket viewer subscribed to `groups`: records, per node, the sequence numbers and latencies (ms)
+    of in-window "metrics" frames. `ready` is set once the panel confirmed the subscription (the
+    permission checks take a while on a busy machine)."""
+    origin = url.replace("ws://", "http://").removesuffix("/ws/")
+    headers = {"Authorization": f"Bearer {token}"}
+    async with websockets.connect(url, additional_headers=headers, origin=origin, max_size=None) as ws:
+        await ws.send(json.dumps({"type": "subscribe", "groups": groups}))
+        while not stop.is_set():
+            try:
+                raw = await asyncio.wait_for(ws.recv(), 0.5)
+            except TimeoutError:
+                continue
+            arrived = time.time()
+            data = json.loads(raw)
+            for message in data if isinstance(data, list) else [data]:  # frames come several to a message
+                if message.get("type") == "subscribed":
+                    ready.set()
+                if message.get("type") != "metrics":
+                    continue
+                taken = sample_epoch(message["time"])
+                if window.holds(taken):
+                    got.setdefault(message["node"], {})[message["seq"]] = (arrived - taken) * 1000
+
+
+async def poll_client(
+    base: str, token: str, nodes: list[str] | None, window: Window, stop, ready, got: dict, every_s=1.0
+) -> None:
+    """A viewer asking GET /api/v1/metrics/latest/ every `every_s` for `nodes` (every node when None, as the
+    dashboard's back-fill does); records the latency of each new in-window sample."""
+    headers = {"Authorization": f"Bearer {token}"}
+    params = [("node", name) for name in nodes or []]
+    async with httpx.AsyncClient(base_url=base, headers=headers, timeout=30) as client:
+        while not stop.is_set():
+            started = time.monotonic()
+            response = await client.get("/api/v1/metrics/latest/", params=params)
+            arrived = time.time()
+            response.raise_for_status()
+            ready.set()
+            for name, message in response.json()["nodes"].items():
+                taken = sample_epoch(message["time"])
+                if window.holds(taken):
+                    got.setdefault(name, {}).setdefault(message["seq"], (arrived - taken) * 1000)
+            await asyncio.sleep(max(0.0, every_s - (time.monotonic() - started)))
+
+
+def lost_frames(received: list[dict]) -> int:
+    """Per node, every sequence number from the first to the last that any client saw was sent; count the
+    ones each client is missing (for benches that do not know what was sent)."""
+    lost = 0
+    for node in {node for got in received for node in got}:
+        seen = {seq for got in received for seq in got.get(node, {})}
+        expected = set(range(min(seen), max(seen) + 1))
+        lost += sum(len(expected - set(got.get(node, {}))) for got in received)
+    return lost
+
+
+def latencies(received: list[dict]) -> list[float]:
+    return [ms for got in received for per_node in got.values() for ms in per_node.values()]
+
+
+def delivered(received: list[dict]) -> int:
+    return sum(len(per_node) for got in received for per_node in got.values())
+
+
+def quantile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[int(q * 100) - 1]
+
+
+def cpu_seconds(processes: list[psutil.Process], *, children: bool = True) -> float:
+    """User + system CPU seconds of `processes` and (with `children`) of every child they have now:
+    uvicorn's and Celery's worker processes. Each process counts once."""
+    seen, total = set(), 0.0
+    for process in processes:
+        try:
+            family = [process, *(process.children(recursive=True) if children else [])]
+        except psutil.NoSuchProcess:
+            continue
+        for member in family:
+            if member.pid in seen:
+                continue
+            seen.add(member.pid)
+            try:
+                times = member.cpu_times()
+            except psutil.NoSuchProcess:
+                continue
+            total += times.user + times.system
+    return total
+
+
+def cpu_line(label: str, cpu: dict) -> str:
+    figures = ", ".join(f"{key} {seconds:.2f}" for key, seconds in cpu.items())
+    return f"{label} CPU s: {figures}"

@@ -1,0 +1,57 @@
+"""The ingest path finds its node and operation without an ORDER BY (panel.core.models.one_or_none): Django
+compiles one for the model's Meta.ordering against every selected column, a tenth of the panel worker's CPU
+at fleet size (bench/fleet.py). Heartbeats and event batches still find what `.first()` found."""
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from panel.core.models import one_or_none
+from panel.nodes.models import Node
+from panel.nodes.services import record_heartbeat
+from panel.operations.models import Operation
+from tests.integration.conftest import event_batch, ingest_as_its_node
+from workers.contracts import Heartbeat, utcnow
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def operation():
+    node = Node.objects.create(name="lookup-node", transport="agent", inventoried_at=utcnow())
+    return Operation.objects.create(kind="inventory", node=node, target=node.name)
+
+
+def lookups(queries, table: str) -> list[str]:
+    return [q["sql"] for q in queries if q["sql"].startswith("SELECT") and f'FROM "{table}"' in q["sql"]]
+
+
+def test_one_or_none_gives_the_row_or_none(operation):
+    assert one_or_none(Node.objects.filter(name="lookup-node")) == operation.node
+    assert one_or_none(Node.objects.filter(name="no-such-node")) is None
+
+
+def test_a_heartbeat_finds_its_node_without_ordering(operation):
+    beat = Heartbeat(node="lookup-node", time=utcnow(), agent_version="1", running=[str(operation.id)])
+    with CaptureQueriesContext(connection) as captured:
+        node = record_heartbeat(beat.model_dump(mode="json"), signer="lookup-node")
+    assert node.pk == operation.node.pk
+    assert Node.objects.get(pk=node.pk).agent_running == [str(operation.id)]
+    found = lookups(captured.captured_queries, "nodes_node")
+    assert found and not any("ORDER BY" in sql for sql in found)
+
+
+def test_an_event_batch_finds_its_operation_without_ordering(operation):
+    batch = event_batch(operation, (1, "state", {"state": "running"}), (2, "log", {"line": "a"}))
+    with CaptureQueriesContext(connection) as captured:
+        assert len(ingest_as_its_node(batch)) == 2
+    operation.refresh_from_db()
+    assert operation.status == "running"
+    found = lookups(captured.captured_queries, "operations_operation")
+    assert found and not any("ORDER BY" in sql for sql in found)
+
+
+def test_an_event_batch_for_no_known_operation_is_still_dropped(operation):
+    stray = event_batch(operation, (1, "log", {"line": "x"}))
+    stray["operation_id"] = "00000000-0000-0000-0000-000000000000"
+    assert ingest_as_its_node(stray) == []
