@@ -37,6 +37,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import pytest
+import redis
 
 from panel import web
 from panel.run import (
@@ -247,6 +248,10 @@ def live_panel(redis_url, tmp_path_factory):
     )
     for inherited in ("DATABASE_URL", "CELERY_BROKER_URL", "PYTEST_CURRENT_TEST"):
         env.pop(inherited, None)
+    # The panel's database is new each session (SQLite in data_dir); its Redis database must be too: what an
+    # earlier session left there (open alert keys of nodes with the same names, queued tasks) would be taken
+    # for this panel's own, e.g. alerts never raised because Redis said they were open already.
+    redis.Redis.from_url(env["REDIS_URL"]).flushdb()
     supervisor = _LoggingSupervisor(env, data_dir / "logs")
     port = free_port()
     panel = LivePanel(supervisor, f"http://127.0.0.1:{port}", data_dir)
