@@ -44,6 +44,11 @@ app.conf.update(
     broker_connection_retry_on_startup=True,
     # Agents and workers outlive a broker restart: they reconnect for as long as it takes.
     broker_connection_max_retries=None,
+    # Not Celery's prefetch reduction after a reconnect: with the threads pool it restores the prefetch count
+    # (basic.qos) from the pool thread that accepts a task, on the connection the consumer thread is reading,
+    # and that thread then waits for an answer it never gets; the worker takes nothing more from its queue
+    # (the fault tier's broker-mid-deploy: the delete's stop never picked up after a RabbitMQ restart).
+    worker_enable_prefetch_count_reduction=False,
     # A send that the broker does not take within about a second raises, so the caller can keep the message
     # (the agent's spool, the panel's outbox) instead of hanging a request or a task.
     task_publish_retry_policy={

@@ -63,9 +63,6 @@ class BrokerNode:
                     f"listeners.tcp.local = 127.0.0.1:{self.amqp_port}",
                     "management.tcp.ip = 127.0.0.1",
                     f"management.tcp.port = {self.admin_port}",
-                    # Only users, permissions, queues and connections are asked of the management API:
-                    # no statistics to collect on a 2-core machine.
-                    "management_agent.disable_metrics_collector = true",
                     f"default_user = {ADMIN_USER}",
                     f"default_pass = {self.admin_password}",
                     "default_user_tags.administrator = true",

@@ -14,6 +14,7 @@ from workers.sim import state as sim_state
 
 TERMINAL = {"succeeded", "failed", "cancelled"}
 SETTLE_S = 90  # bounded waits: a scenario that does not settle within this is reported, not waited on
+EVENTS_WAIT_S = 45  # the panel's retry back-off for a batch it could not take reaches 30 s
 
 
 @dataclass
@@ -72,10 +73,30 @@ def _gaps(numbers: list[int], first: int = 1) -> int:
     return (max(numbers) - first + 1 - len(set(numbers))) if numbers else 0
 
 
+def _agent_seq_gaps(events: list[dict]) -> int:
+    by_attempt = defaultdict(list)
+    for event in events:
+        if event.get("agent_seq") is not None:
+            by_attempt[_attempt(event)].append(event["agent_seq"])
+    return sum(_gaps(numbers) for numbers in by_attempt.values())
+
+
+def settled_events(stack: FaultStack, operation_id: str) -> list[dict]:
+    """The operation's events once none is missing, or as they are after EVENTS_WAIT_S: a batch the panel
+    could not take at once (its Redis away) comes again after a back-off, so it may be stored after the
+    batch that ended the operation. Late is not lost; still missing after the wait is."""
+    deadline = time.monotonic() + EVENTS_WAIT_S
+    while True:
+        events = events_of(stack, operation_id)
+        if not _agent_seq_gaps(events) or time.monotonic() > deadline:
+            return events
+        time.sleep(1)
+
+
 def audit_events(stack: FaultStack, operation: dict, outcome: Outcome) -> None:
     """Lost events (gaps in seq, or in agent_seq of one attempt) and double runs (two attempts of one
     operation at the same time, or one attempt that started twice)."""
-    events = events_of(stack, operation["id"])
+    events = settled_events(stack, operation["id"])
     label = f"{operation['kind']} {operation['id'][:8]}"
     seqs = [e["seq"] for e in events]
     last = operation.get("final_seq") or operation.get("last_seq") or 0
