@@ -47,12 +47,12 @@ sys.path.insert(0, str(REPO))
 
 from bench import fleet_agents  # noqa: E402
 from bench.live_viewers import (  # noqa: E402
-    GRACE_S,
     Window,
     cpu_line,
     cpu_seconds,
     delivered,
     latencies,
+    measure_window,
     poll_client,
     push_client,
     quantile,
@@ -295,21 +295,9 @@ async def phase(fleet: Fleet, kind: str, pages: list[list[str]], seconds: float,
         ]
     else:
         runs, ready = [], []
-    tasks = [asyncio.create_task(run) for run in runs]
-    started = time.monotonic()
-    await asyncio.wait_for(asyncio.gather(*(event.wait() for event in ready)), 180)
-    print(f"{kind}: {len(runs)} viewers ready after {time.monotonic() - started:.1f} s", file=sys.stderr)
-    await asyncio.sleep(warmup)
-    before = fleet.snapshot()
-    window.start = time.time()
-    await asyncio.sleep(seconds)
-    window.end = time.time()
-    after = fleet.snapshot()
-    await asyncio.sleep(GRACE_S)
-    stop.set()
-    for failure in await asyncio.gather(*tasks, return_exceptions=True):
-        if failure is not None:
-            print(f"{kind} viewer failed: {failure!r}", file=sys.stderr)
+    before, after = await measure_window(
+        kind, runs, ready, window, stop, fleet.snapshot, warmup=warmup, seconds=seconds, ready_within=180
+    )
     cpu = {key: after["cpu"][key] - before["cpu"][key] for key in after["cpu"]}
     for label in sorted(set(SHARED_PROCESSES.values())):  # processes that lived through the window
         alive = [key for key in after["shared"] if key[0] == label and key in before["shared"]]

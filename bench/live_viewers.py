@@ -9,6 +9,7 @@ received here) of every sample taken inside the window. Samples of a node are it
 import asyncio
 import json
 import statistics
+import sys
 import time
 from datetime import UTC, datetime
 
@@ -132,3 +133,24 @@ def cpu_seconds(processes: list[psutil.Process], *, children: bool = True) -> fl
 def cpu_line(label: str, cpu: dict) -> str:
     figures = ", ".join(f"{key} {seconds:.2f}" for key, seconds in cpu.items())
     return f"{label} CPU s: {figures}"
+
+
+async def measure_window(kind, runs, ready, window, stop, snapshot, *, warmup, seconds, ready_within):
+    """Start the viewers (`runs`), wait until each is `ready`, let them warm up, then take `snapshot()` on
+    both sides of a window of `seconds` (stamped on `window`); stop them after GRACE_S. (before, after)."""
+    tasks = [asyncio.create_task(run) for run in runs]
+    started = time.monotonic()
+    await asyncio.wait_for(asyncio.gather(*(event.wait() for event in ready)), ready_within)
+    print(f"{kind}: {len(runs)} viewers ready after {time.monotonic() - started:.1f} s", file=sys.stderr)
+    await asyncio.sleep(warmup)
+    before = snapshot()
+    window.start = time.time()
+    await asyncio.sleep(seconds)
+    window.end = time.time()
+    after = snapshot()
+    await asyncio.sleep(GRACE_S)
+    stop.set()
+    for failure in await asyncio.gather(*tasks, return_exceptions=True):
+        if failure is not None:
+            print(f"{kind} viewer failed: {failure!r}", file=sys.stderr)
+    return before, after

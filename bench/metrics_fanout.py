@@ -35,12 +35,12 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.live_viewers import (  # noqa: E402
-    GRACE_S,
     Window,
     cpu_line,
     cpu_seconds,
     latencies,
     lost_frames,
+    measure_window,
     poll_client,
     push_client,
     quantile,
@@ -173,21 +173,9 @@ async def phase(panel: Panel, kind: str, clients: int, names: list[str], warmup:
         runs = [
             poll_client(base, panel.token, None, window, stop, ready[i], received[i]) for i in range(clients)
         ]
-    tasks = [asyncio.create_task(run) for run in runs]
-    started = time.monotonic()
-    await asyncio.wait_for(asyncio.gather(*(event.wait() for event in ready)), 120)
-    print(f"{kind}: {clients} clients ready after {time.monotonic() - started:.1f} s", file=sys.stderr)
-    await asyncio.sleep(warmup)
-    before = panel.cpu_seconds()
-    window.start = time.time()
-    await asyncio.sleep(seconds)
-    window.end = time.time()
-    after = panel.cpu_seconds()
-    await asyncio.sleep(GRACE_S)
-    stop.set()
-    for failure in await asyncio.gather(*tasks, return_exceptions=True):
-        if failure is not None:
-            print(f"{kind} client failed: {failure!r}", file=sys.stderr)
+    before, after = await measure_window(
+        kind, runs, ready, window, stop, panel.cpu_seconds, warmup=warmup, seconds=seconds, ready_within=120
+    )
     return received, {key: after[key] - before[key] for key in after}
 
 
