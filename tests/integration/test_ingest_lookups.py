@@ -38,7 +38,8 @@ def test_a_heartbeat_finds_its_node_without_ordering(operation):
     assert node.pk == operation.node.pk
     assert Node.objects.get(pk=node.pk).agent_running == [str(operation.id)]
     found = lookups(captured.captured_queries, "nodes_node")
-    assert found and not any("ORDER BY" in sql for sql in found)
+    assert found
+    assert not any("ORDER BY" in sql for sql in found)
 
 
 def test_an_event_batch_finds_its_operation_without_ordering(operation):
@@ -48,7 +49,8 @@ def test_an_event_batch_finds_its_operation_without_ordering(operation):
     operation.refresh_from_db()
     assert operation.status == "running"
     found = lookups(captured.captured_queries, "operations_operation")
-    assert found and not any("ORDER BY" in sql for sql in found)
+    assert found
+    assert not any("ORDER BY" in sql for sql in found)
 
 
 def test_an_event_batch_for_no_known_operation_is_still_dropped(operation):

@@ -1,5 +1,5 @@
-"""The panel worker keeps its database connection across tasks (panel/core/worker_db.py), where Celery's Django
-fixup alone opens one per task, and still drops one that broke or outlived its age.
+"""The panel worker keeps its database connection across tasks (panel/core/worker_db.py), where Celery's
+Django fixup alone opens one per task, and still drops one that broke or outlived its age.
 
 A worker thread around each task runs the fixup's handlers and ours; the tests call them directly (the
 process's Celery signals also reach the fixups other tests' in-process workers installed)."""
