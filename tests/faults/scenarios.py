@@ -223,7 +223,9 @@ def during_create(stack: FaultStack, scenario: Scenario, node: str, outcome: Out
 
     thread = threading.Thread(target=post)
     thread.start()
-    time.sleep(0.05)
+    # The POST (validation, placement, rows, the launch's publish) takes some tens of ms on an idle machine:
+    # kill well within it (50 ms sometimes landed after the answer).
+    time.sleep(0.015)
     outcome.hit_mid = thread.is_alive()
     killed_at = kill_and_restart(stack, scenario, node)
     thread.join(30)
