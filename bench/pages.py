@@ -12,9 +12,10 @@ live figures are there.
 
 Then Django's test client asks for each page and list endpoint `--runs` times, signed in as an admin
 (pages: a session; API: a token), and the fleet summary the panel worker sends once a second is timed too.
-For each: median and p95 in ms, the number of SQL queries, the answer's size. The last line is JSON:
+For each: median and p95 in ms, the number of SQL queries, the answer's size. Last, the hour of minute rows is
+folded into hourly rows as the hourly prune does (panel.monitoring.rollup), timed. The last line is JSON:
 {"nodes", "npus", "deployments", "metric_rows", "database", "runs", "load_average_1m", "cpus", "results":
-{name: {"median_ms", "p95_ms", "queries", "bytes"}}}.
+{name: {"median_ms", "p95_ms", "queries", "bytes"}}, "rollup": {"rows_before", "rows_after", "seconds"}}.
 """
 
 import argparse
@@ -256,6 +257,21 @@ def measure(call, runs: int) -> dict:
     }
 
 
+def time_rollup() -> dict:
+    """Fold the fleet's hour of minute rows as the hourly prune does once they are old enough."""
+    from panel.monitoring.models import HostMetricMinute, NpuMetricMinute
+    from panel.monitoring.rollup import roll_up
+
+    def rows():
+        return NpuMetricMinute.objects.count() + HostMetricMinute.objects.count()
+
+    before = rows()
+    started = time.monotonic()
+    roll_up(now=datetime.now(UTC) + timedelta(days=3))
+    seconds = time.monotonic() - started
+    return {"rows_before": before, "rows_after": rows(), "seconds": round(seconds, 2)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", type=int, default=512)
@@ -306,6 +322,8 @@ def main() -> None:
             print(f"{name:22} {url:28} {results[name]}", file=sys.stderr)
         results["fleet_summary"] = measure(lambda: len(json.dumps(fleet_summary())), args.runs)
         print(f"{'fleet_summary':22} {'(panel worker, 1 Hz)':28} {results['fleet_summary']}", file=sys.stderr)
+        rollup = time_rollup()
+        print(f"{'rollup':22} {'(hourly prune, 1 hour)':28} {rollup}", file=sys.stderr)
     finally:
         for name in names:
             store.forget_node(name)
@@ -327,6 +345,7 @@ def main() -> None:
                 "load_average_1m": round(os.getloadavg()[0], 1),
                 "cpus": os.cpu_count(),
                 "results": results,
+                "rollup": rollup,
             }
         )
     )

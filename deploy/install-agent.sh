@@ -150,7 +150,13 @@ if answer.get("broker_ca_pem"):
     open(sys.argv[3], "w").write(answer["broker_ca_pem"])
 ' "$work/joined.json" "$broker" "$etc_dir/broker-ca.pem.new" > "$work/credential"
     { read -r agent_key; read -r broker; } < "$work/credential"
-    if [ -f "$etc_dir/broker-ca.pem.new" ]; then mv -f "$etc_dir/broker-ca.pem.new" "$etc_dir/broker-ca.pem"; fi
+    # The answer decides: a CA kept from an earlier join would make the agent refuse a broker that a public CA
+    # (or plain amqp://) now serves.
+    if [ -f "$etc_dir/broker-ca.pem.new" ]; then
+        mv -f "$etc_dir/broker-ca.pem.new" "$etc_dir/broker-ca.pem"
+    else
+        rm -f "$etc_dir/broker-ca.pem"
+    fi
 elif [ -f "$env_file" ] && grep -q '^ASCEND_PANEL_AGENT_KEY=' "$env_file"; then
     echo "==> No join token: keeping this node's credential from $env_file"
     agent_key="$(sed -n 's/^ASCEND_PANEL_AGENT_KEY=//p' "$env_file")"

@@ -302,6 +302,14 @@ PANEL_BROKER_ADMIN_URL = _read_secret("PANEL_BROKER_ADMIN_URL", default="")
 # The CA certificate of the broker's TLS listener (amqps://): the panel verifies the broker with it and hands
 # it to agents at join, which pin it.
 PANEL_BROKER_CA_FILE = env.str("PANEL_BROKER_CA_FILE", default="")
+# The central agent's broker user (`manage.py agent_credential --central --broker`): reads ssh-runner only.
+# Broker users are broker-wide: two panels on one RabbitMQ need two names (the tests add a suffix).
+PANEL_BROKER_CENTRAL_USER = env.str("PANEL_BROKER_CENTRAL_USER", default="central")
+# The bound on the ingest queue (a RabbitMQ policy the panel worker sets, panel.nodes.broker_admin): past it
+# the broker refuses new messages, which agents keep in their spool, so a flooding node cannot fill the
+# broker's memory or disk. Room for ten minutes of a 512-node fleet's heartbeats and events.
+PANEL_INGEST_MAX_MESSAGES = env.int("PANEL_INGEST_MAX_MESSAGES", default=200_000)
+PANEL_INGEST_MAX_BYTES = env.int("PANEL_INGEST_MAX_BYTES", default=256 * 1024 * 1024)
 if (
     CELERY_BROKER_URL.startswith(("amqp://", "amqps://"))
     and not DEVELOPMENT_MODE
@@ -374,6 +382,8 @@ PANEL_MODELS_ROOTS = env.list("PANEL_MODELS_ROOTS", default=[PANEL_MODELS_ROOT])
 PANEL_HF_ENDPOINT = env.str("PANEL_HF_ENDPOINT", default="https://huggingface.co")
 PANEL_MODELSCOPE_ENDPOINT = env.str("PANEL_MODELSCOPE_ENDPOINT", default="https://www.modelscope.cn")
 PANEL_METRICS_RETENTION_DAYS = env.int("PANEL_METRICS_RETENTION_DAYS", default=30)
+# Minute rows older than this are folded into one row per hour (panel.monitoring.rollup).
+PANEL_METRICS_MINUTE_DAYS = env.int("PANEL_METRICS_MINUTE_DAYS", default=2)
 PANEL_METRICS_RING_SECONDS = env.int("PANEL_METRICS_RING_SECONDS", default=3600)
 PANEL_ALERT_TEMP_C = env.float("PANEL_ALERT_TEMP_C", default=85.0)
 PANEL_ALERT_HBM_PCT = env.float("PANEL_ALERT_HBM_PCT", default=95.0)

@@ -66,6 +66,11 @@ def _write_config(workdir: Path, port: int, username: str) -> Path:
                 "KbdInteractiveAuthentication no",
                 "PermitRootLogin prohibit-password",
                 "LogLevel VERBOSE",
+                # The login is this machine's own account, whose shell start-up files (pyenv's rehash, for
+                # one) are not the host under test: bash sources ~/.bashrc for an sshd command only as a
+                # top-level shell, and a session killed mid-rehash left pyenv's lock behind, which then
+                # held every later login for 60 s.
+                "SetEnv SHLVL=1",
                 "",
             ]
         )

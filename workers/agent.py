@@ -1,7 +1,9 @@
 """The agent process: a Celery worker on queue node.<name> plus a heartbeat (and metrics) thread.
 
 `python -m workers.agent --central` is the central agent instead: it serves queue ssh-runner, running the
-tasks of SSH nodes (nodes without an agent) over SSH; it needs PANEL_SECRETS_KEY (see workers.sealing).
+tasks of SSH nodes (nodes without an agent) over SSH. It holds the central key (ASCEND_PANEL_AGENT_KEY_FILE,
+written by `manage.py agent_credential --central`) and its own broker URL (`--broker`), never the panel's key
+material: it refuses to start when given PANEL_SECRETS_KEY or SECRET_KEY (workers.identity).
 
 Started on each Ascend host as `python -m workers.agent` (systemd unit in deploy/), configured by
 environment variables only:
@@ -41,10 +43,10 @@ from workers.asking import AnswersInline
 from workers.celery_app import app, configure_agent
 from workers.contracts import Heartbeat, utcnow
 from workers.events import publish_unsealed, send_to_panel
-from workers.identity import CENTRAL_ENV, Untrusted, signing_key
+from workers.identity import CENTRAL, CENTRAL_ENV, Untrusted, signing_key
 from workers.leases import finished_operations, running_operations
 from workers.sampler import sampler_loop
-from workers.sealing import fernet_for, key_material_from_env
+from workers.sealing import panel_key_material_in
 from workers.spool import spool_for
 from workers.task_names import HEARTBEAT, SSH_RUNNER_QUEUE, node_queue
 
@@ -87,8 +89,12 @@ def configure(queue_name: str) -> None:
 
 def main_central(argv: list[str]) -> None:
     """The central agent: runs SSH nodes' tasks (queue ssh-runner); sends no heartbeat of its own."""
-    fernet_for(key_material_from_env())  # refuse to start without the key that opens node secrets
+    check_central_environment()
     os.environ[CENTRAL_ENV] = "1"  # signs and verifies with the central key (workers.identity)
+    try:
+        signing_key(CENTRAL)
+    except Untrusted as error:
+        raise SystemExit(str(error)) from None
     configure(SSH_RUNNER_QUEUE)
     app.worker_main(
         [
@@ -109,6 +115,20 @@ def main_central(argv: list[str]) -> None:
             *argv,
         ]
     )
+
+
+def check_central_environment(environ=os.environ) -> None:
+    """Refuse to run beside the panel's key material. Deriving the central key from it would still work,
+    but a host holding it could derive every node's key and the panel's: the point of the central key is
+    that this host does not hold it, so the admin is told what to set instead."""
+    found = panel_key_material_in(environ)
+    if found:
+        raise SystemExit(
+            f"the central agent was given the panel's key material ({', '.join(found)}): remove it from its "
+            "environment. The central agent holds a key of its own: on the panel run `manage.py "
+            "agent_credential --central --broker --dir DIR` and give the central agent "
+            "ASCEND_PANEL_AGENT_KEY_FILE=DIR/central.key and CELERY_BROKER_URL from DIR/central.broker."
+        )
 
 
 def main(argv: list[str] | None = None) -> None:

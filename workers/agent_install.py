@@ -5,7 +5,8 @@ and checks its pinned sha256, trades the join token for the node's credential, w
 /etc/ascend-panel/agent.env, creates the venv and enables the systemd unit; the agent's first heartbeat,
 signed with the node's own credential, makes it an agent node that no longer needs SSH.
 
-The join token arrives sealed (only the central agent, holding the panel's secrets key, opens it) and goes
+The join token arrives sealed for the central agent (workers.sealing.seal_for_node: only the central key
+opens it) and goes
 to the script as an exported variable at the top of the script text on stdin: never on a command line.
 """
 
@@ -15,7 +16,8 @@ from urllib.parse import urlsplit
 
 from workers.hosts import CommandError
 from workers.i18n import gettext_noop as _
-from workers.sealing import key_material_from_env, unseal
+from workers.identity import CENTRAL, signing_key
+from workers.sealing import open_for_node
 
 INSTALL_TIMEOUT_S = 1800
 
@@ -72,7 +74,7 @@ def run_install_agent(
     argv = install_argv(username, script_args)
     hidden = secrets_in(script_args)
     if sealed_token:
-        token = unseal(key_material_from_env(), sealed_token)
+        token = open_for_node(signing_key(CENTRAL), sealed_token)
         hidden.append(token)
         script = with_token(script, token)
     emitter.progress(5, _("Running the install script on the node"))

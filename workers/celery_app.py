@@ -30,6 +30,19 @@ def ssl_options(url: str, ca_file: str | None) -> dict | None:
     return options
 
 
+def transport_options(url: str) -> dict:
+    """Celery's broker_transport_options for `url`. Panel tasks are short and idempotent (ingest, sweeps):
+    what a killed panel worker had taken but not acknowledged comes back after two minutes, not the Redis
+    transport's default hour; agent tasks are acknowledged when they start (workers.tasks.base), so a long
+    install is never redelivered by this. On RabbitMQ every publish waits for the broker's confirm: the
+    ingest queue refuses what is past its bound (panel.nodes.broker_admin.bound_ingest_queue), and without
+    a confirm such a refusal is silent, so the agent's spool would not keep the message."""
+    options = {"socket_connect_timeout": 3, "visibility_timeout": 120}
+    if is_amqp(url):
+        options["confirm_publish"] = True
+    return options
+
+
 app = Celery("ascend_panel")
 app.conf.update(
     broker_url=broker_url(),
@@ -57,10 +70,7 @@ app.conf.update(
         "interval_step": 0.3,
         "interval_max": 0.5,
     },
-    # Panel tasks are short and idempotent (ingest, sweeps): what a killed panel worker had taken but not
-    # acknowledged comes back after two minutes, not the Redis transport's default hour. Agent tasks are
-    # acknowledged when they start (workers.tasks.base), so a long install is never redelivered by this.
-    broker_transport_options={"socket_connect_timeout": 3, "visibility_timeout": 120},
+    broker_transport_options=transport_options(broker_url()),
     worker_hijack_root_logger=False,
     enable_utc=True,
     broker_use_ssl=ssl_options(

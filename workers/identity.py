@@ -4,9 +4,10 @@ node it is about, so that broker access alone commands nothing.
 Each node has its own key (issued at join, rotated on re-join, gone on removal; see panel.nodes.trust). An
 agent signs what it sends the panel with its key; the panel signs each task it sends an agent with that
 node's key, and the agent checks it before running anything. The central agent, which runs the tasks of
-SSH nodes, signs and verifies with a key derived from the secrets key it shares with the panel. A client
-holding node A's key can therefore neither make node B's agent or the central agent run anything, nor
-speak for node B: the receiving side verifies.
+SSH nodes, holds the central key: the panel derives it one way from its key material and hands it over as
+a credential (`manage.py agent_credential --central`), like a node's. A client holding node A's key can
+therefore neither make node B's agent or the central agent run anything, nor speak for node B; nor can the
+central key sign for an agent node or the panel, or yield any other key: the receiving side verifies.
 
 Every signed message carries a stamp inside its signature: when it was signed, until when it counts, and a
 nonce. A receiver refuses one whose expiry passed or that claims a time beyond a small clock skew ahead, and
@@ -29,7 +30,6 @@ from typing import NamedTuple
 
 import orjson
 
-from workers.sealing import key_material_from_env
 from workers.task_names import ASK_STILL_WANTED, HEARTBEAT, INGEST_DEPLOYMENT_PROBE, INGEST_EVENTS
 
 CENTRAL = "central"
@@ -135,7 +135,9 @@ def derive(material: str, purpose: str) -> bytes:
 
 
 def central_key(material: str) -> bytes:
-    return derive(material, "ascend-panel central agent v1")
+    """The central agent's credential, as text like a node's (it goes into a file, and workers.sealing
+    derives the key that seals what the central agent opens from it)."""
+    return derive(material, "ascend-panel central agent v1").hex().encode()
 
 
 # --- the keys this process holds ----------------------------------------------------------------------
@@ -159,20 +161,17 @@ def key_for(signer: str) -> bytes | None:
     """This process's key for `signer` (its node's name, or CENTRAL), or None when it holds none.
 
     An agent holds its node's key: ASCEND_PANEL_AGENT_KEY (or the file ASCEND_PANEL_AGENT_KEY_FILE names),
-    for the node ASCEND_PANEL_NODE_NAME. The central agent (ASCEND_PANEL_CENTRAL=1) derives the central key
-    from the secrets key it shares with the panel (workers.sealing.key_material_from_env)."""
+    for the node ASCEND_PANEL_NODE_NAME. The central agent (ASCEND_PANEL_CENTRAL=1) holds the central key
+    in the same variables."""
     with _lock:
         if signer in _keyring:
             return _keyring[signer]
         provider = _provider
     if provider is not None:
         return provider(signer)
-    key = None
-    if signer == CENTRAL and os.environ.get(CENTRAL_ENV) == "1":
-        material = key_material_from_env()
-        key = central_key(material) if material else None
-    elif signer and signer == os.environ.get("ASCEND_PANEL_NODE_NAME", "").strip():
-        key = agent_key_from_env()
+    central = os.environ.get(CENTRAL_ENV) == "1"
+    own = CENTRAL if central else os.environ.get("ASCEND_PANEL_NODE_NAME", "").strip()
+    key = agent_key_from_env() if signer and signer == own else None
     if key is not None:
         with _lock:
             _keyring[signer] = key
@@ -183,7 +182,10 @@ def signing_key(signer: str) -> bytes:
     key = key_for(signer)
     if key is None:
         if signer == CENTRAL:
-            raise Untrusted("the central agent needs PANEL_SECRETS_KEY (or SECRET_KEY) to sign and verify")
+            raise Untrusted(
+                "the central agent holds no credential: write it on the panel with `manage.py "
+                "agent_credential --central --dir DIR` and set ASCEND_PANEL_AGENT_KEY_FILE=DIR/central.key"
+            )
         raise Untrusted(
             f"this agent holds no credential for node {signer!r}: set ASCEND_PANEL_AGENT_KEY (the join "
             "command writes it to /etc/ascend-panel/agent.env) or ASCEND_PANEL_AGENT_KEY_FILE"

@@ -1,9 +1,11 @@
 """Tasks for nodes without an agent: the central agent (`python -m workers.agent --central`, queue
 ssh-runner) runs them over SSH, building the Runner from the target carried in the task's kwargs.
 
-The target carries the node's SSH secret sealed (workers.sealing); the central agent opens it with the
-key it shares with the panel, so the broker holds no plaintext. Remote commands can get extra environment
-(say PATH for tools outside the login PATH) and the host's file roots, both set per node in the panel.
+The target carries the node's SSH secret sealed for the central agent (workers.sealing.seal_for_node, with
+a key derived from the central key): the central agent opens it with its own credential, so the broker holds
+no plaintext and the central agent needs none of the panel's key material. Remote commands can get extra
+environment (say PATH for tools outside the login PATH) and the host's file roots, both set per node in the
+panel.
 """
 
 import asyncio
@@ -12,7 +14,8 @@ import json
 from pydantic import BaseModel, Field
 
 from workers.hosts import Runner, SshRunner
-from workers.sealing import key_material_from_env, unseal
+from workers.identity import CENTRAL, signing_key
+from workers.sealing import open_for_node
 
 
 class SshTarget(BaseModel):
@@ -27,9 +30,10 @@ class SshTarget(BaseModel):
     ascend_root: str = "/usr/local/Ascend"
 
 
-def open_secret(sealed: str, material: str | None = None) -> dict:
-    """{"client_key": PEM} or {"password": text} from a node's sealed secret."""
-    return json.loads(unseal(material if material is not None else key_material_from_env(), sealed))
+def open_secret(sealed: str, central_key: bytes | None = None) -> dict:
+    """{"client_key": PEM} or {"password": text} from a node's secret as its task carries it, sealed for
+    the central agent (by default with this process's central key)."""
+    return json.loads(open_for_node(central_key or signing_key(CENTRAL), sealed))
 
 
 # OpenSSH's sshd allows 10 sessions per connection (MaxSessions) and refuses more: the toolkit runs probes
@@ -71,8 +75,8 @@ class RemoteRunner(Runner):
         await self.inner.close()
 
 
-def ssh_runner(target: SshTarget, material: str | None = None) -> Runner:
-    secret = open_secret(target.sealed_secret, material)
+def ssh_runner(target: SshTarget) -> Runner:
+    secret = open_secret(target.sealed_secret)
     runner = SshRunner(
         target.address,
         target.port,

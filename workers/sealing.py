@@ -1,8 +1,12 @@
-"""Secrets sealed with a key the panel and the central agent share (Fernet: AES-128-CBC + HMAC-SHA256).
+"""Secrets sealed with Fernet (AES-128-CBC + HMAC-SHA256): at rest with the panel's key material, on the way
+with a key derived from the credential of the agent that opens them.
 
-The panel stores SSH keys and passwords sealed; a task for an SSH node carries the sealed text unchanged, and
-only the central agent that runs it (holding the same key) opens it. Neither the database nor the broker ever
-holds the plaintext. Django-free so the agent can use it; panel.core.secrets wraps it with the settings.
+The panel stores SSH keys and passwords, engine keys and join tokens sealed with its key material
+(PANEL_SECRETS_KEY, panel.core.secrets), which no agent holds. A task carries a secret sealed again for the
+agent that runs it (seal_for_node): with a key derived one way from that node's credential, or from the
+central key for an SSH node's task, which the central agent runs. Neither the database nor the broker ever
+holds the plaintext, and an agent's credential opens what is sealed for it only. Django-free so the agent
+can use it.
 """
 
 import base64
@@ -37,7 +41,7 @@ def fernet_for(material: str) -> Fernet:
     if not material:
         raise SecretKeyMissing(
             "no secrets key: set PANEL_SECRETS_KEY (e.g. `python -c 'from cryptography.fernet import Fernet; "
-            "print(Fernet.generate_key().decode())'`) on the panel and on the central agent"
+            "print(Fernet.generate_key().decode())'`) on the panel"
         )
     if _is_fernet_key(material):
         return Fernet(material.encode())
@@ -54,24 +58,26 @@ def unseal(material: str, sealed: str) -> str:
         return fernet_for(material).decrypt(sealed.encode()).decode()
     except InvalidToken as error:
         raise SecretUnreadable(
-            "a stored secret cannot be decrypted with this key: the panel and the central agent must share "
-            "the same PANEL_SECRETS_KEY (or, without it, the same SECRET_KEY); if the key was changed, enter "
-            "the node's SSH key or password again"
+            "a secret cannot be decrypted with this key: at rest, the panel's PANEL_SECRETS_KEY (or, without "
+            "it, SECRET_KEY) changed, so enter the node's SSH key or password again; on the way, the agent's "
+            "credential is not the one the panel sealed it for (write it again with manage.py "
+            "agent_credential)"
         ) from error
 
 
-def key_material_from_env(environ=os.environ) -> str:
-    """The agent side's key: PANEL_SECRETS_KEY (or a file named by PANEL_SECRETS_KEY_FILE), else SECRET_KEY,
-    the same order the panel's settings use."""
-    path = environ.get("PANEL_SECRETS_KEY_FILE", "")
-    if path:
-        with open(path) as handle:
-            return handle.read().strip()
-    return environ.get("PANEL_SECRETS_KEY", "") or environ.get("SECRET_KEY", "")
+# The variables that give a process the panel's key material (panel.settings reads them): an agent, the
+# central one included, must hold none of them.
+PANEL_KEY_MATERIAL_VARS = ("PANEL_SECRETS_KEY", "PANEL_SECRETS_KEY_FILE", "SECRET_KEY", "SECRET_KEY_FILE")
 
 
-# Engine API keys travel to a node's agent sealed with a key derived from that node's credential (or the
-# central key), so neither the operation row nor the broker holds them in the clear.
+def panel_key_material_in(environ=os.environ) -> list[str]:
+    return [name for name in PANEL_KEY_MATERIAL_VARS if environ.get(name, "").strip()]
+
+
+# What an agent opens (engine API keys, an SSH node's login secret, a join token) travels sealed with a key
+# derived from the credential of the agent that runs the node's tasks (the node's own, or the central key),
+# so neither the operation row nor the broker holds it in the clear. (The purpose keeps its first name:
+# messages already queued still open.)
 NODE_SEAL_PURPOSE = "ascend-panel engine key v1"
 
 

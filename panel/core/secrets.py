@@ -1,7 +1,7 @@
 """Secrets at rest (SSH keys, passwords): sealed with PANEL_SECRETS_KEY, or a key derived from SECRET_KEY.
 
-The central agent that runs SSH nodes' tasks opens them with the same key (workers.sealing), so set
-PANEL_SECRETS_KEY on both when SECRET_KEY is not shared with it.
+The key material is the panel's alone: a task carries a secret sealed again for the agent that runs it
+(workers.sealing.seal_for_node), the central agent included, so no agent needs it.
 """
 
 from django.conf import settings

@@ -13,6 +13,7 @@ from panel.monitoring import ssh_probes
 from panel.monitoring.history import downsample_all
 from panel.monitoring.inbox import MetricsIngestStep
 from panel.monitoring.models import Alert, HostMetricMinute, NpuMetricMinute
+from panel.monitoring.rollup import roll_up
 from workers.celery_app import app
 
 log = logging.getLogger(__name__)
@@ -32,11 +33,13 @@ def downsample() -> int:
 
 @panel_task("panel.monitoring.prune")
 def prune() -> int:
-    """Delete minute rows older than PANEL_METRICS_RETENTION_DAYS, and resolved alerts as old."""
+    """Fold minute rows older than PANEL_METRICS_MINUTE_DAYS into hourly rows (panel.monitoring.rollup), then
+    delete rows older than PANEL_METRICS_RETENTION_DAYS and resolved alerts as old. Returns rows removed."""
     from django.conf import settings
 
+    deleted = roll_up()
     cutoff = datetime.now(UTC) - timedelta(days=settings.PANEL_METRICS_RETENTION_DAYS)
-    deleted = NpuMetricMinute.objects.filter(minute__lt=cutoff).delete()[0]
+    deleted += NpuMetricMinute.objects.filter(minute__lt=cutoff).delete()[0]
     deleted += HostMetricMinute.objects.filter(minute__lt=cutoff).delete()[0]
     deleted += Alert.objects.filter(resolved_at__lt=cutoff).delete()[0]
     return deleted

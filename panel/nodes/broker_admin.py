@@ -5,7 +5,8 @@ its join answer carries. On the panel's vhost that user may configure nothing (t
 exchange and queue, workers.topology), write only to the ingest exchange and read only its own queue
 `node.<name>`. Joining again replaces the password (and closes the old one's connections); removing the
 node deletes the user, its connections and its queue. A stolen node therefore reaches that node's queue and
-the ingest exchange, nothing else.
+the ingest exchange, nothing else. The central agent gets a user of the same kind (PANEL_BROKER_CENTRAL_USER,
+`central`), whose one queue is `ssh-runner` (`manage.py agent_credential --central --broker`).
 
 Only used when the panel's broker is RabbitMQ (CELERY_BROKER_URL amqp://…): make run's embedded Redis has
 no users, which is why it is not the fleet setup.
@@ -14,14 +15,15 @@ no users, which is why it is not the fleet setup.
 import logging
 import re
 import secrets
+import ssl
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import httpx
 from django.conf import settings
 
 from workers.celery_app import app as celery_app
-from workers.task_names import node_queue
-from workers.topology import INGEST_EXCHANGE, agent_queue, declare, is_amqp, vhost_of
+from workers.task_names import SSH_RUNNER_QUEUE, node_queue
+from workers.topology import INGEST_EXCHANGE, INGEST_QUEUE, agent_queue, declare, is_amqp, vhost_of
 
 log = logging.getLogger(__name__)
 
@@ -41,12 +43,13 @@ def node_user(node_name: str) -> str:
     return node_queue(node_name)  # the user is named like the one queue it may read
 
 
+def agent_permissions(queue: str) -> dict:
+    """An agent's rights: configure nothing, write to the ingest exchange, read its one queue."""
+    return {"configure": "^$", "write": f"^{re.escape(INGEST_EXCHANGE)}$", "read": f"^{re.escape(queue)}$"}
+
+
 def node_permissions(node_name: str) -> dict:
-    return {
-        "configure": "^$",
-        "write": f"^{re.escape(INGEST_EXCHANGE)}$",
-        "read": f"^{re.escape(node_queue(node_name))}$",
-    }
+    return agent_permissions(node_queue(node_name))
 
 
 def _vhost() -> str:
@@ -81,28 +84,67 @@ def _request(method: str, path: str, **kwargs) -> httpx.Response:
     return response
 
 
-def _admin_verify():
-    return settings.PANEL_BROKER_CA_FILE or True
+def _admin_verify() -> ssl.SSLContext | bool:
+    """An https management API is checked against the broker's CA when the panel has one."""
+    if settings.PANEL_BROKER_CA_FILE:
+        return ssl.create_default_context(cafile=settings.PANEL_BROKER_CA_FILE)
+    return True
 
 
 def provision_node(node_name: str) -> str:
     """Create (or re-create, with a new password) the node's broker user, its permissions and its queue.
     Returns the password. On failure nothing of it is left: the user is deleted again."""
-    user = quote(node_user(node_name), safe="")
+    return _provision_agent(node_user(node_name), node_queue(node_name))
+
+
+def central_user() -> str:
+    return settings.PANEL_BROKER_CENTRAL_USER  # no node's user clashes: theirs are node.<name>
+
+
+def provision_central() -> str:
+    """The same for the central agent: its user, queue ssh-runner. Returns the password."""
+    return _provision_agent(central_user(), SSH_RUNNER_QUEUE)
+
+
+def _provision_agent(user_name: str, queue: str) -> str:
+    user = quote(user_name, safe="")
     password = secrets.token_urlsafe(32)
     _request("PUT", f"/api/users/{user}", json={"password": password, "tags": ""})
-    close_connections(node_name)  # a re-join: whoever still holds the old password is cut off
+    _close_connections(user_name)  # a re-join: whoever still holds the old password is cut off
     try:
-        _request("PUT", f"/api/permissions/{_vhost()}/{user}", json=node_permissions(node_name))
+        _request("PUT", f"/api/permissions/{_vhost()}/{user}", json=agent_permissions(queue))
         with celery_app.connection_for_write(settings.CELERY_BROKER_URL) as connection:
-            declare(connection, [agent_queue(node_queue(node_name))])
+            declare(connection, [agent_queue(queue)])
     except Exception as error:
         _request("DELETE", f"/api/users/{user}")
         if isinstance(error, BrokerAdminError):
             raise
-        raise BrokerAdminError(f"the node's queue could not be declared on the broker: {error}") from None
-    log.info("broker user %s created with its permissions", node_user(node_name))
+        raise BrokerAdminError(f"the queue {queue} could not be declared on the broker: {error}") from None
+    log.info("broker user %s created with its permissions", user_name)
     return password
+
+
+INGEST_POLICY = "ascend-panel-ingest-bound"
+
+
+def bound_ingest_queue() -> None:
+    """Set the policy that bounds the ingest queue (PANEL_INGEST_MAX_MESSAGES, PANEL_INGEST_MAX_BYTES):
+    past it RabbitMQ refuses a publish (reject-publish), which the sender sees through its publisher
+    confirm and keeps (the agent's spool), instead of the broker growing without end. A policy, not queue
+    arguments, so that a queue declared by an older panel is bounded too without being re-declared."""
+    definition = {
+        "max-length": settings.PANEL_INGEST_MAX_MESSAGES,
+        "max-length-bytes": settings.PANEL_INGEST_MAX_BYTES,
+        "overflow": "reject-publish",
+    }
+    body = {
+        "pattern": f"^{re.escape(INGEST_QUEUE)}$",
+        "definition": definition,
+        "apply-to": "queues",
+        "priority": 10,  # RabbitMQ applies one policy per queue: this one above a site's catch-all
+    }
+    _request("PUT", f"/api/policies/{_vhost()}/{INGEST_POLICY}", json=body)
+    log.info("ingest queue bounded at %s", definition)
 
 
 def deprovision_node(node_name: str) -> None:
@@ -115,15 +157,23 @@ def deprovision_node(node_name: str) -> None:
 
 
 def close_connections(node_name: str) -> None:
-    user = quote(node_user(node_name), safe="")
-    _request("DELETE", f"/api/connections/username/{user}", headers={"X-Reason": "node user replaced"})
+    _close_connections(node_user(node_name))
+
+
+def _close_connections(user_name: str) -> None:
+    user = quote(user_name, safe="")
+    _request("DELETE", f"/api/connections/username/{user}", headers={"X-Reason": "agent user replaced"})
 
 
 def node_broker_url(public_url: str, node_name: str, password: str) -> str:
     """`public_url` (the address agents dial) with the node's own user and password in it."""
+    return user_broker_url(public_url, node_user(node_name), password)
+
+
+def user_broker_url(public_url: str, user_name: str, password: str) -> str:
     parts = urlsplit(public_url)
     host = parts.netloc.rpartition("@")[2]
-    userinfo = f"{quote(node_user(node_name), safe='')}:{quote(password, safe='')}"
+    userinfo = f"{quote(user_name, safe='')}:{quote(password, safe='')}"
     return urlunsplit(parts._replace(netloc=f"{userinfo}@{host}"))
 
 

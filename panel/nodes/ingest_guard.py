@@ -12,6 +12,7 @@ import logging
 
 from celery import bootsteps
 
+from panel.nodes.broker_admin import BrokerAdminError, bound_ingest_queue
 from panel.nodes.trust import refuse
 from workers.task_names import INGEST_TASKS, PANEL_QUEUE
 from workers.topology import INGEST_EXCHANGE, declare, ingest_queue, is_amqp, panel_topology
@@ -39,7 +40,8 @@ def guarded(task_name: str, strategy):
 
 class IngestQueueStep(bootsteps.StartStopStep):
     """A worker serving the panel queue serves the ingest queue too; on RabbitMQ it declares the panel's
-    topology first (exchanges, the ingest and metrics queues), which only the panel's user may do."""
+    topology first (exchanges, the ingest and metrics queues), which only the panel's user may do, and
+    bounds the ingest queue (broker_admin.bound_ingest_queue)."""
 
     label = "ingest queue"
 
@@ -50,6 +52,10 @@ class IngestQueueStep(bootsteps.StartStopStep):
         if is_amqp(worker.app.conf.broker_url):
             with worker.app.connection_for_write() as connection:
                 declare(connection, panel_topology())
+            try:
+                bound_ingest_queue()
+            except BrokerAdminError as error:  # the worker still ingests; the bound waits for its next start
+                log.warning("the ingest queue is not bounded: %s", error)
         queues.select_add(ingest_queue())
         return None
 

@@ -33,10 +33,19 @@ def _announce(node: Node) -> None:
     transaction.on_commit(lambda: (broadcast(node_group(node.name), message), broadcast(FLEET, message)))
 
 
-def record_heartbeat(data: dict, *, signer: str | None = None) -> Node | None:
+def record_heartbeat(data: dict, *, signer: str | None = None, node: Node | None = None) -> Node | None:
     """Apply a heartbeat whose envelope panel.nodes.trust verified (signer: the node itself, or the central
-    agent for an SSH node's probe)."""
+    agent for an SSH node's probe). `node`: its row as the envelope check just read it, if it did.
+
+    The steady case, an online and inventoried node beating as before, is one conditional UPDATE with no
+    lock and no transaction (_beat_in_place): at 512 nodes that is about a hundred a second. Anything that
+    changes what the panel knows (coming online, an agent taking over from SSH, a first inventory, a row
+    that changed since it was read) takes the locked path below, which sends the signals."""
     beat = Heartbeat.model_validate(data)
+    if node is None:
+        node = one_or_none(Node.objects.filter(name=beat.node))
+    if node is not None and _beat_in_place(node, beat, signer):
+        return node
     with transaction.atomic():
         node = one_or_none(Node.objects.select_for_update().filter(name=beat.node))
         if node is None:
@@ -62,6 +71,34 @@ def record_heartbeat(data: dict, *, signer: str | None = None) -> Node | None:
         if node.inventoried_at is None and settings.PANEL_INVENTORY_ON_FIRST_HEARTBEAT:
             node_not_inventoried.send(Node, node=node)
     return node
+
+
+def _beat_in_place(node: Node, beat: Heartbeat, signer: str | None) -> bool:
+    """Record an unremarkable heartbeat in one UPDATE that matches only while the row still has the status
+    and transport `node` was read with. False when the heartbeat is not unremarkable, or when the row changed
+    meanwhile (the offline sweep, a removal): the locked path then decides."""
+    own = signer == node.name
+    if node.name != beat.node or node.status != NodeStatus.ONLINE or node.inventoried_at is None:
+        return False
+    if own and node.transport == NodeTransport.SSH:  # an agent installed over SSH takes over: locked path
+        return False
+    now = timezone.now()
+    changes = {
+        "last_heartbeat": now,
+        "heartbeat_interval": beat.interval_s,
+        "agent_version": beat.agent_version,
+        "updated": now,
+    }
+    if own:
+        changes |= {"agent_running": beat.running, "agent_done": beat.done}
+    still_as_read = Node.objects.filter(
+        pk=node.pk, status=NodeStatus.ONLINE, transport=node.transport, inventoried_at__isnull=False
+    )
+    if not still_as_read.update(**changes):
+        return False
+    for field, value in changes.items():
+        setattr(node, field, value)
+    return True
 
 
 def mark_silent_nodes_offline(now=None) -> list[str]:

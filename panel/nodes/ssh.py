@@ -1,19 +1,26 @@
 """SSH nodes: credentials checked and sealed, the host key confirmed by the admin, and the task route that
-sends their operations to the central agent with everything it needs to reach them."""
+sends their operations to the central agent with everything it needs to reach them.
+
+The central agent's key (panel_central_key) is derived one way from the panel's key material; a node's SSH
+secret, sealed at rest with that material, is sealed again for the central key each time a task carries it,
+so the central agent opens it without the material."""
 
 import ipaddress
 import json
 import re
+from functools import lru_cache
 
 import asyncssh
 from django.core.exceptions import ValidationError
 from django.utils.translation import gettext as _
 
 from panel.core.choices import NodeTransport
-from panel.core.secrets import encrypt
+from panel.core.secrets import decrypt, encrypt, key_material
 from workers.hosts import SshConnectError, fetch_host_key_fingerprint
 from workers.hosts.ssh_connect import normalize_fingerprint
 from workers.hosts.sync_loop import run_coroutine_sync
+from workers.identity import central_key
+from workers.sealing import seal_for_node
 from workers.task_names import SSH_RUNNER_QUEUE, node_queue
 
 HOSTNAME = re.compile(
@@ -91,15 +98,30 @@ def check_fingerprint(text: str) -> str:
         raise ValidationError({"fingerprint": [str(error)]}) from error
 
 
+def panel_central_key() -> bytes:
+    """The central agent's key (workers.identity.central_key), as `manage.py agent_credential --central`
+    writes it for the central agent."""
+    return _central_key(key_material())
+
+
+@lru_cache(maxsize=4)
+def _central_key(material: str) -> bytes:
+    return central_key(material)
+
+
+def sealed_for_central_agent(plaintext: str) -> str:
+    return seal_for_node(panel_central_key(), plaintext)
+
+
 def ssh_target(node) -> dict:
     """What the central agent needs to run a task on this node (workers.remote.SshTarget); the secret stays
-    sealed: only the central agent, which holds PANEL_SECRETS_KEY, opens it."""
+    sealed, for the central agent's key (workers.remote.open_secret)."""
     return {
         "node": node.name,
         "address": node.address,
         "port": node.ssh_port,
         "username": node.ssh_username,
-        "sealed_secret": node.ssh_secret,
+        "sealed_secret": sealed_for_central_agent(decrypt(node.ssh_secret)) if node.ssh_secret else "",
         "host_key_fingerprint": node.ssh_host_key_fingerprint,
         "env": node.ssh_env or {},
         "host_root": node.ssh_host_root or "/",

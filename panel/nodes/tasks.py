@@ -12,10 +12,10 @@ ingest_guard.install(app)
 @app.task(name=HEARTBEAT)
 def heartbeat(envelope: dict) -> None:
     try:
-        _node, signer, beat = open_envelope("heartbeat", HEARTBEAT, envelope)
+        node, signer, beat = open_envelope("heartbeat", HEARTBEAT, envelope)
     except Refused:
         return
-    record_heartbeat(beat, signer=signer)
+    record_heartbeat(beat, signer=signer, node=node)
 
 
 @panel_task("panel.mark_silent_nodes_offline")

@@ -18,14 +18,13 @@ from panel.core.models import one_or_none
 from panel.core.refusals import first_sight, first_sights, refuse, rejected_counts
 from panel.core.secrets import key_material
 from panel.nodes.models import Node
-from panel.nodes.ssh import task_route
+from panel.nodes.ssh import panel_central_key, task_route
 from workers.celery_app import app as celery_app
 from workers.identity import (
     AUTH_KWARG,
     CENTRAL,
     DEFAULT_TASK_VALIDITY_S,
     Untrusted,
-    central_key,
     derive,
     open_envelope_seal,
     open_metrics_seal,
@@ -35,7 +34,7 @@ from workers.topology import agent_queue, route
 
 log = logging.getLogger(__name__)
 
-__all__ = ["refuse", "rejected_counts"]  # re-exported: what every ingest path calls
+__all__ = ["panel_central_key", "refuse", "rejected_counts"]  # re-exported: what every ingest path calls
 
 
 class Refused(Exception):
@@ -56,15 +55,6 @@ def _derived_agent_key(material: str, name: str, credential_id: str) -> bytes:
     # Cached: the metrics path asks for every node's key several times a second. A rotated or revoked
     # credential has another id (or no row), so a cached key never outlives its credential.
     return derive(material, f"ascend-panel agent {name} {credential_id}").hex().encode()
-
-
-def panel_central_key() -> bytes:
-    return _central_key(_material())
-
-
-@lru_cache(maxsize=4)
-def _central_key(material: str) -> bytes:
-    return central_key(material)
 
 
 def _key_of(signer: str, node) -> bytes:

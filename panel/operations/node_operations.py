@@ -7,13 +7,12 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from panel.core.choices import NodeStatus, NodeTransport, OperationKind, OperationStatus
-from panel.core.secrets import encrypt
 from panel.nodes.agent_package import INSTALL_SCRIPT, agent_sdist_sha256
 from panel.nodes.join import issue_join_token
 from panel.nodes.lifecycle import NodeActionRefused
 from panel.nodes.models import Node
 from panel.nodes.services import _announce
-from panel.nodes.ssh import check_fingerprint, host_key_fingerprint
+from panel.nodes.ssh import check_fingerprint, host_key_fingerprint, sealed_for_central_agent
 from panel.operations.services import create_operation
 from workers.task_names import AGENT_INSTALL_AGENT, AGENT_INVENTORY
 
@@ -33,8 +32,8 @@ def start_inventory(node, user=None):
 
 def start_install_agent(node, *, panel_url: str, user=None):
     """Install the agent onto an SSH node through the central agent, which feeds the install script a fresh
-    join token on stdin; the token travels sealed (only the central agent opens it) and never reaches a
-    command line. The script trades it for the node's own credential."""
+    join token on stdin; the token travels sealed for the central agent's key (only it, or the panel, opens
+    it) and never reaches a command line. The script trades it for the node's own credential."""
     if node.transport != NodeTransport.SSH:
         raise NodeActionRefused(
             _("%(node)s already runs an agent; reinstall it with the one-line command on the host.")
@@ -61,7 +60,7 @@ def start_install_agent(node, *, panel_url: str, user=None):
         task_kwargs={
             "script": INSTALL_SCRIPT.read_text(),
             "script_args": script_args,
-            "sealed_token": encrypt(token),
+            "sealed_token": sealed_for_central_agent(token),
         },
     )
 

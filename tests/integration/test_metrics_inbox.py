@@ -89,10 +89,8 @@ def test_the_ingester_stores_fresh_batches_and_drops_stale_and_malformed_ones(no
         deadline = time.monotonic() + 30
         while broker_redis().llen(metrics_inbox.inbox_key()) and time.monotonic() < deadline:
             time.sleep(0.1)
-        while ingester.ingested < 2 and time.monotonic() < deadline:
-            time.sleep(0.1)
     finally:
-        ingester.stop()
+        ingester.stop()  # it finishes the drain it took before it stops
     assert ingester.ingested == 1  # the fresh batch; the unknown node's is refused before ingest
     assert rejected_counts()["metrics"] >= 3  # two malformed, one for a node the panel does not know
     latest = store.read_latest([node.name])[node.name]

@@ -8,7 +8,7 @@ import pytest
 from channels.db import database_sync_to_async
 
 import tests.sshd
-from tests.integration.conftest import TEST_NODE
+from tests.integration.conftest import TEST_NODE, purge_queues
 from workers.hosts import fetch_host_key_fingerprint
 
 sshd_server = tests.sshd.sshd_server
@@ -21,7 +21,8 @@ STABLE_FACTS = ("os", "kernel", "arch", "cpu", "numa_nodes", "hugepages")
 @pytest.fixture
 def worker_with_central_agent(_wired_to_redis, transactional_db, monkeypatch, settings, sim_host):
     """One worker serving the panel queue, the test node's agent queue and the central agent's queue
-    (ssh-runner), holding the panel's secrets key; the agent side sees a simulated A2 host."""
+    (ssh-runner), holding the central key only (tests/conftest.py's agent_keys: no PANEL_SECRETS_KEY in the
+    environment); the agent side sees a simulated A2 host."""
     from celery.contrib.testing.worker import start_worker
 
     import panel.monitoring.tasks  # noqa: F401
@@ -29,13 +30,16 @@ def worker_with_central_agent(_wired_to_redis, transactional_db, monkeypatch, se
     import panel.operations.tasks  # noqa: F401
     import workers.tasks  # noqa: F401  registers the agent tasks
     from workers.celery_app import app
+    from workers.sealing import PANEL_KEY_MATERIAL_VARS
     from workers.task_names import PANEL_QUEUE, SSH_RUNNER_QUEUE, node_queue
 
     root, env = sim_host(name=TEST_NODE)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    monkeypatch.setenv("PANEL_SECRETS_KEY", settings.SECRET_KEY)
+    for variable in PANEL_KEY_MATERIAL_VARS:
+        monkeypatch.delenv(variable, raising=False)
     queues = [PANEL_QUEUE, node_queue(TEST_NODE), SSH_RUNNER_QUEUE]
+    purge_queues(app, queues)
     with start_worker(
         app,
         pool="threads",

@@ -9,6 +9,7 @@ import pytest
 
 from tests.integration.conftest import celery_worker  # noqa: F401  (a fixture)
 from tests.rabbitmq import start_test_broker
+from workers.task_names import PANEL_QUEUE
 
 
 @pytest.fixture(scope="session")
@@ -36,4 +37,30 @@ def fleet_settings(settings, rabbit):
     settings.CELERY_BROKER_URL = rabbit.panel_url
     settings.PANEL_BROKER_ADMIN_URL = rabbit.admin_url
     settings.PANEL_AGENT_BROKER_URL = rabbit.agent_url
+    # Broker users are broker-wide: the central agent's carries the session's suffix, so that rabbit.close()
+    # deletes it and sessions running at once keep theirs.
+    settings.PANEL_BROKER_CENTRAL_USER = f"central-{rabbit.suffix}"
     return settings
+
+
+@pytest.fixture
+def panel_worker(_wired_to_redis):
+    """The panel worker as `celery -A panel.celery worker -Q panel` runs it, in this process, on RabbitMQ."""
+    from celery.contrib.testing.worker import start_worker
+
+    import panel.audit.tasks  # noqa: F401  a panel task a node may name
+    import panel.monitoring.tasks  # noqa: F401  the metrics ingester
+    import panel.nodes.tasks  # noqa: F401  heartbeats, the ingest queue and its guard
+    import panel.operations.tasks  # noqa: F401  event batches
+    from workers.celery_app import app
+
+    with start_worker(
+        app,
+        pool="threads",
+        concurrency=4,
+        perform_ping_check=False,
+        queues=[PANEL_QUEUE],
+        loglevel="WARNING",
+        shutdown_timeout=30,
+    ) as worker:
+        yield worker

@@ -13,7 +13,6 @@ from celery import Celery
 
 from tests.conftest import REPO
 from tests.security.test_node_broker_user import join
-from workers.task_names import PANEL_QUEUE
 from workers.topology import ingest_queue, route
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
@@ -30,29 +29,6 @@ def wait_for(check, what: str, timeout: float = 60):
 
 
 @pytest.fixture
-def panel_worker(_wired_to_redis):
-    """The panel worker as `celery -A panel.celery worker -Q panel` runs it, in this process, on RabbitMQ."""
-    from celery.contrib.testing.worker import start_worker
-
-    import panel.audit.tasks  # noqa: F401  a panel task a node may name
-    import panel.monitoring.tasks  # noqa: F401  the metrics ingester
-    import panel.nodes.tasks  # noqa: F401  heartbeats, the ingest queue and its guard
-    import panel.operations.tasks  # noqa: F401  event batches
-    from workers.celery_app import app
-
-    with start_worker(
-        app,
-        pool="threads",
-        concurrency=4,
-        perform_ping_check=False,
-        queues=[PANEL_QUEUE],
-        loglevel="WARNING",
-        shutdown_timeout=30,
-    ) as worker:
-        yield worker
-
-
-@pytest.fixture
 def agent_on_amqp(rabbit, sim_host, tmp_path):
     """A real agent process for a joined node: its broker URL and key only (REDIS_URL points nowhere)."""
     yield from agent_process(rabbit, sim_host, tmp_path, "sim-a2")
@@ -66,7 +42,13 @@ def single_thread_agent(rabbit, sim_host, tmp_path):
 
 def agent_process(rabbit, sim_host, tmp_path, label: str, extra_env: dict | None = None):
     name = rabbit.node_name(label)
-    answer = join(name)
+    yield from run_agent(name, join(name), sim_host, tmp_path, extra_env)
+
+
+def run_agent(name: str, answer: dict, sim_host, tmp_path, extra_env: dict | None = None):
+    """A real agent process for the joined node `name`, configured from its join `answer` as the install
+    script configures one: its broker URL and key only (REDIS_URL points nowhere). Yields (name, answer,
+    its log's path) while it runs."""
     root, sim_env = sim_host(name=name)
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("REDIS", "CELERY", "DJANGO", "PYTEST"))},
@@ -85,9 +67,11 @@ def agent_process(rabbit, sim_host, tmp_path, label: str, extra_env: dict | None
         agent = subprocess.Popen(
             [sys.executable, "-m", "workers.agent"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT
         )
-    yield name, answer, log_path
-    agent.terminate()
-    agent.wait(30)
+    try:
+        yield name, answer, log_path
+    finally:
+        agent.terminate()
+        agent.wait(30)
 
 
 def test_an_agent_on_rabbitmq_runs_the_panels_task_and_its_events_and_metrics_come_back(

@@ -10,6 +10,7 @@ from workers.identity import (
     check_task,
     seal_for_panel,
     signature,
+    signing_key,
     task_auth,
     use_keys,
     verify,
@@ -85,3 +86,22 @@ def test_what_an_agent_sends_is_signed_over_its_stamp_the_task_the_node_and_the_
     assert verify(KEY_A, envelope["sig"], *parts)
     assert not verify(KEY_B, envelope["sig"], *parts)
     assert envelope["sig"] == signature(KEY_A, *parts)
+
+
+def test_the_central_agent_holds_the_key_it_was_given_and_nothing_derived_from_the_panels_material(
+    monkeypatch,
+):
+    from workers.identity import CENTRAL_ENV, central_key, key_for
+
+    use_keys()
+    monkeypatch.setenv(CENTRAL_ENV, "1")
+    monkeypatch.setenv("ASCEND_PANEL_NODE_NAME", "node-a")
+    monkeypatch.setenv("PANEL_SECRETS_KEY", "the-panels-material")
+    monkeypatch.delenv("ASCEND_PANEL_AGENT_KEY_FILE", raising=False)
+    monkeypatch.setenv("ASCEND_PANEL_AGENT_KEY", central_key("the-panels-material").decode())
+    assert key_for(CENTRAL) == central_key("the-panels-material")
+    assert key_for("node-a") is None  # the central agent speaks for no agent node, whatever its env says
+    use_keys()
+    monkeypatch.delenv("ASCEND_PANEL_AGENT_KEY")
+    with pytest.raises(Untrusted, match="agent_credential --central"):
+        signing_key(CENTRAL)

@@ -34,16 +34,21 @@ class ThisMachineAsTheNode:
         return LocalRunner()
 
 
-KEY = "unit-test-secrets-key"
+KEY = b"unit-test-central-key"
 
 
 @pytest.fixture(autouse=True)
-def secrets_key(monkeypatch):
-    monkeypatch.setenv("PANEL_SECRETS_KEY", KEY)
+def central_key():
+    """This process is the central agent, holding its key (and no panel key material)."""
+    from workers.identity import CENTRAL, use_keys
+
+    use_keys({CENTRAL: KEY})
+    yield
+    use_keys()
 
 
 def _failed_install(broker: str) -> tuple[RecordingEmitter, str, str]:
-    from workers.sealing import seal
+    from workers.sealing import seal_for_node
 
     emitter = RecordingEmitter()
     args = ["--panel", "http://panel.example:8000", "--node", "n1", "--broker", broker]
@@ -53,7 +58,7 @@ def _failed_install(broker: str) -> tuple[RecordingEmitter, str, str]:
             ThisMachineAsTheNode(),
             script=INSTALL_SCRIPT.read_text(),
             script_args=args,
-            sealed_token=seal(KEY, TOKEN),
+            sealed_token=seal_for_node(KEY, TOKEN),
         )
     shown = "".join(traceback.format_exception(failure.value))
     return emitter, str(failure.value), shown

@@ -45,6 +45,7 @@ def tiny_agent_wheel(directory: Path) -> Path:
 def run_script(*args, destdir: Path, token: str | None = None):
     env = {**os.environ, "DESTDIR": str(destdir), "SYSTEMD_OFFLINE": "1", "PIP_NO_INDEX": "1"}
     env.pop("ASCEND_PANEL_JOIN_TOKEN", None)
+    env.pop("PYTHONPATH", None)  # the venv must import its installed package, not this checkout's workers/
     return subprocess.run(
         ["bash", str(SCRIPT), *args],
         env=env,
@@ -63,6 +64,7 @@ class JoinEndpoint(http.server.BaseHTTPRequestHandler):
     """The panel's POST /nodes/agent/join/ as the script sees it (the real one: tests/integration)."""
 
     received: list[dict] = []
+    broker_ca_pem = BROKER_CA  # what the join answers carry; None: the panel has no CA of its own
 
     def do_POST(self):  # noqa: N802  the http.server API
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -70,10 +72,9 @@ class JoinEndpoint(http.server.BaseHTTPRequestHandler):
         if body["token"] != "apj_good-token":
             answer, status = {"detail": "this join token is unknown, already used, expired"}, 403
         else:
-            answer, status = (
-                {"agent_key": "k" * 64, "broker_url": BROKER_URL, "broker_ca_pem": BROKER_CA},
-                200,
-            )
+            answer, status = {"agent_key": "k" * 64, "broker_url": BROKER_URL}, 200
+            if JoinEndpoint.broker_ca_pem:
+                answer["broker_ca_pem"] = JoinEndpoint.broker_ca_pem
         data = json.dumps(answer).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -88,6 +89,7 @@ class JoinEndpoint(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def panel_url():
     JoinEndpoint.received = []
+    JoinEndpoint.broker_ca_pem = BROKER_CA
     server = http.server.HTTPServer(("127.0.0.1", 0), JoinEndpoint)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_port}/"
@@ -142,6 +144,7 @@ def test_it_trades_the_token_on_stdin_for_the_credential_and_installs_the_checke
         capture_output=True,
         text=True,
         cwd=tmp_path,  # not the repository, whose own workers/ would shadow the installed one
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},  # nor through PYTHONPATH
     )
     assert imported.stdout.strip() == "installed"
     assert (root / "etc/systemd/system/ascend-panel-agent.service").read_text() == UNIT.read_text()
@@ -151,6 +154,25 @@ def test_it_trades_the_token_on_stdin_for_the_credential_and_installs_the_checke
     assert again.returncode == 0, again.stderr
     assert env_file.read_text().splitlines() == lines
     assert len(JoinEndpoint.received) == 1
+
+
+@pytest.mark.timeout(300)
+def test_a_join_whose_answer_has_no_ca_removes_the_one_pinned_before(tmp_path, panel_url):
+    wheel = tiny_agent_wheel(tmp_path)
+    root = tmp_path / "root"
+    args = base_args(**{"--panel": panel_url}, **{"--package-sha256": sha256(wheel)})
+    first = run_script(*args, "--package", str(wheel), destdir=root, token="apj_good-token")
+    assert first.returncode == 0, first.stderr + first.stdout
+    pinned = root / "etc/ascend-panel/broker-ca.pem"
+    assert pinned.read_text() == BROKER_CA
+
+    JoinEndpoint.broker_ca_pem = None  # the broker's certificate now comes from a CA the system trusts
+    again = run_script(*args, "--package", str(wheel), destdir=root, token="apj_good-token")
+    assert again.returncode == 0, again.stderr + again.stdout
+    assert not pinned.exists()
+    lines = (root / "etc/ascend-panel/agent.env").read_text().splitlines()
+    assert not any(line.startswith("ASCEND_PANEL_BROKER_CA_FILE=") for line in lines)
+    assert f"CELERY_BROKER_URL={BROKER_URL}" in lines
 
 
 @pytest.mark.timeout(300)

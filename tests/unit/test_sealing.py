@@ -1,10 +1,14 @@
-"""Secrets sealed by the panel open only with the same key material, whether a Fernet key or a derived one."""
+"""Secrets sealed by the panel open only with the same key material, whether a Fernet key or a derived one;
+what a task carries for the central agent opens with the central key only, and the central agent refuses
+to start beside the panel's key material."""
 
 import pytest
 from cryptography.fernet import Fernet
 
+from workers.agent import check_central_environment
+from workers.identity import central_key
 from workers.remote import open_secret
-from workers.sealing import SecretKeyMissing, SecretUnreadable, key_material_from_env, seal, unseal
+from workers.sealing import SecretKeyMissing, SecretUnreadable, seal, seal_for_node, unseal
 
 
 def test_a_sealed_secret_opens_with_the_same_fernet_key_and_hides_the_plaintext():
@@ -30,17 +34,19 @@ def test_sealing_without_a_key_is_refused_with_how_to_make_one():
         seal("", "text")
 
 
-def test_the_agent_reads_the_key_from_a_file_first_then_the_variable_then_secret_key(tmp_path):
-    key_file = tmp_path / "key"
-    key_file.write_text("from-file\n")
-    assert (
-        key_material_from_env({"PANEL_SECRETS_KEY_FILE": str(key_file), "PANEL_SECRETS_KEY": "x"})
-        == "from-file"
-    )
-    assert key_material_from_env({"PANEL_SECRETS_KEY": "direct", "SECRET_KEY": "s"}) == "direct"
-    assert key_material_from_env({"SECRET_KEY": "s"}) == "s"
+def test_the_central_agent_opens_a_nodes_secret_sealed_for_its_key_and_not_the_one_at_rest():
+    at_rest = seal("panel-material", '{"password": "pw"}')
+    on_the_way = seal_for_node(central_key("panel-material"), '{"password": "pw"}')
+    assert open_secret(on_the_way, central_key("panel-material")) == {"password": "pw"}
+    with pytest.raises(SecretUnreadable):
+        open_secret(on_the_way, central_key("other-panel"))
+    with pytest.raises(SecretUnreadable):
+        open_secret(at_rest, central_key("panel-material"))
 
 
-def test_the_central_agent_opens_a_nodes_sealed_credentials():
-    sealed = seal("shared", '{"password": "pw"}')
-    assert open_secret(sealed, "shared") == {"password": "pw"}
+@pytest.mark.parametrize("variable", ["PANEL_SECRETS_KEY", "PANEL_SECRETS_KEY_FILE", "SECRET_KEY"])
+def test_the_central_agent_refuses_to_start_beside_the_panels_key_material_and_says_what_to_set(variable):
+    with pytest.raises(SystemExit, match="agent_credential --central") as refused:
+        check_central_environment({variable: "x", "ASCEND_PANEL_AGENT_KEY": "k"})
+    assert variable in str(refused.value)
+    check_central_environment({"ASCEND_PANEL_AGENT_KEY": "k", "SECRET_KEY": " "})  # empty counts as unset
