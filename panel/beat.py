@@ -117,3 +117,28 @@ class LeaderScheduler(Scheduler):
                 self._heap = None
         self.leading = now_leading
         return now_leading
+
+
+def beat_schedule() -> dict:
+    """What beat sends and how often (seconds), from the settings of the process that calls it."""
+    return {
+        "mark-silent-nodes-offline": {"task": "panel.mark_silent_nodes_offline", "schedule": 2.0},
+        # Sends what the broker did not take, ends operations whose agent is gone, re-sends lost attempts.
+        "reap-operations": {"task": "panel.reap_operations", "schedule": settings.PANEL_REAP_S},
+        # Metrics and liveness of SSH nodes: due ones get a sample task on the central agent's queue.
+        "dispatch-ssh-probes": {"task": "panel.dispatch_ssh_probes", "schedule": 1.0},
+        "monitoring-downsample": {"task": "panel.monitoring.downsample", "schedule": 60.0},
+        "monitoring-prune": {"task": "panel.monitoring.prune", "schedule": 3600.0},
+        "audit-prune": {"task": "panel.audit.prune", "schedule": 86400.0},
+        "idempotency-prune": {"task": "panel.accounts.prune_idempotent_answers", "schedule": 3600.0},
+        # Gateway usage: Redis list → rows and hourly roll-ups; raw rows and roll-ups pruned daily.
+        "gateway-drain-usage": {
+            "task": "panel.gateway.drain_usage",
+            "schedule": settings.PANEL_GATEWAY_USAGE_DRAIN_S,
+        },
+        "gateway-prune-usage": {"task": "panel.gateway.prune_usage", "schedule": 86400.0},
+        "reconcile-deployments": {
+            "task": "panel.reconcile_deployments",
+            "schedule": settings.PANEL_DEPLOY_RECONCILE_S,
+        },
+    }

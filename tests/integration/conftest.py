@@ -66,17 +66,33 @@ def celery_worker(_wired_to_redis, transactional_db, monkeypatch, sim_host):
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("ASCEND_PANEL_NODE_NAME", TEST_NODE)
+    queues = [PANEL_QUEUE, node_queue(TEST_NODE)]
+    purge_queues(app, queues)
     with start_worker(
         app,
         pool="threads",
         concurrency=4,
         perform_ping_check=False,
-        queues=[PANEL_QUEUE, node_queue(TEST_NODE)],
+        queues=queues,
         loglevel="WARNING",
         shutdown_timeout=30,
     ) as worker:
         worker.sim_root = root
         yield worker
+
+
+def purge_queues(app, queues: list[str]) -> int:
+    """Drop what earlier tests of this session left in `queues` (a batch for a node this test's database
+    never had, a delivery whose operation is gone), so a new in-process worker starts on this test's work."""
+    purged = 0
+    with app.connection_for_write() as connection:
+        for queue in queues:
+            try:  # a channel each: on RabbitMQ a queue not declared yet is a 404 that closes the channel
+                with connection.channel() as channel:
+                    purged += channel.queue_purge(queue) or 0
+            except connection.channel_errors:
+                pass
+    return purged
 
 
 @pytest.fixture

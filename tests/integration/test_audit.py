@@ -191,7 +191,7 @@ def test_the_navigation_shows_the_audit_log_to_admins_only(bob):
 
 def test_entries_older_than_the_retention_are_pruned_by_the_beat_task(alice, settings):
     from panel.audit.tasks import prune
-    from panel.celery import app
+    from panel.beat import beat_schedule
 
     with time_machine.travel(timezone.now() - timedelta(days=91)):
         record(alice, actions.NODE_ADDED, "ancient")
@@ -199,7 +199,7 @@ def test_entries_older_than_the_retention_are_pruned_by_the_beat_task(alice, set
         record(alice, actions.NODE_ADDED, "recent")
     assert prune() == 1
     assert list(AuditEntry.objects.values_list("target", flat=True)) == ["recent"]
-    assert app.conf.beat_schedule["audit-prune"]["task"] == prune.name
+    assert beat_schedule()["audit-prune"]["task"] == prune.name
 
 
 def test_the_force_fail_action_is_ready_for_the_operations_app(alice):

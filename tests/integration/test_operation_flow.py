@@ -74,12 +74,23 @@ async def test_inventory_events_reach_the_socket_in_order_and_match_rest(celery_
     stored_seqs = [e["seq"] for e in stored["results"]]
     assert stored_seqs == list(range(1, stored["final_seq"] + 1))
     live_seqs = [e["seq"] for e in live_events]
-    # Batches are ingested by several worker threads, so one may be broadcast after a later one; what the
-    # socket saw is each stored event at most once, and the page fetches any hole over REST by seq.
+    # Batches are ingested by several worker threads, so one may be broadcast after a later one, even after
+    # the final status (its thread stored the batch that closed the sequence). What the socket saw is each
+    # stored event at most once; the page fetches what it lacks over REST after the last seq it holds in a
+    # row, and then has every event (docs/api-streams.md: messages are best-effort, seqs tell the gaps).
+    assert live_seqs
     assert len(live_seqs) == len(set(live_seqs))
     assert set(live_seqs) <= set(stored_seqs)
-    assert max(live_seqs) == stored["final_seq"]
+    in_a_row = 0
+    while in_a_row + 1 in live_seqs:
+        in_a_row += 1
+    fetched = await database_sync_to_async(api_client_for(alice).get)(
+        f"/api/v1/operations/{operation.id}/events/?after_seq={in_a_row}"
+    )
+    fetched_seqs = [e["seq"] for e in fetched.json()["results"]]
+    assert sorted(set(range(1, in_a_row + 1)) | set(fetched_seqs)) == stored_seqs
     assert statuses[-1]["status"] == "succeeded"
+    assert statuses[-1]["final_seq"] == stored["final_seq"]
 
     await database_sync_to_async(node.refresh_from_db)()
     npus = await database_sync_to_async(list)(node.npus.order_by("npu_id"))
