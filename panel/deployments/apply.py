@@ -25,7 +25,8 @@ from panel.core.choices import DesiredState
 from panel.deployments import placement, reasons, replicas, rollouts, services, spec_model
 from panel.deployments.models import Deployment, Rollout
 from panel.deployments.planned_rows import spec_after
-from panel.deployments.planning import ENGINE_SETTINGS, DeploymentPlan, plan_request
+from panel.deployments.planning import DeploymentPlan, plan_request
+from panel.deployments.request import ENGINE_SETTINGS
 from panel.deployments.spec import engine_settings_of, nodes_of, spec_of
 
 # Engine settings the planner fills when a spec leaves them out; the rest have fixed defaults.

@@ -33,11 +33,11 @@ from panel.deployments.forms import (
 )
 from panel.deployments.launch_tuning import AdminOnlyEnv
 from panel.deployments.models import Deployment
-from panel.deployments.planning import ENGINE_SETTINGS, AdminOnlyFlag
+from panel.deployments.request import ENGINE_SETTINGS, AdminOnlyFlag
 from panel.deployments.spec import nodes_of, parse_spec, spec_of
 from panel.deployments.views import visible_deployment
-from panel.deployments.wizard import flatten
 from panel.deployments.wizard_placement import held_npus
+from panel.deployments.wizard_state import flatten
 from panel.nodes.models import Node
 from workers.engine.flags import CODE_LOADING_FLAGS
 

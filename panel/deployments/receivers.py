@@ -3,7 +3,8 @@
 from panel.core.choices import OperationKind, OperationStatus
 from panel.deployments import images
 from panel.deployments.fabric_gate import after_gate
-from panel.deployments.services import log_start_events, on_operation_terminal
+from panel.deployments.logs import log_start_events
+from panel.deployments.services import on_operation_terminal
 from panel.fabric.signals import fabric_check_finished
 from panel.operations.signals import events_stored, operation_ended
 

@@ -25,6 +25,7 @@ from django.utils.translation import gettext_noop
 from panel.core.choices import DeploymentState, DesiredState, NodeTransport, OperationKind, OperationStatus
 from panel.deployments import metrics_history, ports, reasons, rollouts, services
 from panel.deployments.findings import fitting_hint
+from panel.deployments.logs import append_logs
 from panel.deployments.models import Deployment
 from panel.forensics.services import collect_after_failed_start
 from panel.nodes.models import Node
@@ -186,7 +187,7 @@ def _move_refused_port(deployment: Deployment, node: str, outcome: dict) -> list
     if port is None:
         return None
     moved = gettext_noop("Port {port} is taken on {node} by another process: starting again on port {new}.")
-    services.append_logs(deployment, node, [f"[panel] {moved.format(port=refused, node=node, new=port)}"])
+    append_logs(deployment, node, [f"[panel] {moved.format(port=refused, node=node, new=port)}"])
     return [reasons.part(moved, port=refused, node=node, new=port)]
 
 
@@ -229,7 +230,7 @@ def ingest_probe(message: dict) -> None:
 
 
 def _apply_probe(deployment, node, result, policy, now, when) -> None:
-    services.append_logs(deployment, node, result.get("lines") or [], when)
+    append_logs(deployment, node, result.get("lines") or [], when)
     if result.get("log_offset") is not None:
         _set_node_runtime(deployment, node, {"log_offset": result["log_offset"]})
     if result.get("metrics"):
@@ -257,7 +258,7 @@ def _apply_probe(deployment, node, result, policy, now, when) -> None:
         summary = result["exit"].get("summary") or ""
         deployment.runtime = {**deployment.runtime, "exit": result["exit"]}
         # The restart that follows resets the runtime; the log keeps how the container ended.
-        services.append_logs(deployment, node, [f"[panel] engine container stopped: {summary}"], when)
+        append_logs(deployment, node, [f"[panel] engine container stopped: {summary}"], when)
         verdict = Verdict(
             verdict.state,
             verdict.probe_failures,

@@ -38,7 +38,6 @@ import logging
 
 from django.conf import settings
 from django.db import transaction
-from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
@@ -48,7 +47,7 @@ from panel.core.choices import DeploymentState, DesiredState, OperationKind, Ope
 from panel.deployments import metrics_history, reasons
 from panel.deployments.drain import holds_stop
 from panel.deployments.engine_keys import ensure_engine_key, sealed_for_node
-from panel.deployments.models import Benchmark, Deployment, DeploymentLog
+from panel.deployments.models import Benchmark, Deployment
 from panel.deployments.planned_rows import fill_from_plan
 from panel.deployments.planning import DeploymentPlan
 from panel.deployments.reconcile import apply_launch_result, apply_stop_result
@@ -367,60 +366,6 @@ def release_and_remove(deployment: Deployment) -> None:
     transaction.on_commit(lambda: metrics_history.forget(name))
     gone = {"type": "deployment.status", "name": name, "status": "deleted", "desired_state": "deleted"}
     transaction.on_commit(lambda: broadcast(deployment_group(name), gone, also=(DEPLOYMENTS,)))
-
-
-def append_logs(deployment: Deployment, node: str, lines: list[str], when=None) -> list[DeploymentLog]:
-    if not lines:
-        return []
-    when = when or timezone.now()
-    rows = []
-    for line in lines:
-        deployment.log_seq += 1
-        rows.append(
-            DeploymentLog(deployment=deployment, seq=deployment.log_seq, time=when, node=node, line=line)
-        )
-    DeploymentLog.objects.bulk_create(rows)
-    messages = [row.as_message() for row in rows]
-    name = deployment.name
-    transaction.on_commit(
-        lambda: broadcast(
-            deployment_group(name), {"type": "deployment.logs", "name": name, "lines": messages}
-        )
-    )
-    return rows
-
-
-def log_start_events(operation: Operation, events: list, failed: bool) -> None:
-    """A start's stages and, when it fails, its agent's lines and the error go into the deployment's log:
-    a start that failed before any probe read the engine's log still leaves its evidence there."""
-    if operation.node is None:
-        return
-    lines = []
-    staged = [event for event in events if event.kind == "progress" and event.payload.get("stage_key")]
-    earlier = (
-        operation.events.filter(kind="progress", seq__lt=staged[0].seq).order_by("-seq").first()
-        if staged
-        else None
-    )
-    stage = (earlier.payload.get("stage_key") if earlier else None) or ""
-    for event in staged:
-        key = event.payload["stage_key"]
-        if key != stage:
-            stage = key
-            title, percent = event.payload.get("stage", key), event.payload.get("percent", 0)
-            lines.append(f"[panel] start: {title} ({percent}%)")
-    if failed:
-        engine_lines = operation.events.filter(kind="log", attempt=operation.attempt).order_by("seq")
-        lines += [f"[agent] {event.payload.get('line', '')}" for event in engine_lines]
-        lines.append(f"[panel] start failed: {operation.error}")
-        if operation.hint:
-            lines.append(f"[panel] hint: {operation.hint}")
-    if not lines:
-        return  # most batches of a start are its engine's lines: no lock, no row read for them
-    deployment = Deployment.objects.select_for_update().filter(name=operation.target).first()
-    if deployment is not None:
-        append_logs(deployment, operation.node.name, lines)
-        deployment.save(update_fields=["log_seq"])
 
 
 def start_benchmark(deployment: Deployment, params: dict, user=None) -> Benchmark:

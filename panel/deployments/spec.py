@@ -29,11 +29,7 @@ from panel.core.choices import DesiredState
 from panel.core.labels import MAX_LABELS, label_problems
 from panel.core.names import DEPLOYMENT_NAME, NameField
 from panel.deployments.models import Deployment
-from panel.deployments.planning import (
-    ENGINE_SETTINGS,
-    EngineSettingsSerializer,
-    NodeChoiceSerializer,
-)
+from panel.deployments.request import ENGINE_SETTINGS, EngineSettingsSerializer, NodeChoiceSerializer
 
 AUTO = "auto"
 STATES = (DesiredState.RUNNING, DesiredState.STOPPED)

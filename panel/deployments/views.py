@@ -29,7 +29,7 @@ from panel.deployments.findings import findings_of
 from panel.deployments.forms import BenchmarkForm
 from panel.deployments.models import Benchmark, Deployment
 from panel.deployments.node_resume import resume_after_drain
-from panel.deployments.wizard import flatten, memory_bars
+from panel.deployments.wizard_state import flatten, memory_bars
 from panel.gateway.links import gateway_url
 from panel.nodes.models import Node
 from panel.operations.models import Operation

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from workers.models import quantize, w8a8
+from workers.models import quantize_blocks, w8a8
 from workers.models.model_folder import BadSourceError
 from workers.models.quantize import quantize_w8a8_dynamic
 from workers.models.safetensors_io import (
@@ -250,7 +250,7 @@ def test_a_nan_weight_is_refused():
 def test_blocks_of_many_tensors_in_flight_come_out_as_whole_tensors_would(tmp_path, monkeypatch):
     # Tiny blocks make every weight span many blocks, with blocks of neighbouring tensors in flight at once.
     source = make_tiny_model(tmp_path / "src", arch="llama", shards=2)
-    monkeypatch.setattr(quantize, "BLOCK_BYTES", 512)
+    monkeypatch.setattr(quantize_blocks, "BLOCK_BYTES", 512)
     report = quantize_w8a8_dynamic(source, tmp_path / "out")
     before, after = load_all(source), load_all(tmp_path / "out")
     worst = 0.0
@@ -280,7 +280,7 @@ def test_slicing_a_block_for_the_cache_does_not_change_the_result(monkeypatch):
 def test_worker_processes_write_the_same_bytes_as_one_process(tmp_path, monkeypatch):
     # Small blocks give every weight several blocks, so the processes interleave within tensors and shards.
     source = make_tiny_model(tmp_path / "src", arch="deepseek_v2", shards=3, q_lora_rank=48)
-    monkeypatch.setattr(quantize, "BLOCK_BYTES", 1024)
+    monkeypatch.setattr(quantize_blocks, "BLOCK_BYTES", 1024)
     alone = quantize_w8a8_dynamic(source, tmp_path / "alone", processes=1)
     forked = quantize_w8a8_dynamic(source, tmp_path / "forked", processes=3)
     assert (alone["processes"], forked["processes"]) == (1, 3)

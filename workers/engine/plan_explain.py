@@ -12,7 +12,8 @@ from workers.engine.memory import gib
 from workers.engine.plan_reasons import Reason, reason
 
 if TYPE_CHECKING:
-    from workers.engine.plan import Layout, PlanInput, Settings
+    from workers.engine.plan import PlanInput, Settings
+    from workers.engine.plan_layout import Layout
 
 
 def memory_notes(request: PlanInput, settings: Settings, layout: Layout) -> list[Reason]:

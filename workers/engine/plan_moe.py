@@ -14,15 +14,8 @@ from typing import Any
 
 from workers.engine.launch_matrix import decode_graph_mode, eplb_facts, mtp_method
 from workers.engine.memory import gib
-from workers.engine.plan import (
-    MLA_GRAPH_HEADS_PER_NPU,
-    TENSOR_PARALLEL_CHOICES,
-    Plan,
-    PlanInput,
-    evaluate,
-    plan,
-    settle,
-)
+from workers.engine.plan import MLA_GRAPH_HEADS_PER_NPU, Plan, PlanInput, plan, settle
+from workers.engine.plan_layout import TENSOR_PARALLEL_CHOICES, evaluate
 from workers.engine.plan_reasons import Reason, reason
 from workers.engine.recipes import DEEPSEEK
 

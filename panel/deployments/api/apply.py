@@ -6,7 +6,7 @@ from rest_framework import serializers
 
 from panel.deployments.api.serializers import DeploymentSerializer, RolloutSerializer
 from panel.deployments.apply import Outcome
-from panel.deployments.planning import ENGINE_SETTINGS
+from panel.deployments.request import ENGINE_SETTINGS
 from panel.deployments.rollouts import progress
 
 SPEC_ONLY_KEYS = ("engine", "placement", "replicas", "state", "labels")

@@ -6,8 +6,8 @@ from panel.core.choices import DeploymentState, DesiredState, OperationKind, Ope
 from panel.core.templatetags.panel_text import deployment_reason
 from panel.deployments.findings import findings_of
 from panel.deployments.models import Benchmark, Deployment, DeploymentLog
-from panel.deployments.planning import NodeChoiceSerializer
 from panel.deployments.replicas import index_of as replica_index
+from panel.deployments.request import NodeChoiceSerializer
 from panel.deployments.rollouts import progress
 from panel.deployments.services import served_name_of
 from panel.deployments.spec import nodes_of

@@ -37,7 +37,8 @@ from panel.deployments.api.waiting import DeploymentWaiter
 from panel.deployments.apply import apply
 from panel.deployments.filtersets import BenchmarkFilterSet, DeploymentFilterSet
 from panel.deployments.models import Benchmark, Deployment
-from panel.deployments.planning import DeploymentRequestSerializer, plan_request
+from panel.deployments.planning import plan_request
+from panel.deployments.request import DeploymentRequestSerializer
 from panel.deployments.spec import DeploymentSpecSerializer, parse_spec, spec_of
 from panel.deployments.undo import undo
 from panel.realtime.broadcast import DEPLOYMENTS, deployment_group
