@@ -3,12 +3,14 @@
     .venv/bin/python bench/faults.py [--only NAME ...]
 
 Starts one stack on the fleet setup (tests/faults/stack.py: a RabbitMQ node of its own as the broker, each
-agent with its node's own broker user; the panel's redis-server with its append-only file, the web server,
-the panel worker, beat; one agent per scenario on a simulated Ascend host of its own) and runs every
-scenario of tests/faults/scenarios.py on it: the agent, the panel worker, the web process, the panel's
-Redis, the broker or the engine is killed with SIGKILL and restarted as systemd would, or the agent is
-frozen (SIGSTOP) past its deadline and resumed. One JSON line per scenario, then the summary as the last
-line: {"scenarios", "survived", "lost_events", "stuck_operations", "double_runs", "recovery_s_max"}.
+agent with its node's own broker user; the panel's redis-server with its append-only file, two web servers
+behind one address, two panel workers, two beats; one agent per scenario on a simulated Ascend host of its
+own) and runs every scenario of tests/faults/scenarios.py on it: an agent, one or both panel workers or web
+servers, the leading beat, the panel's Redis, the broker or the engine is killed with SIGKILL and restarted
+as systemd would, or the agent is frozen (SIGSTOP) past its deadline and resumed. One JSON line per
+scenario, then the summary as the last line: {"scenarios", "survived", "lost_events", "stuck_operations",
+"double_runs", "recovery_s_max", "reconnect_s_max" (dashboards back on the other web server after one
+died), "beat_takeover_s" (the standby beat leading after the leader died)}.
 Without rabbitmq-server the last line is {"skipped": REASON} (exit status 1 under REQUIRE_RABBITMQ=1).
 """
 
@@ -50,6 +52,8 @@ def main() -> int:
     finally:
         stack.stop()
     recoveries = [o.recovery_s for o in outcomes if o.recovery_s is not None]
+    reconnects = [o.details["reconnect_s_max"] for o in outcomes if "reconnect_s_max" in o.details]
+    takeovers = [o.details["beat_takeover_s"] for o in outcomes if "beat_takeover_s" in o.details]
     print(
         json.dumps(
             {
@@ -59,6 +63,8 @@ def main() -> int:
                 "stuck_operations": sum(o.stuck_operations for o in outcomes),
                 "double_runs": sum(o.double_runs for o in outcomes),
                 "recovery_s_max": max(recoveries, default=None),
+                "reconnect_s_max": max(reconnects, default=None),
+                "beat_takeover_s": max(takeovers, default=None),
             }
         )
     )

@@ -58,7 +58,7 @@ from bench.live_viewers import (  # noqa: E402
     quantile,
 )
 from panel import web  # noqa: E402
-from panel.run import PYTHON, Supervisor, free_port, panel_worker_argv, wait_for_port  # noqa: E402
+from panel.run import PYTHON, Supervisor, beat_argv, free_port, panel_worker_argv, wait_for_port  # noqa: E402
 from tests.browser.fake_fleet import NPUS_PER_NODE  # noqa: E402
 from tests.faults.stack import drop_database, own_database  # noqa: E402
 from tests.rabbitmq import scratch_broker  # noqa: E402
@@ -151,10 +151,9 @@ class Fleet:
         ]
         self.panel.append(psutil.Process(self.supervisor.start("web", argv).pid))
         for index in range(args.panel_workers):
-            argv = panel_worker_argv("threads", args.worker_threads)
-            argv[argv.index("panel@%h")] = f"panel{index}@%h"
+            argv = panel_worker_argv("threads", args.worker_threads, name=f"panel{index}")
             self.panel.append(psutil.Process(self.supervisor.start(f"panel-worker-{index}", argv).pid))
-        beat = [PYTHON, "-m", "celery", "-A", "panel.celery", "beat", "--loglevel", "WARNING"]
+        beat = beat_argv(self.dir / "celerybeat-schedule")
         self.panel.append(psutil.Process(self.supervisor.start("beat", beat).pid))
         wait_for_port(self.port, timeout=120)
         spec = self.dir / "spec.json"

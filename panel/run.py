@@ -24,6 +24,7 @@ from panel import web
 from panel.run_parent import stop_with_make
 from workers.engine import runtime
 from workers.hosts.local import LocalRunner
+from workers.sealing import PANEL_KEY_MATERIAL_VARS
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
@@ -92,7 +93,7 @@ class Supervisor:
             process = subprocess.Popen(
                 argv,
                 cwd=BASE_DIR,
-                env={**self.env, **(env or {})},
+                env=child_env(self.env, env),
                 preexec_fn=_die_with_parent,
                 stdout=stdout,
                 stderr=stderr,
@@ -162,15 +163,17 @@ class Supervisor:
         return None
 
 
-def panel_worker_argv(pool: str = "threads", concurrency: int = 4) -> list[str]:
+def celery_argv() -> list[str]:
+    """Celery with the panel's app (panel/celery.py), before its command."""
+    return [PYTHON, "-m", "celery", "-A", "panel.celery"]
+
+
+def panel_worker_argv(pool: str = "threads", concurrency: int = 4, name: str = "panel") -> list[str]:
     """The panel worker as `make run` and bench/metrics_fanout.py start it. A threads pool: its tasks mostly
-    wait on Redis and the database, and one process holds one metrics ingester thread and one Redis pool."""
+    wait on Redis and the database, and one process holds one metrics ingester thread and one Redis pool.
+    Replicas on one host need a `name` each (their Celery node names)."""
     return [
-        PYTHON,
-        "-m",
-        "celery",
-        "-A",
-        "panel.celery",
+        *celery_argv(),
         "worker",
         "-Q",
         "panel",
@@ -181,9 +184,22 @@ def panel_worker_argv(pool: str = "threads", concurrency: int = 4) -> list[str]:
         "--loglevel",
         "WARNING",
         "--hostname",
-        "panel@%h",
+        f"{name}@%h",
         "--without-mingle",
         "--without-gossip",
+    ]
+
+
+def beat_argv(schedule_file: Path) -> list[str]:
+    """Beat, with the leader lock of panel/beat.py (every beat takes part; one ticks). Each beat process
+    keeps its own schedule file."""
+    return [
+        *celery_argv(),
+        "beat",
+        "--loglevel",
+        "WARNING",
+        "--schedule",
+        str(schedule_file),
     ]
 
 
@@ -263,25 +279,12 @@ def main() -> None:
         nodes = [n for n, _ in DEMO_NODES]
         supervisor.run_once([PYTHON, "manage.py", "ensure_demo_nodes", *nodes])
         supervisor.run_once(sim_credentials(nodes, data_dir / "sim"))
+        supervisor.run_once(central_credential(data_dir))
         supervisor.run_once([PYTHON, "manage.py", "seed_sim_packages"])  # sim .run files and wheels
         supervisor.start("web", web.argv("127.0.0.1", port, PYTHON))
         supervisor.start("panel-worker", panel_worker_argv())
-        supervisor.start(
-            "beat",
-            [
-                PYTHON,
-                "-m",
-                "celery",
-                "-A",
-                "panel.celery",
-                "beat",
-                "--loglevel",
-                "WARNING",
-                "--schedule",
-                str(data_dir / "celerybeat-schedule"),
-            ],
-        )
-        # The central agent runs the tasks of SSH nodes; it opens their sealed secrets with the panel's key.
+        supervisor.start("beat", beat_argv(data_dir / "celerybeat-schedule"))
+        # The central agent runs the tasks of SSH nodes with a key of its own, not the panel's key material.
         supervisor.start(
             "central agent", [PYTHON, "-m", "workers.agent", "--central"], env=central_agent_env(data_dir)
         )
@@ -387,8 +390,25 @@ def sim_credentials(node_names, sim_dir: Path) -> list[str]:
     return [PYTHON, "manage.py", "agent_credential", "--dir", str(sim_dir), *node_names]
 
 
+def central_credential(data_dir: Path) -> list[str]:
+    """The command that writes the central agent's key (central.key) into its state folder."""
+    return [PYTHON, "manage.py", "agent_credential", "--central", "--dir", str(data_dir / "central-agent")]
+
+
 def central_agent_env(data_dir: Path) -> dict:
-    return {"ASCEND_PANEL_STATE_DIR": str(data_dir / "central-agent")}
+    """Its key from central_credential; the panel's key material left out (None drops it: child_env), as
+    the central agent refuses to start beside it."""
+    return {
+        "ASCEND_PANEL_STATE_DIR": str(data_dir / "central-agent"),
+        "ASCEND_PANEL_AGENT_KEY_FILE": str(data_dir / "central-agent" / "central.key"),
+        **dict.fromkeys(PANEL_KEY_MATERIAL_VARS),
+    }
+
+
+def child_env(base: dict, extra: dict | None) -> dict:
+    """`base` with `extra` over it; a variable `extra` sets to None is left out."""
+    merged = {**base, **(extra or {})}
+    return {name: value for name, value in merged.items() if value is not None}
 
 
 def sim_agent_env(env: dict, node: str, root: Path) -> dict:

@@ -26,6 +26,7 @@ from urllib.parse import quote
 import httpx
 
 from panel.run import free_port
+from tests.tls_certs import ServerFiles
 
 RABBITMQ_SERVER = os.environ.get("FAULTS_RABBITMQ_SERVER", "/usr/lib/rabbitmq/bin/rabbitmq-server")
 VHOST = "ascend"
@@ -48,28 +49,35 @@ def rabbitmq_missing() -> str:
 class BrokerNode:
     """One RabbitMQ node under `directory`; `argv` and `env` start it (and start it again after a kill)."""
 
-    def __init__(self, directory: Path):
+    def __init__(self, directory: Path, tls: ServerFiles | None = None):
+        """With `tls`, the node also has an amqps listener on `tls_port` (clients show no certificate)."""
         self.dir = directory
         self.dir.mkdir(parents=True, exist_ok=True)
         self.node_name = f"faults-{uuid.uuid4().hex[:8]}@localhost"
         self.amqp_port, self.dist_port, self.admin_port = free_port(), free_port(), free_port()
+        self.tls_port = free_port() if tls else None
         self.admin_password = secrets.token_urlsafe(18)
         self.panel_password = secrets.token_urlsafe(18)
         (self.dir / "rabbitmq-env.conf").write_text("")
         (self.dir / "enabled_plugins").write_text("[rabbitmq_management].\n")
-        (self.dir / "rabbitmq.conf").write_text(
-            "\n".join(
-                [
-                    f"listeners.tcp.local = 127.0.0.1:{self.amqp_port}",
-                    "management.tcp.ip = 127.0.0.1",
-                    f"management.tcp.port = {self.admin_port}",
-                    f"default_user = {ADMIN_USER}",
-                    f"default_pass = {self.admin_password}",
-                    "default_user_tags.administrator = true",
-                    "",
-                ]
-            )
-        )
+        config = [
+            f"listeners.tcp.local = 127.0.0.1:{self.amqp_port}",
+            "management.tcp.ip = 127.0.0.1",
+            f"management.tcp.port = {self.admin_port}",
+            f"default_user = {ADMIN_USER}",
+            f"default_pass = {self.admin_password}",
+            "default_user_tags.administrator = true",
+        ]
+        if tls:
+            config += [
+                f"listeners.ssl.local = 127.0.0.1:{self.tls_port}",
+                f"ssl_options.cacertfile = {tls.cafile}",
+                f"ssl_options.certfile = {tls.certfile}",
+                f"ssl_options.keyfile = {tls.keyfile}",
+                "ssl_options.verify = verify_none",
+                "ssl_options.fail_if_no_peer_cert = false",
+            ]
+        (self.dir / "rabbitmq.conf").write_text("\n".join([*config, ""]))
 
     @property
     def argv(self) -> list[str]:

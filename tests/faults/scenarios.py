@@ -35,22 +35,26 @@ INSTALL_PROFILE = "0.11.0"  # CANN 8.3.RC2: toolkit, ops, NNAL and a venv go ont
 @dataclass(frozen=True)
 class Scenario:
     name: str
-    target: str  # agent, panel-worker, web, redis (the panel's), broker (RabbitMQ), engine
+    target: str  # agent, a panel process or its group (stack.REPLICAS), redis (the panel's), broker, engine
     phase: str  # install, deploy, serving, delete, create, copy, frozen
     doc: str
 
 
 SCENARIOS = [
     Scenario("agent-mid-install", "agent", "install", "agent killed while an install runs"),
-    Scenario("worker-mid-install", "panel-worker", "install", "panel worker killed while an install runs"),
+    Scenario(
+        "worker-mid-install", "panel-worker", "install", "both panel workers killed while an install runs"
+    ),
     Scenario("redis-mid-install", "redis", "install", "the panel's Redis killed (AOF kept) mid-install"),
     Scenario("agent-mid-deploy", "agent", "deploy", "agent killed while the launch runs"),
-    Scenario("worker-mid-deploy", "panel-worker", "deploy", "panel worker killed while the launch runs"),
+    Scenario(
+        "worker-mid-deploy", "panel-worker", "deploy", "both panel workers killed while the launch runs"
+    ),
     Scenario("redis-mid-deploy", "redis", "deploy", "the panel's Redis killed while the launch runs"),
     Scenario("broker-mid-deploy", "broker", "deploy", "RabbitMQ killed (back from its data) mid-launch"),
-    Scenario("web-mid-create", "web", "create", "web killed during POST /deployments/, retried by key"),
+    Scenario("web-mid-create", "web", "create", "both web servers killed mid-POST /deployments/, retried"),
     Scenario("agent-while-serving", "agent", "serving", "agent killed under a running engine: adopted"),
-    Scenario("worker-while-serving", "panel-worker", "serving", "panel worker killed under a running engine"),
+    Scenario("worker-while-serving", "panel-worker", "serving", "both panel workers killed under an engine"),
     Scenario("redis-while-serving", "redis", "serving", "the panel's Redis killed under a running engine"),
     Scenario("engine-killed", "engine", "serving", "the engine itself killed: restarted by reconcile"),
     Scenario("agent-mid-delete", "agent", "delete", "agent killed while the delete's stop runs"),
@@ -60,6 +64,24 @@ SCENARIOS = [
         "agent",
         "frozen",
         "agent SIGSTOPped with an install in hand until the panel failed it and it was retried",
+    ),
+]
+# The panel on two of everything (tests/faults/replica_scenarios.py): one replica dies, the other carries on.
+SCENARIOS += [
+    Scenario(
+        "worker-replica-mid-install",
+        "panel-worker-1",
+        "install",
+        "one of two panel workers killed mid-ingest",
+    ),
+    Scenario(
+        "worker-replica-mid-deploy", "panel-worker-1", "deploy", "one of two panel workers killed mid-launch"
+    ),
+    Scenario(
+        "web-replica-with-viewers", "web replica", "viewers", "the busier web server killed under dashboards"
+    ),
+    Scenario(
+        "beat-leader", "beat leader", "beat", "the ticking beat killed: the standby leads, sweeps go on"
     ),
 ]
 BY_NAME = {s.name: s for s in SCENARIOS}
@@ -82,7 +104,12 @@ def kill_and_restart(
             raise StackError("no engine pid to kill")
         os.kill(engine_pid, signal.SIGKILL)
         return time.monotonic()
-    name = agent(node) if scenario.target == "agent" else scenario.target
+    return kill_then_restart(stack, agent(node) if scenario.target == "agent" else scenario.target)
+
+
+def kill_then_restart(stack: FaultStack, name: str) -> float:
+    """SIGKILL the program (or replica group) `name` and start it again a moment later, as systemd would.
+    Returns when the kill happened (time.monotonic)."""
     stack.kill(name)
     killed_at = time.monotonic()
     time.sleep(1.0)  # down for a moment, as a crashed unit is before systemd's restart
@@ -273,6 +300,18 @@ def frozen(stack: FaultStack, scenario: Scenario, node: str, outcome: Outcome) -
     frozen_past_deadline(stack, node, agent(node), outcome, INSTALL_PROFILE)
 
 
+def replica_viewers(stack: FaultStack, scenario: Scenario, node: str, outcome: Outcome) -> None:
+    from tests.faults.replica_scenarios import viewers
+
+    viewers(stack, scenario, node, outcome)
+
+
+def replica_beat(stack: FaultStack, scenario: Scenario, node: str, outcome: Outcome) -> None:
+    from tests.faults.replica_scenarios import beat_leader
+
+    beat_leader(stack, scenario, node, outcome)
+
+
 PHASES = {
     "install": during_install,
     "deploy": during_deploy,
@@ -281,6 +320,8 @@ PHASES = {
     "create": during_create,
     "copy": during_copy,
     "frozen": frozen,
+    "viewers": replica_viewers,
+    "beat": replica_beat,
 }
 
 

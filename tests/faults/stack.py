@@ -33,6 +33,7 @@ from panel.run import (
     BASE_DIR,
     PYTHON,
     Supervisor,
+    beat_argv,
     demo_secrets_key,
     free_port,
     panel_worker_argv,
@@ -41,6 +42,7 @@ from panel.run import (
     wait_for_port,
 )
 from tests.faults.broker import BrokerNode, rabbitmq_missing
+from tests.faults.proxy import TcpProxy
 
 PROFILE = "atlas-800i-a2"
 # Short intervals so that a scenario's recovery is quick; none of them is asserted on.
@@ -67,6 +69,14 @@ STACK_ENV = {
     "SIM_ENGINE_START_DELAY": "1",
     "SIM_ENGINE_STATS_INTERVAL": "2",
     "ASCEND_PANEL_AGENT_CONCURRENCY": "2",
+    # Two beats: the standby takes the lead this long after the leader died (panel/beat.py).
+    "PANEL_BEAT_LEADER_TTL_S": "5",
+}
+# Two of every panel process, as docker-compose runs them; a scenario that names the group kills them all.
+REPLICAS = {
+    "web": ("web-1", "web-2"),
+    "panel-worker": ("panel-worker-1", "panel-worker-2"),
+    "beat": ("beat-1", "beat-2"),
 }
 SETUP = """
 import json, os
@@ -178,7 +188,9 @@ class FaultStack:
         self.nodes = list(nodes)
         self.sim_roots = {node: self.dir / "sim" / node for node in self.nodes}
         self.model_path = self.dir / "models" / "tiny"
-        self.web_port = free_port()
+        self.web_port = free_port()  # the proxy's: the one address clients use
+        self.web_ports = {name: free_port() for name in REPLICAS["web"]}
+        self.proxy: TcpProxy | None = None
         self.redis_port = free_port()
         # systemd's Restart=always for every unit: a program that exits on its own is started again and
         # recorded in `crashes`; one a scenario killed is restarted by the scenario (`held` meanwhile).
@@ -206,17 +218,24 @@ class FaultStack:
             raise StackError(f"{name} is not running (see {self.dir / 'logs'})")
         return process.pid
 
-    def kill(self, name: str) -> int:
-        """SIGKILL the program's process only (KillMode=process: what it started, e.g. engines, lives on)."""
+    def kill(self, name: str) -> None:
+        """SIGKILL the program's process only (KillMode=process: what it started, e.g. engines, lives on);
+        a replica group's name kills every replica."""
+        if name in REPLICAS:
+            for replica in REPLICAS[name]:
+                self.kill(replica)
+            return
         self.held.add(name)
         process = self.programs[name].process
-        pid = self.pid(name)
-        os.kill(pid, signal.SIGKILL)
+        os.kill(self.pid(name), signal.SIGKILL)
         process.wait(10)
-        return pid
 
     def restart(self, name: str) -> None:
         """Start it again, as systemd's Restart=always would: same argv, environment and port."""
+        if name in REPLICAS:
+            for replica in REPLICAS[name]:
+                self.restart(replica)
+            return
         with self.lock:
             self._spawn(name)
             self.held.discard(name)
@@ -224,8 +243,8 @@ class FaultStack:
             wait_for_port(self.redis_port)
         elif name == "broker":
             self.broker.wait_ready()
-        elif name == "web":
-            wait_for_port(self.web_port, timeout=60)
+        elif name in self.web_ports:
+            wait_for_port(self.web_ports[name], timeout=60)
 
     def freeze(self, name: str) -> int:
         """SIGSTOP the program (a host that hangs, a VM paused): it keeps its sockets and does nothing."""
@@ -304,13 +323,15 @@ class FaultStack:
         # Each node's own credential and broker URL (its own RabbitMQ user) beside its sim tree, where
         # sim_agent_env points its agent.
         self.manage(*sim_credentials(self.nodes, self.dir / "sim")[2:], "--broker")
-        self.add("web", web.argv("127.0.0.1", self.web_port, PYTHON))
-        self.add("panel-worker", panel_worker_argv(concurrency=2))
-        beat_file = str(self.dir / "data" / "celerybeat-schedule")
-        self.add(
-            "beat", [PYTHON, "-m", "celery", "-A", "panel.celery", "beat", "-l", "WARNING", "-s", beat_file]
-        )
-        wait_for_port(self.web_port, timeout=90)
+        for name, port in self.web_ports.items():
+            self.add(name, web.argv("127.0.0.1", port, PYTHON))
+        for name in REPLICAS["panel-worker"]:
+            self.add(name, panel_worker_argv(concurrency=2, name=name))
+        for name in REPLICAS["beat"]:
+            self.add(name, beat_argv(self.dir / "data" / f"{name}-schedule"))
+        for port in self.web_ports.values():
+            wait_for_port(port, timeout=90)
+        self.proxy = TcpProxy(self.web_port, list(self.web_ports.values())).start()
         threading.Thread(target=self._watchdog, name="systemd", daemon=True).start()
         self.api = httpx.Client(
             base_url=f"http://127.0.0.1:{self.web_port}",
@@ -358,6 +379,8 @@ class FaultStack:
         self.stopping.set()
         with contextlib.suppress(Exception):
             self.api.close()
+        if self.proxy is not None:
+            self.proxy.stop()
         with self.lock:
             for _name, process in self.supervisor.children:  # nothing stays frozen past the stack
                 if process.poll() is None:
