@@ -19,11 +19,16 @@ def reconcile_loop(transactional_db):
     from panel.deployments.reconcile import tick
 
     stop = threading.Event()
+    errors = []
 
     def loop():
+        # A failed pass does not end the loop, as a failed beat task does not end beat; the test fails at
+        # teardown with the error instead of timing out on whatever the dead loop would have done.
         while not stop.is_set():
             try:
                 tick()
+            except Exception as error:  # noqa: BLE001 - reported at teardown
+                errors.append(repr(error))
             finally:
                 close_old_connections()
             stop.wait(1.0)
@@ -33,6 +38,7 @@ def reconcile_loop(transactional_db):
     yield
     stop.set()
     thread.join(10)
+    assert not errors, f"reconcile passes failed: {errors[:3]}"
 
 
 def wait_for(predicate, timeout, what, every=0.2):

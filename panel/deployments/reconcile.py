@@ -311,7 +311,9 @@ def tick(now: datetime | None = None) -> dict:
     probes: dict[str, list[dict]] = {}
     for deployment in Deployment.objects.exclude(observed_state=DeploymentState.STOPPED).order_by("pk"):
         with transaction.atomic():
-            deployment = Deployment.objects.select_for_update().get(pk=deployment.pk)
+            deployment = Deployment.objects.select_for_update().filter(pk=deployment.pk).first()
+            if deployment is None:
+                continue  # deleted since the list was read (a rollout's old replica, a finished delete)
             busy = services.active_operations(deployment).exists()
             if deployment.drain_until is not None and not busy:
                 # Its stop waits for the gateway's requests in flight: sent once they ended or time is up.

@@ -166,3 +166,24 @@ def test_a_rolling_update_restarts_a_replica_only_once_its_streams_ended(client,
             break
     assert rollout.status == "succeeded", rollout.message
     assert {row.spec["max_model_len"] for row in rows("chat").values()} == {4096}
+
+
+def test_a_deployment_deleted_while_a_pass_runs_is_skipped(client, tiny, monkeypatch):
+    """A rollout's old replica or a finished delete can go between the pass's list and its row lock."""
+    from types import SimpleNamespace
+
+    from panel.deployments import reconcile
+    from panel.deployments.models import Deployment
+
+    put(client, "chat", one_npu(replicas=2))
+    settle()
+    listed = reconcile.Deployment.objects.exclude
+
+    def list_then_delete_one(*args, **kwargs):
+        rows = list(listed(*args, **kwargs).order_by("pk"))
+        Deployment.objects.filter(name="chat").delete()
+        return SimpleNamespace(order_by=lambda *_fields: rows)
+
+    monkeypatch.setattr(reconcile.Deployment.objects, "exclude", list_then_delete_one)
+    tick()  # before the fix: Deployment.DoesNotExist, and the beat's pass ended there
+    assert sorted(Deployment.objects.values_list("name", flat=True)) == ["chat-r2"]
