@@ -12,7 +12,7 @@ from django.utils import timezone
 from panel.monitoring import store
 from panel.monitoring.models import Alert, AlertKind, AlertSeverity
 from panel.monitoring.tasks import send_alert_webhook
-from panel.realtime.broadcast import ALERTS, broadcast, node_group
+from panel.realtime.broadcast import ALERTS, broadcast_each, node_group
 
 log = logging.getLogger(__name__)
 
@@ -80,20 +80,26 @@ def sample_conditions(message: dict) -> dict[str, dict]:
     return conditions(message, settings.PANEL_ALERT_TEMP_C, settings.PANEL_ALERT_HBM_PCT)
 
 
-def open_keys(node_id: int, node_name: str, cached: set[str]) -> set[str]:
-    """The node's open alert keys: from Redis, or from the database the first time (then cached)."""
-    if store.SENTINEL in cached:
-        return cached - {store.SENTINEL}
-    keys = set(Alert.objects.open().filter(node_id=node_id).values_list("key", flat=True))
-    store.client().sadd(store.alerts_key(node_name), store.SENTINEL, *keys)
-    return keys
+def open_keys(nodes: list[tuple[int, str, set[str]]]) -> list[set[str]]:
+    """For each (node id, name, its cached Redis set) the node's open alert keys: from the cache, or from the
+    database the first time (then cached), in one query and one Redis round trip for all the new ones."""
+    missing = {node_id: name for node_id, name, cached in nodes if store.SENTINEL not in cached}
+    found: dict[int, set[str]] = {node_id: set() for node_id in missing}
+    if missing:
+        for node_id, key in Alert.objects.open().filter(node_id__in=missing).values_list("node_id", "key"):
+            found[node_id].add(key)
+        pipe = store.client().pipeline(transaction=False)
+        for node_id, name in missing.items():
+            pipe.sadd(store.alerts_key(name), store.SENTINEL, *found[node_id])
+        pipe.execute()
+    return [found[node_id] if node_id in found else cached - {store.SENTINEL} for node_id, _, cached in nodes]
 
 
-def reconcile_sample(node_id: int, node_name: str, message: dict, cached: set[str]) -> None:
-    """Raise what the sample shows and is not open yet; resolve what is open and the sample no longer shows.
-    While npu-smi fails, chip conditions are unknown, so only the error itself is decided."""
+def reconcile_sample(node_id: int, node_name: str, message: dict, known: set[str]) -> None:
+    """Raise what the sample shows and is not open yet (`known`: the node's open keys, from `open_keys`);
+    resolve what is open and the sample no longer shows. While npu-smi fails, chip conditions are unknown, so
+    only the error itself is decided."""
     current = sample_conditions(message)
-    known = open_keys(node_id, node_name, cached)
     decided = known - NOT_FROM_SAMPLES
     if message.get("error"):
         decided = {key for key in decided if key == AlertKind.SAMPLING_ERROR.value}
@@ -133,8 +139,7 @@ def _after_commit(node_name: str, raised: dict, resolved: set[str], changed: lis
         redis.sadd(store.alerts_key(node_name), *raised)
     if resolved:
         redis.srem(store.alerts_key(node_name), *resolved)
-    for event, alert in changed:
-        announce(event, alert, node_name)
+    announce_all([(event, alert, node_name) for event, alert in changed])
 
 
 def alert_data(alert: Alert, node_name: str) -> dict:
@@ -157,19 +162,29 @@ def alert_data(alert: Alert, node_name: str) -> dict:
 
 def announce(event: str, alert: Alert, node_name: str) -> None:
     """Tell browsers (groups "alerts" and node.<name>) and, for raised / resolved, the webhook."""
-    message = {
-        "type": "alert",
-        "event": event,
-        "alert": alert_data(alert, node_name),
-        "open_unacknowledged": Alert.objects.needing_attention().count(),
-    }
-    broadcast(ALERTS, message)
-    broadcast(node_group(node_name), message)
-    if event in ("raised", "resolved") and settings.PANEL_ALERT_WEBHOOK_URL:
-        try:
-            send_alert_webhook.delay({"event": event, "alert": message["alert"]})
-        except Exception:  # the webhook is best effort; never fail the caller over it
-            log.exception("alert webhook for alert %s not queued", alert.pk)
+    announce_all([(event, alert, node_name)])
+
+
+def announce_all(changes: list[tuple[str, Alert, str]]) -> None:
+    """`announce` for many (event, alert, node name): one count and one trip to the channel layer."""
+    if not changes:
+        return
+    open_unacknowledged = Alert.objects.needing_attention().count()
+    sends = []
+    for event, alert, node_name in changes:
+        message = {
+            "type": "alert",
+            "event": event,
+            "alert": alert_data(alert, node_name),
+            "open_unacknowledged": open_unacknowledged,
+        }
+        sends += [(ALERTS, message), (node_group(node_name), message)]
+        if event in ("raised", "resolved") and settings.PANEL_ALERT_WEBHOOK_URL:
+            try:
+                send_alert_webhook.delay({"event": event, "alert": message["alert"]})
+            except Exception:  # the webhook is best effort; never fail the caller over it
+                log.exception("alert webhook for alert %s not queued", alert.pk)
+    broadcast_each(sends)
 
 
 def node_went_offline(node) -> None:
@@ -190,8 +205,35 @@ def node_went_offline(node) -> None:
 
 def node_came_back(node) -> None:
     """Called when a heartbeat (or a metrics batch) arrives from a node that was not online."""
-    if Alert.objects.open().filter(node_id=node.pk, key=OFFLINE_KEY).exists():
-        apply_changes(node.pk, node.name, {}, {OFFLINE_KEY})
+    nodes_came_back({node.pk: node.name})
+
+
+def nodes_came_back(names_by_id: dict[int, str]) -> None:
+    """Resolve the offline alerts of nodes that speak again: one query, one UPDATE and one announcement for
+    however many came back at once (a site's switch back up brings hundreds in the same second)."""
+    now = timezone.now()
+    with transaction.atomic():
+        closing = list(
+            Alert.objects.open()
+            .filter(node_id__in=names_by_id, key=OFFLINE_KEY)
+            .order_by("pk")
+            .select_for_update()
+        )
+        if not closing:
+            return
+        Alert.objects.filter(pk__in=[alert.pk for alert in closing]).update(resolved_at=now, last_seen=now)
+        for alert in closing:
+            alert.resolved_at = alert.last_seen = now
+        changes = [("resolved", alert, names_by_id[alert.node_id]) for alert in closing]
+        transaction.on_commit(lambda: _after_coming_back(changes))
+
+
+def _after_coming_back(changes: list[tuple[str, Alert, str]]) -> None:
+    pipe = store.client().pipeline(transaction=False)
+    for _event, _alert, node_name in changes:
+        pipe.srem(store.alerts_key(node_name), OFFLINE_KEY)
+    pipe.execute()
+    announce_all(changes)
 
 
 def acknowledge(alert: Alert, user) -> Alert:

@@ -25,7 +25,7 @@ from panel.nodes.models import Node, Npu
 from panel.nodes.services import node_status_message
 from panel.nodes.trust import send_agent_task
 from panel.realtime import frames
-from panel.realtime.broadcast import FLEET, broadcast, frame, node_group
+from panel.realtime.broadcast import FLEET, broadcast_each, frame, node_group
 from workers.contracts import MetricBatch
 from workers.sampler import MIN_INTERVAL_S
 from workers.task_names import AGENT_SET_METRICS_INTERVAL
@@ -131,13 +131,17 @@ def ingest_batches(batches: list[MetricBatch]) -> list[dict]:
     pipe.publish(frames.channel(), frames.encode(node_frames))
     *answers, _, _, heartbeats_due, fleet_due, _receivers = pipe.execute()
 
-    for index, (node, _batch, message) in enumerate(taken):
-        name = node["name"]
-        alerts.reconcile_sample(node["id"], name, message, set(answers[alert_reads[index]]))
-        if node["status"] != NodeStatus.ONLINE and store.client().set(
-            store.heartbeat_key(name), "1", nx=True, ex=HEARTBEAT_EVERY_S
-        ):
-            touch_heartbeat(node)  # back online now, not at the next batched write
+    known = alerts.open_keys(
+        [
+            (node["id"], node["name"], set(answers[at]))
+            for (node, _, _), at in zip(taken, alert_reads, strict=True)
+        ]
+    )
+    for (node, _batch, message), keys in zip(taken, known, strict=True):
+        alerts.reconcile_sample(node["id"], node["name"], message, keys)
+    silent = [node for node, _, _ in taken if node["status"] != NodeStatus.ONLINE]
+    if silent:
+        touch_heartbeats(_first_in_a_while(silent))  # back online now, not at the next batched write
     if heartbeats_due:
         write_heartbeats()
     if fleet_due:
@@ -181,27 +185,45 @@ def write_heartbeats() -> None:
     if not ids:
         return
     Node.objects.filter(pk__in=ids, status=NodeStatus.ONLINE).update(last_heartbeat=timezone.now())
-    for row in Node.objects.filter(pk__in=ids).exclude(status=NodeStatus.ONLINE).values("id", "name"):
-        touch_heartbeat(row)
+    touch_heartbeats(
+        list(Node.objects.filter(pk__in=ids).exclude(status=NodeStatus.ONLINE).values("id", "name"))
+    )
 
 
-def touch_heartbeat(node: dict) -> None:
-    """A metrics batch is a sign of life: record it (throttled by the caller), and bring the node online."""
+def _first_in_a_while(silent: list[dict]) -> list[dict]:
+    """Of nodes the cache has not online, those no panel worker brought back in the last HEARTBEAT_EVERY_S
+    (one pipelined SET NX for all), so a node's first batches after an outage bring it back once."""
+    pipe = store.client().pipeline(transaction=False)
+    for node in silent:
+        pipe.set(store.heartbeat_key(node["name"]), "1", nx=True, ex=HEARTBEAT_EVERY_S)
+    return [node for node, first in zip(silent, pipe.execute(), strict=True) if first]
+
+
+def touch_heartbeats(rows: list[dict]) -> None:
+    """Metrics batches are signs of life: record them for `rows` ({"id", "name"}) and bring those the
+    database does not have online back, in one transaction with one announcement for all of them. Per node,
+    a burst of hundreds coming back (a switch up again) cost a transaction, four channel-layer trips and a
+    reload of the node cache each, and put the ingest minutes behind."""
+    if not rows:
+        return
     now = timezone.now()
+    ids = [row["id"] for row in rows]
     with transaction.atomic():
-        came_back = (
-            Node.objects.filter(pk=node["id"])
+        back = list(
+            Node.objects.select_for_update()
+            .filter(pk__in=ids)
             .exclude(status=NodeStatus.ONLINE)
-            .update(status=NodeStatus.ONLINE, last_heartbeat=now)
+            .order_by("pk")
         )
-        if came_back:
-            row = Node.objects.get(pk=node["id"])
-            status = node_status_message(row)
-            transaction.on_commit(lambda: (broadcast(node_group(row.name), status), broadcast(FLEET, status)))
-            alerts.node_came_back(row)
-        else:
-            Node.objects.filter(pk=node["id"]).update(last_heartbeat=now)
-    nodes.forget(node["name"])  # the cached status was stale either way
+        Node.objects.filter(pk__in=ids).update(status=NodeStatus.ONLINE, last_heartbeat=now)
+        statuses = []
+        for node in back:
+            node.status, node.last_heartbeat = NodeStatus.ONLINE, now
+            status = node_status_message(node)
+            statuses += [(node_group(node.name), status), (FLEET, status)]
+        transaction.on_commit(lambda: broadcast_each(statuses))
+        alerts.nodes_came_back({node.pk: node.name for node in back})
+    nodes.forget()  # the cached statuses were stale either way
 
 
 def set_metrics_interval(node: Node, seconds: float, user=None) -> float:

@@ -12,6 +12,7 @@ Only used when the panel's broker is RabbitMQ (CELERY_BROKER_URL amqp://…): ma
 no users, which is why it is not the fleet setup.
 """
 
+import functools
 import logging
 import re
 import secrets
@@ -84,11 +85,17 @@ def _request(method: str, path: str, **kwargs) -> httpx.Response:
     return response
 
 
-def _admin_verify() -> ssl.SSLContext | bool:
-    """An https management API is checked against the broker's CA when the panel has one."""
-    if settings.PANEL_BROKER_CA_FILE:
-        return ssl.create_default_context(cafile=settings.PANEL_BROKER_CA_FILE)
-    return True
+def _admin_verify() -> ssl.SSLContext:
+    """An https management API is checked against the broker's CA when the panel has one, else against the
+    system's CAs."""
+    return _tls_context(settings.PANEL_BROKER_CA_FILE)
+
+
+@functools.lru_cache(maxsize=4)
+def _tls_context(ca_file: str) -> ssl.SSLContext:
+    # Built once per process (a CA replaced at the same path is read at the next restart): loading the CAs
+    # for every call made a burst of joins, four calls each, spend most of its CPU here.
+    return ssl.create_default_context(cafile=ca_file or None)
 
 
 def provision_node(node_name: str) -> str:

@@ -24,8 +24,10 @@ from workers.identity import (
     AUTH_KWARG,
     CENTRAL,
     DEFAULT_TASK_VALIDITY_S,
+    ENVELOPE_KINDS,
     Untrusted,
     derive,
+    fresh_stamp,
     open_envelope_seal,
     open_metrics_seal,
     task_auth,
@@ -79,6 +81,9 @@ def open_envelope(kind: str, task_name: str, envelope) -> tuple:
         if not isinstance(envelope, dict) or not isinstance(envelope.get("body"), dict):
             raise Untrusted("not a signed envelope", "malformed")
         name, signer, body = str(envelope.get("node", "")), str(envelope.get("signer", "")), envelope["body"]
+        # Its time before its signature: what comes too late (a panel worker behind after a burst) is refused
+        # without a query, so a backlog drains faster instead of slower. A fresh one is checked again signed.
+        fresh_stamp(str(envelope.get("stamp", "")), ENVELOPE_KINDS[task_name])
         node = one_or_none(Node.objects.filter(name=name))
         if node is None:
             raise Untrusted(f"no node named {name!r} (removed, or never added)", "sender")

@@ -14,7 +14,7 @@ from panel.nodes.trust import refuse
 from panel.operations.dispatch import dispatch
 from panel.operations.models import Operation, OperationEvent
 from panel.operations.signals import events_stored, operation_ended
-from panel.realtime.broadcast import OPERATIONS, broadcast, node_group, operation_group
+from panel.realtime.broadcast import OPERATIONS, broadcast, broadcast_each, node_group, operation_group
 from workers.contracts import EventBatch
 
 log = logging.getLogger(__name__)
@@ -178,24 +178,26 @@ def _uuid_or_none(text: str):
 
 
 def _broadcast_events(operation: Operation, events: list[OperationEvent]) -> None:
+    """The batch's events, then the operation's summary, in one trip to the channel layer (a fleet's event
+    batches are the ingest's most frequent task)."""
     group = operation_group(operation.id)
+    sends = []
     if len(events) > MAX_EVENTS_PER_BROADCAST:
-        broadcast(
-            group, {"type": "operation.gap", "operation": str(operation.id), "last_seq": events[-1].seq}
+        sends.append(
+            (group, {"type": "operation.gap", "operation": str(operation.id), "last_seq": events[-1].seq})
         )
     elif events:
-        broadcast(
-            group,
-            {
-                "type": "operation.events",
-                "operation": str(operation.id),
-                "events": [e.as_message() for e in events],
-            },
-        )
+        message = {
+            "type": "operation.events",
+            "operation": str(operation.id),
+            "events": [e.as_message() for e in events],
+        }
+        sends.append((group, message))
     summary = operation_summary(operation)
-    broadcast(group, summary, also=(OPERATIONS,))
+    sends += [(group, summary), (OPERATIONS, summary)]
     if operation.node_id:
-        broadcast(node_group(operation.node.name), summary)
+        sends.append((node_group(operation.node.name), summary))
+    broadcast_each(sends)
 
 
 def mark_lost(operation: Operation, error: str, hint: str = "") -> bool:

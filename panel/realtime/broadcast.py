@@ -1,10 +1,13 @@
 """The only code that sends to channel-layer groups (live metrics frames go through panel.realtime.frames).
 Call it after the data is committed, so whatever a browser saw can always be fetched again over REST."""
 
+import asyncio
+import contextlib
 import logging
+import os
+import threading
 
 import orjson
-from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
 log = logging.getLogger(__name__)
@@ -40,8 +43,17 @@ def broadcast(group: str, message: dict, *, also: tuple[str, ...] = ()) -> None:
     """Send `message` (JSON-able, with a "type") to every socket subscribed to `group`, and to the `also`
     groups (DEPLOYMENTS, OPERATIONS) in the same trip to the channel layer. Lossy by design: a failure to
     reach the channel layer is logged, never raised into the caller's transaction."""
+    broadcast_each([(name, message) for name in (group, *also)])
+
+
+def broadcast_each(messages: list[tuple[str, dict]]) -> None:
+    """`broadcast` of many (group, message) pairs in one trip to the channel layer: what a burst of nodes
+    coming back online announces, in one event-loop hop instead of one per message."""
     _send_all(
-        [(name, {"type": "panel.message", "group": name, "message": message}) for name in (group, *also)]
+        [
+            (group, {"type": "panel.message", "group": group, "message": message})
+            for group, message in messages
+        ]
     )
 
 
@@ -60,18 +72,53 @@ def _send_all(sends: list[tuple[str, dict]]) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
-
-    async def send_each():
-        for group, event in sends:
-            try:
-                await layer.group_send(group, event)
-            except Exception:
-                log.exception("sending %s to %s failed", event["type"], group)
-
+    what = ", ".join(event["type"] for _group, event in sends)
     try:
-        async_to_sync(send_each)()
-    except Exception:  # called where no event loop can be run from (inside one)
-        log.exception("sending %s failed", ", ".join(event["type"] for _group, event in sends))
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass  # a plain thread: the usual caller
+    else:
+        log.error("sending %s failed: called inside an event loop, where abroadcast is the way", what)
+        return
+    future = asyncio.run_coroutine_threadsafe(_send_each(layer, sends), _sending_loop())
+    try:
+        future.result(SEND_TIMEOUT_S)
+    except Exception:
+        log.exception("sending %s failed", what)
+
+
+async def _send_each(layer, sends: list[tuple[str, dict]]) -> None:
+    global _pools_of
+    if _pools_of is not layer:
+        # A new layer object (tests make one per test): the old one's connections on this loop go.
+        old, _pools_of = _pools_of, layer
+        if old is not None:
+            with contextlib.suppress(Exception):
+                await old.close_pools()
+    for group, event in sends:
+        try:
+            await layer.group_send(group, event)
+        except Exception:
+            log.exception("sending %s to %s failed", event["type"], group)
+
+
+# Sync callers (the panel worker's tasks, web views' threads) send on one event loop of the process's own.
+# async_to_sync from a plain thread made a new loop, a new thread and a new Redis connection per call: 4.3 ms
+# of CPU per broadcast against 0.7 ms here, and a fleet's event batches and announcements are many a second.
+SEND_TIMEOUT_S = 10.0
+_loop: asyncio.AbstractEventLoop | None = None
+_loop_pid = 0
+_loop_lock = threading.Lock()
+_pools_of = None  # the layer whose connections the loop holds
+
+
+def _sending_loop() -> asyncio.AbstractEventLoop:
+    global _loop, _loop_pid
+    with _loop_lock:
+        if _loop is None or _loop_pid != os.getpid():  # none yet, or a forked child's copy of the parent's
+            _loop, _loop_pid = asyncio.new_event_loop(), os.getpid()
+            threading.Thread(target=_loop.run_forever, name="broadcasts", daemon=True).start()
+        return _loop
 
 
 async def abroadcast(group: str, message: dict) -> None:
