@@ -40,6 +40,18 @@ def ingest_as_its_node(batch: dict) -> list:
 
 
 @pytest.fixture(autouse=True)
+def _an_empty_cache():
+    """Each test starts with the panel's cache empty, as with its database: the tests' cache is this
+    process's memory, and API throttle counts are keyed by user id, which a later test's users reuse (one
+    test's flood of 2/min throttled the next file's user of the same id)."""
+    from django.core.cache import caches
+    from django.core.cache.backends.locmem import LocMemCache
+
+    if isinstance(caches["default"], LocMemCache):  # never a Redis one a test configured: that would flush it
+        caches["default"].clear()
+
+
+@pytest.fixture(autouse=True)
 def _a_channel_layer_of_its_own():
     """Each test gets a channel layer instance of its own: channels_redis keeps one receive lock per instance,
     bound to the event loop that first received, and a test that leaves a receive pending (a socket never
