@@ -174,7 +174,10 @@ class LivePanel:
     def wait_for_node_online(self, name: str, timeout: float = 60) -> dict:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            node = self.node(name)
+            try:
+                node = self.node(name)
+            except httpx.TransportError:  # a web server still starting on a busy machine: ask again
+                node = {"status": "unanswered"}
             if node["status"] == "online":
                 return node
             self.check_children()
