@@ -73,9 +73,11 @@ def _key_of(signer: str, node) -> bytes:
     return agent_key(node)
 
 
-def open_envelope(kind: str, task_name: str, envelope) -> tuple:
+def open_envelope(kind: str, task_name: str, envelope, *, redelivered: bool = False) -> tuple:
     """(node, signer, body) of a signed agent message that is fresh and seen for the first time, or raises
-    Refused (logged and counted)."""
+    Refused (logged and counted). `redelivered`: the broker says it delivered this very message before without
+    an ack (a panel worker killed mid-task, after it had recorded the nonce): its nonce was seen by that
+    delivery, so it is no replay. The flag is the broker's, never the sender's; a replay is a new publish."""
     sender = envelope.get("signer", "?") if isinstance(envelope, dict) else "?"
     try:
         if not isinstance(envelope, dict) or not isinstance(envelope.get("body"), dict):
@@ -90,7 +92,7 @@ def open_envelope(kind: str, task_name: str, envelope) -> tuple:
         stamp = open_envelope_seal(_key_of(signer, node), task_name, envelope)
         if body.get("node", name) != name:
             raise Untrusted(f"envelope for {name!r} carries a message about {body.get('node')!r}", "sender")
-        if not first_sight(signer, stamp):
+        if not first_sight(signer, stamp) and not redelivered:
             raise Untrusted("seen before: a replay", "replayed")
     except Untrusted as error:
         refuse(kind, sender, str(error), error.reason)

@@ -25,7 +25,10 @@ INGEST_RETRY_MAX_S = 30
 @app.task(name=INGEST_EVENTS, bind=True, max_retries=None)
 def ingest_events(self, envelope: dict) -> int:
     try:
-        node, _signer, batch = open_envelope("event_batch", INGEST_EVENTS, envelope)
+        # A batch redelivered after a worker died mid-task is taken again (its events are stored once by
+        # attempt and number); refused as a replay of its own nonce, its events were lost (the fault tier).
+        redelivered = bool((self.request.delivery_info or {}).get("redelivered"))
+        node, _signer, batch = open_envelope("event_batch", INGEST_EVENTS, envelope, redelivered=redelivered)
     except Refused:
         return 0
     except (redis.ConnectionError, redis.TimeoutError) as error:

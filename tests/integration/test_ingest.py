@@ -129,3 +129,27 @@ def test_a_batch_that_finds_the_panels_redis_away_is_retried_not_lost(operation,
     assert result.get() == 2  # stored by the retry (run at once here; after a back-off in a worker)
     assert checks == ["n1", "n1"]
     assert list(operation.events.values_list("seq", flat=True)) == [1, 2]
+
+
+def test_a_batch_redelivered_after_a_worker_died_mid_task_is_stored_not_refused_as_a_replay(operation):
+    """The killed worker had recorded the batch's nonce but not its events; the broker's redelivery (its
+    `redelivered` flag, which no sender sets) is taken, a new publish of the same batch is not."""
+    from panel.nodes import trust
+    from panel.operations.tasks import ingest_events
+    from workers.identity import seal_for_panel, use_keys
+    from workers.task_names import INGEST_EVENTS
+
+    use_keys({"n1": trust.agent_key(operation.node)})
+    batch = event_batch(operation, (1, "state", {"state": "running"}), (2, "log", {"line": "a"}))
+    envelope = seal_for_panel(INGEST_EVENTS, "n1", batch)
+    trust.open_envelope(
+        "event_batch", INGEST_EVENTS, envelope
+    )  # the dead worker's first sight, nothing stored
+
+    assert ingest_events.apply(args=[envelope]).get() == 0  # published again: a replay
+    ingest_events.push_request(delivery_info={"redelivered": True})  # as a worker's request carries it
+    try:
+        assert ingest_events(envelope) == 2
+    finally:
+        ingest_events.pop_request()
+    assert list(operation.events.values_list("seq", flat=True)) == [1, 2]
