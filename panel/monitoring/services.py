@@ -141,7 +141,10 @@ def ingest_batches(batches: list[MetricBatch]) -> list[dict]:
         alerts.reconcile_sample(node["id"], node["name"], message, keys)
     silent = [node for node, _, _ in taken if node["status"] != NodeStatus.ONLINE]
     if silent:
-        touch_heartbeats(_first_in_a_while(silent))  # back online now, not at the next batched write
+        back = _first_in_a_while(silent)
+        if back:
+            touch_heartbeats([node["id"] for node in back])  # back online now, not at the next batched write
+            nodes.forget()  # the cache had them silent: stale, whether or not the database agreed
     if heartbeats_due:
         write_heartbeats()
     if fleet_due:
@@ -179,15 +182,12 @@ def _latest_json(message: dict, received: float) -> bytes:
 
 
 def write_heartbeats() -> None:
-    """One UPDATE for the last heartbeat of every node whose metrics arrived since the last write; a node the
-    database does not have online (the sweeper marked it offline meanwhile) comes back one by one."""
+    """One UPDATE for the last heartbeat of every node whose metrics arrived since the last write; those the
+    database does not have online (the sweeper marked them offline meanwhile) come back with it."""
     ids = [int(i) for i in store.client().spop(store.HEARTBEATS_DUE, HEARTBEATS_PER_WRITE) or []]
     if not ids:
         return
-    Node.objects.filter(pk__in=ids, status=NodeStatus.ONLINE).update(last_heartbeat=timezone.now())
-    touch_heartbeats(
-        list(Node.objects.filter(pk__in=ids).exclude(status=NodeStatus.ONLINE).values("id", "name"))
-    )
+    touch_heartbeats(ids)
 
 
 def _first_in_a_while(silent: list[dict]) -> list[dict]:
@@ -199,15 +199,14 @@ def _first_in_a_while(silent: list[dict]) -> list[dict]:
     return [node for node, first in zip(silent, pipe.execute(), strict=True) if first]
 
 
-def touch_heartbeats(rows: list[dict]) -> None:
-    """Metrics batches are signs of life: record them for `rows` ({"id", "name"}) and bring those the
-    database does not have online back, in one transaction with one announcement for all of them. Per node,
-    a burst of hundreds coming back (a switch up again) cost a transaction, four channel-layer trips and a
-    reload of the node cache each, and put the ingest minutes behind."""
-    if not rows:
+def touch_heartbeats(ids: list[int]) -> None:
+    """Metrics batches are signs of life: record them for the nodes `ids` in one UPDATE, and bring those the
+    database does not have online back in the same transaction, with one announcement for all of them. Per
+    node, a burst of hundreds coming back (a switch up again) cost a transaction, four channel-layer trips and
+    a reload of the node cache each, and put the ingest minutes behind."""
+    if not ids:
         return
     now = timezone.now()
-    ids = [row["id"] for row in rows]
     with transaction.atomic():
         back = list(
             Node.objects.select_for_update()
@@ -221,9 +220,11 @@ def touch_heartbeats(rows: list[dict]) -> None:
             node.status, node.last_heartbeat = NodeStatus.ONLINE, now
             status = node_status_message(node)
             statuses += [(node_group(node.name), status), (FLEET, status)]
-        transaction.on_commit(lambda: broadcast_each(statuses))
-        alerts.nodes_came_back({node.pk: node.name for node in back})
-    nodes.forget()  # the cached statuses were stale either way
+        if back:
+            transaction.on_commit(lambda: broadcast_each(statuses))
+            alerts.nodes_came_back({node.pk: node.name for node in back})
+    if back:
+        nodes.forget()  # their cached statuses are stale
 
 
 def set_metrics_interval(node: Node, seconds: float, user=None) -> float:
