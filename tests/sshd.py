@@ -48,7 +48,7 @@ def _keygen(ssh_keygen: str, path: Path) -> None:
     )
 
 
-def _write_config(workdir: Path, port: int, username: str) -> Path:
+def _write_config(workdir: Path, port: int, username: str, extra: tuple[str, ...]) -> Path:
     config = workdir / "sshd_config"
     config.write_text(
         "\n".join(
@@ -71,6 +71,7 @@ def _write_config(workdir: Path, port: int, username: str) -> Path:
                 # top-level shell, and a session killed mid-rehash left pyenv's lock behind, which then
                 # held every later login for 60 s.
                 "SetEnv SHLVL=1",
+                *extra,
                 "",
             ]
         )
@@ -91,8 +92,9 @@ def _wait_until_listening(process: subprocess.Popen, port: int, log_path: Path) 
     raise RuntimeError(f"sshd did not listen on 127.0.0.1:{port} within {START_TIMEOUT_S}s")
 
 
-def _prepare(workdir: Path) -> SshdServer:
-    """Keys, authorized_keys and a checked config in workdir, for a server on a free loopback port."""
+def _prepare(workdir: Path, extra_config: tuple[str, ...] = ()) -> SshdServer:
+    """Keys, authorized_keys and a checked config in workdir, for a server on a free loopback port;
+    extra_config lines are added to sshd_config as they are."""
     ssh_keygen = shutil.which("ssh-keygen")
     if not os.path.exists(SSHD) or ssh_keygen is None:
         pytest.skip(f"{SSHD} or ssh-keygen is missing: install Debian's openssh-server to run SSH tests")
@@ -105,7 +107,7 @@ def _prepare(workdir: Path) -> SshdServer:
     _keygen(ssh_keygen, workdir / "client_key")
     (workdir / "authorized_keys").write_text((workdir / "client_key.pub").read_text())
     port = _free_port()
-    config = _write_config(workdir, port, username)
+    config = _write_config(workdir, port, username, extra_config)
     subprocess.run([SSHD, "-t", "-f", str(config)], check=True, capture_output=True)
     return SshdServer(
         host="127.0.0.1",
@@ -174,6 +176,17 @@ class RestartableSshd:
         if self.process is not None:
             _end(self.process)
             self.process = None
+
+
+@pytest.fixture
+def sshd_of_two_sessions(tmp_path_factory):
+    """A loopback sshd that allows two sessions per connection (OpenSSH's default is 10)."""
+    server = _prepare(tmp_path_factory.mktemp("sshd-two-sessions"), ("MaxSessions 2",))
+    process = _launch(server)
+    try:
+        yield server
+    finally:
+        _end(process)
 
 
 @pytest.fixture

@@ -26,6 +26,7 @@ from workers.hosts import (
 pytestmark = pytest.mark.ssh
 
 sshd_server = tests.sshd.sshd_server
+sshd_of_two_sessions = tests.sshd.sshd_of_two_sessions
 
 # A well-formed fingerprint that no real key has.
 WRONG_FINGERPRINT = "SHA256:" + "A" * 43
@@ -254,6 +255,26 @@ async def test_a_dropped_pooled_connection_is_replaced(runner):
 
     assert (await runner.run(["true"])).ok
     assert await runner.connection() is not first
+
+
+async def test_commands_beyond_the_servers_session_limit_wait_for_a_session(sshd_of_two_sessions):
+    # CI once lost an inventory this way: one command found sshd's sessions full, the runner closed the
+    # pooled connection to start afresh, and every command running on it ended without an exit status.
+    server = sshd_of_two_sessions
+    runner = SshRunner(
+        server.host,
+        server.port,
+        server.username,
+        client_key=server.client_key_pem,
+        known_host_fingerprint=await fetch_host_key_fingerprint(server.host, server.port),
+    )
+    try:
+        connection = await runner.connection()
+        results = await asyncio.gather(*(runner.run(["sh", "-c", f"sleep 0.3; echo {n}"]) for n in range(5)))
+        assert [(done.exit_status, done.stdout) for done in results] == [(0, f"{n}\n") for n in range(5)]
+        assert await runner.connection() is connection
+    finally:
+        await close_all()
 
 
 async def test_password_login_is_refused_by_a_key_only_server(sshd_server, host_fingerprint):

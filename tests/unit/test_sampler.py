@@ -116,7 +116,9 @@ def test_the_loop_sends_numbered_batches_at_the_interval_until_stopped(sim):
     assert all(b.node == "unit-node" and len(b.samples) == 1 and len(b.samples[0].npus) == 8 for b in sent)
     times = [b.samples[0].time for b in sent]
     gaps = [(later - earlier).total_seconds() for earlier, later in zip(times, times[1:], strict=False)]
-    assert all(0.1 < gap < 1.5 for gap in gaps)
+    # Stamps are taken as a sample starts, so the cadence holds them at least an interval apart. No upper
+    # bound: a sample is real npu-smi subprocesses, which a loaded 2-core machine can hold for seconds.
+    assert all(gap >= 0.15 for gap in gaps), gaps
     # What goes over the wire validates on the panel side.
     wire = MetricBatch.model_validate(sent[0].model_dump(mode="json"))
     assert wire.samples[0].npus[0].hbm_total_mb == 65536

@@ -61,6 +61,9 @@ HELPER_TIMEOUT_S = 30.0
 PID_WAIT_S = 15.0
 # Errors that mean the pooled connection is gone and a fresh one should be tried once.
 STALE_CONNECTION_ERRORS = (asyncssh.ChannelOpenError, asyncssh.DisconnectError, OSError)
+# How often a command asks for a session before giving up, and the first wait between asks (it grows).
+OPEN_ATTEMPTS = 6
+SESSION_RETRY_S = 0.1
 
 
 def _program(argv: list[str], env: dict[str, str]) -> list[str]:
@@ -161,18 +164,31 @@ class SshRunner(Runner):
     async def _open(self) -> tuple[asyncssh.SSHClientConnection, str]:
         return await open_connection(self._params)
 
-    async def _open_process(self, command: str) -> asyncssh.SSHClientProcess:
-        # A pooled connection can die between uses (host rebooted, sshd restarted): retry once, fresh.
-        try:
-            return await (await self.connection()).create_process(command, encoding=None)
-        except STALE_CONNECTION_ERRORS:
-            await discard_connection(self._pool_key)
-        return await (await self.connection()).create_process(command, encoding=None)
+    async def _open_process(self, command: str, encoding: str | None = None) -> asyncssh.SSHClientProcess:
+        for attempt in range(1, OPEN_ATTEMPTS + 1):
+            connection = await self.connection()
+            try:
+                return await connection.create_process(command, encoding=encoding)
+            except STALE_CONNECTION_ERRORS:
+                if attempt == OPEN_ATTEMPTS:
+                    raise
+                if not connection.is_closed():
+                    # A live connection refused a session: sshd's MaxSessions is full, because sessions
+                    # are freed a moment after their channels close. Closing it would end the commands
+                    # others run on it, so wait for a slot instead.
+                    await asyncio.sleep(SESSION_RETRY_S * attempt)
+                else:
+                    # The pooled connection died between uses (host rebooted, sshd restarted): open anew.
+                    await discard_connection(self._pool_key, connection)
+        raise AssertionError("unreachable")
 
     async def _shell(self, command: str) -> asyncssh.SSHCompletedProcess:
         """Run a helper command string built here from quoted parts; bounded in time."""
-        connection = await self.connection()
-        return await connection.run(command, check=False, timeout=HELPER_TIMEOUT_S)
+        process = await self._open_process(command, encoding="utf-8")
+        try:
+            return await process.wait(check=False, timeout=HELPER_TIMEOUT_S)
+        finally:
+            process.close()
 
     async def _execute(
         self,

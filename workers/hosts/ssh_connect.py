@@ -200,11 +200,23 @@ async def pooled_connection(
         raise
 
 
-async def discard_connection(key: tuple[str, int, str, str | None]) -> None:
-    """Close and forget the pooled connection for key on this loop, if any."""
-    task = _pool.pop((asyncio.get_running_loop(), *key), None)
-    if task is not None:
-        await _close_task(task)
+async def discard_connection(
+    key: tuple[str, int, str, str | None], connection: asyncssh.SSHClientConnection | None = None
+) -> None:
+    """Close and forget the pooled connection for key on this loop, if any; given `connection`, only if
+    the pool still holds that one (a fresh connection another caller opened meanwhile is kept)."""
+    pool_key = (asyncio.get_running_loop(), *key)
+    task = _pool.get(pool_key)
+    if task is None:
+        return
+    if connection is not None and not (task.done() and _holds(task, connection)):
+        return
+    del _pool[pool_key]
+    await _close_task(task)
+
+
+def _holds(task: asyncio.Task, connection: asyncssh.SSHClientConnection) -> bool:
+    return not task.cancelled() and task.exception() is None and task.result()[0] is connection
 
 
 async def close_all() -> None:
