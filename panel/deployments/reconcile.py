@@ -229,10 +229,19 @@ def ingest_probe(message: dict) -> None:
             deployment.save()
 
 
+def _reads_on_from_the_held_offset(deployment, node, result) -> bool:
+    """Whether a probe's log lines follow on from what the panel holds. Probes queued while an agent was away
+    all read from the same offset, and an older one can be answered after a newer: their lines would be
+    stored twice, and the offset moved back. An agent that does not say where it read from is trusted."""
+    read_from = result.get("log_from")
+    return read_from is None or int(read_from) == int(_node_runtime(deployment, node).get("log_offset") or 0)
+
+
 def _apply_probe(deployment, node, result, policy, now, when) -> None:
-    append_logs(deployment, node, result.get("lines") or [], when)
-    if result.get("log_offset") is not None:
-        _set_node_runtime(deployment, node, {"log_offset": result["log_offset"]})
+    if _reads_on_from_the_held_offset(deployment, node, result):
+        append_logs(deployment, node, result.get("lines") or [], when)
+        if result.get("log_offset") is not None:
+            _set_node_runtime(deployment, node, {"log_offset": result["log_offset"]})
     if result.get("metrics"):
         _store_metrics(deployment, node, result["metrics"], when)
     if deployment.desired_state != DesiredState.RUNNING or deployment.observed_state not in PROBED_STATES:

@@ -340,8 +340,8 @@ async def _probe_one(runner: LocalRunner, config, item: dict) -> dict:
     alive = await runtime.is_alive(runner, record)
     follower = bool(item.get("follower"))
     healthy = alive and (follower or await runtime.is_healthy(record))
-    offset = int(item.get("log_offset") or 0)
-    lines, offset = runtime.read_log(record.log_path, offset)
+    read_from = int(item.get("log_offset") or 0)
+    lines, offset = runtime.read_log(record.log_path, read_from)
     lines = lines[-MAX_LOG_LINES_PER_PROBE:]
     result = {
         "name": name,
@@ -349,6 +349,7 @@ async def _probe_one(runner: LocalRunner, config, item: dict) -> dict:
         "alive": alive,
         "healthy": healthy,
         "runtime": record.to_dict(),
+        "log_from": read_from,
         "log_offset": offset,
         "lines": lines,
     }

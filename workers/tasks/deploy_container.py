@@ -355,13 +355,15 @@ async def probe_container(runner, config, item: dict, scrape) -> dict:
         record.pid = state.pid
         lifecycle.save_record(config.host_root, record)
     healthy = alive and (follower or await runtime.is_healthy(record))
-    lines, offset = lifecycle.read_lines(record.log_path, int(item.get("log_offset") or 0))
+    read_from = int(item.get("log_offset") or 0)
+    lines, offset = lifecycle.read_lines(record.log_path, read_from)
     result = {
         "name": name,
         "recorded": True,
         "alive": alive,
         "healthy": healthy,
         "runtime": record.to_dict(),
+        "log_from": read_from,
         "log_offset": offset,
         "lines": lines[-MAX_LOG_LINES_PER_PROBE:],
     }
