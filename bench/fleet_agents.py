@@ -40,7 +40,7 @@ from workers.celery_app import app
 from workers.contracts import Heartbeat, utcnow
 from workers.events import EventEmitter, send_to_panel
 from workers.identity import Untrusted, check_task, use_keys
-from workers.task_names import AGENT_INVENTORY, HEARTBEAT, node_queue
+from workers.task_names import AGENT_INVENTORY, node_queue
 from workers.topology import agent_queue
 
 log = logging.getLogger("fleet-agents")
@@ -79,7 +79,7 @@ class PlayedNode:
             running=self.running,
             done=self.done,
         )
-        self.send(HEARTBEAT, beat.model_dump(mode="json"))
+        metrics_inbox.push_heartbeat(beat, producer=self.producer)
 
     def metrics(self, tick: int) -> tuple[int, float]:
         batch = self.fake.batch(tick)

@@ -37,18 +37,18 @@ import sys
 import threading
 
 import workers.tasks  # noqa: F401  registers the agent tasks
-from workers import __version__
+from workers import __version__, metrics_inbox
 from workers.agent_config import AgentConfig
 from workers.asking import AnswersInline
 from workers.celery_app import app, configure_agent
 from workers.contracts import Heartbeat, utcnow
-from workers.events import publish_unsealed, send_to_panel
+from workers.events import publish_unsealed
 from workers.identity import CENTRAL, CENTRAL_ENV, Untrusted, signing_key
 from workers.leases import finished_operations, running_operations
 from workers.sampler import sampler_loop
 from workers.sealing import panel_key_material_in
 from workers.spool import spool_for
-from workers.task_names import HEARTBEAT, SSH_RUNNER_QUEUE, node_queue
+from workers.task_names import SSH_RUNNER_QUEUE, node_queue
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ def heartbeat_loop(config: AgentConfig, stop: threading.Event) -> None:
             done=finished_operations(),
         )
         try:
-            send_to_panel(HEARTBEAT, beat.model_dump(mode="json"))
+            metrics_inbox.push_heartbeat(beat)
         except Exception:  # the broker may be restarting; the next beat tries again
             log.exception("heartbeat not sent")
         stop.wait(config.heartbeat_s)

@@ -81,3 +81,10 @@ class Heartbeat(BaseModel):
     # re-sends a running operation the agent no longer knows (it was killed) and leaves the rest alone.
     running: list[str] = Field(default_factory=list)
     done: list[str] = Field(default_factory=list)
+
+
+class HeartbeatLine(BaseModel):
+    """A heartbeat as the inbox carries it (workers.identity.HEARTBEAT_LINE_START): the agent's beats ride the
+    metrics path, drained in batches, instead of a Celery task each."""
+
+    heartbeat: Heartbeat

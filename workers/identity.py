@@ -234,26 +234,40 @@ def open_envelope_seal(key: bytes, task_name: str, envelope: dict) -> Stamp:
     return fresh_stamp(stamp, ENVELOPE_KINDS[task_name])
 
 
-def metrics_line(signer: str, raw: bytes) -> bytes:
-    """A metrics batch as the inbox carries it: signer, seal and the batch's JSON, space separated. The seal
-    is the stamp and the signature over it and the batch: "stamp/signature"."""
-    stamp = new_stamp(VALIDITY_S["metrics"]).encode()
-    sig = signature(signing_key(signer), b"metrics", stamp, raw).encode()
+# What the inbox (workers.metrics_inbox) carries: metrics batches and, since they come as often, heartbeats.
+# The kind is signed with the line, so a captured metrics batch cannot pass for a heartbeat.
+INBOX_KINDS = ("metrics", "heartbeat")
+HEARTBEAT_LINE_START = b'{"heartbeat":'  # workers.contracts.HeartbeatLine's JSON
+
+
+def inbox_line(signer: str, raw: bytes, kind: str = "metrics") -> bytes:
+    """A message as the inbox carries it: signer, seal and its JSON, space separated. The seal is the stamp
+    and the signature over the kind, it and the JSON: "stamp/signature"."""
+    stamp = new_stamp(VALIDITY_S[kind]).encode()
+    sig = signature(signing_key(signer), kind.encode(), stamp, raw).encode()
     return b"%s %s/%s %s" % (signer.encode(), stamp, sig, raw)
 
 
-def split_metrics_line(line: bytes) -> tuple[str, str, bytes]:
-    """(signer, seal, batch JSON) of an inbox line; the seal is checked by open_metrics_seal."""
+def split_inbox_line(line: bytes) -> tuple[str, str, bytes]:
+    """(signer, seal, JSON) of an inbox line; the seal is checked by open_inbox_seal."""
     signer, seal, raw = line.split(b" ", 2)
     return signer.decode(), seal.decode(), raw
 
 
-def open_metrics_seal(key: bytes, seal: str, raw: bytes, now: float | None = None) -> Stamp:
-    """The stamp of a metrics batch whose seal verifies with `key` and that still counts; raises Untrusted."""
+def inbox_kind(raw: bytes) -> str:
+    """Which kind an inbox line's JSON claims to be; its seal must then verify for that kind."""
+    return "heartbeat" if raw.startswith(HEARTBEAT_LINE_START) else "metrics"
+
+
+def open_inbox_seal(
+    key: bytes, seal: str, raw: bytes, now: float | None = None, kind: str = "metrics"
+) -> Stamp:
+    """The stamp of an inbox line of `kind` whose seal verifies with `key` and that still counts; raises
+    Untrusted."""
     stamp, _, sig = seal.partition("/")
-    if not verify(key, sig, b"metrics", stamp.encode(), raw):
+    if not verify(key, sig, kind.encode(), stamp.encode(), raw):
         raise Untrusted("signature does not verify with the node's credential")
-    return fresh_stamp(stamp, "metrics", now)
+    return fresh_stamp(stamp, kind, now)
 
 
 # --- panel → agent -----------------------------------------------------------------------------------

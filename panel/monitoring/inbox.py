@@ -1,6 +1,7 @@
-"""The panel worker's metrics ingester: one thread that drains the metrics inbox (workers.metrics_inbox)
-and ingests each batch. It runs inside every panel worker (a Celery bootstep), so `celery -A panel.celery
-worker -Q panel` is all a deployment runs; several panel workers share the inbox, each batch goes to one.
+"""The panel worker's metrics ingester: one thread that drains the metrics inbox (workers.metrics_inbox),
+ingests each batch and records the agents' heartbeats that come the same way. It runs inside every panel
+worker (a Celery bootstep), so `celery -A panel.celery worker -Q panel` is all a deployment runs; several
+panel workers share the inbox, each line goes to one.
 """
 
 import logging
@@ -13,10 +14,11 @@ from django.db import close_old_connections, connections
 from pydantic import ValidationError
 
 from panel.monitoring.services import ingest_batches
-from panel.nodes.trust import refuse, trusted_metrics
+from panel.nodes.services import record_heartbeat
+from panel.nodes.trust import refuse, trusted_heartbeats, trusted_metrics
 from workers import metrics_inbox
-from workers.contracts import MetricBatch, utcnow
-from workers.identity import split_metrics_line
+from workers.contracts import Heartbeat, HeartbeatLine, MetricBatch, utcnow
+from workers.identity import inbox_kind, split_inbox_line
 from workers.task_names import PANEL_QUEUE
 
 log = logging.getLogger(__name__)
@@ -87,17 +89,22 @@ class MetricsIngester:
 
     def ingest_all(self, raws: list[bytes]) -> None:
         now = utcnow()
-        parsed, signed = [], []
+        parsed, signed, beats = [], [], []
         for line in raws:
             try:  # parsed and validated in one step by pydantic's JSON reader
-                signer, seal, raw = split_metrics_line(line)
+                signer, seal, raw = split_inbox_line(line)
+                if inbox_kind(raw) == "heartbeat":
+                    beats.append((signer, seal, raw, HeartbeatLine.model_validate_json(raw).heartbeat))
+                    continue
                 batch = MetricBatch.model_validate_json(raw)
             except (ValueError, ValidationError) as error:
-                why = f"malformed or unsigned metrics batch: {str(error)[:200]}"
+                why = f"malformed or unsigned inbox line: {str(error)[:200]}"
                 refuse("metrics", "?", why, "malformed")
                 continue
             parsed.append(batch)
             signed.append((signer, seal, raw, batch.node))
+        if beats:
+            record_heartbeats(beats)
         verdicts = trusted_metrics(signed) if signed else []
         batches = [
             batch for batch, ok in zip(parsed, verdicts, strict=True) if ok and not is_stale(batch, now)
@@ -110,6 +117,20 @@ class MetricsIngester:
             log.exception("%d metrics batches not ingested", len(batches))
             self._connections_checked = float("-inf")  # the database connection may be what broke
         self.ingested += len(batches)
+
+
+def record_heartbeats(beats: list[tuple[str, str, bytes, Heartbeat]]) -> None:
+    """Record the trusted ones of a drain's (signer, seal, JSON, heartbeat): one query for their nodes, one
+    Redis round trip for their nonces, then each as the heartbeat task would (panel.nodes.services)."""
+    about = [(signer, seal, raw, beat.node) for signer, seal, raw, beat in beats]
+    verdicts, nodes = trusted_heartbeats(about)
+    for (signer, _seal, _raw, beat), ok in zip(beats, verdicts, strict=True):
+        if not ok:
+            continue
+        try:
+            record_heartbeat(beat, signer=signer, node=nodes[beat.node])
+        except Exception:  # one node's failure (a row removed meanwhile) is not the others'
+            log.exception("heartbeat of %s not recorded", beat.node)
 
 
 def is_stale(batch: MetricBatch, now: datetime) -> bool:

@@ -33,7 +33,9 @@ def _announce(node: Node) -> None:
     transaction.on_commit(lambda: (broadcast(node_group(node.name), message), broadcast(FLEET, message)))
 
 
-def record_heartbeat(data: dict, *, signer: str | None = None, node: Node | None = None) -> Node | None:
+def record_heartbeat(
+    data: dict | Heartbeat, *, signer: str | None = None, node: Node | None = None
+) -> Node | None:
     """Apply a heartbeat whose envelope panel.nodes.trust verified (signer: the node itself, or the central
     agent for an SSH node's probe). `node`: its row as the envelope check just read it, if it did.
 

@@ -29,7 +29,7 @@ from workers.identity import (
     derive,
     fresh_stamp,
     open_envelope_seal,
-    open_metrics_seal,
+    open_inbox_seal,
     task_auth,
 )
 from workers.topology import agent_queue, route
@@ -142,9 +142,19 @@ def forget_credentials(sender=None, instance=None, created=False, update_fields=
 
 def trusted_metrics(lines: list[tuple[str, str, bytes, str]]) -> list[bool]:
     """For each (signer, seal, batch JSON, node the batch is about) of one inbox drain: whether its seal
-    verifies with that node's credential, is fresh and was not seen before. One query and one Redis round
-    trip for the whole drain; refusals are counted."""
-    nodes = _credentials.lookup({line[3] for line in lines})
+    verifies with that node's credential, is fresh and was not seen before. One query (often none: the
+    credential cache) and one Redis round trip for the whole drain; refusals are counted."""
+    return _trusted_lines("metrics", lines, _credentials.lookup({line[3] for line in lines}))
+
+
+def trusted_heartbeats(lines: list[tuple[str, str, bytes, str]]) -> tuple[list[bool], dict]:
+    """trusted_metrics for the heartbeats of one inbox drain, and the rows of the nodes they are about. A
+    heartbeat changes state, so the rows are read now, not from the credential cache: one query."""
+    nodes = {node.name: node for node in Node.objects.filter(name__in={line[3] for line in lines})}
+    return _trusted_lines("heartbeat", lines, nodes), nodes
+
+
+def _trusted_lines(kind: str, lines: list[tuple[str, str, bytes, str]], nodes: dict) -> list[bool]:
     keys: dict[tuple[str, str], bytes | None] = {}
     stamps = []
     for signer, seal, raw, name in lines:
@@ -155,15 +165,15 @@ def trusted_metrics(lines: list[tuple[str, str, bytes, str]]) -> list[bool]:
                     raise Untrusted(f"no node named {name!r}", "sender")
                 keys[signer, name] = _key_of(signer, node)
             except Untrusted as error:
-                refuse("metrics", signer, str(error), error.reason)
+                refuse(kind, signer, str(error), error.reason)
                 keys[signer, name] = None
         key = keys[signer, name]
         stamp = None
         if key is not None:
             try:
-                stamp = open_metrics_seal(key, seal, raw)
+                stamp = open_inbox_seal(key, seal, raw, kind=kind)
             except Untrusted as error:
-                refuse("metrics", signer, f"batch about {name!r}: {error}", error.reason)
+                refuse(kind, signer, f"{kind} about {name!r}: {error}", error.reason)
         stamps.append(stamp)
     fresh = [(line[0], stamp) for line, stamp in zip(lines, stamps, strict=True) if stamp is not None]
     unseen = iter(first_sights(fresh) if fresh else [])
@@ -171,7 +181,7 @@ def trusted_metrics(lines: list[tuple[str, str, bytes, str]]) -> list[bool]:
     for (signer, _seal, _raw, name), stamp in zip(lines, stamps, strict=True):
         ok = stamp is not None and next(unseen)
         if stamp is not None and not ok:
-            refuse("metrics", signer, f"batch about {name!r} seen before: a replay", "replayed")
+            refuse(kind, signer, f"{kind} about {name!r} seen before: a replay", "replayed")
         verdicts.append(ok)
     return verdicts
 

@@ -13,7 +13,7 @@ from panel.nodes.models import Node
 from workers import metrics_inbox
 from workers.broker import broker_redis
 from workers.contracts import HostSample, MetricBatch, MetricSample, NpuSample, utcnow
-from workers.identity import signature, split_metrics_line, use_keys
+from workers.identity import signature, split_inbox_line, use_keys
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
 
@@ -48,7 +48,7 @@ def any_node_key():
 
 
 def payload(line: bytes) -> dict:
-    return json.loads(split_metrics_line(line)[2])
+    return json.loads(split_inbox_line(line)[2])
 
 
 @pytest.mark.usefixtures("any_node_key")

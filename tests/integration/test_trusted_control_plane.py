@@ -113,7 +113,7 @@ def test_metrics_signed_by_a_for_b_are_dropped_and_counted(two_nodes):
     from panel.monitoring.inbox import MetricsIngester
     from panel.monitoring.store import read_latest
     from workers.contracts import HostSample, MetricBatch, MetricSample, utcnow
-    from workers.identity import metrics_line
+    from workers.identity import inbox_line
 
     as_node_a(two_nodes)
     sample = MetricSample(
@@ -121,7 +121,7 @@ def test_metrics_signed_by_a_for_b_are_dropped_and_counted(two_nodes):
     )
     forged = MetricBatch(node="node-b", samples=[sample], seq=1, sent_at=utcnow()).model_dump_json().encode()
     before = rejected("metrics")
-    MetricsIngester().ingest_all([metrics_line("node-a", forged), b"unsigned " + forged])
+    MetricsIngester().ingest_all([inbox_line("node-a", forged), b"unsigned " + forged])
     assert rejected("metrics") == before + 2
     assert "node-b" not in read_latest(["node-b"])
 
@@ -397,11 +397,11 @@ def test_the_central_agent_speaks_only_for_nodes_it_reaches_over_ssh(db):
 def test_metrics_signed_with_a_rotated_credential_are_refused_at_once(two_nodes):
     from panel.nodes.models import new_credential_id
     from panel.nodes.trust import trusted_metrics
-    from workers.identity import metrics_line, split_metrics_line
+    from workers.identity import inbox_line, split_inbox_line
 
     node_a, _ = two_nodes
     as_node_a(two_nodes)
-    signer, sig, raw = split_metrics_line(metrics_line("node-a", b'{"node": "node-a"}'))
+    signer, sig, raw = split_inbox_line(inbox_line("node-a", b'{"node": "node-a"}'))
     assert trusted_metrics([(signer, sig, raw, "node-a")]) == [True]
     node_a.credential_id = new_credential_id()  # what joining again does
     node_a.save(update_fields=["credential_id", "updated"])

@@ -13,12 +13,13 @@ from workers.identity import (
     Untrusted,
     check_task,
     fresh_stamp,
-    metrics_line,
+    inbox_kind,
+    inbox_line,
     new_stamp,
     open_envelope_seal,
-    open_metrics_seal,
+    open_inbox_seal,
     seal_for_panel,
-    split_metrics_line,
+    split_inbox_line,
     task_auth,
     use_keys,
 )
@@ -130,12 +131,26 @@ def test_an_envelope_verifies_with_its_stamp_and_refuses_a_tampered_time():
 
 
 def test_a_metrics_line_carries_its_stamp_inside_the_signature(monkeypatch):
-    signer, seal, raw = split_metrics_line(metrics_line("node-a", b'{"node": "node-a"}'))
+    signer, seal, raw = split_inbox_line(inbox_line("node-a", b'{"node": "node-a"}'))
     assert (signer, raw) == ("node-a", b'{"node": "node-a"}')
-    assert open_metrics_seal(KEY_A, seal, raw).nonce
+    assert open_inbox_seal(KEY_A, seal, raw).nonce
     stamp, _, sig = seal.partition("/")
     issued, expires, nonce = stamp.split(":")
     with pytest.raises(Untrusted, match="does not verify"):
-        open_metrics_seal(KEY_A, f"{int(issued) + 1000}:{int(expires) + 1000}:{nonce}/{sig}", raw)
+        open_inbox_seal(KEY_A, f"{int(issued) + 1000}:{int(expires) + 1000}:{nonce}/{sig}", raw)
     with pytest.raises(Untrusted, match="expired"):
-        open_metrics_seal(KEY_A, seal, raw, now=time.time() + VALIDITY_S["metrics"] + CLOCK_SKEW_S + 1)
+        open_inbox_seal(KEY_A, seal, raw, now=time.time() + VALIDITY_S["metrics"] + CLOCK_SKEW_S + 1)
+
+
+def test_a_heartbeat_line_is_sealed_for_its_kind_and_counts_only_briefly():
+    raw = b'{"heartbeat":{"node":"node-a"}}'
+    signer, seal, raw = split_inbox_line(inbox_line("node-a", raw, kind="heartbeat"))
+    assert inbox_kind(raw) == "heartbeat"
+    assert inbox_kind(b'{"node":"node-a"}') == "metrics"
+    assert open_inbox_seal(KEY_A, seal, raw, kind="heartbeat").nonce
+    with pytest.raises(Untrusted, match="does not verify"):
+        open_inbox_seal(KEY_A, seal, raw)  # a heartbeat's seal is no metrics seal, nor the other way round
+    with pytest.raises(Untrusted, match="expired"):
+        open_inbox_seal(
+            KEY_A, seal, raw, now=time.time() + VALIDITY_S["heartbeat"] + CLOCK_SKEW_S + 1, kind="heartbeat"
+        )

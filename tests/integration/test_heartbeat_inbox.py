@@ -1,0 +1,81 @@
+"""Agents' heartbeats through the metrics inbox (workers.metrics_inbox.push_heartbeat): the real line format,
+the real ingester's drain, real Redis for the nonces. A heartbeat marks its own node online; one signed by
+another node, replayed, sealed as metrics, or from a removed node changes nothing and is counted."""
+
+import pytest
+
+from panel.monitoring.inbox import MetricsIngester
+from tests.integration.test_trusted_control_plane import as_node_a, rejected, two_nodes
+from workers.contracts import Heartbeat, HeartbeatLine, utcnow
+from workers.identity import inbox_line
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("_wired_to_redis")]
+
+__all__ = ["two_nodes"]  # a fixture, used by name
+
+
+def heartbeat_line(node: str, signer: str | None = None, kind: str = "heartbeat", **fields) -> bytes:
+    beat = Heartbeat(node=node, time=utcnow(), agent_version="2.1", interval_s=5, **fields)
+    return inbox_line(signer or node, HeartbeatLine(heartbeat=beat).model_dump_json().encode(), kind=kind)
+
+
+def test_a_heartbeat_line_marks_its_node_online_with_what_it_says(two_nodes):
+    node_a, _ = two_nodes
+    as_node_a(two_nodes)
+
+    MetricsIngester().ingest_all([heartbeat_line("node-a", running=["op-1"], done=["op-0"])])
+
+    node_a.refresh_from_db()
+    assert node_a.status == "online"
+    assert node_a.last_heartbeat is not None
+    assert (node_a.agent_version, node_a.agent_running, node_a.agent_done) == ("2.1", ["op-1"], ["op-0"])
+
+
+def test_heartbeats_ride_one_drain_with_metrics_and_each_node_is_recorded(two_nodes):
+    from panel.nodes.models import Node
+    from panel.nodes.trust import agent_key
+    from workers.identity import use_keys
+
+    use_keys({node.name: agent_key(node) for node in two_nodes})
+
+    MetricsIngester().ingest_all([heartbeat_line("node-a"), heartbeat_line("node-b")])
+
+    assert set(Node.objects.filter(status="online").values_list("name", flat=True)) == {"node-a", "node-b"}
+
+
+def test_a_forged_replayed_or_mislabelled_heartbeat_line_changes_nothing(two_nodes):
+    node_a, node_b = two_nodes
+    as_node_a(two_nodes)
+    before = rejected("heartbeat")
+    own = heartbeat_line("node-a")
+
+    MetricsIngester().ingest_all(
+        [
+            heartbeat_line("node-b", signer="node-a"),  # A speaking for B
+            heartbeat_line("node-a", kind="metrics"),  # a seal for metrics over a heartbeat
+        ]
+    )
+    node_a.refresh_from_db()
+    node_b.refresh_from_db()
+    assert (node_a.last_heartbeat, node_b.last_heartbeat) == (None, None)
+    assert rejected("heartbeat") == before + 2
+
+    MetricsIngester().ingest_all([own])
+    node_a.refresh_from_db()
+    first = node_a.last_heartbeat
+    assert first is not None
+    MetricsIngester().ingest_all([own])  # captured and sent again
+    node_a.refresh_from_db()
+    assert node_a.last_heartbeat == first
+    assert rejected("heartbeat") == before + 3
+
+
+def test_a_removed_nodes_heartbeat_line_is_refused(two_nodes):
+    node_a, _ = two_nodes
+    as_node_a(two_nodes)
+    node_a.delete()
+    before = rejected("heartbeat")
+
+    MetricsIngester().ingest_all([heartbeat_line("node-a")])
+
+    assert rejected("heartbeat") == before + 1
