@@ -1,8 +1,9 @@
 """Where messages go: the exchanges and queues the panel and the agents share, on either transport.
 
 - `ingest` exchange: the only one a node may publish to. Routing key `ingest` reaches the panel's ingest
-  queue (the Celery tasks agents send: event batches, heartbeats, probe answers); `metrics` reaches the
-  lossy metrics queue (raw signed metric lines, workers.metrics_inbox).
+  queue (the Celery tasks agents send: event batches, probe answers, the central agent's heartbeats for SSH
+  nodes); `metrics` reaches the lossy metrics queue (raw signed lines of metrics and of agents' heartbeats,
+  workers.metrics_inbox).
 - `panel` exchange and queue: the panel's own tasks (beat's sweeps, webhooks); nodes cannot write to it.
 - `nodes` exchange: the panel's tasks for agents, routed to `node.<name>` (and the central agent's
   `ssh-runner`); only the panel writes to it, and each node may read only its own queue.
