@@ -23,8 +23,9 @@ from tests.security.central_agent import central_agent_process, central_credenti
 from tests.security.test_fleet_transport import run_agent, wait_for
 from tests.security.test_node_broker_user import join
 from tests.tls_certs import make_authority, server_files
-from workers.task_names import HEARTBEAT, SSH_RUNNER_QUEUE
-from workers.topology import INGEST_QUEUE, declare, panel_topology
+from workers.identity import inbox_kind, split_inbox_line
+from workers.task_names import SSH_RUNNER_QUEUE
+from workers.topology import METRICS_QUEUE, declare, panel_topology
 
 pytestmark = [pytest.mark.django_db, pytest.mark.timeout(180)]
 
@@ -196,8 +197,8 @@ def agent_over_tls(over_tls, sim_host, tmp_path):
 
 
 def test_an_agent_process_configured_from_its_join_answer_works_over_tls_only(agent_over_tls, tls_broker):
-    """Its heartbeats reach the ingest queue (published over amqps, confirmed by the broker), its worker
-    consumes its queue, and every connection its user holds is TLS on the amqps listener."""
+    """Its heartbeats reach the metrics queue (published over amqps), its worker consumes its queue, and
+    every connection its user holds is TLS on the amqps listener."""
     name, _, log_path = agent_over_tls
     heartbeat = wait_for(
         lambda: first_heartbeat(tls_broker.panel_url),
@@ -257,10 +258,12 @@ def connections_consuming(broker: BrokerNode, user: str, queue: str) -> list[dic
 
 
 def first_heartbeat(panel_url: str) -> dict | None:
-    """The first heartbeat waiting in the ingest queue, read with the panel's user as its worker reads it."""
+    """The first heartbeat waiting in the metrics queue (the inbox agents' heartbeats ride), read with the
+    panel's user as its ingester reads it."""
     with Connection(panel_url, connect_timeout=5) as connection:
         channel = connection.channel()
-        while message := channel.basic_get(INGEST_QUEUE, no_ack=True):
-            if message.headers.get("task") == HEARTBEAT:
-                return json.loads(message.body)[0][0]
+        while message := channel.basic_get(METRICS_QUEUE, no_ack=True):
+            _signer, _seal, raw = split_inbox_line(message.body)
+            if inbox_kind(raw) == "heartbeat":
+                return json.loads(raw)["heartbeat"]
     return None
