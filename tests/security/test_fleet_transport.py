@@ -86,7 +86,7 @@ def test_an_agent_on_rabbitmq_runs_the_panels_task_and_its_events_and_metrics_co
     assert answer["broker_url"].startswith("amqp://")
     node = wait_for(
         lambda: Node.objects.filter(name=name, last_heartbeat__isnull=False).first(),
-        f"a heartbeat through the ingest queue ({log_path.read_text()[-2000:]})",
+        f"a heartbeat through the metrics inbox ({log_path.read_text()[-2000:]})",
     )
     operation = start_inventory(node)
 
