@@ -49,17 +49,18 @@ def push(batch: MetricBatch, signer: str | None = None, *, producer=None) -> Non
     node's sample, by the central agent (workers.identity). On RabbitMQ `producer` is a kombu Producer on
     the sender's own connection (a process that speaks for several nodes, each with its broker user:
     bench/fleet_agents.py); an agent leaves it out and publishes through its app's pool."""
-    _push(inbox_line(signer or batch.node, batch.model_dump_json().encode()), producer)
+    push_line(inbox_line(signer or batch.node, batch.model_dump_json().encode()), producer=producer)
 
 
 def push_heartbeat(beat: Heartbeat, *, producer=None) -> None:
     """Queue the agent's heartbeat for the panel, signed by its node. Lossy like a batch: a heartbeat is
     replaced by the next, and one older than workers.identity.VALIDITY_S["heartbeat"] counts for nothing."""
     raw = HeartbeatLine(heartbeat=beat).model_dump_json().encode()
-    _push(inbox_line(beat.node, raw, kind="heartbeat"), producer)
+    push_line(inbox_line(beat.node, raw, kind="heartbeat"), producer=producer)
 
 
-def _push(line: bytes, producer) -> None:
+def push_line(line: bytes, *, producer=None) -> None:
+    """Queue one signed inbox line as it is (push and push_heartbeat make them)."""
     if producer is not None:
         _publish_line(producer, line)
         return

@@ -1,7 +1,8 @@
 """Replays, as a node (or anyone on the broker) that captured signed messages would run them: a heartbeat
-replayed every few seconds keeps a frozen node offline; one signed too long ago counts for nothing; a
-captured stop replayed after its lease record was pruned and with its unsigned `expires` header stripped
-stops nothing, and neither does it once the agent lost its nonces too (the panel says the stop ended)."""
+replayed every few seconds keeps a frozen node offline, as a task or as an inbox line; one signed too long
+ago counts for nothing; a captured stop replayed after its lease record was pruned and with its unsigned
+`expires` header stripped stops nothing, and neither does it once the agent lost its nonces too (the panel
+says the stop ended)."""
 
 import json
 import subprocess
@@ -14,12 +15,13 @@ from panel.core.refusals import rejected_by_reason
 from panel.nodes import trust
 from tests.deployment_helpers import wait_for
 from tests.integration.conftest import TEST_NODE
+from workers import metrics_inbox
 from workers.celery_app import app
 from workers.contracts import Heartbeat, utcnow
 from workers.engine import runtime
 from workers.hosts.local import LocalRunner
 from workers.hosts.sync_loop import run_coroutine_sync
-from workers.identity import envelope_parts, new_stamp, seal_for_panel, signature, signing_key
+from workers.identity import envelope_parts, inbox_line, new_stamp, seal_for_panel, signature, signing_key
 from workers.leases import running_operations, state_dir
 from workers.task_names import AGENT_STOP_DEPLOYMENT, HEARTBEAT, PANEL_QUEUE
 from workers.tasks.base import AgentTask
@@ -167,3 +169,39 @@ def test_a_captured_stop_replayed_without_its_lease_record_and_expires_header_st
     wait_for(lambda: record.exists() and json.loads(record.read_text()).get("finished"), 60, "the agent")
     assert json.loads(record.read_text())["finished"] == "ended on the panel"
     assert current_engine.poll() is None
+
+
+def heartbeat_line(node: str, *, signed_at: float | None = None) -> bytes:
+    """An agent's heartbeat as the metrics inbox carries it, signed now or at `signed_at`."""
+    from workers.contracts import HeartbeatLine
+
+    raw = HeartbeatLine(heartbeat=Heartbeat.model_validate(a_heartbeat(node))).model_dump_json().encode()
+    if signed_at is None:
+        return inbox_line(node, raw, kind="heartbeat")
+    stamp = new_stamp(10, now=signed_at).encode()
+    sig = signature(signing_key(node), b"heartbeat", stamp, raw).encode()
+    return b"%s %s/%s %s" % (node.encode(), stamp, sig, raw)
+
+
+def test_a_heartbeat_line_replayed_through_the_inbox_keeps_a_frozen_node_offline(celery_worker):
+    """The agents' own path (workers.metrics_inbox.push_heartbeat): the panel worker's ingester drains it."""
+    from panel.core.choices import NodeStatus
+    from panel.nodes.models import Node
+
+    node = Node.objects.create(name="frozen-inbox-node", transport="agent")
+    captured = heartbeat_line(node.name)
+    metrics_inbox.push_line(captured)
+    wait_for(lambda: Node.objects.get(pk=node.pk).status == NodeStatus.ONLINE, 30, "the live heartbeat")
+
+    frozen(node)
+    before = refused("heartbeat", "replayed")
+    for _ in range(3):
+        metrics_inbox.push_line(captured)
+    wait_for(lambda: refused("heartbeat", "replayed") >= before + 3, 30, "every replay to be refused")
+    late = heartbeat_line(node.name, signed_at=timezone.now().timestamp() - 60)
+    stale_before = refused("heartbeat", "stale")
+    metrics_inbox.push_line(late)
+    wait_for(lambda: refused("heartbeat", "stale") > stale_before, 30, "the stale heartbeat to be refused")
+    node.refresh_from_db()
+    assert node.status == NodeStatus.OFFLINE
+    assert timezone.now() - node.last_heartbeat > timedelta(minutes=9)
