@@ -96,6 +96,9 @@ class Node(TimestampedModel):
     # What the agent's newest heartbeat said it runs and finished lately (operation ids), for the reaper.
     agent_running = models.JSONField(default=list, blank=True)
     agent_done = models.JSONField(default=list, blank=True)
+    # When that heartbeat came. Not last_heartbeat: metrics batches keep that fresh too, and lists older than
+    # it (heartbeats dropped while the inbox lagged) would make the reaper re-send operations that still run.
+    agent_reported_at = models.DateTimeField(null=True, blank=True)
     # SSH transport
     ssh_port = models.PositiveIntegerField(default=22)
     ssh_username = models.CharField(max_length=64, blank=True)

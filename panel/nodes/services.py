@@ -60,7 +60,8 @@ def record_heartbeat(
                 node.transport = NodeTransport.AGENT
                 changed.append("transport")
             node.agent_running, node.agent_done = beat.running, beat.done
-            changed += ["agent_running", "agent_done"]
+            node.agent_reported_at = timezone.now()
+            changed += ["agent_running", "agent_done", "agent_reported_at"]
         was = node.status
         node.last_heartbeat = timezone.now()
         node.heartbeat_interval = beat.interval_s
@@ -92,7 +93,7 @@ def _beat_in_place(node: Node, beat: Heartbeat, signer: str | None) -> bool:
         "updated": now,
     }
     if own:
-        changes |= {"agent_running": beat.running, "agent_done": beat.done}
+        changes |= {"agent_running": beat.running, "agent_done": beat.done, "agent_reported_at": now}
     still_as_read = Node.objects.filter(
         pk=node.pk, status=NodeStatus.ONLINE, transport=node.transport, inventoried_at__isnull=False
     )

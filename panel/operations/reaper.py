@@ -61,10 +61,11 @@ def silent_for_good(node, now) -> bool:
 
 def lost_by_agent(operation: Operation) -> bool:
     node = operation.node
-    if node.transport != NodeTransport.AGENT or node.last_heartbeat is None:
+    reported = node.agent_reported_at  # when the lists came: metrics batches move last_heartbeat too
+    if node.transport != NodeTransport.AGENT or reported is None:
         return False
     seen = max(filter(None, (operation.updated, operation.sent_at, operation.started)))
-    if node.last_heartbeat < seen + _grace(node):
+    if reported < seen + _grace(node):
         return False  # no heartbeat late enough to tell yet
     known = set(node.agent_running) | set(node.agent_done)
     return str(operation.id) not in known

@@ -29,6 +29,7 @@ def test_a_heartbeat_line_marks_its_node_online_with_what_it_says(two_nodes):
     assert node_a.status == "online"
     assert node_a.last_heartbeat is not None
     assert (node_a.agent_version, node_a.agent_running, node_a.agent_done) == ("2.1", ["op-1"], ["op-0"])
+    assert node_a.agent_reported_at is not None  # what the reaper trusts the lists by
 
 
 def test_heartbeats_ride_one_drain_with_metrics_and_each_node_is_recorded(two_nodes):

@@ -203,7 +203,10 @@ def test_a_lost_attempt_is_sent_again_and_its_log_keeps_both_attempts_in_order(c
     operation.refresh_from_db()
     assert operation.status == "running"
     Node.objects.filter(pk=node.pk).update(
-        last_heartbeat=timezone.now() + timedelta(seconds=60), agent_running=[], agent_done=[]
+        last_heartbeat=timezone.now() + timedelta(seconds=60),
+        agent_reported_at=timezone.now() + timedelta(seconds=60),
+        agent_running=[],
+        agent_done=[],
     )
     reaper._last_run.update(at=time.monotonic(), settled_at=0.0)
     report = reaper.reap()
