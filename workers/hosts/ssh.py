@@ -59,7 +59,8 @@ NO_FILE_REASONS = ("No such file or directory", "Not a directory", "Is a directo
 HELPER_TIMEOUT_S = 30.0
 # How long a stop waits for a just-opened command to report its pid before giving up and closing it.
 PID_WAIT_S = 15.0
-# Errors that mean the pooled connection is gone and a fresh one should be tried once.
+# Errors on opening a session: the pooled connection is gone (a fresh one is tried), or, for a channel refused
+# on a connection still open, the server's sessions are full for a moment (the same one is asked again).
 STALE_CONNECTION_ERRORS = (asyncssh.ChannelOpenError, asyncssh.DisconnectError, OSError)
 # How often a command asks for a session before giving up, and the first wait between asks (it grows).
 OPEN_ATTEMPTS = 6
@@ -169,10 +170,10 @@ class SshRunner(Runner):
             connection = await self.connection()
             try:
                 return await connection.create_process(command, encoding=encoding)
-            except STALE_CONNECTION_ERRORS:
+            except STALE_CONNECTION_ERRORS as error:
                 if attempt == OPEN_ATTEMPTS:
                     raise
-                if not connection.is_closed():
+                if isinstance(error, asyncssh.ChannelOpenError) and not connection.is_closed():
                     # A live connection refused a session: sshd's MaxSessions is full, because sessions
                     # are freed a moment after their channels close. Closing it would end the commands
                     # others run on it, so wait for a slot instead.
