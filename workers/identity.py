@@ -235,8 +235,8 @@ def open_envelope_seal(key: bytes, task_name: str, envelope: dict) -> Stamp:
 
 
 # What the inbox (workers.metrics_inbox) carries: metrics batches and, since they come as often, heartbeats.
-# The kind is signed with the line, so a captured metrics batch cannot pass for a heartbeat.
-INBOX_KINDS = ("metrics", "heartbeat")
+# The kind ("metrics" or "heartbeat") is signed with the line, so a captured metrics batch cannot pass for a
+# heartbeat.
 HEARTBEAT_LINE_START = b'{"heartbeat":'  # workers.contracts.HeartbeatLine's JSON
 
 

@@ -54,16 +54,17 @@ def record_heartbeat(
             log.warning("heartbeat from unknown node %r ignored", beat.node)
             return None
         changed = ["last_heartbeat", "heartbeat_interval", "agent_version", "status", "updated"]
+        now = timezone.now()
         if signer == node.name:
             if node.transport == NodeTransport.SSH:
                 # The agent installed over SSH speaks with the node's own credential: it runs its own tasks.
                 node.transport = NodeTransport.AGENT
                 changed.append("transport")
             node.agent_running, node.agent_done = beat.running, beat.done
-            node.agent_reported_at = timezone.now()
+            node.agent_reported_at = now
             changed += ["agent_running", "agent_done", "agent_reported_at"]
         was = node.status
-        node.last_heartbeat = timezone.now()
+        node.last_heartbeat = now
         node.heartbeat_interval = beat.interval_s
         node.agent_version = beat.agent_version
         node.status = NodeStatus.ONLINE
