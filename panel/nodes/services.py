@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Case, JSONField, Q, Value, When
 from django.utils import timezone
 
 from panel.core.choices import NodeStatus, NodeTransport, NpuHealth
@@ -103,6 +103,62 @@ def _beat_in_place(node: Node, beat: Heartbeat, signer: str | None) -> bool:
     for field, value in changes.items():
         setattr(node, field, value)
     return True
+
+
+def record_agents_heartbeats(beats: list[tuple[Heartbeat, Node]]) -> None:
+    """Apply agents' own heartbeats (each verified as signed by the node it is about; `Node` its row as read
+    for that check) from one drain of the metrics inbox. The unremarkable ones (as in _beat_in_place: an
+    online, inventoried agent node) are written in one UPDATE for the whole drain; the rest, and any whose
+    row changed since it was read, go through record_heartbeat one by one. Only a node's last beat of the
+    drain counts: it carries the newest operation lists."""
+    latest = {node.pk: (beat, node) for beat, node in beats}
+    steady = {pk: (beat, node) for pk, (beat, node) in latest.items() if _is_steady_agent(node)}
+    others = [pair for pk, pair in latest.items() if pk not in steady]
+    if steady:
+        others += _beat_all_in_place(steady)
+    for beat, node in others:
+        try:
+            record_heartbeat(beat, signer=node.name, node=node)
+        except Exception:  # one node's failure (a row removed meanwhile) is not the others'
+            log.exception("heartbeat of %s not recorded", node.name)
+
+
+def _is_steady_agent(node: Node) -> bool:
+    return (
+        node.status == NodeStatus.ONLINE
+        and node.inventoried_at is not None
+        and node.transport == NodeTransport.AGENT
+    )
+
+
+def _beat_all_in_place(steady: dict) -> list[tuple[Heartbeat, Node]]:
+    """One conditional UPDATE for `steady` ({pk: (heartbeat, node)}); returns the pairs whose row no longer
+    matched (the offline sweep or a removal came between), for the locked path."""
+    now = timezone.now()
+
+    def per_node(value_of, output_field=None):
+        whens = [
+            When(pk=pk, then=Value(value_of(beat), output_field=output_field))
+            for pk, (beat, _) in steady.items()
+        ]
+        return Case(*whens, output_field=output_field)
+
+    still_steady = Node.objects.filter(
+        pk__in=steady, status=NodeStatus.ONLINE, transport=NodeTransport.AGENT, inventoried_at__isnull=False
+    )
+    written = still_steady.update(
+        last_heartbeat=now,
+        agent_reported_at=now,
+        updated=now,
+        heartbeat_interval=per_node(lambda beat: beat.interval_s, Node._meta.get_field("heartbeat_interval")),
+        agent_version=per_node(lambda beat: beat.agent_version, Node._meta.get_field("agent_version")),
+        agent_running=per_node(lambda beat: beat.running, JSONField()),
+        agent_done=per_node(lambda beat: beat.done, JSONField()),
+    )
+    if written == len(steady):
+        return []
+    recorded = set(Node.objects.filter(pk__in=steady, last_heartbeat=now).values_list("pk", flat=True))
+    return [pair for pk, pair in steady.items() if pk not in recorded]
 
 
 def mark_silent_nodes_offline(now=None) -> list[str]:

@@ -80,3 +80,64 @@ def test_a_removed_nodes_heartbeat_line_is_refused(two_nodes):
     MetricsIngester().ingest_all([heartbeat_line("node-a")])
 
     assert rejected("heartbeat") == before + 1
+
+
+def steady(two_nodes):
+    """Both nodes online, inventoried, run by their own agents: their beats take the one-UPDATE path."""
+    from django.utils import timezone
+
+    from panel.nodes.models import Node
+    from panel.nodes.trust import agent_key
+    from workers.identity import use_keys
+
+    Node.objects.update(status="online", transport="agent", inventoried_at=timezone.now())
+    use_keys({node.name: agent_key(node) for node in two_nodes})
+
+
+def test_a_drains_steady_heartbeats_are_one_update_each_with_its_own_lists(two_nodes):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    node_a, node_b = two_nodes
+    steady(two_nodes)
+    lines = [
+        heartbeat_line("node-a", running=["op-old"]),
+        heartbeat_line("node-b", done=["op-b"]),
+        heartbeat_line("node-a", running=["op-a"]),  # the same node's later beat in the drain wins
+    ]
+
+    with CaptureQueriesContext(connection) as queries:
+        MetricsIngester().ingest_all(lines)
+
+    updates = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("UPDATE")]
+    assert len(updates) == 1, updates
+    node_a.refresh_from_db()
+    node_b.refresh_from_db()
+    assert (node_a.agent_running, node_a.agent_done) == (["op-a"], [])
+    assert (node_b.agent_running, node_b.agent_done) == ([], ["op-b"])
+    assert node_a.last_heartbeat == node_b.last_heartbeat == node_a.agent_reported_at is not None
+    assert node_a.heartbeat_interval == 5
+    assert node_b.agent_version == "2.1"
+
+
+def test_a_node_swept_offline_after_its_row_was_read_comes_back_through_the_locked_path(two_nodes):
+    from panel.nodes.models import Node
+    from panel.nodes.services import record_agents_heartbeats
+    from panel.nodes.signals import node_online
+
+    node_a, _ = two_nodes
+    steady(two_nodes)
+    read_as_online = Node.objects.get(pk=node_a.pk)
+    Node.objects.filter(pk=node_a.pk).update(status="offline")  # the sweep, between the read and the write
+    came_online = []
+    node_online.connect(receiver := lambda sender, node, **_: came_online.append(node.name), weak=False)
+    try:
+        beat = Heartbeat(node="node-a", time=utcnow(), agent_version="2.1", interval_s=5, running=["op-1"])
+        record_agents_heartbeats([(beat, read_as_online)])
+    finally:
+        node_online.disconnect(receiver)
+
+    node_a.refresh_from_db()
+    assert node_a.status == "online"
+    assert node_a.agent_running == ["op-1"]
+    assert came_online == ["node-a"]
