@@ -106,7 +106,9 @@ class PlayedNode:
         return True
 
     def start_operation(self, operation_id: str) -> None:
-        self.emitter = EventEmitter(operation_id, self.name, send=self.send)
+        # No timer flush: this process's one thread owns each node's AMQP connection. A streaming node's
+        # next line sends what waits instead, as often as the agent's timer would at these rates.
+        self.emitter = EventEmitter(operation_id, self.name, send=self.send, flush_timer=False)
         self.running = [operation_id]
         self.emitter.emit("state", state="running")  # a state leaves at once, as workers.tasks.operation's
         if not self.streams:

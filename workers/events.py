@@ -41,8 +41,14 @@ def publish_unsealed(task_name: str, message: dict) -> None:
 
 
 class EventEmitter:
-    """Buffers events of one attempt and sends them in batches (at most every `flush_interval` seconds, or
-    `max_batch` events) through the spool. Each attempt numbers its events from 1."""
+    """Buffers events of one attempt and sends them in batches through the spool: a state change at once,
+    the rest when `max_batch` gathered or `flush_interval` seconds after the last batch left. A timer sends
+    what waits even when no further event comes (a step that prints two lines and then works quietly);
+    `flush_timer=False` leaves that to the next event and finish(), for a caller whose `send` must stay on
+    its own thread. Each attempt numbers its events from 1.
+
+    One second between batches: a fleet's streaming operations are the panel's most frequent ingest (each
+    batch is a task, a transaction and a broadcast), and a log a second behind reads as live."""
 
     def __init__(
         self,
@@ -51,9 +57,10 @@ class EventEmitter:
         *,
         attempt: int = 1,
         signer: str | None = None,
-        flush_interval: float = 0.2,
+        flush_interval: float = 1.0,
         max_batch: int = 100,
         send=send_spooled,
+        flush_timer: bool = True,
     ):
         self.operation_id = operation_id
         self.node = node
@@ -65,6 +72,8 @@ class EventEmitter:
         self._send = send
         self._buffer: list[OperationEventMessage] = []
         self._last_flush = time.monotonic()
+        self._flush_timer = flush_timer
+        self._timer: threading.Timer | None = None
         self._lock = threading.Lock()
         self._send_lock = threading.Lock()
 
@@ -81,9 +90,23 @@ class EventEmitter:
                 or len(self._buffer) >= self.max_batch
                 or time.monotonic() - self._last_flush >= self.flush_interval
             )
+            if not due and self._flush_timer and self._timer is None:
+                self._timer = self._start_timer()
         if due:
             self.flush()
         return self.seq
+
+    def _start_timer(self) -> threading.Timer:
+        wait = max(0.0, self.flush_interval - (time.monotonic() - self._last_flush))
+        timer = threading.Timer(wait, self._flush_on_timer)
+        timer.daemon = True
+        timer.start()
+        return timer
+
+    def _flush_on_timer(self) -> None:
+        with self._lock:
+            self._timer = None
+        self.flush()
 
     def log(self, line: str, stream: str = "stdout") -> int:
         return self.emit("log", line=line, stream=stream)
@@ -112,3 +135,7 @@ class EventEmitter:
         """The last event: the operation's terminal state. It carries the final sequence number."""
         self.emit("state", state=state, error=error, hint=hint, result=result or {})
         self.flush(final=True)
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None

@@ -151,3 +151,45 @@ def test_a_state_change_leaves_at_once_so_a_killed_attempt_is_known_to_have_star
     assert sent == []
     emitter.emit("state", state="running")
     assert [[e["kind"] for e in batch["events"]] for batch in sent] == [["log", "state"]]
+
+
+def test_buffered_events_leave_on_their_own_within_the_flush_interval():
+    import threading
+
+    from workers.events import EventEmitter
+
+    sent, arrived = [], threading.Event()
+
+    def send(_task, batch, **_):
+        sent.append(batch)
+        arrived.set()
+
+    emitter = EventEmitter("op", "n", flush_interval=0.3, send=send)
+    emitter.emit("state", state="running")
+    emitter.log("first")  # within the interval of the state's batch: it waits for the timer
+    emitter.log("second")
+    assert len(sent) == 1
+    arrived.clear()
+
+    assert arrived.wait(5), "the buffered lines never left without a further event"
+    assert [[e["payload"].get("line") for e in batch["events"]] for batch in sent[1:]] == [
+        ["first", "second"]
+    ]
+
+
+def test_without_the_timer_buffered_events_wait_for_the_next_event_or_the_end():
+    import time
+
+    from workers.events import EventEmitter
+
+    sent = []
+    emitter = EventEmitter(
+        "op", "n", flush_interval=0.1, flush_timer=False, send=lambda _t, b, **_: sent.append(b)
+    )
+    emitter.emit("state", state="running")
+    emitter.log("waits")
+    time.sleep(0.3)
+    assert len(sent) == 1
+    emitter.finish("succeeded")
+    assert [[e["kind"] for e in batch["events"]] for batch in sent[1:]] == [["log", "state"], []]
+    assert sent[-1]["final_seq"] == 3
