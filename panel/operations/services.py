@@ -78,6 +78,14 @@ def _apply(operation: Operation, event: OperationEvent) -> None:
                     operation.progress = 100.0
 
 
+# What storing a batch may change on its operation (_apply and the bookkeeping around it): a save of only
+# these is a shorter statement for the fleet's most frequent write.
+INGEST_CHANGES = [
+    "attempt", "last_seq", "final_seq", "progress", "stage", "status", "started", "finished", "error",
+    "hint", "result", "updated",
+]  # fmt: skip
+
+
 def ingest_events(batch_data: dict, *, sender: str) -> list[OperationEvent]:
     """Store a batch of agent events. Replayed and out-of-order batches are safe: an event is known by its
     (attempt, agent_seq) and stored once; each new one takes the next position (`seq`) in the operation's
@@ -103,13 +111,12 @@ def ingest_events(batch_data: dict, *, sender: str) -> list[OperationEvent]:
             operation.attempt = batch.attempt
         current = batch.attempt == operation.attempt
         this_attempt = OperationEvent.objects.filter(operation=operation, attempt=batch.attempt)
-        known = set(
-            this_attempt.filter(agent_seq__in=[e.seq for e in batch.events]).values_list(
-                "agent_seq", flat=True
-            )
-        )
         # A late batch of this attempt is stored but does not undo what newer events of it already set.
         applied = this_attempt.aggregate(newest=Max("agent_seq"))["newest"] or 0
+        seqs = [e.seq for e in batch.events]
+        known = set()
+        if seqs and min(seqs) <= applied:  # a replay or a late batch; in order, every event is new
+            known = set(this_attempt.filter(agent_seq__in=seqs).values_list("agent_seq", flat=True))
         new_events = []
         for message in sorted(batch.events, key=lambda e: e.seq):
             if message.seq in known:
@@ -135,7 +142,7 @@ def ingest_events(batch_data: dict, *, sender: str) -> list[OperationEvent]:
             if numbers["count"] == numbers["newest"]:
                 operation.final_seq = operation.last_seq
         became_terminal = operation.is_terminal and was_open
-        operation.save()
+        operation.save(update_fields=INGEST_CHANGES)
         if current and new_events:
             events_stored.send(
                 Operation,
