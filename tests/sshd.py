@@ -11,6 +11,7 @@ import contextlib
 import getpass
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -137,17 +138,34 @@ def _launch(server: SshdServer) -> subprocess.Popen:
 
 def _end(process: subprocess.Popen) -> None:
     """Stop the listener and the per-connection sshd processes it forked, which run in sessions of their own
-    and outlive a listener that was merely terminated."""
-    with contextlib.suppress(psutil.NoSuchProcess):
-        for child in psutil.Process(process.pid).children(recursive=True):
-            with contextlib.suppress(psutil.NoSuchProcess):
-                child.kill()
-    process.terminate()
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+    and outlive a listener that was merely terminated. All are frozen before any is killed: a client that
+    reconnects the moment its session ends must not find a listener still accepting, whose new child would
+    serve it on after the listener died (a host that went down kept answering)."""
+    frozen = _freeze_tree(process.pid)
+    for pid in frozen:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    process.wait(timeout=10)
+
+
+def _freeze_tree(pid: int) -> list[int]:
+    """SIGSTOP `pid` and its descendants until no new one appears; returns them, children first."""
+    frozen: list[int] = []
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGSTOP)
+        frozen.append(pid)
+    while True:
+        try:
+            found = [child.pid for child in psutil.Process(pid).children(recursive=True)]
+        except psutil.NoSuchProcess:
+            found = []
+        new = [child for child in found if child not in frozen]
+        if not new:
+            return frozen[::-1]
+        for child in new:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child, signal.SIGSTOP)
+            frozen.append(child)
 
 
 @pytest.fixture(scope="session")
