@@ -24,10 +24,10 @@ or deleted in the bench's database (pg_stat_database) over all three windows. sa
 per node the load managed to send (below 1 when the machine starves it). push_vs_poll: the web processes'
 CPU per delivered sample, polling ÷ push (delivery is their work; "all_in": the panel's total CPU, ingest
 included, per delivered sample). ingest_cpu_cores: the panel with no viewer. week_rows: metric history rows
-a week of N nodes writes (one row per NPU and one per host per minute, panel.monitoring.history),
-retained_rows: what PANEL_METRICS_RETENTION_DAYS keeps; week_gb from the
-bytes per row the downsampler's rows take in PostgreSQL here (null under 20,000 rows: too few to tell).
-ingest_backlog: heartbeats and event batches in the broker before the first window and after the last.
+a week of N nodes keeps (one row per NPU and one per host per minute for PANEL_METRICS_MINUTE_DAYS, one an
+hour before that: panel.monitoring.rollup), retained_rows: what PANEL_METRICS_RETENTION_DAYS keeps; week_gb
+from the bytes per row the downsampler's rows take in PostgreSQL here (null under 20,000 rows: too few to
+tell). ingest_backlog: heartbeats and event batches in the broker before the first window and after the last.
 Infrastructure CPU (RabbitMQ, Redis, PostgreSQL, the load, the viewers) goes to stderr. Last line: JSON.
 """
 
@@ -100,8 +100,17 @@ print(json.dumps({
     "viewer_tokens": viewers,
     "join_tokens": {name: issue_join_token(name) for name in names},
     "retention_days": settings.PANEL_METRICS_RETENTION_DAYS,
+    "minute_days": settings.PANEL_METRICS_MINUTE_DAYS,
 }))
 """
+
+
+def history_rows(nodes: int, days: int, minute_days: int) -> int:
+    """Metric history rows `days` of `nodes` leave in the tables: one per NPU and host a minute for the
+    newest `minute_days`, one an hour before that (the hourly prune's fold, panel.monitoring.rollup)."""
+    series = nodes * (NPUS_PER_NODE + 1)
+    at_minutes = min(days, minute_days)
+    return series * (at_minutes * 24 * 60 + (days - at_minutes) * 24)
 
 
 class Fleet:
@@ -145,6 +154,7 @@ class Fleet:
         output = self.supervisor.run_once([PYTHON, "manage.py", "shell", "-c", SETUP], capture=True)
         setup = json.loads(output.strip().splitlines()[-1])  # after whatever start-up printed
         self.token, self.retention_days = setup["token"], setup["retention_days"]
+        self.minute_days = setup["minute_days"]
         self.viewer_tokens = setup["viewer_tokens"]
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
@@ -368,7 +378,7 @@ async def measure(args) -> dict:
     # difference when taken off the panel's total (at 512 nodes that gave a negative figure), so the
     # headline ratio compares the web processes and "all_in" the panel's total.
     ratio, all_in = per_sample_ratio(push, polling, "web"), per_sample_ratio(push, polling, "panel")
-    week_rows = args.nodes * (NPUS_PER_NODE + 1) * 60 * 24 * 7
+    week_rows = history_rows(args.nodes, 7, fleet.minute_days)
     rows = sum(phase_["rows"] for phase_ in (ingest, push, polling))
     polled = latencies(polling["received"])
     print(
@@ -394,7 +404,7 @@ async def measure(args) -> dict:
         # takes in less than the fleet sends.
         "ingest_backlog": [backlog_start, backlog_end],
         "week_rows": week_rows,
-        "retained_rows": week_rows * fleet.retention_days // 7,
+        "retained_rows": history_rows(args.nodes, fleet.retention_days, fleet.minute_days),
         "week_gb": round(week_rows * row_bytes / 1e9, 1) if row_bytes else None,
     }
 
