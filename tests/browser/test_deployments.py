@@ -104,7 +104,7 @@ def test_the_wizard_deploys_a_tiny_model_that_logs_answers_and_stops(staged_mode
     page.get_by_test_id("action-stop").click()
     expect(page.locator("dialog[open]")).to_contain_text(f"Stop {DEPLOYMENT}?")
     page.get_by_test_id("confirm-ok").click()
-    expect(page.get_by_test_id("deployment-status")).to_have_text("Stopped", timeout=30_000)
+    expect(page.get_by_test_id("deployment-status")).to_have_text("Stopped", timeout=60_000)
     screenshot(page, "6-stopped")
 
 
