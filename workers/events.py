@@ -41,8 +41,10 @@ def publish_unsealed(task_name: str, message: dict) -> None:
 
 
 class EventEmitter:
-    """Buffers events of one attempt and sends them in batches through the spool: a state change at once,
-    the rest when `max_batch` gathered or `flush_interval` seconds after the last batch left. A timer sends
+    """Buffers events of one attempt and sends them in batches through the spool: a state or progress
+    change at once (with what waited before it), log lines when `max_batch` gathered or `flush_interval`
+    seconds after the last batch left. Progress is throttled where it is measured (a download reports
+    twice a second, a copy once a percent), and a page's progress bar should not lag behind it. A timer sends
     what waits even when no further event comes (a step that prints two lines and then works quietly);
     `flush_timer=False` leaves that to the next event and finish(), for a caller whose `send` must stay on
     its own thread. Each attempt numbers its events from 1.
@@ -86,7 +88,7 @@ class EventEmitter:
             # A state change leaves at once: the panel must learn that an attempt runs before the agent can
             # die with it, so a lost attempt is re-sent instead of waiting for the pickup deadline.
             due = (
-                kind == "state"
+                kind in ("state", "progress")
                 or len(self._buffer) >= self.max_batch
                 or time.monotonic() - self._last_flush >= self.flush_interval
             )

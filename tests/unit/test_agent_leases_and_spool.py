@@ -151,6 +151,9 @@ def test_a_state_change_leaves_at_once_so_a_killed_attempt_is_known_to_have_star
     assert sent == []
     emitter.emit("state", state="running")
     assert [[e["kind"] for e in batch["events"]] for batch in sent] == [["log", "state"]]
+    emitter.log("buffered again")
+    emitter.progress(50, "half way")  # what a progress bar shows leaves at once too
+    assert [e["kind"] for e in sent[-1]["events"]] == ["log", "progress"]
 
 
 def test_buffered_events_leave_on_their_own_within_the_flush_interval():
