@@ -27,7 +27,9 @@ included, per delivered sample). ingest_cpu_cores: the panel with no viewer. wee
 a week of N nodes keeps (one row per NPU and one per host per minute for PANEL_METRICS_MINUTE_DAYS, one an
 hour before that: panel.monitoring.rollup), retained_rows: what PANEL_METRICS_RETENTION_DAYS keeps; week_gb
 from the bytes per row the downsampler's rows take in PostgreSQL here (null under 20,000 rows: too few to
-tell). ingest_backlog: heartbeats and event batches in the broker before the first window and after the last.
+tell). ingest_lag_ms: p50 and p99 of agent → panel alone (each node's last sample as the ingester took it
+in, read once after the push window). ingest_backlog: heartbeats and event batches in the broker before the
+first window and after the last.
 Infrastructure CPU (RabbitMQ, Redis, PostgreSQL, the load, the viewers) goes to stderr. Last line: JSON.
 """
 
@@ -192,6 +194,19 @@ class Fleet:
         vhost = quote(self.broker.vhost, safe="")
         answer = self.broker.api("GET", f"/api/queues/{vhost}/{INGEST_QUEUE}")
         return int(answer.json().get("messages", 0)) if answer.status_code == 200 else -1
+
+    def ingest_lag_ms(self) -> list[float]:
+        """Each node's last sample: from its time on the agent to the ingester's taking it in (the panel's
+        `ascend_panel_ingest_lag_seconds`, scraped from loopback, which PANEL_METRICS_ALLOW admits). The part
+        of agent → browser that is spent before the panel's fan-out."""
+        answer = httpx.get(f"{self.base}/metrics", timeout=60)
+        answer.raise_for_status()
+        prefix = "ascend_panel_ingest_lag_seconds{"
+        return [
+            float(line.rsplit(" ", 1)[1]) * 1000
+            for line in answer.text.splitlines()
+            if line.startswith(prefix)
+        ]
 
     def wait_drained(self) -> None:
         """Until the start-up burst's heartbeats and events left the ingest queue (at most DRAIN_TIMEOUT_S):
@@ -364,6 +379,7 @@ async def measure(args) -> dict:
         backlog_start = fleet.ingest_backlog()
         ingest = await phase(fleet, "ingest", [], args.seconds, args.warmup)
         push = await phase(fleet, "push", pages, args.seconds, args.warmup)
+        ingest_lag = fleet.ingest_lag_ms()  # between the windows: the scrape's CPU is in neither
         polling = await phase(fleet, "polling", pages, args.seconds, args.warmup)
         backlog_end = fleet.ingest_backlog()
         row_bytes = fleet.metric_row_bytes()
@@ -384,7 +400,8 @@ async def measure(args) -> dict:
     print(
         f"push: {len(lat)} samples delivered, p50 {quantile(lat, 0.5):.0f} ms; polling: {len(polled)} new "
         f"samples seen, p99 {quantile(polled, 0.99):.0f} ms; ingest alone {ingest_per_s:.2f} cores; load "
-        f"average {os.getloadavg()[0]:.1f}",
+        f"average {os.getloadavg()[0]:.1f}; agent → panel (each node's last sample after the push window) "
+        f"p50 {quantile(ingest_lag, 0.5):.0f} ms, p99 {quantile(ingest_lag, 0.99):.0f} ms",
         file=sys.stderr,
     )
     return {
@@ -403,6 +420,7 @@ async def measure(args) -> dict:
         # Messages in the ingest queue before the first window and after the last: growing means the panel
         # takes in less than the fleet sends.
         "ingest_backlog": [backlog_start, backlog_end],
+        "ingest_lag_ms": [round(quantile(ingest_lag, q), 1) for q in (0.5, 0.99)],
         "week_rows": week_rows,
         "retained_rows": history_rows(args.nodes, fleet.retention_days, fleet.minute_days),
         "week_gb": round(week_rows * row_bytes / 1e9, 1) if row_bytes else None,
