@@ -141,3 +141,32 @@ def test_a_node_swept_offline_after_its_row_was_read_comes_back_through_the_lock
     assert node_a.status == "online"
     assert node_a.agent_running == ["op-1"]
     assert came_online == ["node-a"]
+
+
+def test_in_a_steady_drain_a_nodes_beat_for_another_changes_only_its_own_row(two_nodes):
+    """The one-UPDATE path writes rows by the node each verified beat is about: A's forged beat for B, riding
+    the same drain as A's own, leaves B's row as it was."""
+    from panel.nodes.models import Node
+
+    node_a, node_b = two_nodes
+    steady(two_nodes)
+    as_node_a(two_nodes)  # this process now holds A's credential only
+    b_before = Node.objects.get(pk=node_b.pk)
+    before = rejected("heartbeat")
+
+    MetricsIngester().ingest_all(
+        [
+            heartbeat_line("node-a", running=["op-a"]),
+            heartbeat_line("node-b", signer="node-a", running=["evil"]),
+        ]
+    )
+
+    node_a.refresh_from_db()
+    node_b.refresh_from_db()
+    assert node_a.agent_running == ["op-a"]
+    assert (node_b.agent_running, node_b.last_heartbeat, node_b.updated) == (
+        b_before.agent_running,
+        b_before.last_heartbeat,
+        b_before.updated,
+    )
+    assert rejected("heartbeat") == before + 1
