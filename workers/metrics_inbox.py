@@ -147,9 +147,9 @@ class AmqpReader:
         deadline = time.monotonic() + TAKE_WAIT_S
         while len(self._buffer) < limit:
             left = deadline - time.monotonic()
-            before = len(self._buffer)
             if left <= 0:
                 break
+            before = len(self._buffer)
             self._pump(left)
             if len(self._buffer) == before:
                 break

@@ -14,7 +14,7 @@ from django.db import close_old_connections, connections
 from pydantic import ValidationError
 
 from panel.monitoring.services import ingest_batches
-from panel.nodes.services import record_agents_heartbeats, record_heartbeat
+from panel.nodes.services import record_drained_heartbeats
 from panel.nodes.trust import refuse, trusted_heartbeats, trusted_metrics
 from workers import metrics_inbox
 from workers.contracts import Heartbeat, HeartbeatLine, MetricBatch, utcnow
@@ -124,16 +124,12 @@ def record_heartbeats(beats: list[tuple[str, str, bytes, Heartbeat]]) -> None:
     Redis round trip for their nonces, one UPDATE for the steady ones (panel.nodes.services)."""
     about = [(signer, seal, raw, beat.node) for signer, seal, raw, beat in beats]
     verdicts, nodes = trusted_heartbeats(about)
-    own, central = [], []
-    for (signer, _seal, _raw, beat), ok in zip(beats, verdicts, strict=True):
-        if ok:
-            (own if signer == beat.node else central).append((signer, beat))
-    record_agents_heartbeats([(beat, nodes[beat.node]) for _signer, beat in own])
-    for signer, beat in central:
-        try:
-            record_heartbeat(beat, signer=signer, node=nodes[beat.node])
-        except Exception:  # one node's failure (a row removed meanwhile) is not the others'
-            log.exception("heartbeat of %s not recorded", beat.node)
+    trusted = [
+        (signer, beat, nodes[beat.node])
+        for (signer, _seal, _raw, beat), ok in zip(beats, verdicts, strict=True)
+        if ok
+    ]
+    record_drained_heartbeats(trusted)
 
 
 def is_stale(batch: MetricBatch, now: datetime) -> bool:

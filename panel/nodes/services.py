@@ -105,20 +105,24 @@ def _beat_in_place(node: Node, beat: Heartbeat, signer: str | None) -> bool:
     return True
 
 
-def record_agents_heartbeats(beats: list[tuple[Heartbeat, Node]]) -> None:
-    """Apply agents' own heartbeats (each verified as signed by the node it is about; `Node` its row as read
-    for that check) from one drain of the metrics inbox. The unremarkable ones (as in _beat_in_place: an
-    online, inventoried agent node) are written in one UPDATE for the whole drain; the rest, and any whose
-    row changed since it was read, go through record_heartbeat one by one. Only a node's last beat of the
-    drain counts: it carries the newest operation lists."""
-    latest = {node.pk: (beat, node) for beat, node in beats}
-    steady = {pk: (beat, node) for pk, (beat, node) in latest.items() if _is_steady_agent(node)}
-    others = [pair for pk, pair in latest.items() if pk not in steady]
+def record_drained_heartbeats(beats: list[tuple[str, Heartbeat, Node]]) -> None:
+    """Apply the verified (signer, heartbeat, node row as read for that check) of one drain of the metrics
+    inbox. Agents' own unremarkable ones (as in _beat_in_place: an online, inventoried agent node) are written
+    in one UPDATE for the whole drain; the rest, and any whose row changed since it was read, go through
+    record_heartbeat one by one. Only a node's last beat of the drain counts: it carries the newest
+    operation lists."""
+    latest = {node.pk: (signer, beat, node) for signer, beat, node in beats}
+    steady = {
+        pk: (beat, node)
+        for pk, (signer, beat, node) in latest.items()
+        if signer == node.name and _is_steady_agent(node)
+    }
+    others = [(signer, beat, node) for pk, (signer, beat, node) in latest.items() if pk not in steady]
     if steady:
-        others += _beat_all_in_place(steady)
-    for beat, node in others:
+        others += [(node.name, beat, node) for beat, node in _beat_all_in_place(steady)]
+    for signer, beat, node in others:
         try:
-            record_heartbeat(beat, signer=node.name, node=node)
+            record_heartbeat(beat, signer=signer, node=node)
         except Exception:  # one node's failure (a row removed meanwhile) is not the others'
             log.exception("heartbeat of %s not recorded", node.name)
 

@@ -122,7 +122,7 @@ def test_a_drains_steady_heartbeats_are_one_update_each_with_its_own_lists(two_n
 
 def test_a_node_swept_offline_after_its_row_was_read_comes_back_through_the_locked_path(two_nodes):
     from panel.nodes.models import Node
-    from panel.nodes.services import record_agents_heartbeats
+    from panel.nodes.services import record_drained_heartbeats
     from panel.nodes.signals import node_online
 
     node_a, _ = two_nodes
@@ -133,7 +133,7 @@ def test_a_node_swept_offline_after_its_row_was_read_comes_back_through_the_lock
     node_online.connect(receiver := lambda sender, node, **_: came_online.append(node.name), weak=False)
     try:
         beat = Heartbeat(node="node-a", time=utcnow(), agent_version="2.1", interval_s=5, running=["op-1"])
-        record_agents_heartbeats([(beat, read_as_online)])
+        record_drained_heartbeats([("node-a", beat, read_as_online)])
     finally:
         node_online.disconnect(receiver)
 
