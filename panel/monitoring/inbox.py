@@ -88,6 +88,9 @@ class MetricsIngester:
         return metrics_inbox.take_queued()
 
     def ingest_all(self, raws: list[bytes]) -> None:
+        """Ingest a drain: its metrics first, so their frames reach browsers before the heartbeats' database
+        writes; then its heartbeats. A part that fails (Redis or the database gone) is logged and dropped,
+        and the thread goes on with the next drain: agents send again within seconds."""
         now = utcnow()
         parsed, signed, beats = [], [], []
         for line in raws:
@@ -103,20 +106,27 @@ class MetricsIngester:
                 continue
             parsed.append(batch)
             signed.append((signer, seal, raw, batch.node))
+        if signed:
+            self._ingest_metrics(parsed, signed, now)
         if beats:
-            record_heartbeats(beats)
-        verdicts = trusted_metrics(signed) if signed else []
-        batches = [
-            batch for batch, ok in zip(parsed, verdicts, strict=True) if ok and not is_stale(batch, now)
-        ]
-        if not batches:
-            return
+            try:
+                record_heartbeats(beats)
+            except Exception:
+                log.exception("%d heartbeats not recorded", len(beats))
+                self._connections_checked = float("-inf")  # the database connection may be what broke
+
+    def _ingest_metrics(self, parsed: list[MetricBatch], signed: list[tuple], now: datetime) -> None:
         try:
-            ingest_batches(batches)
+            verdicts = trusted_metrics(signed)
+            batches = [
+                batch for batch, ok in zip(parsed, verdicts, strict=True) if ok and not is_stale(batch, now)
+            ]
+            if batches:
+                ingest_batches(batches)
+                self.ingested += len(batches)
         except Exception:
-            log.exception("%d metrics batches not ingested", len(batches))
-            self._connections_checked = float("-inf")  # the database connection may be what broke
-        self.ingested += len(batches)
+            log.exception("%d metrics batches not ingested", len(signed))
+            self._connections_checked = float("-inf")
 
 
 def record_heartbeats(beats: list[tuple[str, str, bytes, Heartbeat]]) -> None:

@@ -170,3 +170,50 @@ def test_in_a_steady_drain_a_nodes_beat_for_another_changes_only_its_own_row(two
         b_before.updated,
     )
     assert rejected("heartbeat") == before + 1
+
+
+def test_a_drain_redis_fails_is_dropped_and_the_next_one_is_recorded(two_nodes, monkeypatch):
+    """Redis restarting mid-drain: the nonce check raises. The ingester thread must not die with it (it
+    would stop every heartbeat and sample this worker takes until the worker restarts)."""
+    import redis
+
+    from panel.core import refusals
+
+    node_a, _ = two_nodes
+    as_node_a(two_nodes)
+    ingester = MetricsIngester()
+    real = refusals.first_sights
+
+    def redis_gone(items):
+        raise redis.ConnectionError("Connection refused")
+
+    monkeypatch.setattr("panel.nodes.trust.first_sights", redis_gone)
+    ingester.ingest_all([heartbeat_line("node-a")])  # logged, not raised
+    node_a.refresh_from_db()
+    assert node_a.status != "online"
+
+    monkeypatch.setattr("panel.nodes.trust.first_sights", real)
+    ingester.ingest_all([heartbeat_line("node-a")])
+    node_a.refresh_from_db()
+    assert node_a.status == "online"
+
+
+def test_a_drains_metrics_are_published_before_its_heartbeats_are_written(two_nodes, monkeypatch):
+    from panel.monitoring import inbox, store
+    from tests.integration.test_metrics_inbox import a_batch
+    from workers.identity import inbox_line as sealed
+
+    node_a, _ = two_nodes
+    as_node_a(two_nodes)
+    seen_when_beats_written = []
+
+    def record(beats):
+        latest = store.read_latest(["node-a"]).get("node-a")
+        seen_when_beats_written.append(latest and latest["seq"])
+
+    monkeypatch.setattr(inbox, "record_heartbeats", record)
+    metrics = sealed("node-a", a_batch("node-a", seq=7).model_dump_json().encode(), kind="metrics")
+    MetricsIngester().ingest_all([heartbeat_line("node-a"), metrics])
+
+    assert seen_when_beats_written == [7]
+    store.forget_node(node_a.name)
