@@ -24,8 +24,9 @@ from workers.task_names import PANEL_QUEUE
 log = logging.getLogger(__name__)
 
 WAIT_S = 1.0  # how long one blocking pop waits, so a stop request is seen within about this long
-# After the first batch, how long to let others gather before taking them all: one Redis round trip and one
-# publish to browsers per drain instead of per batch, for this much latency.
+# While batches keep coming, drains start this far apart (after an idle spell, the first batch waits this
+# long for company): one round trip and one publish to browsers per drain instead of per batch, for at most
+# this much latency. A drain that took longer than this is followed by the next at once.
 LINGER_S = 0.1
 RETRY_S = 2.0  # pause after Redis failed, before trying again
 # How often the thread lets Django drop a broken or aged database connection (Celery does it around every
@@ -41,6 +42,7 @@ class MetricsIngester:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._connections_checked = float("-inf")
+        self._drain_taken = float("-inf")  # monotonic time the last drain was taken
         self.ingested = 0
 
     def start(self) -> None:
@@ -76,15 +78,20 @@ class MetricsIngester:
                 self.ingest_all(raws)
 
     def _next_drain(self, flowing: bool) -> list[bytes]:
-        """What gathered in the inbox over the last LINGER_S: one LPOP while batches keep coming; while none
-        do, a blocking pop for the first, then the linger for its company."""
+        """What gathered in the inbox since the last drain: while batches keep coming, one take LINGER_S
+        after the last one (at once if ingesting it took longer); while none do, a blocking pop for the
+        first, then the linger for its company."""
         if not flowing:
             first = metrics_inbox.wait_for_batch(WAIT_S)
             if first is None:
                 return []
             self._stop.wait(LINGER_S)
+            self._drain_taken = time.monotonic()
             return [first, *metrics_inbox.take_queued(metrics_inbox.DRAIN_MAX - 1)]
-        self._stop.wait(LINGER_S)
+        # The time the last drain's ingest took counts toward this one's linger: at 512 nodes a drain
+        # takes tens of milliseconds, and a busy machine's slow one would otherwise add a full linger on top.
+        self._stop.wait(max(0.0, self._drain_taken + LINGER_S - time.monotonic()))
+        self._drain_taken = time.monotonic()
         return metrics_inbox.take_queued()
 
     def ingest_all(self, raws: list[bytes]) -> None:
