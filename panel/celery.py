@@ -19,10 +19,12 @@ django.setup()
 from django.conf import settings  # noqa: E402
 
 from panel.beat import beat_schedule  # noqa: E402
+from panel.core.heap import freeze_once_worker_is_ready  # noqa: E402
 from panel.core.worker_db import keep_connections  # noqa: E402
 from workers.celery_app import app, ssl_options, transport_options  # noqa: E402
 
 keep_connections(app, settings.PANEL_WORKER_DB_CONN_MAX_AGE)
+freeze_once_worker_is_ready()
 app.conf.broker_url = settings.CELERY_BROKER_URL
 app.conf.broker_transport_options = transport_options(settings.CELERY_BROKER_URL)
 app.conf.broker_use_ssl = ssl_options(settings.CELERY_BROKER_URL, settings.PANEL_BROKER_CA_FILE)
