@@ -39,9 +39,10 @@ INBOX = "metrics-inbox"
 MAX_BACKLOG = METRICS_MAX_BACKLOG
 MAX_AGE_S = METRICS_MAX_AGE_S
 DRAIN_MAX = 500
-# How long taking what queued may wait on the AMQP socket in all. A drain takes what has arrived: a budget
-# per message let a steady stream (one every few ms at 512 nodes) keep a drain reading until DRAIN_MAX, two
-# seconds of samples held back before any was ingested.
+# How long taking what queued may wait on the AMQP socket for more, in all. A drain takes what has arrived:
+# a budget per message let a steady stream (one every few ms at 512 nodes) keep a drain reading until
+# DRAIN_MAX, two seconds of samples held back before any was ingested. Reading what already arrived is not
+# bounded by it: on a busy machine that took longer than the budget, and what was left waited a drain.
 TAKE_WAIT_S = 0.01
 
 
@@ -146,11 +147,9 @@ class AmqpReader:
     def take(self, limit: int) -> list[bytes]:
         deadline = time.monotonic() + TAKE_WAIT_S
         while len(self._buffer) < limit:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
             before = len(self._buffer)
-            self._pump(left)
+            # Past the deadline the socket is only read, not waited on (timeout 0: what is there).
+            self._pump(max(0.0, deadline - time.monotonic()))
             if len(self._buffer) == before:
                 break
         return [self._buffer.popleft() for _ in range(min(limit, len(self._buffer)))]

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from random import Random
 
 import pytest
 from celery import Celery
@@ -145,3 +146,29 @@ def test_a_panel_task_name_sent_through_the_ingest_exchange_is_refused_and_count
     attacker.send_task("panel.audit.prune", **route(ingest_queue(agent=True)))
 
     wait_for(lambda: rejected_counts().get("ingest-task", 0) > before, "the refusal to be counted")
+
+
+def test_one_drain_takes_every_metrics_line_waiting_on_the_socket(rabbit):
+    """The panel's reader on RabbitMQ (workers.metrics_inbox.AmqpReader): lines that arrived while the
+    ingester was busy are all taken by its next drain, reading the socket past the wait's budget with a
+    zero timeout (py-amqp keeps a frame that arrived in part for the next read)."""
+    from tests.browser.fake_fleet import FakeNode
+    from workers import metrics_inbox
+    from workers.identity import use_keys
+
+    use_keys(provider=lambda signer: b"k" * 64)
+    node = FakeNode("reader-node", Random(3))
+    reader = metrics_inbox.AmqpReader()
+    try:
+        metrics_inbox.push(node.batch(0))
+        assert reader.wait(10) is not None  # connected and consuming
+        for tick in range(1, 301):
+            metrics_inbox.push(node.batch(tick))
+        time.sleep(1.0)  # delivered to the reader's socket meanwhile
+
+        taken = reader.take(metrics_inbox.DRAIN_MAX)
+
+        assert len(taken) == 300
+        assert reader.take(metrics_inbox.DRAIN_MAX) == []
+    finally:
+        reader.close()

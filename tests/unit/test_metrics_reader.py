@@ -45,3 +45,28 @@ def test_a_drain_stops_at_its_limit():
 
     assert reader.take(4) == [b"0", b"1", b"2", b"3"]
     assert reader.take(100)[:6] == [b"4", b"5", b"6", b"7", b"8", b"9"]
+
+
+class SlowToRead:
+    """A connection holding `waiting` lines that already arrived, each taking `read_s` to read (busy)."""
+
+    def __init__(self, reader: metrics_inbox.AmqpReader, waiting: int, read_s: float):
+        self.reader, self.waiting, self.read_s = reader, waiting, read_s
+
+    def drain_events(self, timeout: float) -> None:
+        if not self.waiting:
+            time.sleep(timeout)
+            raise TimeoutError
+        time.sleep(self.read_s)
+        self.waiting -= 1
+        self.reader._on_message(SimpleNamespace(body=b"line"))
+
+
+def test_a_drain_takes_every_line_already_there_even_when_reading_them_outlasts_the_wait():
+    reader = metrics_inbox.AmqpReader()
+    reader._connection = SlowToRead(reader, waiting=40, read_s=metrics_inbox.TAKE_WAIT_S / 4)
+
+    taken = reader.take(metrics_inbox.DRAIN_MAX)
+
+    # Stopping at the wait's budget left 36 of them for the next drain, a linger later.
+    assert len(taken) == 40
