@@ -7,7 +7,6 @@ django_asgi_app = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
-from panel.core.heap import freeze_startup_heap  # noqa: E402
 from panel.gateway.asgi import application as gateway_app  # noqa: E402
 from panel.realtime.auth import BrowserOriginOrToken, PanelAuthStack  # noqa: E402
 from panel.realtime.routing import websocket_urlpatterns  # noqa: E402
@@ -27,4 +26,3 @@ application = ProtocolTypeRouter(
         "websocket": BrowserOriginOrToken(PanelAuthStack(URLRouter(websocket_urlpatterns))),
     }
 )
-freeze_startup_heap()  # after the app is built: see panel.core.heap
