@@ -36,7 +36,19 @@ function showProgress(percent, stage) {
   if (stage !== undefined) field("stage").textContent = stage;
 }
 
+// Summaries leave from several panel worker threads, one per event batch: the one of an older batch can
+// arrive after a newer one (a step's last progress, then its end, within milliseconds). The newest shown
+// wins: one that knows fewer events, or an open status after an end, is stale.
+let shownSeq = -1;
+
+function isStale(summary) {
+  if (typeof summary.last_seq === "number" && summary.last_seq < shownSeq) return true;
+  return TERMINAL.has(root.dataset.status) && !TERMINAL.has(summary.status);
+}
+
 function showStatus(summary) {
+  if (isStale(summary)) return;
+  if (typeof summary.last_seq === "number") shownSeq = summary.last_seq;
   root.dataset.status = summary.status;
   const badge = field("status");
   badge.className = `status status-${colours[summary.status] || "offline"}`;

@@ -37,6 +37,32 @@ def test_force_fail_goes_away_live_when_the_operation_ends(panel_page):
     assert page.evaluate("window.__loadedOnce") is True, "the page reloaded instead of updating live"
 
 
+# A summary of an older event batch, arriving after the end's: panel worker threads send them in any order.
+STALE_SUMMARY = """
+from panel.operations.models import Operation
+from panel.operations.services import operation_summary
+from panel.realtime.broadcast import broadcast_each, operation_group
+operation = Operation.objects.get(pk="{operation}")
+operation.status, operation.progress, operation.last_seq = "running", 55.0, 1
+broadcast_each([(operation_group(operation.pk), operation_summary(operation))])
+"""
+
+
+def test_a_late_summary_of_an_older_batch_does_not_undo_the_end(panel_page, live_panel):
+    page = panel_page("bob")
+    page.goto("/nodes/sim-a2/")
+    page.get_by_test_id("run-inventory").click()
+    page.wait_for_url(re.compile(r"/operations/[0-9a-f-]{36}/$"))
+    expect(page.locator("#operation")).to_have_attribute("data-status", "succeeded", timeout=30_000)
+    operation = page.locator("#operation").get_attribute("data-operation")
+
+    live_panel.manage("shell", "-c", STALE_SUMMARY.format(operation=operation))
+    page.wait_for_timeout(1000)  # the message is on the page's socket within milliseconds of the send
+
+    expect(page.locator("[data-field=progress]")).to_have_text("100")
+    expect(page.locator("#operation")).to_have_attribute("data-status", "succeeded")
+
+
 def test_operation_page_switches_to_chinese(panel_page):
     page = panel_page("bob")
     page.goto("/nodes/sim-a2/")
