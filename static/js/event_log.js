@@ -8,6 +8,24 @@
 //   render(items) — called with the next items in order, at most once per animation frame
 //   log.apply(items) for live events; log.backfill() after (re)subscribing.
 
+const ENDED = new Set(["succeeded", "failed", "cancelled"]);
+
+// Operation summaries ("operation.status") leave from several panel worker threads, one per event batch:
+// the one of an older batch can arrive after a newer one (a step's last progress, then its end, within
+// milliseconds). The gate this returns says whether a summary is still news: not when it knows fewer events
+// than one already shown, nor an open status after an end (an ended operation never reopens).
+export function summaryGate() {
+  let shownSeq = -1;
+  let ended = false;
+  return (summary) => {
+    if (typeof summary.last_seq === "number" && summary.last_seq < shownSeq) return false;
+    if (ended && !ENDED.has(summary.status)) return false;
+    if (typeof summary.last_seq === "number") shownSeq = summary.last_seq;
+    ended = ended || ENDED.has(summary.status);
+    return true;
+  };
+}
+
 export class EventLog {
   constructor({ fetchPage, render, lastSeq = 0 }) {
     this.fetchPage = fetchPage;

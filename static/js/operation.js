@@ -1,6 +1,6 @@
 // The operation page: subscribe, fetch the events after the last applied seq, apply live ones without
 // duplicates or holes (static/js/event_log.js), update the progress bar and the failure box.
-import { appendLines, EventLog } from "./event_log.js";
+import { appendLines, EventLog, summaryGate } from "./event_log.js";
 import { listen, onSubscribed } from "./live.js";
 
 const root = document.getElementById("operation");
@@ -36,19 +36,10 @@ function showProgress(percent, stage) {
   if (stage !== undefined) field("stage").textContent = stage;
 }
 
-// Summaries leave from several panel worker threads, one per event batch: the one of an older batch can
-// arrive after a newer one (a step's last progress, then its end, within milliseconds). The newest shown
-// wins: one that knows fewer events, or an open status after an end, is stale.
-let shownSeq = -1;
-
-function isStale(summary) {
-  if (typeof summary.last_seq === "number" && summary.last_seq < shownSeq) return true;
-  return TERMINAL.has(root.dataset.status) && !TERMINAL.has(summary.status);
-}
+const isNews = summaryGate();
 
 function showStatus(summary) {
-  if (isStale(summary)) return;
-  if (typeof summary.last_seq === "number") shownSeq = summary.last_seq;
+  if (!isNews(summary)) return;
   root.dataset.status = summary.status;
   const badge = field("status");
   badge.className = `status status-${colours[summary.status] || "offline"}`;

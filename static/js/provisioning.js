@@ -1,6 +1,7 @@
 // A node's provisioning page: live preflight and install. Subscribe, back-fill events over REST, then apply
 // live ones in sequence order; the install card shows a row per step, progress, a log tail and the failure.
 // When an operation ends the page reloads, so the checklist and the stack come from what the panel stored.
+import { summaryGate } from "./event_log.js";
 import { listen, onSubscribed } from "./live.js";
 
 const labels = JSON.parse(document.getElementById("step-labels")?.textContent || "{}");
@@ -86,7 +87,10 @@ function track(card) {
     if (pending.size) backfill();
   }
 
+  const isNews = summaryGate();
+
   function showStatus(summary) {
+    if (!isNews(summary)) return;
     const badge = field("status");
     if (badge && summary.status) {
       badge.className = `status status-${colours[summary.status] || "offline"}`;
