@@ -8,7 +8,7 @@
 //   render(items) — called with the next items in order, at most once per animation frame
 //   log.apply(items) for live events; log.backfill() after (re)subscribing.
 
-const ENDED = new Set(["succeeded", "failed", "cancelled"]);
+export const ENDED = new Set(["succeeded", "failed", "cancelled"]); // an operation's terminal statuses
 
 // Operation summaries ("operation.status") leave from several panel worker threads, one per event batch:
 // the one of an older batch can arrive after a newer one (a step's last progress, then its end, within

@@ -1,6 +1,6 @@
 // The operation page: subscribe, fetch the events after the last applied seq, apply live ones without
 // duplicates or holes (static/js/event_log.js), update the progress bar and the failure box.
-import { appendLines, EventLog, summaryGate } from "./event_log.js";
+import { appendLines, ENDED, EventLog, summaryGate } from "./event_log.js";
 import { listen, onSubscribed } from "./live.js";
 
 const root = document.getElementById("operation");
@@ -8,7 +8,6 @@ const log = document.querySelector("[data-field=log]");
 const field = (name) => root.querySelector(`[data-field=${name}]`);
 const labels = JSON.parse(document.getElementById("status-labels")?.textContent || "{}");
 const colours = { pending: "offline", running: "running", succeeded: "ok", failed: "alarm", cancelled: "warning" };
-const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
 
 function render(events) {
   const lines = [];
@@ -48,7 +47,7 @@ function showStatus(summary) {
   showProgress(summary.progress, summary.stage);
   // An ended operation cannot be force-failed (the server refuses it too): the form goes with the end.
   const forceFail = field("force-fail");
-  if (forceFail) forceFail.hidden = TERMINAL.has(summary.status);
+  if (forceFail) forceFail.hidden = ENDED.has(summary.status);
   if (summary.error) {
     field("failure").hidden = false;
     field("error").textContent = summary.error;
