@@ -15,15 +15,10 @@ import gc
 from celery import signals
 
 
-def freeze_startup_heap() -> int:
-    """Collect once, then move everything alive into the permanent generation. Returns how many objects."""
+def _freeze_when_ready(sender=None, **kwargs) -> None:
+    """Collect once, then move everything alive into the permanent generation."""
     gc.collect()
     gc.freeze()
-    return gc.get_freeze_count()
-
-
-def _freeze_when_ready(sender=None, **kwargs) -> None:
-    freeze_startup_heap()
 
 
 def freeze_once_worker_is_ready() -> None:
