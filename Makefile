@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: run test test-all test-browser test-engine test-faults test-security lint format messages bench clean
+.PHONY: run test test-all test-e2e test-browser test-engine test-faults test-security lint typecheck format messages bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,11 +27,25 @@ FAST := $(PY) -m pytest tests/unit tests/integration -q -n $(FAST_WORKERS) --dis
 test: $(STAMP)
 	$(FAST)
 
+# End to end: whole programs as an admin starts them (`make run` and Ctrl-C, agents installed over real SSH,
+# several Celery workers and gateways at once, rolling updates): minutes each, so not in a contributor's
+# `make test`; CI runs them in test-all. Same side-by-side processes as the fast tier.
+E2E := $(PY) -m pytest tests/e2e -q -n $(FAST_WORKERS) --dist loadfile
+
+test-e2e: $(STAMP)
+	$(E2E)
+
 test-browser: $(STAMP)
 	$(PY) -m pytest tests/browser -q
 
 test-engine: $(STAMP)
 	$(PY) -m pytest tests/engine -q
+
+# The API held to its schema: schemathesis against a live panel, every operation as an admin and as a viewer, no
+# server error and no answer the schema does not describe (tests/contract; SCHEMA_FUZZ_EXAMPLES cases each).
+.PHONY: test-contract
+test-contract: $(STAMP)
+	$(PY) -m pytest tests/contract -q
 
 test-faults: $(STAMP)
 	$(PY) -m pytest tests/faults -q
@@ -41,17 +55,27 @@ test-faults: $(STAMP)
 test-security: $(STAMP)
 	$(PY) -m pytest tests/security -q
 
-# Everything: fast, browser, engine, fault and security tiers, each in its own process (Playwright's sync API keeps an event
+# Everything: fast, end-to-end, browser, engine, fault and security tiers, each in its own process (Playwright's sync API keeps an event
 # loop running in the main thread for the whole session, which asyncio.run() elsewhere cannot share).
 test-all: $(STAMP)
 	$(FAST)
+	$(E2E)
 	$(PY) -m pytest tests/browser -q
 	$(PY) -m pytest tests/engine -q
 	$(PY) -m pytest tests/faults -q
 	$(PY) -m pytest tests/security -q
+	$(PY) -m pytest tests/contract -q
 
+# The page scripts are parsed too (node's --check, as ES modules): one duplicate name stops a whole page.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
+	for script in static/js/*.js; do node --experimental-default-type=module --check "$$script" || exit 1; done
+
+# Types over the panel and the agent ([tool.mypy] in pyproject.toml; CI runs it after lint). Django's types come
+# from django-stubs, whose mypy plugin loads panel.settings: PANEL_MODE=run is the settings `make run` starts
+# with, which need no SECRET_KEY or broker password.
+typecheck: $(STAMP)
+	PANEL_MODE=run $(VENV)/bin/mypy
 
 format: $(STAMP)
 	$(VENV)/bin/ruff format . && $(VENV)/bin/ruff check --fix .

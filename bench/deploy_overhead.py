@@ -122,8 +122,8 @@ def panel_run(client, body: dict, timeout: float) -> tuple[float, dict]:
 
 
 def direct_run(payload: dict, engine_venv: Path, log_path: Path, timeout: float) -> float:
-    from workers.engine.command import build_launch
-    from workers.engine.launch_spec import launch_spec_from_payload
+    from workers.engine.launch.command import build_launch
+    from workers.engine.launch.launch_spec import launch_spec_from_payload
 
     launch = build_launch(
         launch_spec_from_payload(payload, log_path=str(log_path), venv_path=str(engine_venv))
@@ -171,8 +171,8 @@ def main() -> int:
     from django.core.management import call_command
     from rest_framework.test import APIClient
 
-    import panel.deployments.tasks  # noqa: F401
-    import panel.nodes.tasks  # noqa: F401  the ingest queue, where the agent's events and asks go
+    import panel.deployments.tasks
+    import panel.nodes.tasks  # the ingest queue, where the agent's events and asks go
     import panel.operations.tasks  # noqa: F401
     import workers.tasks  # noqa: F401
     from panel.catalog.models import Model
@@ -190,7 +190,7 @@ def main() -> int:
     # The model folder is in the scratch dir: a models root of this node (panel.nodes.models_roots).
     node = Node.objects.create(name=NODE, transport="agent", models_roots=["/data/models", str(scratch)])
     # The in-process agent holds its node's credential, as a joined agent does (the panel still verifies).
-    from panel.nodes.trust import agent_key
+    from panel.nodes.agents.trust import agent_key
     from workers.identity import use_keys
 
     use_keys({NODE: agent_key(node)})
@@ -219,7 +219,7 @@ def main() -> int:
                         panel_times.append(seconds)
                     else:
                         if payload is None:
-                            from panel.deployments.planning import plan_request
+                            from panel.deployments.placement.planning import plan_request
 
                             payload = plan_request(body).parts[0].payload
                         direct_times.append(

@@ -23,10 +23,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.faults.broker import rabbitmq_missing  # noqa: E402
-from tests.faults.checks import Outcome  # noqa: E402
-from tests.faults.scenarios import SCENARIOS, all_nodes, run_scenario  # noqa: E402
-from tests.faults.stack import FaultStack  # noqa: E402
+from tests.faults.broker import rabbitmq_missing
+from tests.faults.checks import Outcome
+from tests.faults.scenarios import SCENARIOS, all_nodes, run_scenario
+from tests.faults.stack import FaultStack
 
 
 def main() -> int:

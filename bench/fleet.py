@@ -25,9 +25,9 @@ per node the load managed to send (below 1 when the machine starves it). push_vs
 CPU per delivered sample, polling ÷ push (delivery is their work; "all_in": the panel's total CPU, ingest
 included, per delivered sample). ingest_cpu_cores: the panel with no viewer. week_rows: metric history rows
 a week of N nodes keeps (one row per NPU and one per host per minute for PANEL_METRICS_MINUTE_DAYS, one an
-hour before that: panel.monitoring.rollup), retained_rows: what PANEL_METRICS_RETENTION_DAYS keeps; week_gb
-from the bytes per row the downsampler's rows take in PostgreSQL here (null under 20,000 rows: too few to
-tell). ingest_lag_ms: p50 and p99 of agent → panel alone (each node's last sample as the ingester took it
+hour before that: panel.monitoring.metrics.rollup), retained_rows: what PANEL_METRICS_RETENTION_DAYS keeps;
+week_gb from the bytes per row the downsampler's rows take in PostgreSQL here (null under 20,000 rows: too few
+to tell). ingest_lag_ms: p50 and p99 of agent → panel alone (each node's last sample as the ingester took it
 in, read once after the push window). ingest_backlog: heartbeats and event batches in the broker before the
 first window and after the last.
 Infrastructure CPU (RabbitMQ, Redis, PostgreSQL, the load, the viewers) goes to stderr. Last line: JSON.
@@ -87,7 +87,7 @@ from django.contrib.auth.models import Group
 from panel.accounts.bootstrap import ensure_role_groups
 from panel.accounts.models import ApiToken
 from panel.accounts.roles import VIEWER
-from panel.nodes.join import issue_join_token
+from panel.nodes.agents.join import issue_join_token
 ensure_role_groups()
 User = get_user_model()
 admin = User.objects.create_superuser("bench", password=None)
@@ -109,7 +109,8 @@ print(json.dumps({
 
 def history_rows(nodes: int, days: int, minute_days: int) -> int:
     """Metric history rows `days` of `nodes` leave in the tables: one per NPU and host a minute for the
-    newest `minute_days`, one an hour before that (the hourly prune's fold, panel.monitoring.rollup)."""
+    newest `minute_days`, one an hour before that (the hourly prune's fold,
+    panel.monitoring.metrics.rollup)."""
     series = nodes * (NPUS_PER_NODE + 1)
     at_minutes = min(days, minute_days)
     return series * (at_minutes * 24 * 60 + (days - at_minutes) * 24)

@@ -217,6 +217,20 @@ def next_time(due: float, every: float, now: float) -> float:
     return later
 
 
+def _play(node: PlayedNode, what: str, second: int, args, sent) -> bool:
+    """One scheduled job of `node`; False once its queue poll took the inventory (no more polls)."""
+    if what == "metrics":
+        seq, epoch = node.metrics(second)
+        sent.write(f"{node.name} {seq} {epoch:.3f}\n")
+    elif what == "heartbeat":
+        node.heartbeat(args.heartbeat_s)
+    elif what == "poll":
+        return not node.take_task()
+    elif what == "log":
+        node.log_line()
+    return True
+
+
 def run_schedule(nodes: list[PlayedNode], schedule: Schedule, args, counts: dict, sent, stop) -> None:
     """Every node's metrics each second (spread evenly over it), heartbeats, its queue until the inventory
     came, and log lines of the streaming ones, until `stop()`."""
@@ -236,18 +250,10 @@ def run_schedule(nodes: list[PlayedNode], schedule: Schedule, args, counts: dict
             "log": 1 / args.log_lines,
         }
         try:
-            if what == "metrics":
-                seq, epoch = node.metrics(int(due - now))
-                sent.write(f"{node.name} {seq} {epoch:.3f}\n")
-            elif what == "heartbeat":
-                node.heartbeat(args.heartbeat_s)
-            elif what == "poll":
-                if node.take_task():
-                    follow["poll"] = None  # the inventory came: its log streams, or it ended at once
-                    if node.streams:
-                        schedule.at(due + follow["log"], index, "log")
-            elif what == "log":
-                node.log_line()
+            if not _play(node, what, int(due - now), args, sent):
+                follow["poll"] = None  # the inventory came: its log streams, or it ended at once
+                if node.streams:
+                    schedule.at(due + follow["log"], index, "log")
             counts[what] += 1
         except Exception:
             counts["errors"] += 1

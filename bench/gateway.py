@@ -45,7 +45,7 @@ from django.contrib.auth.models import Group
 from panel.accounts.bootstrap import ensure_role_groups
 from panel.accounts.models import ApiToken
 from panel.catalog.models import Model
-from panel.deployments.engine_keys import ensure_engine_key
+from panel.deployments.launch.engine_keys import ensure_engine_key
 from panel.deployments.models import Deployment
 from panel.nodes.models import Node
 ensure_role_groups()
@@ -65,7 +65,7 @@ for index, port in enumerate({ports}):
 print(json.dumps(keys))
 print(ApiToken.issue(user, "bench", scopes=["inference"])[1])
 """
-DRAIN = "from panel.gateway.usage import drain; print(drain())"
+DRAIN = "from panel.gateway.accounting.usage import drain; print(drain())"
 PROFILED = """
 import cProfile, runpy, signal, sys, time
 profile = cProfile.Profile(time.process_time)

@@ -55,7 +55,7 @@ from django.contrib.auth import get_user_model
 from panel.accounts.models import ApiToken
 import json
 from panel.nodes.models import Node
-from panel.nodes.trust import agent_key
+from panel.nodes.agents.trust import agent_key
 user = get_user_model().objects.create_superuser("bench", password="bench-password-1")
 keys = {{}}
 for i in range({nodes}):

@@ -13,7 +13,8 @@ live figures are there.
 Then Django's test client asks for each page and list endpoint `--runs` times, signed in as an admin
 (pages: a session; API: a token), and the fleet summary the panel worker sends once a second is timed too.
 For each: median and p95 in ms, the number of SQL queries, the answer's size. Last, the hour of minute rows is
-folded into hourly rows as the hourly prune does (panel.monitoring.rollup), timed. The last line is JSON:
+folded into hourly rows as the hourly prune does (panel.monitoring.metrics.rollup), timed. The last line is
+JSON:
 {"nodes", "npus", "deployments", "metric_rows", "database", "runs", "load_average_1m", "cpus", "results":
 {name: {"median_ms", "p95_ms", "queries", "bytes"}}, "rollup": {"rows_before", "rows_after", "seconds"}}.
 """
@@ -259,8 +260,8 @@ def measure(call, runs: int) -> dict:
 
 def time_rollup() -> dict:
     """Fold the fleet's hour of minute rows as the hourly prune does once they are old enough."""
+    from panel.monitoring.metrics.rollup import roll_up
     from panel.monitoring.models import HostMetricMinute, NpuMetricMinute
-    from panel.monitoring.rollup import roll_up
 
     def rows():
         return NpuMetricMinute.objects.count() + HostMetricMinute.objects.count()
@@ -285,8 +286,8 @@ def main() -> None:
     from django.test import Client
 
     from panel.accounts.models import ApiToken
-    from panel.monitoring import store
-    from panel.monitoring.fleet import fleet_summary
+    from panel.monitoring.metrics import store
+    from panel.monitoring.metrics.fleet import fleet_summary
 
     names = []
     try:

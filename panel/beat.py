@@ -137,6 +137,8 @@ def beat_schedule() -> dict:
             "schedule": settings.PANEL_GATEWAY_USAGE_DRAIN_S,
         },
         "gateway-prune-usage": {"task": "panel.gateway.prune_usage", "schedule": 86400.0},
+        # Instances on failed NPUs or draining nodes, for every gateway process (also sent at each change).
+        "gateway-publish-excluded": {"task": "panel.gateway.publish_excluded", "schedule": 10.0},
         "reconcile-deployments": {
             "task": "panel.reconcile_deployments",
             "schedule": settings.PANEL_DEPLOY_RECONCILE_S,

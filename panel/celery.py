@@ -1,7 +1,7 @@
 """The panel worker: the shared Celery app, with Django set up and the panel's tasks registered.
 
 celery -A panel.celery worker -Q panel     # the panel's tasks; also ingests agents' events, heartbeats
-                                           # (queue ingest) and metrics (panel.nodes.ingest_guard)
+                                           # (queue ingest) and metrics (panel.nodes.agents.ingest_guard)
 celery -A panel.celery beat                # the sweeps (offline nodes, reconcile, downsampling)
 
 Importing this module makes the process a panel worker: the shared app's broker, its options and the
@@ -19,8 +19,8 @@ django.setup()
 from django.conf import settings  # noqa: E402
 
 from panel.beat import beat_schedule  # noqa: E402
-from panel.core.heap import freeze_once_worker_is_ready  # noqa: E402
-from panel.core.worker_db import keep_connections  # noqa: E402
+from panel.core.infra.heap import freeze_once_worker_is_ready  # noqa: E402
+from panel.core.infra.worker_db import keep_connections  # noqa: E402
 from workers.celery_app import app, ssl_options, transport_options  # noqa: E402
 
 keep_connections(app, settings.PANEL_WORKER_DB_CONN_MAX_AGE)
@@ -32,12 +32,12 @@ app.conf.beat_schedule = beat_schedule()
 # Every beat process uses the leader lock (panel/beat.py): run two for failover, one of them ticks.
 app.conf.beat_scheduler = "panel.beat:LeaderScheduler"
 
-import panel.accounts.tasks  # noqa: E402,F401
-import panel.audit.tasks  # noqa: E402,F401
-import panel.deployments.tasks  # noqa: E402,F401
-import panel.gateway.tasks  # noqa: E402,F401
-import panel.monitoring.tasks  # noqa: E402,F401
-import panel.nodes.tasks  # noqa: E402,F401
+import panel.accounts.tasks  # noqa: E402
+import panel.audit.tasks  # noqa: E402
+import panel.deployments.tasks  # noqa: E402
+import panel.gateway.tasks  # noqa: E402
+import panel.monitoring.tasks  # noqa: E402
+import panel.nodes.tasks  # noqa: E402
 import panel.operations.tasks  # noqa: E402,F401
 
 __all__ = ["app"]

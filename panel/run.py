@@ -19,10 +19,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import IO, Any
 
 from panel import web
 from panel.run_parent import stop_with_make
-from workers.engine import runtime
+from workers.engine.running import runtime
 from workers.hosts.local import LocalRunner
 from workers.sealing import PANEL_KEY_MATERIAL_VARS
 
@@ -84,7 +85,8 @@ class Supervisor:
     ) -> subprocess.Popen:
         """Start a child; `quiet` sends its stdout to /dev/null (the bench keeps its own stdout for JSON)."""
         with contextlib.ExitStack() as files:
-            stdout = stderr = None
+            stdout: int | IO[Any] | None = None
+            stderr: int | None = None
             if quiet:
                 stdout = subprocess.DEVNULL
             elif self.log_dir is not None:
@@ -116,12 +118,14 @@ class Supervisor:
         return True
 
     def log_path(self, name: str) -> Path:
+        assert self.log_dir is not None, "only a supervisor that keeps logs has log files"
         return self.log_dir / f"{name.replace(' ', '-')}.log"
 
     def run_once(self, argv: list[str], *, capture: bool = False) -> str:
         """Run a command to its end; `capture` returns its stdout instead of showing (or logging) it."""
         with contextlib.ExitStack() as files:
-            stdout = stderr = None
+            stdout: int | IO[Any] | None = None
+            stderr: int | None = None
             if capture:
                 stdout = subprocess.PIPE
             elif self.log_dir is not None:

@@ -78,17 +78,18 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    "panel.core.middleware.StaticFilesMiddleware",  # WhiteNoise, async-capable
+    "panel.core.web.security_headers.SecurityHeadersMiddleware",  # CSP and the rest, on every answer
+    "panel.core.web.middleware.StaticFilesMiddleware",  # WhiteNoise, async-capable
     # Outside everything that could answer an /api/ request with an HTML page or read an oversized body.
-    "panel.core.middleware.ApiErrorsMiddleware",
+    "panel.core.web.middleware.ApiErrorsMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
-    "panel.core.middleware.RejectNulInQueryMiddleware",
+    "panel.core.web.middleware.RejectNulInQueryMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "panel.accounts.middleware.TemporaryPasswordMiddleware",
-    "panel.core.middleware.NotFoundPageMiddleware",
+    "panel.core.web.middleware.NotFoundPageMiddleware",
     "panel.audit.middleware.AuditRequestMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
@@ -111,7 +112,7 @@ TEMPLATES = [
                 "django.template.context_processors.i18n",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "panel.core.context_processors.panel",
+                "panel.core.web.context_processors.panel",
             ],
         },
     },
@@ -171,7 +172,7 @@ PANEL_SIGNIN_ALARM_FAILURES_PER_MINUTE = env.int("PANEL_SIGNIN_ALARM_FAILURES_PE
 AXES_RESET_ON_SUCCESS = True
 AXES_DISABLE_ACCESS_LOG = True  # sign-ins go to the panel's audit log (panel/audit)
 AXES_LOCKOUT_CALLABLE = "panel.accounts.lockout.lockout_response"
-AXES_CLIENT_IP_CALLABLE = "panel.core.client_ip.client_ip"
+AXES_CLIENT_IP_CALLABLE = "panel.core.web.client_ip.client_ip"
 # How many reverse proxies in front of the panel append to X-Forwarded-For; 0 trusts REMOTE_ADDR only.
 PANEL_TRUSTED_PROXIES = env.int("PANEL_TRUSTED_PROXIES", default=0)
 
@@ -198,13 +199,14 @@ WHITENOISE_USE_FINDERS = DEVELOPMENT_MODE
 # Production sits behind a TLS proxy: its cookies never travel over plain HTTP. `make run` and the tests
 # serve http://127.0.0.1, so they default to off. A plain-HTTP lab install turns off SESSION_COOKIE_SECURE,
 # and the CSRF cookie follows unless set on its own (one cookie without the other breaks every form).
-# Sessions live in the database and are JSON: nothing the panel reads back is unpickled (panel.core.cache).
+# Sessions live in the database and are JSON: nothing the panel reads back is unpickled
+# (panel.core.infra.cache).
 SESSION_ENGINE = "django.contrib.sessions.backends.db"
 SESSION_SERIALIZER = "django.contrib.sessions.serializers.JSONSerializer"
 SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=not DEVELOPMENT_MODE)
 CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=SESSION_COOKIE_SECURE)
 # A CSRF refusal under /api/ says so in the API's error shape; pages keep Django's own.
-CSRF_FAILURE_VIEW = "panel.core.exceptions.csrf_failure"
+CSRF_FAILURE_VIEW = "panel.core.rest.exceptions.csrf_failure"
 
 # HTTP Basic (a password on every API request) is off in production: scripts use API tokens. `make run` and
 # the tests keep it for curl and the browser tier's API client.
@@ -221,15 +223,20 @@ REST_FRAMEWORK = {
         "panel.accounts.authentication.OptionalBasicAuthentication",  # only with PANEL_API_BASIC_AUTH
     ],
     "DEFAULT_THROTTLE_CLASSES": [
-        "panel.core.throttling.AnonThrottle",
-        "panel.core.throttling.UserThrottle",
+        "panel.core.rest.throttling.AnonThrottle",
+        "panel.core.rest.throttling.UserThrottle",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["panel.accounts.permissions.RolePermission"],
-    "DEFAULT_PAGINATION_CLASS": "panel.core.pagination.StandardPagination",
+    "DEFAULT_PAGINATION_CLASS": "panel.core.rest.pagination.StandardPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
-    "DEFAULT_SCHEMA_CLASS": "panel.core.schema.PanelAutoSchema",
-    "EXCEPTION_HANDLER": "panel.core.exceptions.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "panel.core.rest.schema.PanelAutoSchema",
+    "EXCEPTION_HANDLER": "panel.core.rest.exceptions.exception_handler",
+    # JSON only, within bounds (panel/core/rest/safe_input.py); a viewset that documents YAML or an upload
+    # adds its parsers. A form-encoded body elsewhere is a 415, not a body read some other way than
+    # documented.
+    "DEFAULT_PARSER_CLASSES": ["panel.core.rest.safe_input.SafeJSONParser"],
+    "TEST_REQUEST_DEFAULT_FORMAT": "json",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Ascend Panel API",
@@ -240,31 +247,36 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     # Request bodies get their own components (no read-only fields), closed by close_request_bodies: the
-    # schema then says exactly what panel.core.strict accepts.
+    # schema then says exactly what panel.core.rest.strict accepts.
     "COMPONENT_SPLIT_REQUEST": True,
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "panel.deployments.api.chat.document_chat",  # a plain async view the generator cannot see
-        "panel.core.schema.close_request_bodies",
+        "panel.core.rest.schema.close_request_bodies",
     ],
     "ENUM_NAME_OVERRIDES": {
-        "ModelSourceEnum": "panel.core.choices.ModelSource",
-        "DeploymentStatusEnum": "panel.core.choices.DeploymentState",
-        "OperationStatusEnum": "panel.core.choices.OperationStatus",
-        "NodeStatusEnum": "panel.core.choices.NodeStatus",
+        "ModelSourceEnum": "panel.core.domain.choices.ModelSource",
+        "DeploymentStatusEnum": "panel.core.domain.choices.DeploymentState",
+        "OperationStatusEnum": "panel.core.domain.choices.OperationStatus",
+        "NodeStatusEnum": "panel.core.domain.choices.NodeStatus",
+        "AlertKindEnum": "panel.monitoring.models.AlertKind",
+        "AlertSeverityEnum": "panel.monitoring.models.AlertSeverity",
+        "ChannelKindEnum": "panel.monitoring.models.ChannelKind",
+        "DeliveryStatusEnum": "panel.monitoring.models.DeliveryStatus",
     },
 }
 
 # Shared by every process (idempotency keys must be seen by all web workers).
 CACHES = {
     "default": {
-        # JSON, never pickle: a value planted in Redis must not run code in the panel (panel.core.cache).
-        "BACKEND": "panel.core.cache.JsonRedisCache",
+        # JSON, never pickle: a value planted in Redis must not run code in the panel
+        # (panel.core.infra.cache).
+        "BACKEND": "panel.core.infra.cache.JsonRedisCache",
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": "panel-cache",
         # A Redis that is down answers within seconds, so a request can say so instead of hanging.
         "OPTIONS": {
-            "serializer": "panel.core.cache.JsonSerializer",
+            "serializer": "panel.core.infra.cache.JsonSerializer",
             "socket_connect_timeout": 2,
             "socket_timeout": 5,
         },
@@ -284,7 +296,7 @@ PANEL_MAX_UPLOAD_BYTES = env.int("PANEL_MAX_UPLOAD_BYTES", default=16 * 1024**3)
 # default, 2.5 MB). Raise it for prompts that carry images as data URLs.
 DATA_UPLOAD_MAX_MEMORY_SIZE = env.int("PANEL_MAX_BODY_BYTES", default=2621440)
 
-CHANNEL_LAYERS = {
+CHANNEL_LAYERS: dict[str, dict] = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
         # redis-py 8 reads with a 5 s socket timeout by default, which is also channels_redis' BZPOPMIN wait:
@@ -294,7 +306,8 @@ CHANNEL_LAYERS = {
 }
 
 # The fleet's broker: RabbitMQ (amqp://panel:PASSWORD@rabbitmq:5672/ascend, amqps:// with TLS) in
-# production, docker-compose and CI; each node gets its own user there at join (panel.nodes.broker_admin).
+# production, docker-compose and CI; each node gets its own user there at join
+# (panel.nodes.agents.broker_admin).
 # Left unset, the panel's Redis carries Celery too: make run's single-machine setup, not the fleet one.
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default=REDIS_URL)
 # RabbitMQ's management API, where the panel creates and deletes node users: http://admin:PASSWORD@host:15672.
@@ -305,11 +318,20 @@ PANEL_BROKER_CA_FILE = env.str("PANEL_BROKER_CA_FILE", default="")
 # The central agent's broker user (`manage.py agent_credential --central --broker`): reads ssh-runner only.
 # Broker users are broker-wide: two panels on one RabbitMQ need two names (the tests add a suffix).
 PANEL_BROKER_CENTRAL_USER = env.str("PANEL_BROKER_CENTRAL_USER", default="central")
-# The bound on the ingest queue (a RabbitMQ policy the panel worker sets, panel.nodes.broker_admin): past it
-# the broker refuses new messages, which agents keep in their spool, so a flooding node cannot fill the
-# broker's memory or disk. Room for ten minutes of a 512-node fleet's heartbeats and events.
+# The bound on the ingest queue (a RabbitMQ policy the panel worker sets, panel.nodes.agents.broker_admin):
+# past it the broker refuses new messages, which agents keep in their spool, so a flooding node cannot fill
+# the broker's memory or disk. Room for ten minutes of a 512-node fleet's heartbeats and events.
 PANEL_INGEST_MAX_MESSAGES = env.int("PANEL_INGEST_MAX_MESSAGES", default=200_000)
 PANEL_INGEST_MAX_BYTES = env.int("PANEL_INGEST_MAX_BYTES", default=256 * 1024 * 1024)
+# What one node may send on the metrics path (panel.monitoring.metrics.rates), per second, with five seconds'
+# burst: agents send one heartbeat and one metrics batch a second at most; past it the panel drops the node's
+# lines unread, so one node costs the others at most this rate.
+PANEL_INGEST_HEARTBEATS_PER_S = env.float("PANEL_INGEST_HEARTBEATS_PER_S", default=4.0)
+PANEL_INGEST_METRICS_PER_S = env.float("PANEL_INGEST_METRICS_PER_S", default=10.0)
+# Per node broker user (RabbitMQ user limits, set at join): an agent holds one connection for its worker,
+# one for its metrics and a few for its pools.
+PANEL_BROKER_NODE_MAX_CONNECTIONS = env.int("PANEL_BROKER_NODE_MAX_CONNECTIONS", default=8)
+PANEL_BROKER_NODE_MAX_CHANNELS = env.int("PANEL_BROKER_NODE_MAX_CHANNELS", default=64)
 if (
     CELERY_BROKER_URL.startswith(("amqp://", "amqps://"))
     and not DEVELOPMENT_MODE
@@ -323,8 +345,8 @@ if (
 # Panel behaviour
 PANEL_ADMIN_PASSWORD = _read_secret("PANEL_ADMIN_PASSWORD", default="")
 PANEL_HEARTBEAT_INTERVAL = env.float("PANEL_HEARTBEAT_INTERVAL", default=5.0)
-# How long the panel worker keeps a database connection across tasks (panel/core/worker_db.py); 0 opens one
-# per task. The test suite keeps Celery's default: its in-process workers must leave no connection behind.
+# How long the panel worker keeps a database connection across tasks (panel/core/infra/worker_db.py); 0 opens
+# one per task. The test suite keeps Celery's default: its in-process workers must leave no connection behind.
 PANEL_WORKER_DB_CONN_MAX_AGE = env.int(
     "PANEL_WORKER_DB_CONN_MAX_AGE", default=0 if PANEL_MODE == "test" else 300
 )
@@ -341,7 +363,6 @@ PANEL_BEAT_LEADER_TTL_S = env.float("PANEL_BEAT_LEADER_TTL_S", default=10.0)
 PANEL_BEAT_KEY = env.str("PANEL_BEAT_KEY", default="ascend-panel:beat")
 PANEL_OPERATION_PICKUP_S = env.int("PANEL_OPERATION_PICKUP_S", default=900)
 PANEL_OPERATION_OFFLINE_GRACE_S = env.int("PANEL_OPERATION_OFFLINE_GRACE_S", default=60)
-PANEL_BROWSER_EVENTS_PER_SECOND = env.int("PANEL_BROWSER_EVENTS_PER_SECOND", default=30)
 PANEL_WS_RECHECK_S = env.float("PANEL_WS_RECHECK_S", default=30)
 # Waiting and watching (`?wait=`, `?watch=true`; docs/api-streams.md): a wait reads the deployment again at
 # least this often besides on each broadcast, a watch sends a keepalive comment and re-reads its objects
@@ -349,6 +370,9 @@ PANEL_WS_RECHECK_S = env.float("PANEL_WS_RECHECK_S", default=30)
 PANEL_WAIT_RECHECK_S = env.float("PANEL_WAIT_RECHECK_S", default=5)
 PANEL_STREAM_KEEPALIVE_S = env.float("PANEL_STREAM_KEEPALIVE_S", default=15)
 PANEL_WATCH_RESYNC_S = env.float("PANEL_WATCH_RESYNC_S", default=30)
+# How long a watch's ledger outlives its last event: a client reconnecting within it with Last-Event-ID gets
+# only what changed (panel/core/rest/watch_resume.py).
+PANEL_WATCH_RESUME_S = env.float("PANEL_WATCH_RESUME_S", default=600)
 PANEL_SECRETS_KEY = _read_secret("PANEL_SECRETS_KEY", default="")
 PANEL_METRICS_ALLOW = env.list("PANEL_METRICS_ALLOW", default=["127.0.0.1", "::1"])
 PANEL_METRICS_TOKEN = _read_secret("PANEL_METRICS_TOKEN", default="")
@@ -382,12 +406,16 @@ PANEL_MODELS_ROOTS = env.list("PANEL_MODELS_ROOTS", default=[PANEL_MODELS_ROOT])
 PANEL_HF_ENDPOINT = env.str("PANEL_HF_ENDPOINT", default="https://huggingface.co")
 PANEL_MODELSCOPE_ENDPOINT = env.str("PANEL_MODELSCOPE_ENDPOINT", default="https://www.modelscope.cn")
 PANEL_METRICS_RETENTION_DAYS = env.int("PANEL_METRICS_RETENTION_DAYS", default=30)
-# Minute rows older than this are folded into one row per hour (panel.monitoring.rollup).
+# Minute rows older than this are folded into one row per hour (panel.monitoring.metrics.rollup).
 PANEL_METRICS_MINUTE_DAYS = env.int("PANEL_METRICS_MINUTE_DAYS", default=2)
 PANEL_METRICS_RING_SECONDS = env.int("PANEL_METRICS_RING_SECONDS", default=3600)
 PANEL_ALERT_TEMP_C = env.float("PANEL_ALERT_TEMP_C", default=85.0)
 PANEL_ALERT_HBM_PCT = env.float("PANEL_ALERT_HBM_PCT", default=95.0)
 PANEL_ALERT_WEBHOOK_URL = env.str("PANEL_ALERT_WEBHOOK_URL", default="")
+# A deployment with this many failed restarts in a row raises a crash-loop alert (panel.monitoring).
+PANEL_ALERT_CRASH_LOOP_RESTARTS = env.int("PANEL_ALERT_CRASH_LOOP_RESTARTS", default=2)
+# Notification retries wait this many seconds, doubled each time (panel.monitoring.notifications.notify).
+PANEL_NOTIFY_RETRY_BASE_S = env.float("PANEL_NOTIFY_RETRY_BASE_S", default=2.0)
 # Audit log entries (sign-ins, tokens, roles, nodes, deployments, installs, packages) older than this go.
 PANEL_AUDIT_RETENTION_DAYS = env.int("PANEL_AUDIT_RETENTION_DAYS", default=90)
 
@@ -418,6 +446,13 @@ PANEL_DEPLOY_CPU_KVCACHE_GIB = env.int("PANEL_DEPLOY_CPU_KVCACHE_GIB", default=1
 PANEL_GATEWAY_CONNECT_TIMEOUT_S = env.float("PANEL_GATEWAY_CONNECT_TIMEOUT_S", default=5.0)
 # Between two chunks of an answer (a long prompt's prefill comes before the first one).
 PANEL_GATEWAY_READ_TIMEOUT_S = env.float("PANEL_GATEWAY_READ_TIMEOUT_S", default=600.0)
+# What the gateway reads from an engine (panel/gateway/proxy/transport.py, relay.py): a whole answer
+# (embeddings of many inputs are the largest), one SSE event, and the longest wait between two events of a
+# stream. Past any of them that request fails alone; a broken or hostile engine cannot grow a web process
+# without end.
+PANEL_GATEWAY_MAX_ANSWER_BYTES = env.int("PANEL_GATEWAY_MAX_ANSWER_BYTES", default=64 * 1024 * 1024)
+PANEL_GATEWAY_MAX_EVENT_BYTES = env.int("PANEL_GATEWAY_MAX_EVENT_BYTES", default=1024 * 1024)
+PANEL_GATEWAY_MAX_EVENT_GAP_S = env.float("PANEL_GATEWAY_MAX_EVENT_GAP_S", default=600.0)
 # A request a web process counts as outstanding is forgotten after this long without news (a process that
 # died mid-stream); streams renew theirs every minute.
 PANEL_GATEWAY_INFLIGHT_TTL_S = env.float("PANEL_GATEWAY_INFLIGHT_TTL_S", default=900.0)
@@ -429,3 +464,13 @@ PANEL_GATEWAY_DRAIN_GRACE_S = env.float("PANEL_GATEWAY_DRAIN_GRACE_S", default=1
 PANEL_GATEWAY_BAD_KEYS_PER_MINUTE = env.int("PANEL_GATEWAY_BAD_KEYS_PER_MINUTE", default=30)
 PANEL_GATEWAY_USAGE_RAW_DAYS = env.int("PANEL_GATEWAY_USAGE_RAW_DAYS", default=30)
 PANEL_GATEWAY_USAGE_HOURLY_DAYS = env.int("PANEL_GATEWAY_USAGE_HOURLY_DAYS", default=365)
+# Routing by prompt prefix or session (panel/gateway/instances/routing.py): an instance holding a request's
+# prefix is preferred while its outstanding requests are at most the least loaded's plus MARGIN (or plus that
+# share of the least load, when more); prefixes are hashed in chunks of CHUNK_BYTES, the first CHUNKS of them,
+# and per served model at most ENTRIES hashes are remembered, each for TTL_S after it was last used.
+PANEL_GATEWAY_ROUTING_MARGIN = env.int("PANEL_GATEWAY_ROUTING_MARGIN", default=2)
+PANEL_GATEWAY_ROUTING_MARGIN_RATIO = env.float("PANEL_GATEWAY_ROUTING_MARGIN_RATIO", default=0.25)
+PANEL_GATEWAY_PREFIX_CHUNK_BYTES = env.int("PANEL_GATEWAY_PREFIX_CHUNK_BYTES", default=256)
+PANEL_GATEWAY_PREFIX_CHUNKS = env.int("PANEL_GATEWAY_PREFIX_CHUNKS", default=128)
+PANEL_GATEWAY_PREFIX_ENTRIES = env.int("PANEL_GATEWAY_PREFIX_ENTRIES", default=200_000)
+PANEL_GATEWAY_PREFIX_TTL_S = env.float("PANEL_GATEWAY_PREFIX_TTL_S", default=1800.0)

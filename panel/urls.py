@@ -7,14 +7,20 @@ from django.views.generic import RedirectView
 
 from panel.accounts.api.views import ApiTokenViewSet
 from panel.audit.api.views import AuditEntryViewSet
-from panel.catalog.api.views import ModelArtifactViewSet, ModelViewSet
-from panel.core.api_docs import DocsView, PanelRouter, SchemaView
-from panel.core.exceptions import api_not_found
+from panel.catalog.api.views import ModelArtifactViewSet, ModelViewSet, RecipeViewSet
+from panel.core.rest.api_docs import DocsView, PanelRouter, SchemaView
+from panel.core.rest.exceptions import api_not_found
 from panel.deployments.api.chat import DeploymentChatView
 from panel.deployments.api.views import BenchmarkViewSet, DeploymentViewSet
 from panel.fabric.api.views import FabricCheckViewSet, NodeFabricViewSet
 from panel.forensics.api.views import DiagnosticsBundleViewSet
 from panel.gateway.api.views import UsageHourViewSet, UsageRecordViewSet
+from panel.monitoring.api.notifications import (
+    DeliveryViewSet,
+    NotificationChannelViewSet,
+    RouteViewSet,
+    SilenceViewSet,
+)
 from panel.monitoring.api.views import AlertViewSet, LatestMetricsView
 from panel.monitoring.views import prometheus_metrics
 from panel.nodes.api.views import NodeViewSet
@@ -27,11 +33,16 @@ router.register("nodes", NodeViewSet)
 router.register("operations", OperationViewSet)
 router.register("models", ModelViewSet)
 router.register("model-artifacts", ModelArtifactViewSet)
+router.register("recipes", RecipeViewSet, basename="recipe")
 router.register("tokens", ApiTokenViewSet, basename="apitoken")
 router.register("stack-profiles", StackProfileViewSet, basename="stack-profile")
 router.register("packages", PackageFileViewSet)
 router.register("node-stacks", NodeStackViewSet, basename="node-stack")
 router.register("alerts", AlertViewSet)
+router.register("notification-channels", NotificationChannelViewSet)
+router.register("notification-routes", RouteViewSet)
+router.register("silences", SilenceViewSet)
+router.register("deliveries", DeliveryViewSet)
 router.register("deployments", DeploymentViewSet)
 router.register("benchmarks", BenchmarkViewSet)
 router.register("audit", AuditEntryViewSet)
@@ -74,4 +85,4 @@ urlpatterns = [
     path("", include("panel.core.urls")),
 ]
 urlpatterns += static(settings.STATIC_URL)
-handler404, handler500 = "panel.core.exceptions.not_found", "panel.core.exceptions.server_error"
+handler404, handler500 = "panel.core.rest.exceptions.not_found", "panel.core.rest.exceptions.server_error"

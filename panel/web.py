@@ -39,7 +39,7 @@ def options(host: str, port: int, workers: int = 1, access_log: bool = True) -> 
         # Channels' router does not speak the lifespan protocol; the panel needs no start-up hook.
         "lifespan": "off",
         # The panel reads X-Forwarded-For itself, only as far as PANEL_TRUSTED_PROXIES allows
-        # (panel.core.client_ip); uvicorn rewriting the client address first would bypass that.
+        # (panel.core.web.client_ip); uvicorn rewriting the client address first would bypass that.
         "proxy_headers": False,
         "server_header": False,
         # Dashboards send small JSON frames many times a second: compressing each costs CPU for bytes a LAN

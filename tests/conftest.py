@@ -180,8 +180,8 @@ def agent_keys():
     def lookup(signer):
         from django.db import connection
 
+        from panel.nodes.agents.trust import agent_key, panel_central_key
         from panel.nodes.models import Node
-        from panel.nodes.trust import agent_key, panel_central_key
 
         try:
             if signer == CENTRAL:
@@ -240,6 +240,21 @@ def api_client_for(user):
     client = APIClient()
     client.force_authenticate(user)
     return client
+
+
+def sent_by_the_agent(operation, body) -> list[dict]:
+    """The event batches `body(emitter)` sends on the agent's own emitter for `operation`, as they leave for
+    the broker (JSON): what the panel's ingest receives."""
+    import json
+
+    from workers.events import EventEmitter
+
+    sent = []
+    emitter = EventEmitter(
+        str(operation.id), operation.node.name, send=lambda _name, batch, signer=None: sent.append(batch)
+    )
+    body(emitter)
+    return [json.loads(json.dumps(batch)) for batch in sent]
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ def reconcile_loop(transactional_db):
     TRUNCATE deadlocked on PostgreSQL."""
     from django.db import close_old_connections
 
-    from panel.deployments.reconcile import tick
+    from panel.deployments.rollouts.reconcile import tick
 
     stop = threading.Event()
     errors = []
@@ -27,7 +27,7 @@ def reconcile_loop(transactional_db):
         while not stop.is_set():
             try:
                 tick()
-            except Exception as error:  # noqa: BLE001 - reported at teardown
+            except Exception as error:  # reported at teardown
                 errors.append(repr(error))
             finally:
                 close_old_connections()
@@ -53,7 +53,7 @@ def wait_for(predicate, timeout, what, every=0.2):
 
 def kill_recorded_engines(host_root) -> None:
     """Whatever a failing test left running must not answer the next test's port."""
-    from workers.engine import runtime
+    from workers.engine.running import runtime
 
     for record_file in runtime.state_dir(str(host_root)).glob("*.json"):
         record = runtime.load_record(str(host_root), record_file.stem)
@@ -82,3 +82,16 @@ def free_port_pair() -> int:
         if port < 65000:
             return port
     raise RuntimeError("no two neighbouring free ports on loopback")
+
+
+def deployment_body(qwen, name="qwen-chat", **changes):
+    """A create body for the `qwen` fixture's model and copy on one NPU of sim-a2, with `changes` on top."""
+    model, artifact = qwen
+    return {
+        "name": name,
+        "model": model.pk,
+        "artifact": artifact.pk,
+        "nodes": [{"node": "sim-a2", "npus": [0]}],
+        "max_model_len": 4096,
+        **changes,
+    }

@@ -10,7 +10,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.conftest import api_client_for
 from tests.deployment_helpers import deployment_json, wait_for
+from tests.integration.conftest import TEST_NODE
 from tests.live_web import database_url, start_web
 
 
@@ -99,8 +101,8 @@ def sse_events(text: str) -> list:
 
 def drained(expected: int, timeout: float = 10):
     """Run the beat's drain until `expected` usage rows are stored; the rows, newest first."""
+    from panel.gateway.accounting.usage import drain
     from panel.gateway.models import UsageRecord
-    from panel.gateway.usage import drain
 
     deadline = time.monotonic() + timeout
     while True:
@@ -109,3 +111,28 @@ def drained(expected: int, timeout: float = 10):
         if len(rows) >= expected or time.monotonic() > deadline:
             return rows
         time.sleep(0.2)
+
+
+CHAT = {"messages": [{"role": "user", "content": "hello there"}], "max_tokens": 6}
+
+
+def key_for(user, name="app", **limits):
+    from panel.accounts.models import ApiToken
+
+    limits.setdefault("scopes", ["inference"])
+    return ApiToken.issue(user, name, **limits)[1]
+
+
+def chat(gateway, key, model="chat", **extra):
+    with gateway.client(key) as client:
+        return client.post("/v1/chat/completions", json={"model": model, **CHAT, **extra})
+
+
+def stream_chat(gateway, key, model="chat", **extra):
+    with gateway.client(key) as client:
+        response = client.post("/v1/chat/completions", json={"model": model, **CHAT, "stream": True, **extra})
+        return response, sse_events(response.text)
+
+
+def engine_pid(bob, deployment) -> int:
+    return deployment_json(api_client_for(bob), deployment["id"])["runtime"]["nodes"][TEST_NODE]["pid"]

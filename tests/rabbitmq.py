@@ -43,10 +43,30 @@ class TestBroker:
         return f"{label}-{self.suffix}"
 
     def close(self) -> None:
-        self.api("DELETE", f"/api/vhosts/{quote(self.vhost, safe='')}")
-        mine = [user["name"] for user in self.api("GET", "/api/users").json() if self.suffix in user["name"]]
+        """Delete the vhost and every user the session made: those whose name carries the suffix, and any
+        other user given rights on this vhost only (a join under a fixed node name); never an
+        administrator."""
+        vhost = quote(self.vhost, safe="")
+        granted = {grant["user"] for grant in self.api("GET", f"/api/vhosts/{vhost}/permissions").json()}
+        elsewhere = {
+            grant["user"]
+            for grant in self.api("GET", "/api/permissions").json()
+            if grant["vhost"] != self.vhost
+        }
+        self.api("DELETE", f"/api/vhosts/{vhost}")
+        mine = [
+            user["name"]
+            for user in self.api("GET", "/api/users").json()
+            if "administrator" not in _tags(user)
+            and (self.suffix in user["name"] or (user["name"] in granted and user["name"] not in elsewhere))
+        ]
         if mine:  # in one request: a fleet bench leaves hundreds of node users
             self.api("POST", "/api/users/bulk-delete", json={"users": mine})
+
+
+def _tags(user: dict) -> list[str]:
+    tags = user.get("tags") or []
+    return tags.split(",") if isinstance(tags, str) else list(tags)
 
 
 class BrokerUnavailable(Exception):

@@ -35,8 +35,8 @@ def transport_options(url: str) -> dict:
     what a killed panel worker had taken but not acknowledged comes back after two minutes, not the Redis
     transport's default hour; agent tasks are acknowledged when they start (workers.tasks.base), so a long
     install is never redelivered by this. On RabbitMQ every publish waits for the broker's confirm: the
-    ingest queue refuses what is past its bound (panel.nodes.broker_admin.bound_ingest_queue), and without
-    a confirm such a refusal is silent, so the agent's spool would not keep the message."""
+    ingest queue refuses what is past its bound (panel.nodes.agents.broker_admin.bound_ingest_queue), and
+    without a confirm such a refusal is silent, so the agent's spool would not keep the message."""
     options = {"socket_connect_timeout": 3, "visibility_timeout": 120}
     if is_amqp(url):
         options["confirm_publish"] = True

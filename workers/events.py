@@ -4,7 +4,8 @@ import threading
 import time
 
 from workers.celery_app import app
-from workers.contracts import EventBatch, OperationEventMessage, utcnow
+from workers.contracts import EventBatch, EventKind, OperationEventMessage, utcnow
+from workers.i18n import with_texts
 from workers.identity import seal_for_panel
 from workers.spool import spool_for
 from workers.task_names import INGEST_EVENTS
@@ -79,11 +80,12 @@ class EventEmitter:
         self._lock = threading.Lock()
         self._send_lock = threading.Lock()
 
-    def emit(self, kind: str, **payload) -> int:
+    def emit(self, kind: EventKind, **payload) -> int:
         with self._lock:
             self.seq += 1
             self._buffer.append(
-                OperationEventMessage(seq=self.seq, time=utcnow(), kind=kind, payload=payload)
+                # Texts people read go with their msgid and params too, for the panel to translate.
+                OperationEventMessage(seq=self.seq, time=utcnow(), kind=kind, payload=with_texts(payload))
             )
             # A state change leaves at once: the panel must learn that an attempt runs before the agent can
             # die with it, so a lost attempt is re-sent instead of waiting for the pickup deadline.

@@ -1,8 +1,8 @@
 """Who sent a message: every message between the panel and an agent is signed with the credential of the
 node it is about, so that broker access alone commands nothing.
 
-Each node has its own key (issued at join, rotated on re-join, gone on removal; see panel.nodes.trust). An
-agent signs what it sends the panel with its key; the panel signs each task it sends an agent with that
+Each node has its own key (issued at join, rotated on re-join, gone on removal; see panel.nodes.agents.trust).
+An agent signs what it sends the panel with its key; the panel signs each task it sends an agent with that
 node's key, and the agent checks it before running anything. The central agent, which runs the tasks of
 SSH nodes, holds the central key: the panel derives it one way from its key material and hands it over as
 a credential (`manage.py agent_credential --central`), like a node's. A client holding node A's key can
@@ -54,7 +54,7 @@ VALIDITY_S = {
     # Panel → agent: each task's own expiry is set by the panel (an operation's pickup deadline, two reconcile
     # intervals for a probe); this is the longest any may claim.
     "task": 24 * 3600.0,
-    # The panel's own tasks, signed with the panel's key (panel.core.panel_tasks).
+    # The panel's own tasks, signed with the panel's key (panel.core.infra.panel_tasks).
     "panel_task": 3600.0,
 }
 DEFAULT_TASK_VALIDITY_S = 900.0
@@ -220,7 +220,7 @@ def seal_for_panel(task_name: str, node: str, body: dict, signer: str | None = N
     }
 
 
-def envelope_parts(stamp: str, task_name: str, node: str, body: dict) -> tuple[bytes, ...]:
+def envelope_parts(stamp: str, task_name: str, node: str, body: dict | None) -> tuple[bytes, ...]:
     return stamp.encode(), task_name.encode(), node.encode(), canonical(body)
 
 

@@ -1,7 +1,9 @@
 """The metrics sampler: every NPU and the host, once per interval, sent to the panel as a MetricBatch.
 
 One `npu-smi info` call per sample gives utilisation, HBM/memory, power, temperature, health and processes
-of every chip; `npu-smi info -m` (logic ids) runs only at start and when the set of chips changes. A host
+of every chip; `npu-smi info -m` (logic ids) runs only at start and when the set of chips changes. Every
+few samples the health probe (workers.health_probe) adds each chip's error codes, ECC counters and RoCE
+port, and a chip that left the table is sent as gone. A host
 without npu-smi sends host figures only; an npu-smi failure is sent as the sample's `error` (with its hint)
 so the panel can show why the NPUs went quiet.
 
@@ -21,6 +23,7 @@ import psutil
 from workers import metrics_inbox
 from workers.ascend.npu_smi import NpuSmiError, npu_smi_argv, parse_mapping, parse_table, raise_for_error
 from workers.contracts import HostSample, MetricBatch, MetricSample, NpuSample, utcnow
+from workers.health_probe import HealthProbe
 from workers.i18n import gettext_noop as _
 
 log = logging.getLogger(__name__)
@@ -119,8 +122,9 @@ def npu_samples(table: dict, logic_ids: dict[tuple[int, int], int | None]) -> li
 class Sampler:
     """Takes one MetricSample at a time. `run` is how commands are run (argv, timeout) -> (status, text)."""
 
-    def __init__(self, run=run_command):
+    def __init__(self, run=run_command, probe: HealthProbe | None = None):
         self._run = run
+        self._probe = probe or HealthProbe(run)
         self._chip_set: tuple | None = None
         self._logic_ids: dict[tuple[int, int], int | None] = {}
         psutil.cpu_percent(interval=None)  # the first reading only starts psutil's CPU clock
@@ -145,7 +149,7 @@ class Sampler:
         if chip_set != self._chip_set:
             self._logic_ids = self._read_logic_ids()
             self._chip_set = chip_set
-        return npu_samples(table, self._logic_ids)
+        return self._probe.attach(npu_samples(table, self._logic_ids))
 
     def _read_logic_ids(self) -> dict[tuple[int, int], int | None]:
         answer = self._run(npu_smi_argv("mapping"), NPU_SMI_TIMEOUT_S)

@@ -2,8 +2,8 @@
 with a key derived from the credential of the agent that opens them.
 
 The panel stores SSH keys and passwords, engine keys and join tokens sealed with its key material
-(PANEL_SECRETS_KEY, panel.core.secrets), which no agent holds. A task carries a secret sealed again for the
-agent that runs it (seal_for_node): with a key derived one way from that node's credential, or from the
+(PANEL_SECRETS_KEY, panel.core.infra.secrets), which no agent holds. A task carries a secret sealed again for
+the agent that runs it (seal_for_node): with a key derived one way from that node's credential, or from the
 central key for an SSH node's task, which the central agent runs. Neither the database nor the broker ever
 holds the plaintext, and an agent's credential opens what is sealed for it only. Django-free so the agent
 can use it.

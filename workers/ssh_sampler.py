@@ -14,10 +14,13 @@ error, as an agent's would.
 
 import logging
 import threading
+from pathlib import PurePosixPath
 
 from workers.agent_config import AgentConfig
+from workers.ascend import hccn
 from workers.ascend.npu_smi import NpuSmiError
 from workers.contracts import HostSample, MetricBatch, MetricSample, utcnow
+from workers.health_probe import HealthProbe
 from workers.hosts.sync_loop import run_coroutine_sync
 from workers.identity import CENTRAL
 from workers.inventory import NOT_INSTALLED
@@ -70,7 +73,11 @@ class SshNodeProbe:
         self.target = target
         self.config = AgentConfig.for_target(target)
         self.runner = self.config.runner()
-        self.sampler = Sampler(run=self._run_npu_smi)
+        # Probes run inside the sample over the same connection (no thread of their own); hccn_tool is the
+        # host's, where its driver puts it.
+        hccn_tool = str(PurePosixPath(self.config.ascend_root) / hccn.HCCN_TOOL_IN_DRIVER)
+        probe = HealthProbe(self._run_npu_smi, hccn_tool=hccn_tool, background=False)
+        self.sampler = Sampler(run=self._run_npu_smi, probe=probe)
         self.busy = threading.Lock()
         self.seq = 0
         self._last_cpu: tuple[int, int] | None = None

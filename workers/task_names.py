@@ -45,7 +45,7 @@ AGENT_FABRIC_CHECK = "agent.fabric_check"
 AGENT_COLLECT_DIAGNOSTICS = "agent.collect_diagnostics"
 
 # What agents may send the panel, through the ingest exchange: the panel worker refuses any other task name
-# arriving that way (panel.nodes.ingest_guard), whatever its signature.
+# arriving that way (panel.nodes.agents.ingest_guard), whatever its signature.
 INGEST_TASKS = frozenset({INGEST_EVENTS, HEARTBEAT, INGEST_DEPLOYMENT_PROBE, ASK_STILL_WANTED})
 
 

@@ -3,7 +3,9 @@
 - `ingest` exchange: the only one a node may publish to. Routing key `ingest` reaches the panel's ingest
   queue (the Celery tasks agents send: event batches, probe answers, the central agent's heartbeats for SSH
   nodes); `metrics` reaches the lossy metrics queue (raw signed lines of metrics and of agents' heartbeats,
-  workers.metrics_inbox).
+  workers.metrics_inbox); `heartbeat` reaches the heartbeat queue, the agents' liveness kept apart from that
+  bulk data, so that a node flooding the metrics queue (whose overflow drops the oldest lines) cannot push
+  other nodes' heartbeats out of it, and the panel reads heartbeats first.
 - `panel` exchange and queue: the panel's own tasks (beat's sweeps, webhooks); nodes cannot write to it.
 - `nodes` exchange: the panel's tasks for agents, routed to `node.<name>` (and the central agent's
   `ssh-runner`); only the panel writes to it, and each node may read only its own queue.
@@ -22,6 +24,8 @@ from workers.task_names import PANEL_QUEUE, SSH_RUNNER_QUEUE
 INGEST_EXCHANGE = "ingest"
 INGEST_QUEUE = "ingest"
 METRICS_QUEUE = "metrics"
+HEARTBEAT_QUEUE = "heartbeats"
+HEARTBEAT_ROUTING_KEY = "heartbeat"
 NODES_EXCHANGE = "nodes"
 PANEL_EXCHANGE = PANEL_QUEUE
 
@@ -29,6 +33,9 @@ PANEL_EXCHANGE = PANEL_QUEUE
 # wants current figures): at most this many lines, the oldest dropped first, none older than this.
 METRICS_MAX_BACKLOG = 20_000  # ~2 KB each: 40 MB at most, ten minutes of 32 silent-panel nodes
 METRICS_MAX_AGE_S = 30
+# A heartbeat counts for 10 s (workers.identity.VALIDITY_S); a few seconds of a large fleet's beats.
+HEARTBEAT_MAX_BACKLOG = 20_000
+HEARTBEAT_MAX_AGE_S = 10
 
 
 def is_amqp(url: str | None) -> bool:
@@ -66,6 +73,21 @@ def metrics_queue(*, agent: bool = False) -> Queue:
     )
 
 
+def heartbeat_queue(*, agent: bool = False) -> Queue:
+    return Queue(
+        HEARTBEAT_QUEUE,
+        ingest_exchange(agent=agent),
+        routing_key=HEARTBEAT_ROUTING_KEY,
+        durable=True,
+        no_declare=agent,
+        queue_arguments={
+            "x-max-length": HEARTBEAT_MAX_BACKLOG,
+            "x-overflow": "drop-head",
+            "x-message-ttl": HEARTBEAT_MAX_AGE_S * 1000,
+        },
+    )
+
+
 def panel_queue() -> Queue:
     return Queue(PANEL_QUEUE, Exchange(PANEL_EXCHANGE, "direct", durable=True), routing_key=PANEL_QUEUE)
 
@@ -84,7 +106,7 @@ def route(queue: Queue) -> dict:
 
 def panel_topology() -> list[Queue]:
     """What the panel declares when it starts (node queues are declared when each node joins)."""
-    return [panel_queue(), ingest_queue(), metrics_queue(), agent_queue(SSH_RUNNER_QUEUE)]
+    return [panel_queue(), ingest_queue(), metrics_queue(), heartbeat_queue(), agent_queue(SSH_RUNNER_QUEUE)]
 
 
 def declare(connection, queues: list[Queue]) -> None:

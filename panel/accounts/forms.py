@@ -3,8 +3,8 @@ from django.utils.translation import gettext_lazy as _
 
 from panel.accounts.models import SCOPE_ADMIN, SCOPE_DEPLOY, SCOPE_INFERENCE, ApiToken
 from panel.accounts.services import TokenGrant
-from panel.core.names import TOKEN_NAME, NameFormField
-from workers.engine.command import SERVED_NAME_PATTERN
+from panel.core.domain.names import TOKEN_NAME, NameFormField
+from workers.engine.launch.command import SERVED_NAME_PATTERN
 
 LIFETIMES = (("", _("Never")), ("30", _("in 30 days")), ("90", _("in 90 days")), ("365", _("in a year")))
 SCOPE_CHOICES = (

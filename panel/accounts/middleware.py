@@ -1,5 +1,5 @@
 """Page guards of accounts (a module of its own: panel.accounts.permissions, which DRF imports while
-panel.core.middleware is still loading, must not import it)."""
+panel.core.web.middleware is still loading, must not import it)."""
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -8,8 +8,8 @@ from django.urls import reverse
 from django.utils.http import urlencode
 
 from panel.accounts.temporary import must_change_password
-from panel.core.exceptions import is_api
-from panel.core.middleware import SyncAndAsyncMiddleware
+from panel.core.rest.exceptions import is_api
+from panel.core.web.middleware import SyncAndAsyncMiddleware
 
 
 class TemporaryPasswordMiddleware(SyncAndAsyncMiddleware):

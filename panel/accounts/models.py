@@ -76,9 +76,6 @@ class ApiToken(models.Model):
     def covers(self, scope: str) -> bool:
         return scope_covers(self.scopes, scope)
 
-    def allows_model(self, served_name: str) -> bool:
-        return not self.allowed_models or served_name in self.allowed_models
-
     @property
     def label(self) -> str:
         """How usage and metrics name the key: its owner and its name (unique per owner)."""
@@ -91,7 +88,7 @@ class ApiToken(models.Model):
 
 class IdempotentAnswer(models.Model):
     """The answer to a POST sent with an Idempotency-Key, written in the same transaction as what the POST
-    created (panel.core.idempotency): a retry after a crash finds either both or neither."""
+    created (panel.core.rest.idempotency): a retry after a crash finds either both or neither."""
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
     key_hash = models.CharField(max_length=64)

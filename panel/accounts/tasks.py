@@ -4,7 +4,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from panel.accounts.models import IdempotentAnswer
-from panel.core.panel_tasks import panel_task
+from panel.core.infra.panel_tasks import panel_task
 
 
 @panel_task("panel.accounts.prune_idempotent_answers")

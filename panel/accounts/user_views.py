@@ -9,7 +9,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from panel.accounts import users
 from panel.accounts.roles import ADMIN
-from panel.core.names import USERNAME
+from panel.core.domain.names import USERNAME
 from panel.core.views import role_required
 
 # A new or reset password is shown once, on the page the admin lands on after the POST.

@@ -14,7 +14,7 @@ from django.utils.translation import gettext_lazy
 from panel.accounts.bootstrap import ensure_role_groups
 from panel.accounts.roles import ADMIN, OPERATOR, ROLES, VIEWER, role_of
 from panel.accounts.temporary import mark_temporary
-from panel.core.names import USERNAME
+from panel.core.domain.names import USERNAME
 
 TEMPORARY_PASSWORD_BYTES = 12
 ROLE_LABELS = {

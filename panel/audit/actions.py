@@ -2,7 +2,7 @@
 
 from django.utils.translation import gettext_lazy as _
 
-from panel.core.choices import COLOUR_ALARM, COLOUR_OK, COLOUR_RUNNING, COLOUR_WARNING, ColouredChoices
+from panel.core.domain.choices import COLOUR_ALARM, COLOUR_OK, COLOUR_RUNNING, COLOUR_WARNING, ColouredChoices
 
 SIGNIN_SUCCEEDED = "signin.succeeded"
 SIGNIN_FAILED = "signin.failed"
@@ -19,6 +19,8 @@ DEPLOYMENT_DELETED = "deployment.deleted"
 DEPLOYMENT_APPLIED = "deployment.applied"  # a spec changed an existing deployment
 INSTALL_STARTED = "install.started"
 INSTALL_RESUMED = "install.resumed"
+# An admin ran an install over failed preflight checks, each with a reason.
+PREFLIGHT_OVERRIDDEN = "install.preflight_overridden"
 PACKAGE_ADDED = "package.added"
 PACKAGE_REPLACEMENT_PENDING = "package.replacement_pending"
 PACKAGE_REPLACEMENT_CONFIRMED = "package.replacement_confirmed"
@@ -27,6 +29,8 @@ PACKAGE_REPLACEMENT_DISCARDED = "package.replacement_discarded"
 PACKAGE_DELETED = "package.deleted"
 # An admin ended an operation by hand (the force-fail feature records this).
 OPERATION_FORCE_FAILED = "operation.force_failed"
+# An NPU's health state changed: by the health policy (actor "policy") or an admin's override.
+NPU_HEALTH_CHANGED = "npu.health_changed"
 
 
 class AuditAction(ColouredChoices):
@@ -45,6 +49,7 @@ class AuditAction(ColouredChoices):
     DEPLOYMENT_APPLIED = DEPLOYMENT_APPLIED, _("Deployment spec applied")
     INSTALL_STARTED = INSTALL_STARTED, _("Install started")
     INSTALL_RESUMED = INSTALL_RESUMED, _("Install resumed")
+    PREFLIGHT_OVERRIDDEN = PREFLIGHT_OVERRIDDEN, _("Failed preflight checks overridden")
     PACKAGE_ADDED = PACKAGE_ADDED, _("Package added")
     PACKAGE_REPLACEMENT_PENDING = PACKAGE_REPLACEMENT_PENDING, _("Package replacement uploaded")
     PACKAGE_REPLACEMENT_CONFIRMED = PACKAGE_REPLACEMENT_CONFIRMED, _("Package replacement confirmed")
@@ -52,6 +57,7 @@ class AuditAction(ColouredChoices):
     PACKAGE_REPLACEMENT_DISCARDED = PACKAGE_REPLACEMENT_DISCARDED, _("Package replacement discarded")
     PACKAGE_DELETED = PACKAGE_DELETED, _("Package deleted")
     OPERATION_FORCE_FAILED = OPERATION_FORCE_FAILED, _("Operation force-failed")
+    NPU_HEALTH_CHANGED = NPU_HEALTH_CHANGED, _("NPU health state changed")
 
 
 AuditAction.COLOURS = {
@@ -65,5 +71,7 @@ AuditAction.COLOURS = {
     PACKAGE_REPLACEMENT_PENDING: COLOUR_WARNING,
     PACKAGE_DELETED: COLOUR_WARNING,
     OPERATION_FORCE_FAILED: COLOUR_ALARM,
+    NPU_HEALTH_CHANGED: COLOUR_WARNING,
+    PREFLIGHT_OVERRIDDEN: COLOUR_WARNING,
 }
 DEFAULT_COLOUR = COLOUR_RUNNING

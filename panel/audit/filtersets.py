@@ -4,7 +4,7 @@ from django.utils.translation import gettext_lazy as _
 
 from panel.audit.actions import AuditAction
 from panel.audit.models import AuditEntry
-from panel.core.filters import moment_filter
+from panel.core.rest.filters import moment_filter
 
 
 class AddressFilter(django_filters.CharFilter):

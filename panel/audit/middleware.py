@@ -1,7 +1,7 @@
 """Remembers the request being served, so record() called from a service knows who and from where."""
 
 from panel.audit.services import current_request
-from panel.core.middleware import SyncAndAsyncMiddleware
+from panel.core.web.middleware import SyncAndAsyncMiddleware
 
 
 class AuditRequestMiddleware(SyncAndAsyncMiddleware):

@@ -16,7 +16,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.utils import timezone
 
 from panel.audit.models import AuditEntry
-from panel.core.client_ip import client_ip
+from panel.core.web.client_ip import client_ip
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The audit log's beat task (panel queue): pruning old entries once a day."""
 
 from panel.audit.services import prune as prune_entries
-from panel.core.panel_tasks import panel_task
+from panel.core.infra.panel_tasks import panel_task
 
 
 @panel_task("panel.audit.prune")

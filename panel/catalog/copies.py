@@ -13,7 +13,7 @@ from django.utils.translation import gettext as _
 
 from panel.catalog.models import ModelArtifact
 from panel.catalog.paths import check_agent_node, check_target_path, default_path
-from panel.core.choices import ArtifactFormat, OperationKind
+from panel.core.domain.choices import ArtifactFormat, OperationKind
 from panel.operations.models import Operation
 from panel.operations.services import create_operation
 from workers import task_names
@@ -254,9 +254,3 @@ def start_artifact_delete(artifact: ModelArtifact, user=None) -> Operation:
         params={"artifact": artifact.pk, "path": artifact.path},
         task_kwargs={"path": artifact.path, "models_root": settings.PANEL_MODELS_ROOT},
     )
-
-
-def forget_artifact(artifact: ModelArtifact) -> None:
-    """Drop the record of a copy without touching the node (for paths outside the models root)."""
-    _refuse_if_deployed(artifact)
-    artifact.delete()

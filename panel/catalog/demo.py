@@ -10,7 +10,7 @@ from django.utils.translation import gettext as _
 
 from panel.catalog.copies import start_inspection
 from panel.catalog.models import Model, ModelArtifact
-from panel.core.choices import ModelSource, NodeStatus, OperationKind, OperationStatus
+from panel.core.domain.choices import ModelSource, NodeStatus, OperationKind, OperationStatus
 from panel.nodes.models import Node
 from panel.operations.models import Operation
 

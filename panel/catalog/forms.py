@@ -2,7 +2,7 @@ from django import forms
 from django.utils.translation import gettext_lazy as _
 
 from panel.catalog.copies import BACKENDS, CONVERSION_TARGETS
-from panel.core.choices import ModelSource, NodeTransport
+from panel.core.domain.choices import ModelSource, NodeTransport
 from panel.nodes.models import Node
 from workers.models.commands import ATC_INPUT_FORMATS
 

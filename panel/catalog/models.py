@@ -1,7 +1,7 @@
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
-from panel.core.choices import ArtifactFormat, ModelSource
+from panel.core.domain.choices import ArtifactFormat, ModelSource
 from panel.core.models import TimestampedModel
 
 # What vLLM serves: HuggingFace folders and their W8A8 copies; ONNX files and ATC's .om outputs are not.

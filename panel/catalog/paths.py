@@ -11,7 +11,7 @@ from django.core.exceptions import ValidationError
 from django.utils.translation import gettext as _
 
 from panel.catalog.models import Model, ModelArtifact
-from panel.core.choices import NodeTransport, OperationKind, OperationStatus
+from panel.core.domain.choices import NodeTransport, OperationKind, OperationStatus
 from panel.nodes.models_roots import path_under_roots
 from panel.operations.models import Operation
 

@@ -1,7 +1,7 @@
 """What the catalog does when something below it happens (connected in CatalogConfig.ready())."""
 
 from panel.catalog.results import apply_model_operation
-from panel.core.choices import MODEL_OPERATION_KINDS, OperationStatus
+from panel.core.domain.choices import MODEL_OPERATION_KINDS, OperationStatus
 from panel.operations.signals import operation_ended
 
 

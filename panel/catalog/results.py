@@ -1,31 +1,41 @@
 """Record what a finished model operation found (on operation_ended, inside the ingest transaction)."""
 
+from typing import TypeVar
+
+from django.db import models
 from django.utils import timezone
 
 from panel.catalog.models import FactsSource, Model, ModelArtifact
-from panel.core.choices import OperationKind
+from panel.core.domain.choices import OperationKind
 from panel.nodes.models import Node
 
 # Per-tensor errors stay in the operation's result; the artifact keeps the summary.
 VERIFICATION_SUMMARY_KEYS = ("passed", "problems", "max_relative_error", "bound", "dtype")
 
+Row = TypeVar("Row", bound=models.Model)
+
+
+def _row(model: type[Row], pk: str | int | None) -> Row | None:
+    """The row an operation's params name, or None (also when they name none)."""
+    return model._default_manager.filter(pk=pk).first() if pk is not None else None
+
 
 def apply_model_operation(operation) -> None:
     params, result = operation.params or {}, operation.result or {}
-    model = Model.objects.filter(pk=params.get("model")).first()
+    model = _row(Model, params.get("model"))
     if model is None:
         return
     kind = operation.kind
     if kind == OperationKind.INSPECT_MODEL:
         _apply_inspection(model, params, result)
     elif kind in (OperationKind.DOWNLOAD, OperationKind.CONVERT, OperationKind.ATC):
-        source = ModelArtifact.objects.filter(pk=params.get("source_artifact")).first()
+        source = _row(ModelArtifact, params.get("source_artifact"))
         artifact = _record_artifact(model, operation.node, result, made_from=source, operation=operation)
         if artifact.made_from is None:
             _take_facts(model, artifact.facts)
     elif kind == OperationKind.COPY_MODEL:
-        source = ModelArtifact.objects.filter(pk=params.get("source_artifact")).first()
-        target = Node.objects.filter(pk=params.get("target_node")).first()
+        source = _row(ModelArtifact, params.get("source_artifact"))
+        target = _row(Node, params.get("target_node"))
         if source and target:
             copied = {
                 "path": result.get("path") or params["path"],
@@ -34,15 +44,15 @@ def apply_model_operation(operation) -> None:
                 "size_bytes": result.get("size_bytes") or source.size_bytes,
             }
             _record_artifact(model, target, copied, made_from=source.made_from, operation=operation)
-    elif kind == OperationKind.DELETE_MODEL:
-        ModelArtifact.objects.filter(pk=params.get("artifact"), deployments__isnull=True).delete()
+    elif kind == OperationKind.DELETE_MODEL and params.get("artifact") is not None:
+        ModelArtifact.objects.filter(pk=params["artifact"], deployments__isnull=True).delete()
 
 
 def _apply_inspection(model: Model, params: dict, result: dict) -> None:
     if params.get("hub"):
         _take_facts(model, result.get("facts") or {}, FactsSource.HUB)
         return
-    artifact = ModelArtifact.objects.filter(pk=params.get("artifact")).first()
+    artifact = _row(ModelArtifact, params.get("artifact"))
     if artifact is None:
         return
     artifact.facts = result.get("facts") or {}

@@ -18,7 +18,7 @@ from django.utils.translation import gettext as _
 from panel.catalog.copies import start_inspection
 from panel.catalog.models import FactsSource, Model, ModelArtifact
 from panel.catalog.paths import check_agent_node, check_target_path, default_path
-from panel.core.choices import ModelSource, OperationKind
+from panel.core.domain.choices import ModelSource, OperationKind
 from panel.nodes.models_roots import path_under_roots
 from panel.operations.models import Operation
 from panel.operations.services import create_operation

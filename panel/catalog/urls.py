@@ -6,6 +6,7 @@ app_name = "catalog"
 urlpatterns = [
     path("", views.model_list, name="list"),
     path("register/", views.model_register, name="register"),
+    path("recipes/", views.recipe_list, name="recipes"),
     path("<int:pk>/", views.model_detail, name="detail"),
     path("<int:pk>/download/", views.model_download, name="download"),
     path("<int:pk>/inspect/", views.model_inspect, name="inspect"),

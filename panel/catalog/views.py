@@ -3,15 +3,20 @@ from django.core.exceptions import ValidationError
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST, require_safe
+from rest_framework.exceptions import ValidationError as DrfValidationError
 
 from panel.accounts.roles import OPERATOR, VIEWER
 from panel.catalog import copies, services
+from panel.catalog.api.offer import offered
+from panel.catalog.api.serializers import AdviceQuerySerializer, RecipeQuerySerializer
 from panel.catalog.forms import AtcForm, ConvertForm, CopyForm, DownloadForm, RegisterModelForm
 from panel.catalog.models import Model, ModelArtifact
-from panel.catalog.planning import fit_on_typical_node
-from panel.core.choices import MODEL_OPERATION_KINDS
+from panel.catalog.planning import advice, fit_on_typical_node, hardware_rows
+from panel.core.domain.choices import MODEL_OPERATION_KINDS
 from panel.core.views import role_required
+from panel.nodes.models import Node
 from panel.operations.models import Operation
+from workers.engine.launch.recipes import search_serving, serving_for
 
 
 def params_label(params) -> str:
@@ -37,10 +42,19 @@ def model_list(request):
 @require_safe
 def model_detail(request, pk):
     model = get_object_or_404(Model.objects.visible_to(request.user), pk=pk)
-    artifacts = model.artifacts.select_related("node", "made_from").prefetch_related("deployments")
+    artifacts = list(model.artifacts.select_related("node", "made_from").prefetch_related("deployments"))
+    for artifact in artifacts:
+        # One form per copy, each with its own ids: a label's `for` must name the field in its own form.
+        prefix = f"id_artifact{artifact.pk}_%s"
+        artifact.convert_form = ConvertForm(auto_id=prefix)
+        artifact.atc_form = AtcForm(auto_id=prefix)
+        artifact.copy_form = CopyForm(auto_id=prefix)
     operations = Operation.objects.visible_to(request.user).filter(
         kind__in=MODEL_OPERATION_KINDS, target=model.name
     )
+    # The serving card's question, from its own GET form; the page's defaults when it has not been asked.
+    question = AdviceQuerySerializer(data=request.GET or {"prompt_tokens": 2048, "output_tokens": 512})
+    answer, problems = _advice(request, model, question)
     return render(
         request,
         "catalog/detail.html",
@@ -51,11 +65,42 @@ def model_detail(request, pk):
             "artifacts": artifacts,
             "operations": operations.select_related("node")[:20],
             "download_form": DownloadForm(),
-            "convert_form": ConvertForm(),
-            "atc_form": AtcForm(),
-            "copy_form": CopyForm(),
+            "advice": answer,
+            "advice_query": question.data,
+            "advice_nodes": request.GET.getlist("node"),
+            "advice_errors": problems,
+            "offered_nodes": Node.objects.visible_to(request.user).filter(npus__isnull=False).distinct(),
+            "hardware": hardware_rows(),
+            "recipes": serving_for(model.facts or {}, model.name),
         },
     )
+
+
+@role_required(VIEWER)
+@require_safe
+def recipe_list(request):
+    """Serving recipes per kind of node, searched by words and kind (as GET /api/v1/recipes/ answers)."""
+    query = RecipeQuerySerializer(data=request.GET)
+    found = []
+    if query.is_valid():
+        found = search_serving(
+            query.validated_data.get("search", ""), query.validated_data.get("hardware", "")
+        )
+    context = {"recipes": found, "query": query.data, "errors": query.errors, "hardware": hardware_rows()}
+    return render(request, "catalog/recipes.html", context)
+
+
+def _advice(request, model, question) -> tuple[dict | None, dict]:
+    """The serving card's answer and its field errors: on a kind of node, or on the named nodes' free NPUs."""
+    if not question.is_valid():
+        return None, question.errors
+    asked = dict(question.validated_data)
+    names = asked.pop("node", None)
+    try:
+        offer = offered(request.user, names) if names else None
+    except DrfValidationError as error:
+        return None, error.detail if isinstance(error.detail, dict) else {"node": error.detail}
+    return advice(model.facts or {}, model.name, offer=offer, **asked), {}
 
 
 def _started(request, operation, message):

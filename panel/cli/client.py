@@ -69,12 +69,19 @@ class Unreachable(CliError):
     """The panel could not be reached, or did not answer in time: a request after it would fare no better."""
 
 
-class WatchUnsupported(Exception):  # noqa: N818 (a signal to fall back, not an error)
+class WatchUnsupported(Exception):  # a signal to fall back, not an error
     """The panel answered `?watch=true` with something other than an event stream: poll instead."""
 
     def __init__(self, response: httpx.Response):
         super().__init__(response.status_code)
         self.response = response
+
+
+class Resume:
+    """Where a watch was: the id of the last event read (SSE's `Last-Event-ID`), across reconnects."""
+
+    def __init__(self):
+        self.last_event_id = ""
 
 
 class Client:
@@ -125,11 +132,16 @@ class Client:
                 return
             params = dict(parse_qsl(urlsplit(page["next"]).query))
 
-    def events(self, path: str, read_timeout: float, **params) -> Iterator[tuple[str, dict]]:
+    def events(
+        self, path: str, read_timeout: float, resume: Resume | None = None, **params
+    ) -> Iterator[tuple[str, dict]]:
         """(event, data) of a Server-Sent Events stream (`?watch=true`), and (KEEPALIVE, {}) for each of its
         keepalives. WatchUnsupported when the panel answers otherwise; httpx.ReadTimeout when nothing (not
-        even a keepalive) came for read_timeout."""
+        even a keepalive) came for read_timeout. With `resume`, the stream is asked to go on after the last
+        event it names (`Last-Event-ID`), and the id of each event read is kept in it for the next call."""
         headers = {"Accept": "text/event-stream"}
+        if resume is not None and resume.last_event_id:
+            headers["Last-Event-ID"] = resume.last_event_id
         timeout = httpx.Timeout(read_timeout, connect=10.0)
         try:
             with self.http.stream(
@@ -141,7 +153,7 @@ class Client:
                     if response.status_code == 404:
                         raise ApiError.from_response(response)
                     raise WatchUnsupported(response)
-                yield from _parse_events(response.iter_lines())
+                yield from _parse_events(response.iter_lines(), resume)
         except (httpx.TimeoutException, WatchUnsupported, ApiError):
             raise  # the caller's to handle: a silent stream to reconnect, a panel to poll, a deployment gone
         except httpx.HTTPError as error:
@@ -166,17 +178,21 @@ class Client:
         return found
 
 
-def _parse_events(lines: Iterator[str]) -> Iterator[tuple[str, dict]]:
-    event, data = "message", []
+def _parse_events(lines: Iterator[str], resume: Resume | None = None) -> Iterator[tuple[str, dict]]:
+    event, event_id = "message", ""
+    data: list[str] = []
     for line in lines:
         if not line:
             if data:
                 text = "\n".join(data)
                 try:
-                    yield event, json.loads(text)
+                    parsed = json.loads(text)
                 except ValueError:
-                    yield event, {"text": text}
-            event, data = "message", []
+                    parsed = {"text": text}
+                if resume is not None and event_id:
+                    resume.last_event_id = event_id  # before the yield: the caller may stop at it
+                yield event, parsed
+            event, data, event_id = "message", [], ""
         elif line.startswith(":"):
             # The keepalive comment: handed on, so that a caller waiting on a quiet stream sees its deadline
             # pass (the keepalives keep the read timeout from ever firing).
@@ -186,6 +202,8 @@ def _parse_events(lines: Iterator[str]) -> Iterator[tuple[str, dict]]:
             value = value.removeprefix(" ")
             if field == "event":
                 event = value
+            elif field == "id":
+                event_id = value
             elif field == "data":
                 data.append(value)
 

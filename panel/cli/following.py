@@ -9,11 +9,13 @@ from collections.abc import Callable
 import httpx
 
 from panel.cli import output
-from panel.cli.client import ApiError, Client, WatchUnsupported, connect
+from panel.cli.client import ApiError, Client, Resume, WatchUnsupported, connect
 from panel.cli.waiting import POLL_S, SILENCE_S
 
 # What the panel's own watch leaves out of its comparison (panel.deployments.api.views): live engine figures.
 VOLATILE = ("metrics", "metrics_at", "updated")
+# Table columns that change by themselves (an age ticks): a line for that alone would reprint every row.
+VOLATILE_COLUMNS = ("AGE",)
 DELETED = "deleted"
 
 
@@ -26,9 +28,10 @@ class Changes:
 
     def seen(self, data: dict) -> bool:
         compared = {key: value for key, value in data.items() if key not in VOLATILE}
-        if self.last.get(data.get("name")) == compared:
+        name = str(data.get("name"))
+        if self.last.get(name) == compared:
             return False
-        self.last[data.get("name")] = compared
+        self.last[name] = compared
         return True
 
     def gone(self, name: str) -> dict | None:
@@ -43,9 +46,10 @@ def follow(client: Client, deployment: dict | None, show: Callable[[dict], None]
     until interrupted. ApiError / CliError end it (a revoked token, a panel that went away)."""
     path = "/deployments/" if deployment is None else f"/deployments/{deployment['id']}/"
     changes = Changes()
+    resume = Resume()  # a reconnect asks for what changed since the last event read, not everything again
     while True:
         try:
-            for event, data in client.events(path, read_timeout=SILENCE_S):
+            for event, data in client.events(path, read_timeout=SILENCE_S, resume=resume):
                 if event == "deployment" and changes.seen(data):
                     show(data)
                 elif event == DELETED and _report_gone(changes, data.get("name"), show, deployment):
@@ -110,6 +114,8 @@ def printer(fmt: str, headers: list[str], row_of: Callable[[dict], list]) -> Cal
     def show(deployment: dict) -> None:
         if fmt == "table":
             line = table.line(row_of(deployment))
+            if line is None:
+                return  # nothing its line shows changed
         elif fmt == "json":
             line = json.dumps(deployment, ensure_ascii=False, separators=(",", ":"))
         elif fmt == "yaml":
@@ -123,15 +129,25 @@ def printer(fmt: str, headers: list[str], row_of: Callable[[dict], list]) -> Cal
 
 class WatchTable:
     """Table lines printed one at a time: the header before the first, each column as wide as the widest
-    cell so far (a watch cannot know the widths ahead; neither can kubectl's)."""
+    cell so far (a watch cannot know the widths ahead; neither can kubectl's), a row only when it reads
+    differently from its last line."""
 
     def __init__(self, headers: list[str]):
         self.headers = headers
         self.widths = [len(header) for header in headers]
         self.started = False
+        self.shown: dict[str, list[str]] = {}  # by the row's first cell (its name): what its last line said
 
-    def line(self, row: list) -> str:
+    def line(self, row: list) -> str | None:
+        """The row's line, with the header before the first; None when the row reads as its last line did
+        (but for columns that change by themselves)."""
         cells = ["" if cell is None else str(cell) for cell in row]
+        steady = [
+            cell for cell, header in zip(cells, self.headers, strict=True) if header not in VOLATILE_COLUMNS
+        ]
+        if self.shown.get(cells[0]) == steady:
+            return None
+        self.shown[cells[0]] = steady
         self.widths = [max(width, len(cell)) for width, cell in zip(self.widths, cells, strict=True)]
         lines = [] if self.started else [self._format(self.headers)]
         self.started = True

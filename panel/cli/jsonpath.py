@@ -157,7 +157,9 @@ def _text(value) -> str:
 
 
 def _parse_template(source: str) -> list:
-    parts, text, i = [], [], 0
+    parts: list = []
+    text: list[str] = []
+    i = 0
     while i < len(source):
         char = source[i]
         if char == "{":

@@ -16,9 +16,12 @@ from panel.cli.commands import (
     deployments,
     describe,
     diff,
+    events,
     logs,
     resources,
     rollout,
+    scale,
+    sleep,
 )
 from panel.cli.errors import INTERRUPTED, USAGE, CliError
 
@@ -39,8 +42,11 @@ COMMAND_MODULES = (
     deployments,
     describe,
     rollout,
+    scale,
     create,
     logs,
+    events,
+    sleep,
     chat,
     completion,
 )
@@ -63,9 +69,15 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=Parser)
     for module in COMMAND_MODULES:
         module.register(commands)
-    parser.add_argument("--context", metavar="NAME", help=CONTEXT_HELP).completer = "contexts"
+    _completes(parser.add_argument("--context", metavar="NAME", help=CONTEXT_HELP), "contexts")
     _context_option_everywhere(parser)
+    parser.set_defaults(root_parser=parser)  # for a command about the whole parser (completion)
     return parser
+
+
+def _completes(action: argparse.Action, kind: str) -> None:
+    """What `completion bash` offers for this option (argparse's Action declares no such field)."""
+    vars(action)["completer"] = kind
 
 
 def _context_option_everywhere(parser: argparse.ArgumentParser) -> None:
@@ -75,9 +87,12 @@ def _context_option_everywhere(parser: argparse.ArgumentParser) -> None:
         if isinstance(action, argparse._SubParsersAction):
             for sub in set(action.choices.values()):
                 if "--context" not in sub._option_string_actions:
-                    sub.add_argument(
-                        "--context", metavar="NAME", default=argparse.SUPPRESS, help=CONTEXT_HELP
-                    ).completer = "contexts"
+                    _completes(
+                        sub.add_argument(
+                            "--context", metavar="NAME", default=argparse.SUPPRESS, help=CONTEXT_HELP
+                        ),
+                        "contexts",
+                    )
                 _context_option_everywhere(sub)
 
 

@@ -104,7 +104,8 @@ def failure_lines(body: dict) -> list[str]:
     findings = body.get("findings")
     log_tail = body.get("log_tail")
     if isinstance(findings, dict):  # the deployment's own `findings` field: {findings, log_tail}
-        findings, log_tail = findings.get("findings"), log_tail or findings.get("log_tail")
+        log_tail = log_tail or findings.get("log_tail")
+        findings = findings.get("findings")
     deployment = body.get("deployment")
     if not findings and not log_tail and isinstance(deployment, dict):
         return failure_lines({"findings": deployment.get("findings")})

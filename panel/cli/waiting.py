@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import httpx
 
 from panel.cli import output
-from panel.cli.client import ApiError, Client, WatchUnsupported
+from panel.cli.client import ApiError, Client, Resume, WatchUnsupported
 from panel.cli.durations import describe
 from panel.cli.errors import FAILED, TIMEOUT, CliError
 
@@ -26,7 +26,7 @@ def wait_for(client: Client, name: str, target: str, timeout: float) -> dict | N
     if first is None and target != "deleted":
         raise CliError(f"No deployment named {name!r}.")
     last_status = None
-    seen = set()
+    seen: set[str | None] = set()
     seen_rollout: set = set()
     # A rollout that was running when the wait began (or began during it) decides the outcome.
     rolled = ((first or {}).get("rollout") or {}).get("status") == "running"
@@ -77,28 +77,14 @@ def states(client: Client, first: dict | None, deadline: float) -> Iterator[dict
     if first is None:
         return
     path = f"/deployments/{first['id']}/"
+    resume = Resume()  # after a dropped connection: what changed since the last event read
     watching = True
-    while (remaining := deadline - time.monotonic()) > 0:
+    while deadline - time.monotonic() > 0:
         if watching:
-            try:
-                for event, data in client.events(path, read_timeout=min(remaining, SILENCE_S)):
-                    if event == "deleted":
-                        yield None
-                        return
-                    if event == "deployment":
-                        yield data
-                    if time.monotonic() >= deadline:
-                        return
-                continue  # the panel closed the stream (a restart, say): watch again
-            except WatchUnsupported:
-                watching = False  # a panel without `?watch`: poll
-            except httpx.TimeoutException:
-                continue
-            except ApiError as error:
-                if error.status != 404:
-                    raise
-                yield None
+            watching = yield from _watched(client, path, deadline, resume)
+            if watching is None:
                 return
+            continue
         time.sleep(min(POLL_S, max(0.0, deadline - time.monotonic())))
         try:
             yield client.get(path)
@@ -107,3 +93,28 @@ def states(client: Client, first: dict | None, deadline: float) -> Iterator[dict
                 raise
             yield None
             return
+
+
+def _watched(client: Client, path: str, deadline: float, resume: Resume):
+    """Yield the deployment from one connection of its event stream; then None when the wait is over (gone,
+    or the deadline passed), True to connect again, False to poll (a panel without `?watch`)."""
+    remaining = deadline - time.monotonic()
+    try:
+        for event, data in client.events(path, read_timeout=min(remaining, SILENCE_S), resume=resume):
+            if event == "deleted":
+                yield None
+                return None
+            if event == "deployment":
+                yield data
+            if time.monotonic() >= deadline:
+                return None
+    except WatchUnsupported:
+        return False
+    except httpx.TimeoutException:
+        return True
+    except ApiError as error:
+        if error.status != 404:
+            raise
+        yield None
+        return None
+    return True  # the panel closed the stream (a restart, say): watch again

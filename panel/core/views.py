@@ -7,7 +7,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_safe
 
 from panel.accounts.roles import VIEWER, has_role
-from panel.core.dashboard import card_texts, first_summary, node_tiles, page_labels
+from panel.core.web.dashboard import card_texts, first_summary, node_tiles, page_labels
 from panel.nodes.filtersets import NodeFilterSet
 from panel.nodes.models import Node
 

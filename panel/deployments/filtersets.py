@@ -8,8 +8,8 @@ from django.utils.translation import gettext_lazy
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 
-from panel.core.choices import DeploymentState
-from panel.core.labels import parse_selector, selector_q
+from panel.core.domain.choices import DeploymentState
+from panel.core.domain.labels import parse_selector, selector_q
 from panel.deployments.models import Benchmark, Deployment
 
 MAX_SELECTOR_LENGTH = 4096

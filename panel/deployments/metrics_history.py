@@ -1,8 +1,8 @@
 """The last hour of a deployment's engine metrics, so its page draws charts that do not start empty.
 
-Kept in Redis beside the nodes' rings (panel.monitoring.store): a sorted set per deployment, score = scrape
-time, member = the figures the charts draw. Old points are trimmed on every write and the key expires an hour
-after the last one, so a deleted or stopped deployment leaves nothing behind. Nothing here touches the
+Kept in Redis beside the nodes' rings (panel.monitoring.metrics.store): a sorted set per deployment, score =
+scrape time, member = the figures the charts draw. Old points are trimmed on every write and the key expires
+an hour after the last one, so a deleted or stopped deployment leaves nothing behind. Nothing here touches the
 database."""
 
 import logging
@@ -11,13 +11,15 @@ from datetime import datetime
 import orjson
 import redis
 
-from panel.monitoring import store
+from panel.core.infra.panel_redis import texts
+from panel.monitoring.metrics import store
 
 log = logging.getLogger(__name__)
 
 WINDOW_S = 3600
 MAX_POINTS = 600  # what the page charts hold: older points are thinned to this many when read
-# The figures deployment.js charts; the rest of a scrape (counters, histograms) stays out of Redis.
+# The figures deployment.js charts and the autoscaler reads; the rest of a scrape (counters, histograms)
+# stays out of Redis.
 CHARTED = (
     "running",
     "waiting",
@@ -26,12 +28,15 @@ CHARTED = (
     "generation_tokens_per_s",
     "window_ttft_p50",
     "window_ttft_p95",
+    "window_ttft_p90",  # the autoscaler's TTFT figure (panel/deployments/autoscale)
     "window_tpot_p50",
     "window_tpot_p95",
     "ttft_p50",
     "ttft_p95",
     "tpot_p50",
     "tpot_p95",
+    "prefix_cache_hit_rate",
+    "window_prefix_cache_hit_rate",
 )
 
 
@@ -57,7 +62,8 @@ def read(name: str, now: datetime, since_s: float = WINDOW_S) -> list[dict]:
     """Points of the last `since_s` seconds, oldest first: {"time": epoch seconds, "metrics": {...}};
     thinned to at most MAX_POINTS, one per equal slice of the window (its newest)."""
     start = now.timestamp() - min(since_s, WINDOW_S)
-    points = [orjson.loads(member) for member in store.client().zrangebyscore(key(name), start, "+inf")]
+    members = texts(store.client().zrangebyscore(key(name), start, "+inf"))
+    points = [orjson.loads(member) for member in members]
     step = min(since_s, WINDOW_S) / MAX_POINTS
     kept: dict[int, dict] = {}
     for point in points:

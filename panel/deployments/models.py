@@ -2,11 +2,12 @@ from django.conf import settings
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
-from panel.core.choices import DeploymentState, DesiredState
+from panel.core.domain.choices import DeploymentRole, DeploymentState, DesiredState, RoutingPolicy
 from panel.core.models import InvalidTransition, TimestampedModel
+from panel.deployments.decision_models import Decision  # noqa: F401  (registered with the app from here)
 from panel.deployments.reasons import as_parts, english
 
-ALLOWED_OBSERVED_TRANSITIONS = {
+ALLOWED_OBSERVED_TRANSITIONS: dict[str, set[str]] = {
     DeploymentState.PENDING: {DeploymentState.STARTING, DeploymentState.STOPPED, DeploymentState.FAILED},
     DeploymentState.STARTING: {
         DeploymentState.RUNNING,
@@ -54,7 +55,7 @@ class Deployment(TimestampedModel):
     reason_parts = models.JSONField(default=list, blank=True)
     endpoint = models.CharField(max_length=255, blank=True)
     # The API key its engines listen with (VLLM_API_KEY), sealed with the panel's secrets key: only the
-    # panel and its gateway call engines (panel/deployments/engine_keys.py).
+    # panel and its gateway call engines (panel/deployments/launch/engine_keys.py).
     engine_key = models.TextField(blank=True, editable=False)
     runtime = models.JSONField(default=dict, blank=True, help_text="pid, port, log file per node")
     restart_count = models.PositiveIntegerField(default=0)
@@ -62,7 +63,7 @@ class Deployment(TimestampedModel):
     failed_restarts = models.PositiveIntegerField(default=0)
     probe_failures = models.PositiveIntegerField(default=0)
     next_restart_at = models.DateTimeField(null=True, blank=True)
-    # Set while its stop waits for the gateway's requests in flight on it to end (panel.deployments.drain):
+    # Set while its stop waits for the gateway's requests in flight on it to end (rollouts/drain.py):
     # the stop is sent then, or at this time at the latest.
     drain_until = models.DateTimeField(null=True, blank=True)
     runtime_kind = models.CharField(max_length=16, default="process")
@@ -81,8 +82,20 @@ class Deployment(TimestampedModel):
     )
     # On the primary: the spec it had before the last apply that changed it, for a rollback (undo.py).
     previous_spec = models.JSONField(null=True, blank=True, default=None)
-    # On the primary: the spec's labels ({key: value}, panel/core/labels.py), what `?labels=` selects by.
+    # On the primary: the spec's labels ({key: value}, panel/core/domain/labels.py), what `?labels=` selects
+    # by.
     labels = models.JSONField(_("labels"), default=dict, blank=True)
+    # On the primary: the spec's `autoscale:` (panel/deployments/autoscale), None when the count is fixed.
+    autoscale = models.JSONField(_("autoscale"), null=True, blank=True, default=None)
+    # On the primary: how the gateway picks among its instances (the spec's `routing:`,
+    # gateway/instances/routing.py).
+    routing = models.CharField(
+        _("routing"), max_length=24, choices=RoutingPolicy.choices, default=RoutingPolicy.LEAST_OUTSTANDING
+    )
+    # Its part in a disaggregated deployment (docs/serving-plane.md §1): "" plain, prefill or decode.
+    role = models.CharField(_("role"), max_length=8, choices=DeploymentRole.choices, blank=True, default="")
+    # On the primary of a disaggregated deployment: the replicas each role wants, {"prefill": P, "decode": D}.
+    roles_wanted = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["name"]
@@ -108,7 +121,7 @@ class Deployment(TimestampedModel):
 
 class Rollout(TimestampedModel):
     """A changed spec rolled over a deployment's replicas one at a time by the reconcile tick
-    (panel/deployments/rollouts.py). Terminal states (succeeded, failed) are final."""
+    (panel/deployments/rollouts/rollouts.py). Terminal states (succeeded, failed) are final."""
 
     RUNNING = "running"
     SUCCEEDED = "succeeded"
@@ -140,6 +153,57 @@ class Rollout(TimestampedModel):
     def set_message(self, parts: list[dict]) -> None:
         self.message_parts = parts
         self.message = english(parts)
+
+
+class Revision(models.Model):
+    """One applied spec of a deployment (on its primary), numbered from 1 per deployment: who, when, what
+    changed, what it did and how it ended. `spec` is the whole spec (`GET ?format=spec`'s shape) as it was
+    once applied, so `rollout undo --to-revision N` applies it again. The number is unique per deployment:
+    two changes that raced past every other check cannot both be revision N (panel/deployments/revisions.py).
+    """
+
+    IN_PROGRESS = "in_progress"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    SUPERSEDED = "superseded"  # a newer change came before this one's outcome was known
+    OUTCOMES = [
+        (IN_PROGRESS, _("In progress")),
+        (SUCCEEDED, _("Succeeded")),
+        (FAILED, _("Failed")),
+        (SUPERSEDED, _("Superseded")),
+    ]
+
+    deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="revisions")
+    number = models.PositiveIntegerField()
+    spec = models.JSONField(default=dict, help_text="The spec as applied, as GET ?format=spec gives it.")
+    changes = models.JSONField(
+        default=list, blank=True, help_text="[{field, from, to}] against the one before."
+    )
+    effect = models.CharField(max_length=16, blank=True, help_text="What applying did: apply's effect.")
+    # Where it came from: create, apply, edit (the page), scale, rollback (undo; `restored` says to which).
+    cause = models.CharField(max_length=16, default="apply")
+    restored = models.PositiveIntegerField(
+        null=True, blank=True, help_text="A rollback: the revision it restored."
+    )
+    outcome = models.CharField(max_length=16, choices=OUTCOMES, default=IN_PROGRESS)
+    message = models.TextField(blank=True)
+    message_parts = models.JSONField(default=list, blank=True)  # as Deployment.reason_parts
+    rollout = models.OneToOneField(
+        Rollout, on_delete=models.SET_NULL, null=True, blank=True, related_name="revision"
+    )
+    created = models.DateTimeField(auto_now_add=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
+    # Kept as text too: the history still says who once the user is gone.
+    username = models.CharField(max_length=150, blank=True)
+
+    class Meta:
+        ordering = ["deployment", "-number"]
+        constraints = [
+            models.UniqueConstraint(fields=["deployment", "number"], name="revision_unique_number")
+        ]
+
+    def __str__(self):
+        return f"{self.deployment_id} revision {self.number}"
 
 
 # The engine's access lines for the panel's own probes (GET /health, /ping and /metrics every few seconds):

@@ -8,6 +8,8 @@ from typing import Any
 
 from django.utils.translation import gettext_noop
 
+from panel.core.domain.translated import safe_format
+
 
 def part(template: str, **params: Any) -> dict:
     return {"text": template, "params": params}
@@ -21,7 +23,18 @@ def as_parts(reason: str | list[dict]) -> list[dict]:
 
 
 def english(parts: list[dict]) -> str:
-    return " ".join(p["text"].format(**p["params"]) if p["params"] else p["text"] for p in parts)
+    """The parts' English text; a part whose template its values do not fill (an agent's text with braces:
+    never a format string, panel.core.domain.translated) shows as it came."""
+    return " ".join(_english(p) for p in parts)
+
+
+def _english(part: dict) -> str:
+    if not part["params"]:
+        return part["text"]
+    try:
+        return safe_format(part["text"], part["params"])
+    except (KeyError, ValueError):
+        return part["text"]
 
 
 def spelled(parts: list[dict] | None, text: str) -> list[dict]:

@@ -1,10 +1,11 @@
 """What deployments do when something below them happens (connected in DeploymentsConfig.ready())."""
 
-from panel.core.choices import OperationKind, OperationStatus
-from panel.deployments import images
-from panel.deployments.fabric_gate import after_gate
+from panel.core.domain.choices import OperationKind, OperationStatus
+from panel.deployments import npu_health_decisions
+from panel.deployments.launch import images
+from panel.deployments.launch.fabric_gate import after_gate
 from panel.deployments.logs import log_start_events
-from panel.deployments.services import on_operation_terminal
+from panel.deployments.rollouts.reconcile import on_operation_terminal
 from panel.fabric.signals import fabric_check_finished
 from panel.operations.signals import events_stored, operation_ended
 
@@ -13,6 +14,7 @@ def connect() -> None:
     operation_ended.connect(_operation_ended, dispatch_uid="deployments-operation-ended")
     events_stored.connect(_events_stored, dispatch_uid="deployments-events-stored")
     fabric_check_finished.connect(_fabric_check_finished, dispatch_uid="deployments-fabric-check-finished")
+    npu_health_decisions.connect()
 
 
 def _operation_ended(sender, operation, **kwargs) -> None:

@@ -1,4 +1,5 @@
-"""Deployment use-cases: create, start, stop, restart, delete, benchmark, and applying what agents report.
+"""Deployment use-cases: create, start, stop, restart, delete, benchmark (what agents report back is
+applied by panel.deployments.rollouts.reconcile).
 
 CONTRACT for the wizard and the deployment page (REST under /api/v1/deployments/, JSON):
 
@@ -24,7 +25,7 @@ CONTRACT for the wizard and the deployment page (REST under /api/v1/deployments/
   POST /{id}/chat/       OpenAI chat body; proxied to the engine (SSE passed through when "stream": true).
   Failure: GET /{id}/ "findings" = {"findings": the toolkit's diagnose findings, "log_tail": [lines]} of
   the last failed start (or of an engine found dead); each hint as it fits where the deployment runs
-  (panel/deployments/findings.py).
+  (panel/deployments/launch/findings.py).
 
 Websocket group deployment.<name>: {"type": "deployment.status", name, status, desired_state, reason,
 restart_count, endpoint}, {"type": "engine.metrics", name, node, time, metrics}, {"type": "deployment.logs",
@@ -37,20 +38,21 @@ from __future__ import annotations
 import logging
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
 from panel.audit import actions as audit
 from panel.audit.services import record
-from panel.core.choices import DeploymentState, DesiredState, OperationKind, OperationStatus
-from panel.deployments import metrics_history, reasons
-from panel.deployments.drain import holds_stop
-from panel.deployments.engine_keys import ensure_engine_key, sealed_for_node
+from panel.core.domain.choices import DeploymentState, DesiredState, OperationKind, OperationStatus
+from panel.core.rest.exceptions import unique_violation
+from panel.deployments import alerting, metrics_history, reasons
+from panel.deployments.conflicts import DeploymentConflict
+from panel.deployments.launch.engine_keys import ensure_engine_key, sealed_for_node
 from panel.deployments.models import Benchmark, Deployment
-from panel.deployments.planned_rows import fill_from_plan
-from panel.deployments.planning import DeploymentPlan
-from panel.deployments.reconcile import apply_launch_result, apply_stop_result
+from panel.deployments.placement.planned_rows import fill_from_plan
+from panel.deployments.placement.planning import DeploymentPlan
+from panel.deployments.rollouts.drain import holds_stop
 from panel.fabric.services import gate_launch
 from panel.nodes.models import Node
 from panel.operations.models import Operation
@@ -65,10 +67,6 @@ from workers.task_names import (
 log = logging.getLogger(__name__)
 
 ACTIVE = (OperationStatus.PENDING, OperationStatus.RUNNING)
-
-
-class DeploymentConflict(Exception):
-    """The deployment is in a state where this command makes no sense; the message says why."""
 
 
 def status_message(deployment: Deployment) -> dict:
@@ -88,6 +86,7 @@ def announce(deployment: Deployment) -> None:
     # Also to DEPLOYMENTS: a watched deployment list learns of new and changed ones there.
     transaction.on_commit(lambda: broadcast(deployment_group(deployment.name), message, also=(DEPLOYMENTS,)))
     tell_primary(deployment.replica_of_id, deployment.name, deployment.observed_state)
+    alerting.observed(deployment)  # monitoring raises or resolves its alerts from it
 
 
 def tell_primary(primary_id: int | None, name: str, status: str) -> None:
@@ -143,13 +142,24 @@ def create_deployment(
     planned: DeploymentPlan, user=None, start: bool = True, replica_of: Deployment | None = None
 ) -> Deployment:
     """`start` False: created stopped (a spec with `state: stopped`); its NPUs are held all the same.
-    `replica_of`: the primary of a spec with several replicas (panel/deployments/replicas.py)."""
+    `replica_of`: the primary of a spec with several replicas (panel/deployments/rollouts/replicas.py)."""
     data = planned.data
     with transaction.atomic():
         # A deleted deployment's name may be taken again once its row is gone.
         Deployment.objects.filter(name=data["name"], desired_state=DesiredState.DELETED).delete()
         deployment = Deployment(name=data["name"], created_by=user, replica_of=replica_of)
-        take_plan(deployment, planned)
+        try:
+            with transaction.atomic():
+                take_plan(deployment, planned)
+        except IntegrityError as error:
+            if unique_violation(error) is None:
+                raise
+            # Another request created it between this one's checks and its insert (parallel pipelines).
+            raise DeploymentConflict(
+                _("{name} was just created by another request; read it, then apply again.").format(
+                    name=data["name"]
+                )
+            ) from None
         record(
             user,
             audit.DEPLOYMENT_CREATED,
@@ -252,7 +262,7 @@ def send_stop(
 ) -> None:
     """Stop the engines; while the gateway still has requests in flight on them, only mark the deployment
     stopping (out of the pool) and leave the stop to the reconcile tick once they ended
-    (panel.deployments.drain)."""
+    (panel.deployments.rollouts.drain)."""
     if change_state and deployment.observed_state not in (DeploymentState.STOPPED, DeploymentState.STOPPING):
         move(deployment, DeploymentState.STOPPING, reason)
     if holds_stop(deployment):
@@ -364,6 +374,7 @@ def release_and_remove(deployment: Deployment) -> None:
     tell_primary(deployment.replica_of_id, name, "deleted")
     deployment.delete()
     transaction.on_commit(lambda: metrics_history.forget(name))
+    alerting.gone(name)
     gone = {"type": "deployment.status", "name": name, "status": "deleted", "desired_state": "deleted"}
     transaction.on_commit(lambda: broadcast(deployment_group(name), gone, also=(DEPLOYMENTS,)))
 
@@ -398,22 +409,3 @@ def start_benchmark(deployment: Deployment, params: dict, user=None) -> Benchmar
             operation=operation,
             created_by=user,
         )
-
-
-def on_operation_terminal(operation: Operation) -> None:
-    """A deploy, stop or benchmark operation ended (panel.operations.signals.operation_ended)."""
-    if operation.kind == OperationKind.BENCHMARK:
-        benchmark = Benchmark.objects.filter(operation=operation).first()
-        if benchmark is not None:
-            benchmark.status = operation.status
-            benchmark.results = operation.result or {}
-            benchmark.error = operation.error
-            benchmark.save()
-        return
-    deployment = Deployment.objects.select_for_update().filter(name=operation.target).first()
-    if deployment is None:
-        return
-    if operation.kind == OperationKind.DEPLOY:
-        apply_launch_result(deployment, operation)
-    elif operation.kind == OperationKind.STOP:
-        apply_stop_result(deployment, operation)

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from panel.deployments import edit_views, views, wizard
+from panel.deployments.pages import decision_views, edit_views, history_views, sleep_views, views, wizard
 
 app_name = "deployments"
 urlpatterns = [
@@ -17,5 +17,10 @@ urlpatterns = [
     path("<slug:name>/edit/", edit_views.deployment_edit, name="edit"),
     path("<slug:name>/scale/", edit_views.deployment_scale, name="scale"),
     path("<slug:name>/rollback/", edit_views.deployment_rollback, name="rollback"),
+    path("<slug:name>/history/", history_views.deployment_history, name="history"),
+    path("<slug:name>/decisions/", decision_views.deployment_decisions, name="decisions"),
+    path("<slug:name>/sleep-box/", sleep_views.deployment_sleep_box, name="sleep_box"),
+    path("<slug:name>/sleep/", sleep_views.deployment_sleep, name="sleep"),
+    path("<slug:name>/wake/", sleep_views.deployment_wake, name="wake"),
     path("<slug:name>/<slug:action>/", views.deployment_action, name="action"),
 ]

@@ -4,7 +4,7 @@ from django.conf import settings
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
-from panel.core.choices import COLOUR_ALARM, COLOUR_OK, COLOUR_RUNNING, COLOUR_WARNING, ColouredChoices
+from panel.core.domain.choices import COLOUR_ALARM, COLOUR_OK, COLOUR_RUNNING, COLOUR_WARNING, ColouredChoices
 from panel.core.models import TimestampedModel
 
 

@@ -1,6 +1,6 @@
 """What fabric does when something below it happens (connected in FabricConfig.ready())."""
 
-from panel.core.choices import OperationKind
+from panel.core.domain.choices import OperationKind
 from panel.fabric.services import on_operation_terminal
 from panel.operations.signals import operation_ended
 

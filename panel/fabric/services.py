@@ -8,7 +8,7 @@ verdict (workers.steps.fabric_verdict) lands on the check and, per node, on Node
 
 Gate: `gate_launch(deployment)` starts the check of a multi-node deployment on NPUs before its launch goes
 out (panel.deployments.services.launch); when that check ends it sends fabric.signals.fabric_check_finished,
-and panel.deployments.fabric_gate sends the launches (a check that passes or only warns) or stops the
+and panel.deployments.launch.fabric_gate sends the launches (a check that passes or only warns) or stops the
 deployment (failed) with the first failure and its fix as the reason.
 """
 
@@ -20,7 +20,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext_noop
 
-from panel.core.choices import OperationKind, OperationStatus
+from panel.core.domain.choices import OperationKind, OperationStatus
 from panel.fabric.models import FabricCheck, FabricStatus, NodeFabric
 from panel.fabric.signals import fabric_check_finished
 from panel.nodes.models import Node
@@ -80,8 +80,9 @@ def start_check(nodes, *, user=None, deployment=None, interfaces: dict | None = 
     """Check the NPU network of `nodes` (together when several). `interfaces` gives each node's
     (HCCL_IF_IP, interface name); by default the node's address and the interface that holds it."""
     nodes = {node.name: node for node in nodes}
+    devices = {name: devices_of(node, deployment) for name, node in nodes.items()}
     plan = {
-        "devices": {name: devices_of(node, deployment) for name, node in nodes.items()},
+        "devices": devices,
         "interfaces": {
             name: tuple((interfaces or {}).get(name) or (node.address or None, None))
             for name, node in nodes.items()
@@ -94,7 +95,7 @@ def start_check(nodes, *, user=None, deployment=None, interfaces: dict | None = 
             created_by=user,
             verdict={"plan": plan},
         )
-        addresses = {name: _known_ips(node, plan["devices"][name]) for name, node in nodes.items()}
+        addresses = {name: _known_ips(node, devices[name]) for name, node in nodes.items()}
         _send_round(check, nodes, plan, addresses, user=user)
     return check
 
@@ -160,7 +161,7 @@ def on_operation_terminal(operation: Operation) -> None:
 
 
 def _finish(check: FabricCheck, reports: dict[str, dict], failed: dict[str, Operation]) -> None:
-    verdict = judge(reports) if reports else {"status": "pass", "checklist": [], "nodes": {}}
+    verdict: dict = judge(reports) if reports else {"status": "pass", "checklist": [], "nodes": {}}
     unread = [
         item(
             "fabric_check",

@@ -42,7 +42,10 @@ def read_node_archive(data: bytes, node: str) -> tuple[dict, list[tuple[str, byt
             parts = path.parts[1:] if path.parts and path.parts[0] == node else path.parts
             if not parts:
                 continue
-            content = tar.extractfile(entry).read()
+            member = tar.extractfile(entry)
+            if member is None:  # not a regular file's data (checked above; tarfile's types allow it)
+                continue
+            content = member.read()
             name = "/".join(parts)
             if name == "manifest.json":
                 try:
@@ -54,6 +57,8 @@ def read_node_archive(data: bytes, node: str) -> tuple[dict, list[tuple[str, byt
 
 
 def skew_of(received_at: str | None, manifest: dict) -> timedelta:
+    if received_at is None:
+        return timedelta(0)
     try:
         sent = datetime.fromisoformat(manifest["collected_at"])
         return datetime.fromisoformat(received_at) - sent

@@ -1,6 +1,6 @@
 """What forensics does when something below it happens (connected in ForensicsConfig.ready())."""
 
-from panel.core.choices import OperationKind
+from panel.core.domain.choices import OperationKind
 from panel.forensics.services import on_operation_terminal
 from panel.operations.signals import operation_ended
 

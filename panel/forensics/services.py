@@ -23,7 +23,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from panel.core.choices import OperationKind, OperationStatus
+from panel.core.domain.choices import OperationKind, OperationStatus
 from panel.forensics import assemble
 from panel.forensics.models import BundleStatus, BundleTrigger, DiagnosticsBundle
 from panel.operations.models import Operation
@@ -129,7 +129,7 @@ def store_upload(operation: Operation, stream) -> int:
     """Write a node's upload (read from `stream` in chunks, at most MAX_UPLOAD_BYTES) beside its bundle;
     returns its size. Raises ValidationError when it is too big or not a gzip archive."""
     bundle = DiagnosticsBundle.objects.get(pk=operation.params["bundle"])
-    target = upload_path(bundle, operation.node.name)
+    target = upload_path(bundle, operation.host.name)
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f".{target.name}.{os.getpid()}.part")
     size = 0
@@ -152,7 +152,7 @@ def store_upload(operation: Operation, stream) -> int:
         bundle = DiagnosticsBundle.objects.select_for_update().get(pk=bundle.pk)
         bundle.nodes = {
             **bundle.nodes,
-            operation.node.name: {"received_at": timezone.now().isoformat(), "size": size},
+            operation.host.name: {"received_at": timezone.now().isoformat(), "size": size},
         }
         bundle.save(update_fields=["nodes", "updated"])
     return size

@@ -1,8 +1,8 @@
 import django_filters
 from django.utils.translation import gettext_lazy as _
 
-from panel.core.filters import StrictBooleanFilter
-from panel.core.filters import moment_filter as _when
+from panel.core.rest.filters import StrictBooleanFilter
+from panel.core.rest.filters import moment_filter as _when
 from panel.gateway.models import UsageHour, UsageRecord
 
 

@@ -10,7 +10,7 @@ from django.views.decorators.http import require_safe
 
 from panel.accounts.roles import ADMIN, VIEWER, has_role
 from panel.core.views import role_required
-from panel.gateway import reports
+from panel.gateway.accounting import reports
 from panel.gateway.links import gateway_url
 
 CSV_COLUMNS = (

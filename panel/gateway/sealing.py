@@ -24,8 +24,8 @@ from functools import lru_cache
 
 import orjson
 
-from panel.core import refusals
-from panel.core.secrets import key_material
+from panel.core.infra import refusals
+from panel.core.infra.secrets import key_material
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
-"""Drop the gateway's cached answers (panel.gateway.identity) the moment what they say changes: a token, its
-owner or the owner's groups, a deployment. After commit, so the next request reads the new rows."""
+"""Drop the gateway's cached answers (panel.gateway.access.identity) the moment what they say changes: a
+token, its owner or the owner's groups, a deployment. After commit, so the next request reads the new rows."""
 
 from django.conf import settings
 from django.db import transaction
@@ -8,7 +8,7 @@ from django.db.models.signals import m2m_changed, post_delete, post_save
 from panel.accounts.models import ApiToken
 from panel.deployments.services import served_name_of
 from panel.gateway import store
-from panel.gateway.identity import caller_key, pool_key
+from panel.gateway.access.identity import caller_key, pool_key
 
 
 def connect() -> None:

@@ -6,11 +6,11 @@ agree. Keys, all under `gw:`:
   suspect:<instance>    exists for a few seconds after an instance failed a request before its first byte:
                         others avoid it until the reconcile loop's probe has had its say
   rpm:<token>:<minute>  requests of a key in one clock minute; tpm:<token>:<minute> its tokens
-  caller:<key sha256>   what a key may do (panel.gateway.identity), for 30 s or until the key changes
+  caller:<key sha256>   what a key may do (panel.gateway.access.identity), for 30 s or until the key changes
   pool:<served name>    the healthy instances of a model, for 5 s or until one of its deployments changes
   usage                 list of finished requests (JSON), drained into the database by a beat task
   drain-lock            held while one drain runs
-  m:requests, m:tokens, m:ttft   hashes of counters for /metrics (panel.gateway.metrics)
+  m:requests, m:tokens, m:ttft   hashes of counters for /metrics (panel.gateway.accounting.metrics)
 
 caller:, pool: and usage entries are sealed by the panel (panel.gateway.sealing): one that anyone else wrote
 is refused.
@@ -23,7 +23,7 @@ import redis
 import redis.asyncio
 from django.conf import settings
 
-from panel.monitoring.store import client as shared
+from panel.monitoring.metrics.store import client as shared
 
 PREFIX = "gw:"
 USAGE_QUEUE = f"{PREFIX}usage"

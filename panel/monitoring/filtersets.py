@@ -1,7 +1,7 @@
 import django_filters
 from django.utils.translation import gettext_lazy as _
 
-from panel.core.filters import StrictBooleanFilter
+from panel.core.rest.filters import StrictBooleanFilter
 from panel.monitoring.models import Alert, AlertKind, AlertSeverity
 
 
@@ -15,6 +15,7 @@ class AlertFilterSet(django_filters.FilterSet):
     nodes = NameInFilter(
         field_name="node__name", label=_("Nodes"), help_text=_("Node names, separated by commas.")
     )
+    deployment = django_filters.CharFilter(label=_("Deployment"))
     kind = django_filters.ChoiceFilter(choices=AlertKind.choices, label=_("Kind"))
     severity = django_filters.ChoiceFilter(choices=AlertSeverity.choices, label=_("Severity"))
     open = StrictBooleanFilter(field_name="resolved_at", lookup_expr="isnull", label=_("Open"))
@@ -24,4 +25,4 @@ class AlertFilterSet(django_filters.FilterSet):
 
     class Meta:
         model = Alert
-        fields = ["node", "nodes", "kind", "severity", "open", "acknowledged"]
+        fields = ["node", "nodes", "deployment", "kind", "severity", "open", "acknowledged"]

@@ -1,5 +1,5 @@
 """Use-cases of monitoring: ingest a metrics batch (the 1 Hz path), sending the fleet summary
-(panel.monitoring.fleet), the per-node sampling interval, acknowledging alerts.
+(panel.monitoring.metrics.fleet), the per-node sampling interval, acknowledging alerts.
 
 The ingest path takes whatever batches the panel worker drained from the metrics inbox at once: one Redis
 round trip for all of them, which also publishes their frames to browsers (panel.realtime.frames). It
@@ -17,13 +17,15 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from panel.core.choices import NodeStatus, NodeTransport
-from panel.monitoring import alerts, store
-from panel.monitoring.fleet import fleet_summary, node_figures
+from panel.core.domain.choices import NodeStatus, NodeTransport
+from panel.monitoring.alerting import alerts
+from panel.monitoring.metrics import store
+from panel.monitoring.metrics.fleet import fleet_summary, node_figures
 from panel.monitoring.models import NodeSampling
+from panel.nodes.agents.trust import send_agent_task
+from panel.nodes.health import health_state
 from panel.nodes.models import Node, Npu
 from panel.nodes.services import node_status_message
-from panel.nodes.trust import send_agent_task
 from panel.realtime import frames
 from panel.realtime.broadcast import FLEET, broadcast_each, frame, node_group
 from workers.contracts import MetricBatch
@@ -62,7 +64,7 @@ class NodeCache:
 
     @staticmethod
     def _load() -> dict[str, dict]:
-        entries = {
+        entries: dict[str, dict] = {
             row["name"]: {**row, "deployments": {}} for row in Node.objects.values("id", "name", "status")
         }
         by_id = {entry["id"]: entry for entry in entries.values()}
@@ -139,6 +141,7 @@ def ingest_batches(batches: list[MetricBatch]) -> list[dict]:
     )
     for (node, _batch, message), keys in zip(taken, known, strict=True):
         alerts.reconcile_sample(node["id"], node["name"], message, keys)
+    _observe_npu_health(taken)
     silent = [node for node, _, _ in taken if node["status"] != NodeStatus.ONLINE]
     if silent:
         back = _first_in_a_while(silent)
@@ -150,6 +153,23 @@ def ingest_batches(batches: list[MetricBatch]) -> list[dict]:
     if fleet_due:
         frames.publish([(FLEET, frame(FLEET, fleet_summary()))])
     return [message for _, _, message in taken]
+
+
+def _observe_npu_health(taken: list[tuple[dict, MetricBatch, dict]]) -> None:
+    """Every sample's chips through the NPU health policy (panel.nodes.health.health_state), oldest first."""
+    items = [
+        (
+            node["id"],
+            node["name"],
+            [sample.model_dump(include={"npus"})["npus"] for sample in batch.samples[:-1]]
+            + [message["npus"]],
+        )
+        for node, batch, message in taken
+    ]
+    try:
+        health_state.observe_batches(items)
+    except Exception:  # the figures are stored already; a health update is tried again with the next batch
+        log.exception("NPU health not updated for this drain")
 
 
 RING_FIELDS = {"host", "npus"}
@@ -229,7 +249,7 @@ def touch_heartbeats(ids: list[int]) -> None:
 
 def set_metrics_interval(node: Node, seconds: float, user=None) -> float:
     """Save the node's sampling interval and, after commit, tell its agent (task on the node's queue). An
-    SSH node has no agent: its probes read the saved interval (panel.monitoring.ssh_probes)."""
+    SSH node has no agent: its probes read the saved interval (panel.monitoring.metrics.ssh_probes)."""
     seconds = float(seconds)
     if not MIN_INTERVAL_S <= seconds <= 3600:
         raise ValueError(f"metrics interval must be between {MIN_INTERVAL_S} and 3600 seconds, got {seconds}")

@@ -13,10 +13,10 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from panel.accounts.roles import OPERATOR, VIEWER
 from panel.core.views import role_required
-from panel.monitoring import alerts
+from panel.monitoring.alerting import alerts
 from panel.monitoring.filtersets import AlertFilterSet
+from panel.monitoring.metrics.prometheus import registry
 from panel.monitoring.models import Alert
-from panel.monitoring.prometheus import registry
 
 
 def scrape_allowed(request) -> tuple[bool, int]:

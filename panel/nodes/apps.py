@@ -7,7 +7,8 @@ class NodesConfig(AppConfig):
     label = "nodes"
 
     def ready(self):
-        from panel.nodes.trust import forget_credentials  # models load only once the app registry is ready
+        # models load only once the app registry is ready
+        from panel.nodes.agents.trust import forget_credentials
 
         # The metrics path caches node credentials: a node added, removed or given a new one drops the cache.
         post_save.connect(forget_credentials, sender="nodes.Node", dispatch_uid="node-credentials-saved")

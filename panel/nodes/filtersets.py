@@ -4,9 +4,9 @@ import django_filters
 from django.db.models import Exists, OuterRef, Q
 from django.utils.translation import gettext_lazy as _
 
-from panel.core.choices import NodeStatus
-from panel.core.filters import StrictBooleanFilter
-from panel.monitoring.fleet import UNHEALTHY
+from panel.core.domain.choices import NodeStatus
+from panel.core.rest.filters import StrictBooleanFilter
+from panel.monitoring.metrics.fleet import UNHEALTHY
 from panel.monitoring.models import Alert
 from panel.nodes.models import Node, Npu
 

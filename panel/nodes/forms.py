@@ -1,7 +1,7 @@
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
-from panel.core.choices import NodeTransport
+from panel.core.domain.choices import NodeTransport
 
 
 class NodeAddForm(forms.Form):

@@ -8,8 +8,8 @@ from django.views.decorators.http import require_POST
 
 from panel.accounts.roles import OPERATOR
 from panel.core.views import role_required
-from panel.deployments import images
-from panel.deployments.containers import containers_of
+from panel.deployments.launch import images
+from panel.deployments.launch.containers import containers_of
 from panel.nodes.models import Node
 from panel.provisioning.models import PackageFile, PackageKind
 

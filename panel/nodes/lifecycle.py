@@ -1,6 +1,6 @@
 """Use-cases that change the fleet: add a node (agent or SSH), change its settings, cordon. Confirming an SSH
 host key starts an inventory (panel.operations.node_operations); drain and remove reach the node's
-deployments (panel.deployments.node_actions)."""
+deployments (panel.deployments.rollouts.node_actions)."""
 
 from dataclasses import dataclass
 from datetime import datetime
@@ -12,17 +12,17 @@ from django.utils.translation import gettext as _
 
 from panel.audit import actions as audit
 from panel.audit.services import record
-from panel.core.choices import DeploymentState, DesiredState, NodeTransport
-from panel.nodes.agent_package import agent_sdist_sha256, install_script_sha256
-from panel.nodes.join import issue_join_token, join_command
-from panel.nodes.models import JoinToken, Node
-from panel.nodes.models_roots import check_models_roots
-from panel.nodes.ssh import (
+from panel.core.domain.choices import DeploymentState, DesiredState, NodeTransport
+from panel.nodes.agents.agent_package import agent_sdist_sha256, install_script_sha256
+from panel.nodes.agents.join import issue_join_token, join_command
+from panel.nodes.agents.ssh import (
     check_address,
     check_env,
     host_key_fingerprint,
     sealed_credentials,
 )
+from panel.nodes.models import JoinToken, Node
+from panel.nodes.models_roots import check_models_roots
 from panel.realtime.broadcast import FLEET, broadcast
 
 # A node whose deployments are in these states has an engine on it (or one on the way).

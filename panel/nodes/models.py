@@ -1,15 +1,27 @@
 import secrets
 from datetime import timedelta
+from typing import ClassVar
 
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from panel.core.choices import NodeStatus, NodeTransport, NpuHealth
+from panel.core.domain.choices import NodeStatus, NodeTransport, NpuHealth, NpuHealthState
 from panel.core.models import TimestampedModel, VisibleQuerySet
+from workers.contracts import HEARTBEAT_MAX_S, HEARTBEAT_MIN_S
 
 SILENT_INTERVALS_BEFORE_OFFLINE = 3
+
+
+def silent_limit(interval: float | None) -> timedelta:
+    """How long a node beating every `interval` seconds may stay silent before it counts as offline. The
+    interval is clamped to what a heartbeat may claim (workers.contracts): a row written before that bound
+    (1e14 s) overflowed every page and the offline sweep, and kept a frozen node online for ever."""
+    interval = interval or settings.PANEL_HEARTBEAT_INTERVAL
+    return timedelta(
+        seconds=min(max(interval, HEARTBEAT_MIN_S), HEARTBEAT_MAX_S) * SILENT_INTERVALS_BEFORE_OFFLINE
+    )
 
 
 def new_credential_id() -> str:
@@ -40,8 +52,7 @@ def live_status_expression(now=None, prefix: str = "") -> models.Case:
         return models.Q(**{f"{prefix}{lookup}": value for lookup, value in lookups.items()})
 
     def deadline(interval: float):
-        silent = (interval or settings.PANEL_HEARTBEAT_INTERVAL) * SILENT_INTERVALS_BEFORE_OFFLINE
-        return now - timedelta(seconds=silent)
+        return now - silent_limit(interval)
 
     intervals = Node.objects.order_by().values_list("heartbeat_interval", flat=True).distinct()
     heard_lately = [
@@ -90,8 +101,8 @@ class Node(TimestampedModel):
     last_heartbeat = models.DateTimeField(_("last heartbeat"), null=True, blank=True)
     heartbeat_interval = models.FloatField(default=5.0)
     agent_version = models.CharField(max_length=32, blank=True)
-    # The node's credential is derived from the panel's secrets key and this id (panel.nodes.trust): a new
-    # id rotates it (re-join), deleting the node revokes it. Not secret on its own.
+    # The node's credential is derived from the panel's secrets key and this id (panel.nodes.agents.trust): a
+    # new id rotates it (re-join), deleting the node revokes it. Not secret on its own.
     credential_id = models.CharField(max_length=32, default=new_credential_id, editable=False)
     # What the agent's newest heartbeat said it runs and finished lately (operation ids), for the reaper.
     agent_running = models.JSONField(default=list, blank=True)
@@ -102,7 +113,9 @@ class Node(TimestampedModel):
     # SSH transport
     ssh_port = models.PositiveIntegerField(default=22)
     ssh_username = models.CharField(max_length=64, blank=True)
-    ssh_secret = models.TextField(blank=True, help_text="Encrypted key or password (panel.core.secrets).")
+    ssh_secret = models.TextField(
+        blank=True, help_text="Encrypted key or password (panel.core.infra.secrets)."
+    )
     ssh_host_key_fingerprint = models.CharField(max_length=128, blank=True)
     ssh_env = models.JSONField(
         _("environment for SSH commands"),
@@ -120,7 +133,8 @@ class Node(TimestampedModel):
         help_text=_("Folders on the node that model folders, copies and deployments must lie in."),
     )
 
-    objects = NodeQuerySet.as_manager()
+    # ClassVar: mypy takes a plain reassignment of the base's manager for an instance variable (mypy#4715).
+    objects: ClassVar = NodeQuerySet.as_manager()
 
     class Meta:
         ordering = ["name"]
@@ -137,14 +151,12 @@ class Node(TimestampedModel):
     def effective_status(self) -> str:
         """Offline as soon as the node missed three heartbeats, without waiting for the sweeper. An SSH
         node's heartbeats are its metric samples, taken once its host key is confirmed (see
-        panel.monitoring.ssh_probes); before that nothing reaches it and its stored status stands."""
+        panel.monitoring.metrics.ssh_probes); before that nothing reaches it and its stored status stands."""
         if not self.is_watched:
             return self.status
         if self.last_heartbeat is None:
             return NodeStatus.UNKNOWN if self.status == NodeStatus.UNKNOWN else NodeStatus.OFFLINE
-        silent_for = timezone.now() - self.last_heartbeat
-        interval = self.heartbeat_interval or settings.PANEL_HEARTBEAT_INTERVAL
-        if silent_for > timedelta(seconds=interval * SILENT_INTERVALS_BEFORE_OFFLINE):
+        if timezone.now() - self.last_heartbeat > silent_limit(self.heartbeat_interval):
             return NodeStatus.OFFLINE
         return NodeStatus.ONLINE
 
@@ -159,6 +171,15 @@ class Npu(TimestampedModel):
     health = models.CharField(
         _("health"), max_length=16, choices=NpuHealth.choices, default=NpuHealth.UNKNOWN
     )
+    # The panel's verdict from the health signals (docs/npu-health.md): set only by
+    # panel.nodes.health.npu_health
+    # (the policy) or by an admin's override; placement never places on a failed NPU.
+    health_state = models.CharField(
+        _("health state"), max_length=8, choices=NpuHealthState.choices, default=NpuHealthState.OK
+    )
+    # Why it is in that state: the signal that moved it, as {"signal", "detail", "at", "by"}.
+    health_reason = models.JSONField(default=dict, blank=True)
+    health_changed_at = models.DateTimeField(null=True, blank=True)
     hbm_total_mb = models.PositiveIntegerField(_("HBM total (MB)"), null=True, blank=True)
     memory_total_mb = models.PositiveIntegerField(_("memory total (MB)"), null=True, blank=True)
     bus_id = models.CharField(_("bus id"), max_length=32, blank=True)
@@ -174,6 +195,10 @@ class Npu(TimestampedModel):
     @property
     def health_colour(self) -> str:
         return NpuHealth.colour(self.health)
+
+    @property
+    def health_state_colour(self) -> str:
+        return NpuHealthState.colour(self.health_state)
 
     @property
     def device_memory_mb(self) -> int | None:
@@ -207,3 +232,28 @@ class JoinToken(models.Model):
 
     def __str__(self):
         return f"join token for {self.node_name}"
+
+
+class NpuHealthChange(models.Model):
+    """One change of an NPU's health state (the node's own history of them): by the policy, with the signal
+    that moved it, or by an admin. Kept when the NPU row goes (the node's inventory may drop a chip)."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="npu_health_changes")
+    npu = models.ForeignKey(Npu, on_delete=models.SET_NULL, null=True, related_name="health_changes")
+    npu_name = models.CharField(max_length=16)  # "3/0": NPU id / chip id, as pages name NPUs
+    time = models.DateTimeField(default=timezone.now, db_index=True)
+    old = models.CharField(max_length=8, choices=NpuHealthState.choices)
+    new = models.CharField(max_length=8, choices=NpuHealthState.choices)
+    signal = models.CharField(max_length=32)  # panel.nodes.health.npu_health.SIGNALS
+    detail = models.CharField(max_length=500, blank=True)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True)
+
+    class Meta:
+        ordering = ["-time", "-pk"]
+
+    def __str__(self):
+        return f"{self.node.name} NPU {self.npu_name}: {self.old} -> {self.new} ({self.signal})"
+
+    @property
+    def new_colour(self) -> str:
+        return NpuHealthState.colour(self.new)

@@ -78,7 +78,7 @@ def topology_view(topology) -> dict | None:
         return None
     devices = [str(d) for d in topology.get("devices") or [] if isinstance(d, str)]
     links, affinity = topology["links"], topology.get("cpu_affinity") or {}
-    rows = []
+    rows: list[dict] = []
     for device in devices:
         row = links.get(device) if isinstance(links.get(device), dict) else {}
         cells = []

@@ -2,16 +2,16 @@
 nodes are in panel.nodes.lifecycle."""
 
 import logging
-from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Case, JSONField, Q, Value, When
 from django.utils import timezone
 
-from panel.core.choices import NodeStatus, NodeTransport, NpuHealth
+from panel.core.domain.choices import NodeStatus, NodeTransport, NpuHealth
 from panel.core.models import one_or_none
-from panel.nodes.models import SILENT_INTERVALS_BEFORE_OFFLINE, Node, Npu
+from panel.nodes.models import Node, Npu, silent_limit
 from panel.nodes.signals import node_not_inventoried, node_offline, node_online
 from panel.realtime.broadcast import FLEET, broadcast, node_group
 from workers.contracts import Heartbeat
@@ -30,14 +30,19 @@ def node_status_message(node: Node) -> dict:
 
 def _announce(node: Node) -> None:
     message = node_status_message(node)
-    transaction.on_commit(lambda: (broadcast(node_group(node.name), message), broadcast(FLEET, message)))
+
+    def send() -> None:
+        broadcast(node_group(node.name), message)
+        broadcast(FLEET, message)
+
+    transaction.on_commit(send)
 
 
 def record_heartbeat(
     data: dict | Heartbeat, *, signer: str | None = None, node: Node | None = None
 ) -> Node | None:
-    """Apply a heartbeat whose envelope panel.nodes.trust verified (signer: the node itself, or the central
-    agent for an SSH node's probe). `node`: its row as the envelope check just read it, if it did.
+    """Apply a heartbeat whose envelope panel.nodes.agents.trust verified (signer: the node itself, or the
+    central agent for an SSH node's probe). `node`: its row as the envelope check just read it, if it did.
 
     The steady case, an online and inventoried node beating as before, is one conditional UPDATE with no
     lock and no transaction (_beat_in_place): at 512 nodes that is about a hundred a second. Anything that
@@ -167,13 +172,12 @@ def _beat_all_in_place(steady: dict) -> list[tuple[Heartbeat, Node]]:
 
 def mark_silent_nodes_offline(now=None) -> list[str]:
     """Nodes that missed three heartbeats become offline (the sweep behind effective_status): agents' own
-    heartbeats and metrics, and SSH nodes' samples (panel.monitoring.ssh_probes)."""
+    heartbeats and metrics, and SSH nodes' samples (panel.monitoring.metrics.ssh_probes)."""
     now = now or timezone.now()
     changed = []
     unwatched = Q(transport=NodeTransport.SSH, ssh_host_key_fingerprint="")
     for node in Node.objects.filter(status=NodeStatus.ONLINE).exclude(unwatched):
-        limit = timedelta(seconds=node.heartbeat_interval * SILENT_INTERVALS_BEFORE_OFFLINE)
-        if node.last_heartbeat is None or now - node.last_heartbeat > limit:
+        if node.last_heartbeat is None or now - node.last_heartbeat > silent_limit(node.heartbeat_interval):
             with transaction.atomic():
                 updated = Node.objects.filter(pk=node.pk, status=NodeStatus.ONLINE).update(
                     status=NodeStatus.OFFLINE
@@ -213,7 +217,7 @@ def _stable(value):
 def apply_inventory(node: Node, result: dict) -> dict:
     """Store an inventory on the node and its NPUs; returns what changed since the last one (nothing on
     the first: everything would be "new")."""
-    changes = {}
+    changes: dict[str, Any] = {}  # a JSON object: lists, maps, what changed per kind
     facts, versions = result.get("facts") or {}, result.get("versions") or {}
     old_facts, new_facts = _stable(node.facts), _stable(facts)
     if old_facts != new_facts:

@@ -1,8 +1,8 @@
-from panel.core.panel_tasks import panel_task
-from panel.nodes import ingest_guard
+from panel.core.infra.panel_tasks import panel_task
+from panel.nodes.agents import ingest_guard
+from panel.nodes.agents.trust import Refused, open_envelope
 from panel.nodes.services import mark_silent_nodes_offline as sweep
 from panel.nodes.services import record_heartbeat
-from panel.nodes.trust import Refused, open_envelope
 from workers.celery_app import app
 from workers.task_names import HEARTBEAT
 

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from panel.nodes import image_views, views
+from panel.nodes import health_views, image_views, views
 
 app_name = "nodes"
 urlpatterns = [
@@ -18,6 +18,7 @@ urlpatterns = [
     path("<slug:name>/rejoin/", views.rejoin, name="rejoin"),
     path("<slug:name>/cordon/", views.cordon, name="cordon"),
     path("<slug:name>/drain/", views.drain, name="drain"),
+    path("<slug:name>/npu-health/", health_views.npu_health_override, name="npu-health"),
     path("<slug:name>/settings/", views.node_settings, name="settings"),
     path("<slug:name>/remove/", views.remove, name="remove"),
 ]

@@ -14,20 +14,21 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST, require_safe
 
 from panel.accounts.roles import ADMIN, OPERATOR, VIEWER, has_role
-from panel.core.choices import NodeStatus, NodeTransport
+from panel.core.domain.choices import NodeStatus, NodeTransport
 from panel.core.views import role_required
-from panel.deployments import node_actions
+from panel.deployments.rollouts import node_actions
 from panel.nodes import lifecycle
-from panel.nodes.agent_package import INSTALL_SCRIPT, UNIT_FILE, agent_sdist
-from panel.nodes.broker_admin import BrokerAdminError, broker_ca_pem
+from panel.nodes.agents.agent_package import INSTALL_SCRIPT, UNIT_FILE, agent_sdist
+from panel.nodes.agents.broker_admin import BrokerAdminError, broker_ca_pem
+from panel.nodes.agents.join import JoinRefused, agent_broker, agent_broker_url, exchange_join_token
+from panel.nodes.agents.ssh import host_key_fingerprint
+from panel.nodes.agents.trust import refuse
 from panel.nodes.filtersets import NodeFilterSet
 from panel.nodes.forms import NodeAddForm, NodeSettingsForm
+from panel.nodes.health_views import health_context
 from panel.nodes.image_views import images_context
-from panel.nodes.join import JoinRefused, agent_broker, agent_broker_url, exchange_join_token
 from panel.nodes.models import JoinToken, Node
 from panel.nodes.presentation import facts_view, inventory_changes_view, topology_view, versions_view
-from panel.nodes.ssh import host_key_fingerprint
-from panel.nodes.trust import refuse
 from panel.operations import node_operations
 from panel.operations.node_operations import start_install_agent, start_inventory
 
@@ -87,6 +88,7 @@ def node_detail(request, name):
             "is_admin": has_role(request.user, ADMIN),
             "status_labels": {value: str(label) for value, label in NodeStatus.choices},
             "containers": images_context(node),
+            **health_context(node),
         },
     )
 
@@ -163,15 +165,15 @@ def confirm_host_key(request, name):
             request, _("Host key confirmed; inventory of %(node)s started.") % {"node": node.name}
         )
         return redirect("operations:detail", pk=operation.pk)
-    fingerprint, error, details = "", "", []
+    fingerprint, problem, details = "", "", []
     try:
         fingerprint = host_key_fingerprint(node.address, node.ssh_port)
     except ValidationError as failure:
-        error, *details = failure.messages
+        problem, *details = failure.messages
     return render(
         request,
         "nodes/confirm_host_key.html",
-        {"node": node, "fingerprint": fingerprint, "error": error, "details": details},
+        {"node": node, "fingerprint": fingerprint, "error": problem, "details": details},
     )
 
 

@@ -7,13 +7,14 @@ A POST therefore answers promptly whatever Redis does: the operation is accepted
 """
 
 import logging
+from datetime import timedelta
 
 from django.conf import settings
 from django.db.models import F
 from django.utils import timezone
 
-from panel.core.choices import OperationStatus
-from panel.nodes.trust import send_agent_task
+from panel.core.domain.choices import OperationStatus
+from panel.nodes.agents.trust import send_agent_task
 from panel.operations.models import Operation
 from workers.identity import DISPATCH_KWARG
 
@@ -55,7 +56,7 @@ def dispatch(operation_id) -> bool:
 
 def send_unsent() -> int:
     """Send every open operation whose task the broker has not taken yet; returns how many went out."""
-    cutoff = timezone.now() - timezone.timedelta(seconds=RESEND_AFTER_S)
+    cutoff = timezone.now() - timedelta(seconds=RESEND_AFTER_S)
     unsent = Operation.objects.filter(sent_at__isnull=True, node__isnull=False, updated__lt=cutoff).exclude(
         status__in=OperationStatus.TERMINAL
     )

@@ -4,10 +4,11 @@ from django.conf import settings
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
-from panel.core.choices import OperationKind, OperationStatus
+from panel.core.domain.choices import OperationKind, OperationStatus
 from panel.core.models import InvalidTransition, TimestampedModel
+from panel.nodes.models import Node
 
-ALLOWED_TRANSITIONS = {
+ALLOWED_TRANSITIONS: dict[str, set[str]] = {
     OperationStatus.PENDING: {
         OperationStatus.RUNNING,
         OperationStatus.SUCCEEDED,
@@ -43,6 +44,9 @@ class Operation(TimestampedModel):
     finished = models.DateTimeField(null=True, blank=True)
     error = models.TextField(_("error"), blank=True)
     hint = models.TextField(_("hint"), blank=True)
+    # stage, error and hint as the agent made them ({name: {"msgid", "params"}}, workers.i18n), for pages to
+    # show them translated (panel.operations.texts); {} for texts the panel wrote and rows of older agents.
+    texts = models.JSONField(default=dict, blank=True)
     result = models.JSONField(default=dict, blank=True)
     last_seq = models.PositiveIntegerField(default=0)
     final_seq = models.PositiveIntegerField(null=True, blank=True)
@@ -70,6 +74,13 @@ class Operation(TimestampedModel):
     @property
     def status_colour(self) -> str:
         return OperationStatus.colour(self.status)
+
+    @property
+    def host(self) -> Node:
+        """The node a node operation runs on (a panel-side operation, a hub inspection, has none)."""
+        if self.node is None:
+            raise ValueError(f"operation {self.pk} ({self.kind}) runs on no node")
+        return self.node
 
     @property
     def is_terminal(self) -> bool:
@@ -114,6 +125,7 @@ class OperationEvent(models.Model):
             "operation": str(self.operation_id),
             "seq": self.seq,
             "attempt": self.attempt,
+            "agent_seq": self.agent_seq,
             "time": self.time.isoformat(),
             "kind": self.kind,
             "payload": self.payload,

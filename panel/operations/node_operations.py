@@ -6,13 +6,13 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from panel.core.choices import NodeStatus, NodeTransport, OperationKind, OperationStatus
-from panel.nodes.agent_package import INSTALL_SCRIPT, agent_sdist_sha256
-from panel.nodes.join import issue_join_token
+from panel.core.domain.choices import NodeStatus, NodeTransport, OperationKind, OperationStatus
+from panel.nodes.agents.agent_package import INSTALL_SCRIPT, agent_sdist_sha256
+from panel.nodes.agents.join import issue_join_token
+from panel.nodes.agents.ssh import check_fingerprint, host_key_fingerprint, sealed_for_central_agent
 from panel.nodes.lifecycle import NodeActionRefused
 from panel.nodes.models import Node
 from panel.nodes.services import _announce
-from panel.nodes.ssh import check_fingerprint, host_key_fingerprint, sealed_for_central_agent
 from panel.operations.services import create_operation
 from workers.task_names import AGENT_INSTALL_AGENT, AGENT_INVENTORY
 
@@ -97,7 +97,8 @@ def confirm_host_key(node: Node, fingerprint: str, user=None):
     with transaction.atomic():
         node.ssh_host_key_fingerprint = confirmed
         node.status = NodeStatus.ONLINE
-        # The host just answered; from now on its SSH probes keep this fresh (panel.monitoring.ssh_probes).
+        # The host just answered; from now on its SSH probes keep this fresh
+        # (panel.monitoring.metrics.ssh_probes).
         node.last_heartbeat = timezone.now()
         node.save(update_fields=["ssh_host_key_fingerprint", "status", "last_heartbeat", "updated"])
         _announce(node)

@@ -21,7 +21,7 @@ from django.utils.translation import gettext_noop
 
 from panel.audit import actions as audit
 from panel.audit.services import record
-from panel.core.choices import NodeStatus, NodeTransport, OperationStatus
+from panel.core.domain.choices import NodeStatus, NodeTransport, OperationStatus
 from panel.operations.dispatch import resend, send_unsent
 from panel.operations.models import Operation
 from panel.operations.services import mark_lost
@@ -33,7 +33,7 @@ MAX_DISPATCHES = 4
 # before silence means anything.
 SETTLE_S = 20
 
-_last_run = {"at": None, "settled_at": 0.0}
+_last_run: dict[str, float | None] = {"at": None, "settled_at": 0.0}
 
 
 def _settled(now_monotonic: float) -> bool:
@@ -41,7 +41,7 @@ def _settled(now_monotonic: float) -> bool:
     if last is None or now_monotonic - last > 3 * settings.PANEL_REAP_S:
         _last_run["settled_at"] = now_monotonic + SETTLE_S
     _last_run["at"] = now_monotonic
-    return now_monotonic >= _last_run["settled_at"]
+    return now_monotonic >= (_last_run["settled_at"] or 0.0)
 
 
 def _grace(node) -> timedelta:
@@ -60,7 +60,7 @@ def silent_for_good(node, now) -> bool:
 
 
 def lost_by_agent(operation: Operation) -> bool:
-    node = operation.node
+    node = operation.host
     reported = node.agent_reported_at  # when the lists came: metrics batches move last_heartbeat too
     if node.transport != NodeTransport.AGENT or reported is None:
         return False
@@ -73,7 +73,9 @@ def lost_by_agent(operation: Operation) -> bool:
 
 def reap() -> dict:
     now = timezone.now()
-    report = {"sent": send_unsent(), "failed": [], "resent": []}
+    failed_ids: list[str] = []
+    resent_ids: list[str] = []
+    report = {"sent": send_unsent(), "failed": failed_ids, "resent": resent_ids}
     if not _settled(time.monotonic()):
         return report
     pickup = timedelta(seconds=settings.PANEL_OPERATION_PICKUP_S)
@@ -104,7 +106,7 @@ def reap() -> dict:
             if operation.dispatches < MAX_DISPATCHES:
                 log.warning("operation %s was lost by the agent of %s; sending it again", operation.id, node)
                 resend(operation)
-                report["resent"].append(str(operation.id))
+                resent_ids.append(str(operation.id))
                 continue
             error = gettext_noop(
                 "The agent lost the operation %(times)d times (it was restarted while running it)."
@@ -113,7 +115,7 @@ def reap() -> dict:
         else:
             continue
         if failed:
-            report["failed"].append(str(operation.id))
+            failed_ids.append(str(operation.id))
     return report
 
 

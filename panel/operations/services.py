@@ -7,10 +7,11 @@ from django.db import transaction
 from django.db.models import Count, Max
 from django.utils import timezone
 
-from panel.core.choices import OperationStatus
+from panel.core.domain.choices import OperationStatus
 from panel.core.models import one_or_none
+from panel.nodes.agents.trust import refuse
 from panel.nodes.services import apply_inventory
-from panel.nodes.trust import refuse
+from panel.operations import texts
 from panel.operations.dispatch import dispatch
 from panel.operations.models import Operation, OperationEvent
 from panel.operations.signals import events_stored, operation_ended
@@ -53,6 +54,7 @@ def operation_summary(operation: Operation) -> dict:
         "stage": operation.stage,
         "error": operation.error,
         "hint": operation.hint,
+        "texts": operation.texts,
         "last_seq": operation.last_seq,
         "final_seq": operation.final_seq,
     }
@@ -63,6 +65,8 @@ def _apply(operation: Operation, event: OperationEvent) -> None:
     if event.kind == "progress":
         operation.progress = max(0.0, min(100.0, float(payload.get("percent", operation.progress))))
         operation.stage = str(payload.get("stage", operation.stage))[:255]
+        if "stage" in payload:
+            operation.texts = texts.kept(operation.texts, payload, ("stage",))
     elif event.kind == "state":
         state = payload.get("state")
         if state and operation.can_move_to(state):
@@ -73,6 +77,7 @@ def _apply(operation: Operation, event: OperationEvent) -> None:
                 operation.finished = event.time
                 operation.error = payload.get("error", "") or ""
                 operation.hint = payload.get("hint", "") or ""
+                operation.texts = texts.kept(operation.texts, payload, ("error", "hint"))
                 operation.result = payload.get("result") or {}
                 if state == OperationStatus.SUCCEEDED:
                     operation.progress = 100.0
@@ -82,7 +87,7 @@ def _apply(operation: Operation, event: OperationEvent) -> None:
 # these is a shorter statement for the fleet's most frequent write.
 INGEST_CHANGES = [
     "attempt", "last_seq", "final_seq", "progress", "stage", "status", "started", "finished", "error",
-    "hint", "result", "updated",
+    "hint", "texts", "result", "updated",
 ]  # fmt: skip
 
 
@@ -188,7 +193,7 @@ def _broadcast_events(operation: Operation, events: list[OperationEvent]) -> Non
     """The batch's events, then the operation's summary, in one trip to the channel layer (a fleet's event
     batches are the ingest's most frequent task)."""
     group = operation_group(operation.id)
-    sends = []
+    sends: list[tuple[str, dict]] = []
     if len(events) > MAX_EVENTS_PER_BROADCAST:
         sends.append(
             (group, {"type": "operation.gap", "operation": str(operation.id), "last_seq": events[-1].seq})
@@ -202,7 +207,7 @@ def _broadcast_events(operation: Operation, events: list[OperationEvent]) -> Non
         sends.append((group, message))
     summary = operation_summary(operation)
     sends += [(group, summary), (OPERATIONS, summary)]
-    if operation.node_id:
+    if operation.node is not None:
         sends.append((node_group(operation.node.name), summary))
     broadcast_each(sends)
 
@@ -232,4 +237,4 @@ def on_terminal(operation: Operation) -> None:
     if operation.status != OperationStatus.SUCCEEDED or operation.node_id is None:
         return
     if operation.kind == "inventory":
-        apply_inventory(operation.node, operation.result)
+        apply_inventory(operation.host, operation.result)

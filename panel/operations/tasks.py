@@ -2,13 +2,13 @@ import logging
 
 import redis
 
-from panel.core.panel_tasks import panel_task
-from panel.nodes.trust import Refused, open_envelope, send_agent_task
+from panel.core.infra.panel_tasks import panel_task
+from panel.nodes.agents.trust import Refused, open_envelope, send_agent_task
 from panel.operations.reaper import reap
 from panel.operations.services import ingest_events as ingest
 from panel.operations.services import still_wanted
 from workers.celery_app import app
-from workers.task_names import AGENT_STILL_WANTED_ANSWER, ASK_STILL_WANTED, INGEST_EVENTS
+from workers.task_names import AGENT_STILL_WANTED_ANSWER, ASK_STILL_WANTED, INGEST_EVENTS, PANEL_QUEUE
 
 log = logging.getLogger(__name__)
 
@@ -16,8 +16,8 @@ ANSWER_VALIDITY_S = 30.0  # the agent waits about ten seconds for it (workers.as
 
 
 # An event batch must not be lost to a panel Redis that is away for a moment (restarting, failing over): the
-# nonce check (panel.core.refusals.first_sight) needs it, and a task that failed would be acknowledged and
-# gone. The batch is sent again after a back-off, for as long as it counts (24 h, workers.identity); the
+# nonce check (panel.core.infra.refusals.first_sight) needs it, and a task that failed would be acknowledged
+# and gone. The batch is sent again after a back-off, for as long as it counts (24 h, workers.identity); the
 # broker kept it meanwhile, so it waits in the broker as it would with the panel worker down.
 INGEST_RETRY_MAX_S = 30
 
@@ -34,7 +34,10 @@ def ingest_events(self, envelope: dict) -> int:
     except (redis.ConnectionError, redis.TimeoutError) as error:
         log.warning("event batch not ingested: the panel's Redis is unreachable (%s); retrying", error)
         countdown = min(2 ** (self.request.retries + 1), INGEST_RETRY_MAX_S)
-        raise self.retry(exc=error, countdown=countdown) from error
+        # Through the panel's own queue: a retry carries an eta and a retry count, control fields that the
+        # ingest queue's guard (panel.nodes.agents.ingest_guard) refuses from anyone, the panel's worker
+        # included.
+        raise self.retry(exc=error, countdown=countdown, queue=PANEL_QUEUE) from error
     return len(ingest(batch, sender=node.name))
 
 

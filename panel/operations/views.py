@@ -5,7 +5,6 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST, require_safe
 
 from panel.accounts.roles import ADMIN, VIEWER, has_role
-from panel.core.choices import OperationStatus
 from panel.core.views import role_required
 from panel.operations.filtersets import OperationFilterSet
 from panel.operations.models import Operation
@@ -25,10 +24,8 @@ def operation_list(request):
 @require_safe
 def operation_detail(request, pk):
     operation = get_object_or_404(Operation.objects.visible_to(request.user).select_related("node"), pk=pk)
-    labels = {value: str(label) for value, label in OperationStatus.choices}
     context = {
         "operation": operation,
-        "status_labels": labels,
         "can_force_fail": has_role(request.user, ADMIN),
     }
     return render(request, "operations/detail.html", context)

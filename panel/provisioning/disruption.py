@@ -1,6 +1,6 @@
 """Installs that restart the NPU driver or the host stop every engine on the node: which steps do, and the
 refusal that names the deployments they would stop until the admin drains the node
-(panel.deployments.node_actions.drain)."""
+(panel.deployments.rollouts.node_actions.drain)."""
 
 from django.core.exceptions import ValidationError
 from django.utils.translation import gettext as _

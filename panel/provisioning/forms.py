@@ -1,6 +1,7 @@
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
+from panel.provisioning.fit import profile_choices_for
 from panel.provisioning.profiles import profile_choices
 from panel.provisioning.services import PIP_AUTO, PIP_INDEX, PIP_WHEELHOUSE
 
@@ -37,9 +38,22 @@ class ProfileForm(forms.Form):
             )
         return data
 
-    def __init__(self, *args, installing: bool = False, **kwargs):
+    def __init__(self, *args, installing: bool = False, node=None, **kwargs):
         super().__init__(*args, **kwargs)
         self.installing = installing
+        if node is not None:
+            # Only the profiles that fit the node's chips and driver are offered; another one posted is
+            # refused by the service, which names the chip or the driver.
+            self.fields["profile"].widget.choices = profile_choices_for(node)
+
+    def overrides(self) -> dict[str, str]:
+        """The reasons typed next to failed preflight rows (`override-<check>`), blank ones left out."""
+        prefix = "override-"
+        return {
+            key[len(prefix) :]: value.strip()
+            for key, value in self.data.items()
+            if key.startswith(prefix) and value.strip()
+        }
 
 
 class UploadForm(forms.Form):

@@ -1,8 +1,10 @@
+from typing import ClassVar
+
 from django.conf import settings
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
-from panel.core.choices import (
+from panel.core.domain.choices import (
     COLOUR_ALARM,
     COLOUR_OFFLINE,
     COLOUR_OK,
@@ -70,7 +72,8 @@ class PackageFile(TimestampedModel):
     )
     pending_at = models.DateTimeField(_("replacement uploaded"), null=True, blank=True)
 
-    objects = PackageFileQuerySet.as_manager()
+    # ClassVar: mypy takes a plain reassignment of the base's manager for an instance variable (mypy#4715).
+    objects: ClassVar = PackageFileQuerySet.as_manager()
 
     class Meta:
         ordering = ["kind", "name"]

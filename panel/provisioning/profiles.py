@@ -27,6 +27,8 @@ def profile_rows() -> list[dict]:
                 "no_triton_chips": list(profile.no_triton_chips),
                 "driver": profile.driver.describe() if profile.driver else None,
                 "driver_source": profile.driver.source if profile.driver else None,
+                # Why the driver must be newer than its CANN alone asks: a feature of the release's engine.
+                "driver_min_source": profile.driver.floor_source if profile.driver else None,
                 "sources": list(profile.sources),
                 # The release's official images (workers/containers/official_images.yaml), for containers.
                 "images": [image.as_dict() for image in official_images(profile.vllm_ascend)],

@@ -12,12 +12,15 @@ from django.utils.translation import gettext as _
 
 from panel.audit import actions as audit
 from panel.audit.services import record
-from panel.core.choices import OperationKind, OperationStatus
-from panel.nodes.trust import send_agent_task
+from panel.core.domain.choices import OperationKind, OperationStatus
+from panel.nodes.agents.trust import send_agent_task
 from panel.operations.models import Operation
+from panel.operations.ordering import last_with, stopped_at
 from panel.operations.services import create_operation
 from panel.provisioning import conf
 from panel.provisioning.disruption import refuse_if_serving
+from panel.provisioning.fit import misfit
+from panel.provisioning.gate import check_preflight_gate, failed_rows
 from panel.provisioning.models import NodeStack, PackageFile, PackageKind, StackStatus
 from panel.provisioning.profiles import CPU, is_known
 from workers.ascend.compat import profile_for
@@ -137,6 +140,8 @@ def _validate(node, profile_key: str, pip_source: str) -> None:
         errors["profile"] = [
             _("Unknown profile %(p)s; pick a row of the Stack profiles page.") % {"p": profile_key}
         ]
+    elif why := misfit(node, profile_key):
+        errors["profile"] = [why]
     if pip_source not in PIP_SOURCES:
         errors["pip_source"] = [_("Choose one of: %(c)s.") % {"c": ", ".join(PIP_SOURCES)}]
     if errors:
@@ -206,20 +211,38 @@ def start_install(
     panel_url: str,
     pip_source: str = PIP_AUTO,
     allow_reboot: bool = False,
+    overrides: dict[str, str] | None = None,
 ):
-    """Install the profile's stack on the node: packages, venv, pip, checks; the result is its stack."""
+    """Install the profile's stack on the node: packages, venv, pip, checks; the result is its stack.
+
+    Refused while the node's preflight of this profile has a failed row, unless an admin overrides each
+    with a reason (`overrides`: check -> reason; panel.provisioning.gate), which the audit log keeps."""
     _validate(node, profile_key, pip_source)
     request = _request(profile_key, pip_source, allow_reboot)
     with transaction.atomic():
         _refuse_if_busy(node)
+        stack = NodeStack.objects.select_for_update().filter(pk=stack_of(node).pk).get()
+        overrides = check_preflight_gate(stack, profile_key, overrides, user)
         refuse_if_serving(node, request)
-        operation = _start(node, OperationKind.INSTALL, AGENT_INSTALL, request, panel_url, user, {})
-        stack = stack_of(node)
+        request["preflight_overrides"] = overrides
+        params = {"preflight_overrides": overrides} if overrides else {}
+        operation = _start(node, OperationKind.INSTALL, AGENT_INSTALL, request, panel_url, user, params)
         stack.status, stack.profile, stack.install_operation = StackStatus.INSTALLING, profile_key, operation
         # The panel's address is kept so a resume after a reboot (no request to take it from) can use it.
         stack.install_request, stack.plan, stack.failed_step = {**request, "panel_url": panel_url}, [], ""
         stack.save()
         _audit_install(audit.INSTALL_STARTED, user, node, operation, profile_key)
+        if overrides:
+            failed = {entry["check"]: entry.get("detail", "") for entry in failed_rows(stack)}
+            record(
+                user,
+                audit.PREFLIGHT_OVERRIDDEN,
+                node.name,
+                operation=operation.pk,
+                profile=profile_key,
+                overrides=overrides,
+                failed={check: failed.get(check, "") for check in overrides},
+            )
     return operation
 
 
@@ -283,19 +306,17 @@ def cancel(operation: Operation) -> None:
 # --- results (panel.operations.signals.operation_ended, inside the ingest transaction) ---------------
 
 
-def _logged(operation, key: str) -> list[dict]:
-    """Payloads of the operation's log events that carry `key` (step states, the plan)."""
-    return [e.payload for e in operation.events.filter(kind="log").order_by("seq") if key in e.payload]
+def _events(operation) -> list[dict]:
+    """The operation's log events as the agent numbered them (panel.operations.ordering decides by that)."""
+    return list(operation.events.filter(kind="log").values("attempt", "agent_seq", "kind", "payload"))
 
 
-def _stopped_at(operation) -> str:
-    """The step the operation failed at, or (cancelled) the step it was about to run."""
-    stopped = [
-        payload["step"]
-        for payload in _logged(operation, "step_state")
-        if payload["step_state"] in ("failed", "cancelled")
-    ]
-    return (stopped[-1] or "") if stopped else ""
+def record_late_events(operation: Operation) -> None:
+    """Events of an ended install that arrive after its end (a batch held back on the agent) may hold the
+    step it stopped at or its plan: what the install left is worked out again, once it was recorded."""
+    stack = NodeStack.objects.filter(node=operation.node, install_operation=operation).first()
+    if stack is not None and stack.status != StackStatus.INSTALLING:
+        record_outcome(operation)
 
 
 def record_outcome(operation: Operation) -> None:
@@ -310,11 +331,12 @@ def record_outcome(operation: Operation) -> None:
             stack.preflight_at = operation.finished
             stack.save()
         return
-    plans = _logged(operation, "specs")
-    if plans:
-        stack.plan = plans[-1]["specs"]
+    events = _events(operation)
+    plan = last_with(events, "specs")
+    if plan is not None:
+        stack.plan = plan["specs"]
     if operation.status == OperationStatus.SUCCEEDED:
-        node = operation.node
+        node = operation.host
         node.versions = {**node.versions, **(operation.result.get("versions") or {})}
         node.save(update_fields=["versions", "updated"])
         stack.status, stack.record, stack.failed_step = (
@@ -324,7 +346,7 @@ def record_outcome(operation: Operation) -> None:
         )
         stack.installed_at = operation.finished or timezone.now()
     else:
-        stack.failed_step = _stopped_at(operation)
+        stack.failed_step = stopped_at(events)
         if operation.status == OperationStatus.CANCELLED:
             stack.status = StackStatus.CANCELLED
         elif stack.failed_step == "reboot":

@@ -275,6 +275,7 @@ def confirm_replacement(package: PackageFile, sha256: str, user) -> PackageFile:
                 }
             )
         previous = package.sha256
+        assert package.pending_size is not None, "a pending file has its size (upload_pending sets both)"
         package.sha256, package.size = package.pending_sha256, package.pending_size
         package.uploaded_by = package.pending_uploaded_by
         _clear_pending(package)

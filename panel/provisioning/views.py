@@ -3,29 +3,17 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import FileResponse, Http404, HttpResponseForbidden
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_GET, require_http_methods, require_POST, require_safe
 
 from panel.accounts.roles import ADMIN, OPERATOR, VIEWER, has_role
-from panel.core.choices import OperationStatus
 from panel.core.views import role_required
 from panel.nodes.lifecycle import deployments_to_drain
 from panel.nodes.models import Node
 from panel.operations.models import Operation
-from panel.provisioning import services, store
+from panel.provisioning import gate, services, store
 from panel.provisioning.forms import ProfileForm, UploadForm
 from panel.provisioning.models import PackageFile
 from panel.provisioning.profiles import CPU, cpu_row, profile_rows
-
-STEP_LABELS = {
-    "checking": gettext_lazy("checking"),
-    "running": gettext_lazy("running"),
-    "verifying": gettext_lazy("verifying"),
-    "skipped": gettext_lazy("already done"),
-    "done": gettext_lazy("done"),
-    "failed": gettext_lazy("failed"),
-    "cancelled": gettext_lazy("cancelled"),
-}
 
 
 def _node(request, name):
@@ -66,8 +54,9 @@ def node_provisioning(request, name):
     checked = services.checked_profile(stack)
     default = checked or services.installed_profile(stack)
     default = default or (CPU if not node.npus.exists() else profile_rows()[0]["key"])
-    form = ProfileForm(initial={"profile": default, "checked_profile": checked})
+    form = ProfileForm(initial={"profile": default, "checked_profile": checked}, node=node)
     install = stack.install_operation
+    gated = gate.relevant_preflight(stack, stack.preflight_profile) is not None
     return render(
         request,
         "provisioning/node.html",
@@ -81,23 +70,27 @@ def node_provisioning(request, name):
             "serving": deployments_to_drain(node),
             "can_operate": has_role(request.user, OPERATOR),
             "packages": PackageFile.objects.installable(),
-            "step_labels": {k: str(v) for k, v in STEP_LABELS.items()}
-            | {value: str(label) for value, label in OperationStatus.choices},
+            # The failed rows that block an install of the checked profile until fixed or overridden.
+            "failed_checks": gate.failed_rows(stack) if gated else [],
+            "can_override": has_role(request.user, ADMIN),
         },
     )
 
 
 def _start(request, name, start, *, installing: bool = False):
     node = _node(request, name)
-    form = ProfileForm(request.POST, installing=installing)
+    form = ProfileForm(request.POST, installing=installing, node=node)
     if not form.is_valid():
         errors = [str(e) for field in ("profile", "pip_source") for e in form.errors.get(field, [])]
         messages.error(request, " ".join(errors) or _("Choose a profile and a package source."))
         return redirect("provisioning:node", name=node.name)
     try:
-        operation = start(node, form.cleaned_data)
+        operation = start(node, {**form.cleaned_data, "overrides": form.overrides()})
     except ValidationError as error:
         _say_errors(request, error)
+        return redirect("provisioning:node", name=node.name)
+    except PermissionDenied as error:
+        messages.error(request, str(error))
         return redirect("provisioning:node", name=node.name)
     return redirect(f"{_node_url(node)}?operation={operation.pk}")
 
@@ -137,6 +130,7 @@ def run_install(request, name):
             panel_url=_panel_url(request),
             pip_source=data["pip_source"],
             allow_reboot=data["allow_reboot"],
+            overrides=data["overrides"],
         ),
         installing=True,
     )

@@ -1,9 +1,8 @@
 """Websocket authentication: the session cookie (browsers) or an API token header (scripts). A socket
 outlives the request that opened it, so `credential_still_valid` re-checks whichever one it came with;
-a watch (`?watch=true`, panel/core/watch.py) re-checks its request's with `request_credential_holds`."""
+a watch (`?watch=true`, panel/core/rest/watch.py) re-checks its request's with `request_credential_holds`."""
 
 from importlib import import_module
-from types import SimpleNamespace
 
 from channels.auth import AuthMiddlewareStack
 from channels.db import database_sync_to_async
@@ -50,7 +49,7 @@ class BrowserOriginOrToken:
         return await self.inner(scope, receive, send)
 
 
-def PanelAuthStack(inner):  # noqa: N802  (reads like the channels stacks it wraps)
+def PanelAuthStack(inner):  # reads like the channels stacks it wraps
     return AuthMiddlewareStack(TokenAuthMiddleware(inner))
 
 
@@ -81,6 +80,7 @@ def credential_holds(user, *, token_id=None, session_key=None) -> bool:
     """Whether `user` is still signed in by the API token `token_id`, or by the session `session_key`
     (neither given: whether the user is still active)."""
     from django.contrib.auth import get_user, get_user_model
+    from django.http import HttpRequest
 
     if token_id is not None:
         return ApiToken.objects.usable().filter(pk=token_id, user=user, user__is_active=True).exists()
@@ -88,6 +88,7 @@ def credential_holds(user, *, token_id=None, session_key=None) -> bool:
         return get_user_model().objects.filter(pk=user.pk, is_active=True).exists()
     # A fresh read of the session (logged out, or password changed) and of the user (deactivated): the same
     # checks a page request makes.
-    fresh = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
-    current = get_user(SimpleNamespace(session=fresh))
+    request = HttpRequest()  # get_user reads only its session
+    request.session = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+    current = get_user(request)
     return current.is_authenticated and current.pk == user.pk

@@ -16,7 +16,7 @@ log = logging.getLogger(__name__)
 FLEET = "fleet"
 ALERTS = "alerts"
 # Every deployment's status messages and every operation's summaries, for the lists that follow them
-# (`?watch=true`, panel/core/watch.py). Like user groups, never joinable by sockets (groups.py admits no
+# (`?watch=true`, panel/core/rest/watch.py). Like user groups, never joinable by sockets (groups.py admits no
 # such name): a socket's groups are checked once, and these carry objects the viewer may not see.
 DEPLOYMENTS = "deployments"
 OPERATIONS = "operations"

@@ -79,10 +79,11 @@ class FrameHub:
     async def join(self, socket) -> None:
         """Deliver frames to `socket` from now on; returns once the subscription is live."""
         self.sockets.add(socket)
-        if self._task is None or self._task.done():
-            self._ready = asyncio.Event()
-            self._task = asyncio.get_running_loop().create_task(self._listen(self._ready))
-        await self._ready.wait()
+        ready = self._ready
+        if ready is None or self._task is None or self._task.done():
+            ready = self._ready = asyncio.Event()
+            self._task = asyncio.get_running_loop().create_task(self._listen(ready))
+        await ready.wait()
 
     async def leave(self, socket) -> None:
         self.sockets.discard(socket)

@@ -18,11 +18,6 @@ GROUP_PATTERN = re.compile(r"^(operation|node|deployment)\.([A-Za-z0-9_.:-]{1,10
 MAX_GROUPS = 200
 
 
-def may_join(user, group: str) -> bool:
-    """Permission check for one group (runs in a thread: it queries the database)."""
-    return group in joinable(user, [group])
-
-
 def joinable(user, groups) -> set[str]:
     """The groups of `groups` the user may join (runs in a thread: one query per kind of object asked for,
     whatever the number of groups)."""

@@ -52,22 +52,22 @@ class Inbox:
             except Exception:  # Redis away: the membership expires with the layer's group expiry
                 log.warning("leaving %s failed", group, exc_info=True)
         if self._pump is not None:
-            await self._stop_pump()
+            await self._stop_pump(self._pump)
 
-    async def _stop_pump(self) -> None:
+    async def _stop_pump(self, pump: asyncio.Task) -> None:
         """The pump may be the receive that runs the process's one blocking Redis read for every channel.
         Cancelling it midway stalled that exit for up to a minute (seen with forty waits ending at once),
         so the pump is sent a message of its own and ends on it; it is cancelled only if that message
         cannot be sent or does not arrive."""
         try:
             await self.layer.send(self.channel, {"type": CLOSE})
-            await asyncio.wait_for(asyncio.shield(self._pump), STOP_TIMEOUT_S)
+            await asyncio.wait_for(asyncio.shield(pump), STOP_TIMEOUT_S)
             return
         except Exception:
             log.warning("the inbox of %s did not end on its own", self.channel, exc_info=True)
-        self._pump.cancel()
+        pump.cancel()
         with contextlib.suppress(asyncio.CancelledError):
-            await self._pump
+            await pump
 
     async def _receive_forever(self) -> None:
         while True:

@@ -67,7 +67,7 @@ function fields(element) {
 const isNumber = (value) => value !== null && value !== undefined && Number.isFinite(Number(value));
 const sum = (values) => values.filter(isNumber).reduce((total, v) => total + Number(v), 0);
 
-// "49.6 / 64 GB": the unit once when both sides share it, so the figure fits a card at 8 per row.
+// "49.6 / 64 GiB": the unit once when both sides share it, so the figure fits a card at 8 per row.
 function memoryText(used, total) {
   const whole = formatBytes(total, "MB");
   if (!isNumber(used)) return `${MISSING} / ${whole}`;

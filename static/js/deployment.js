@@ -4,6 +4,7 @@
 // (start-up progress) and node.<name> ("metrics" of the NPUs this deployment holds).
 import "./copy.js";
 import { lineChart } from "./charts.js";
+import { colour, label as choiceLabel, SETTLED } from "./choices.js";
 import { appendLines, EventLog } from "./event_log.js";
 import { formatNumber, formatPercent, formatPower, formatTemperature, MISSING } from "./format.js";
 import { listen, onSubscribed } from "./live.js";
@@ -11,27 +12,17 @@ import { listen, onSubscribed } from "./live.js";
 const config = JSON.parse(document.getElementById("deployment-config").textContent);
 const root = document.getElementById("deployment");
 const field = (name) => root.querySelector(`[data-field=${name}]`);
-const colours = {
-  pending: "offline",
-  starting: "running",
-  running: "ok",
-  unhealthy: "warning",
-  stopping: "running",
-  stopped: "offline",
-  failed: "alarm",
-  deleted: "offline",
-};
-const SETTLED = ["running", "stopped", "failed", "unhealthy"];
 const get = (url) => fetch(url, { credentials: "same-origin" }).then((r) => (r.ok ? r.json() : null));
 
 // ---- status, start-up stages, findings ------------------------------------------------------------
 let launchOperation = null;
+let movedSinceLoad = false; // whether this page has seen the deployment in a transition (starting, stopping…)
 
 function showStatus(message) {
   const status = message.status;
   root.dataset.status = status;
   const badge = field("status");
-  badge.className = `status status-${colours[status] || "offline"}`;
+  badge.className = `status status-${colour("deployment", status)}`;
   badge.textContent = config.stateLabels[status] || status;
   if (message.reason !== undefined) {
     // The socket carries the English reason; the API gives it in this page's language.
@@ -50,9 +41,16 @@ function showStatus(message) {
   });
   document.querySelectorAll("[data-testid=run-benchmark]").forEach((b) => (b.disabled = status !== "running"));
   if (status === "deleted") setTimeout(() => location.assign(".."), 1500);
-  // "… is starting", "Stopping …": true until the deployment settles, then gone without a reload.
-  if (SETTLED.includes(status)) document.querySelectorAll(".message[data-message~=transition]").forEach((m) => m.remove());
-  if (["starting", "failed", "unhealthy"].includes(status)) refreshDetail();
+  // "… is starting", "Stopping …": true until the deployment settles, then gone without a reload. A restart's
+  // first frames still say Running (the old engine serves on): its message waits until it moved and settled.
+  if (!SETTLED.has(status)) movedSinceLoad = true;
+  else {
+    document.querySelectorAll(".message[data-message~=transition]").forEach((m) => {
+      if (movedSinceLoad || !m.matches("[data-message~=restart]")) m.remove();
+    });
+  }
+  // Starting, or in trouble (an amber or red state): the stages and findings may have changed.
+  if (status === "starting" || ["warning", "alarm"].includes(colour("deployment", status))) refreshDetail();
 }
 
 function showReason(text) {
@@ -78,6 +76,7 @@ async function refreshFindings() {
 }
 
 function showStage(percent, stageKey, stageText) {
+  stageKey = stageKey || config.stageKeys?.[stageText] || null; // shown in the page's language, by its key
   if (percent !== undefined && percent !== null) {
     field("progress-bar").style.width = `${percent}%`;
     field("progress").textContent = Math.round(percent);
@@ -247,6 +246,8 @@ function showMetrics(metrics, time) {
   stat("gen_tps", oneDecimal(figures.gen));
   stat("ttft", `${whole(figures.ttft50)} / ${whole(figures.ttft95)}`);
   stat("tpot", `${oneDecimal(figures.tpot50)} / ${oneDecimal(figures.tpot95)}`);
+  const hitRate = metrics.prefix_cache_hit_rate; // this engine's, since it started (vllm:prefix_cache_*)
+  stat("prefix_hit", formatPercent(hitRate === null || hitRate === undefined ? null : hitRate * 100, 1));
   const seconds = time ? Date.parse(time) / 1000 : Date.now() / 1000;
   if (!addPoint(figures, seconds)) return;
   drawCharts();
@@ -267,7 +268,6 @@ async function backfillMetrics() {
 }
 
 // ---- NPUs ---------------------------------------------------------------------------------------------
-const healthColours = { OK: "ok", Warning: "warning", Alarm: "alarm", Critical: "alarm" };
 
 function showNpus(message) {
   for (const npu of message.npus || []) {
@@ -285,8 +285,8 @@ function showNpus(message) {
     cell("temp").textContent = formatTemperature(npu.temp_c);
     if (npu.health) {
       const badge = cell("health").querySelector(".status");
-      badge.className = `status status-${healthColours[npu.health] || "offline"}`;
-      badge.textContent = npu.health;
+      badge.className = `status status-${colour("npu_health", npu.health)}`;
+      badge.textContent = choiceLabel("npu_health", npu.health);
     }
   }
 }

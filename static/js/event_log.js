@@ -8,7 +8,9 @@
 //   render(items) — called with the next items in order, at most once per animation frame
 //   log.apply(items) for live events; log.backfill() after (re)subscribing.
 
-export const ENDED = new Set(["succeeded", "failed", "cancelled"]); // an operation's terminal statuses
+import { ENDED } from "./choices.js"; // an operation's terminal statuses, as panel/core/domain/choices.py says
+
+export { ENDED };
 
 // Operation summaries ("operation.status") leave from several panel worker threads, one per event batch:
 // the one of an older batch can arrive after a newer one (a step's last progress, then its end, within
@@ -22,6 +24,22 @@ export function summaryGate() {
     if (ended && !ENDED.has(summary.status)) return false;
     if (typeof summary.last_seq === "number") shownSeq = summary.last_seq;
     ended = ended || ENDED.has(summary.status);
+    return true;
+  };
+}
+
+// Which event says the newest thing about a target (a step's state, the progress bar). `seq` is the order
+// the panel stored events in, and a late batch is stored after a newer one; the agent's order is its
+// delivery (`attempt`) then its own number (`agent_seq`). Without the agent's numbers (an old message) an
+// event counts as newest. The gate this returns says whether an event may set the target now.
+export function agentOrderGate() {
+  const newest = new Map(); // target -> [attempt, agent_seq] of the event that set it
+  return (target, event) => {
+    if (typeof event.agent_seq !== "number") return true;
+    const key = [event.attempt || 0, event.agent_seq];
+    const shown = newest.get(target);
+    if (shown && (key[0] < shown[0] || (key[0] === shown[0] && key[1] < shown[1]))) return false;
+    newest.set(target, key);
     return true;
   };
 }

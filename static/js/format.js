@@ -9,7 +9,9 @@
 
 export const MISSING = "—";
 
-const BYTE_UNITS = ["B", "KB", "MB", "GB", "TB", "PB"];
+// Memory and sizes are counted in steps of 1024 everywhere in the panel (npu-smi's "MB" are MiB: a 64 GiB
+// card reports 65536), so they are labelled as binary units, as the server's templates label them.
+const BYTE_UNITS = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
 const formatters = new Map();
 
 /** The page's locale, canonicalised ("zh-hans" → "zh-Hans"); "en" when it is missing or invalid. */
@@ -47,7 +49,7 @@ export function formatNumber(value, options = { maximumFractionDigits: 1 }) {
 }
 
 // Big counts in the units a reader of the page's language thinks in: thousands in English, 万 (10⁴) and
-// 亿 (10⁸) in Chinese. panel/core/numbers.py writes them the same way on the server.
+// 亿 (10⁸) in Chinese. panel/core/domain/numbers.py writes them the same way on the server.
 const COMPACT_FROM = 100000;
 const WESTERN_UNITS = [
   [1e12, "T"],
@@ -81,13 +83,13 @@ export function formatCount(value) {
 }
 
 /**
- * A size with a unit that fits: formatBytes(65536, "MB") → "64 GB", formatBytes(1536) → "1.5 KB".
- * `from` names the unit of `value`: "B" (default), "KB", "MB", "GB", "TB" or "PB", any case.
- * Steps are 1024, as npu-smi and HBM datasheets count (a "64 GB" card reports 65536 MB).
+ * A size with a unit that fits: formatBytes(65536, "MB") → "64 GiB", formatBytes(1536) → "1.5 KiB".
+ * `from` names the unit of `value`: "B" (default), "KB", "MB", "GB", "TB" or "PB" (or their binary
+ * spellings "MiB" …), any case; all of them count in steps of 1024, as npu-smi does.
  */
 export function formatBytes(value, from = "B", { maximumFractionDigits } = {}) {
   if (isMissing(value)) return MISSING;
-  const start = BYTE_UNITS.indexOf(String(from).toUpperCase());
+  const start = BYTE_UNITS.findIndex((unit) => unit.replace("i", "").toUpperCase() === String(from).replace(/i/i, "").toUpperCase());
   if (start < 0) throw new Error(`formatBytes: unknown unit "${from}"; use B, KB, MB, GB, TB or PB`);
   let amount = Number(value);
   let unit = start;

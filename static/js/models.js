@@ -1,11 +1,10 @@
 // The model page: live progress of its running operations (percent, stage, bytes, rate, time left).
 // A finished operation reloads the page, so new copies and facts appear without a manual refresh.
 import { listen, onSubscribed } from "./live.js";
+import { colour as colourOf, ENDED } from "./choices.js";
 import { formatBytes, formatDuration, MISSING } from "./format.js";
 
-const colours = { pending: "offline", running: "running", succeeded: "ok", failed: "alarm", cancelled: "warning" };
-const terminal = new Set(["succeeded", "failed", "cancelled"]);
-const rows = [...document.querySelectorAll("[data-operation]")].filter((row) => !terminal.has(row.dataset.status));
+const rows = [...document.querySelectorAll("[data-operation]")].filter((row) => !ENDED.has(row.dataset.status));
 
 function field(row, name) {
   return row.querySelector(`[data-field=${name}]`);
@@ -26,14 +25,14 @@ function showProgress(row, payload) {
 }
 
 function showStatus(row, summary) {
-  const colour = colours[summary.status] || "offline";
+  const colour = colourOf("operation", summary.status);
   row.dataset.status = summary.status;
   const badge = field(row, "status");
   badge.className = `status status-${colour}`;
   badge.textContent = summary.status;
   field(row, "bar").className = `progress-bar status-${colour}`;
   showProgress(row, { percent: summary.progress, stage: summary.stage });
-  if (terminal.has(summary.status) && !row.dataset.reloading) {
+  if (ENDED.has(summary.status) && !row.dataset.reloading) {
     row.dataset.reloading = "1";
     setTimeout(() => window.location.reload(), 1000);
   }

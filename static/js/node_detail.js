@@ -1,6 +1,8 @@
 // The node page: its status badge follows heartbeats live, each NPU row shows the newest metrics frame
-// (AI Core, memory, temperature, power; about one a second), and the page reloads once an operation on
-// this node succeeds (an inventory brings new facts, NPUs and versions that are rendered server-side).
+// (AI Core, memory, temperature, power; about one a second) and its health state as the policy or an admin
+// changes it (npu_health frames), and the page reloads once an operation on this node succeeds (an
+// inventory brings new facts, NPUs and versions that are rendered server-side).
+import { colour, label } from "./choices.js";
 import { listen, onSubscribed } from "./live.js";
 import { MISSING, formatBytes, formatDateTime, formatPercent, formatPower, formatTemperature } from "./format.js";
 
@@ -15,8 +17,8 @@ const rows = new Map(
 
 function showStatus(status) {
   if (!badge) return;
-  badge.classList.remove("status-ok", "status-offline");
-  badge.classList.add(status === "online" ? "status-ok" : "status-offline");
+  for (const name of [...badge.classList]) if (name.startsWith("status-")) badge.classList.remove(name);
+  badge.classList.add(`status-${colour("node", status)}`);
   if (labels[status]) badge.textContent = labels[status];
 }
 
@@ -49,6 +51,19 @@ function showMetrics(message) {
   }
 }
 
+function showHealthState(message) {
+  const cell = rows.get(`${message.npu_id}/${message.chip_id}`)?.querySelector('[data-field="health-state"]');
+  const state = cell?.querySelector(".status");
+  if (!state) return;
+  for (const name of [...state.classList]) if (name.startsWith("status-")) state.classList.remove(name);
+  state.classList.add(`status-${colour("npu_health_state", message.new)}`);
+  state.textContent = label("npu_health_state", message.new);
+  const why = cell.querySelector('[data-field="health-reason"]');
+  if (why) why.textContent = message.reason?.detail || "";
+  const choice = cell.querySelector("select[name=state]");
+  if (choice) choice.value = message.new;
+}
+
 async function refresh() {
   const response = await fetch(`/api/v1/nodes/?name=${encodeURIComponent(name)}`, { credentials: "same-origin" });
   if (!response.ok) return;
@@ -60,6 +75,7 @@ async function refresh() {
 listen(`node.${name}`, (message) => {
   if (message.type === "node.status") showStatus(message.status);
   else if (message.type === "metrics" && !message.error) showMetrics(message);
+  else if (message.type === "npu_health") showHealthState(message);
   else if (message.type === "operation.status" && message.status === "succeeded" && message.final_seq !== null) {
     location.reload();
   }

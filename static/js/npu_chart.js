@@ -19,7 +19,7 @@ const RANGES = {
   "7d": { since: "7d", step: 900 },
 };
 const DECIMAL_STEPS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000];
-// HBM in MB (npu-smi's MiB): ticks on whole binary sizes, so they read 16 GB, 32 GB … rather than 19 GB.
+// HBM in MB (npu-smi's MiB): ticks on whole binary sizes, so they read 16 GiB, 32 GiB … rather than 19 GiB.
 const MB_STEPS = [128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144];
 const METRICS = [
   {

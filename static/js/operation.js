@@ -1,13 +1,14 @@
 // The operation page: subscribe, fetch the events after the last applied seq, apply live ones without
 // duplicates or holes (static/js/event_log.js), update the progress bar and the failure box.
-import { appendLines, ENDED, EventLog, summaryGate } from "./event_log.js";
+import { colour, label } from "./choices.js";
+import { agentOrderGate, appendLines, ENDED, EventLog, summaryGate } from "./event_log.js";
 import { listen, onSubscribed } from "./live.js";
 
 const root = document.getElementById("operation");
 const log = document.querySelector("[data-field=log]");
 const field = (name) => root.querySelector(`[data-field=${name}]`);
-const labels = JSON.parse(document.getElementById("status-labels")?.textContent || "{}");
-const colours = { pending: "offline", running: "running", succeeded: "ok", failed: "alarm", cancelled: "warning" };
+
+const isNewest = agentOrderGate();
 
 function render(events) {
   const lines = [];
@@ -18,7 +19,7 @@ function render(events) {
         text: event.payload.line,
         className: event.payload.stream === "stderr" ? "log-stderr" : "",
       });
-    } else if (event.kind === "progress") {
+    } else if (event.kind === "progress" && isNewest("progress", event)) {
       showProgress(event.payload.percent, event.payload.stage);
     }
   }
@@ -41,9 +42,9 @@ function showStatus(summary) {
   if (!isNews(summary)) return;
   root.dataset.status = summary.status;
   const badge = field("status");
-  badge.className = `status status-${colours[summary.status] || "offline"}`;
-  badge.textContent = labels[summary.status] || summary.status;
-  field("progress-bar").className = `progress-bar status-${colours[summary.status] || "offline"}`;
+  badge.className = `status status-${colour("operation", summary.status)}`;
+  badge.textContent = label("operation", summary.status);
+  field("progress-bar").className = `progress-bar status-${colour("operation", summary.status)}`;
   showProgress(summary.progress, summary.stage);
   // An ended operation cannot be force-failed (the server refuses it too): the form goes with the end.
   const forceFail = field("force-fail");

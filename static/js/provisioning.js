@@ -1,12 +1,10 @@
 // A node's provisioning page: live preflight and install. Subscribe, back-fill events over REST, then apply
 // live ones in sequence order; the install card shows a row per step, progress, a log tail and the failure.
 // When an operation ends the page reloads, so the checklist and the stack come from what the panel stored.
-import { summaryGate } from "./event_log.js";
+import { colour, label } from "./choices.js";
+import { agentOrderGate, ENDED, summaryGate } from "./event_log.js";
 import { listen, onSubscribed } from "./live.js";
 
-const labels = JSON.parse(document.getElementById("step-labels")?.textContent || "{}");
-const colours = { pending: "offline", running: "running", succeeded: "ok", failed: "alarm", cancelled: "warning" };
-const stepColours = { checking: "running", running: "running", verifying: "running", skipped: "offline", done: "ok", failed: "alarm", cancelled: "warning" };
 const LOG_TAIL = 200;
 
 function track(card) {
@@ -16,7 +14,8 @@ function track(card) {
   const pending = new Map();
   let lastSeq = 0;
   let fetching = null;
-  let finished = ["succeeded", "failed", "cancelled"].includes(card.dataset.status);
+  let finished = ENDED.has(card.dataset.status);
+  const isNewest = agentOrderGate(); // a late batch's step state or progress never undoes a newer one
 
   function stepRow(name, title) {
     const body = field("steps")?.querySelector("tbody");
@@ -29,7 +28,7 @@ function track(card) {
       row.insertCell().textContent = title || name;
       const state = row.insertCell().appendChild(document.createElement("span"));
       state.className = "status status-offline";
-      state.textContent = labels.pending || "pending";
+      state.textContent = label("operation", "pending"); // not started yet
       steps.set(name, row);
     }
     return steps.get(name);
@@ -40,8 +39,8 @@ function track(card) {
     if (!row) return;
     row.dataset.state = payload.state;
     const badge = row.cells[2].firstChild;
-    badge.className = `status status-${stepColours[payload.state] || "offline"}`;
-    badge.textContent = labels[payload.state] || payload.state;
+    badge.className = `status status-${colour("step", payload.state)}`;
+    badge.textContent = label("step", payload.state);
   }
 
   function showProgress(percent, stage) {
@@ -67,10 +66,11 @@ function track(card) {
 
   function applyOne(event) {
     const p = event.payload;
-    if (event.kind === "progress") showProgress(p.percent, p.stage);
-    else if (event.kind === "log") {
+    if (event.kind === "progress") {
+      if (isNewest("progress", event)) showProgress(p.percent, p.stage);
+    } else if (event.kind === "log") {
       if (p.steps) p.steps.forEach((s) => stepRow(s.name, s.title)); // the plan
-      if (p.step_state) showStep({ step: p.step, title: p.title, state: p.step_state });
+      if (p.step_state && isNewest(`step:${p.step}`, event)) showStep({ step: p.step, title: p.title, state: p.step_state });
       appendLog(p);
     }
   }
@@ -93,9 +93,9 @@ function track(card) {
     if (!isNews(summary)) return;
     const badge = field("status");
     if (badge && summary.status) {
-      badge.className = `status status-${colours[summary.status] || "offline"}`;
-      badge.textContent = labels[summary.status] || summary.status;
-      field("progress-bar")?.setAttribute("class", `progress-bar status-${colours[summary.status] || "offline"}`);
+      badge.className = `status status-${colour("operation", summary.status)}`;
+      badge.textContent = label("operation", summary.status);
+      field("progress-bar")?.setAttribute("class", `progress-bar status-${colour("operation", summary.status)}`);
     }
     showProgress(summary.progress, summary.stage);
     if (summary.error && field("failure")) {
@@ -104,7 +104,7 @@ function track(card) {
       field("hint").textContent = summary.hint || "";
     }
     const done = summary.final_seq !== null && summary.final_seq !== undefined && lastSeq >= summary.final_seq;
-    if (!finished && ["succeeded", "failed", "cancelled"].includes(summary.status) && done) {
+    if (!finished && ENDED.has(summary.status) && done) {
       finished = true;
       card.dataset.status = summary.status;
       setTimeout(() => location.reload(), 800); // render the stored checklist / stack / resume button

@@ -2,6 +2,7 @@
 // step's live plan is htmx (hx-post to the plan preview). Here: the placement step's "use the suggestion"
 // button and per-node counts, and a Deploy button that cannot be pressed twice.
 import "./copy.js";
+import "./form_switch.js";
 
 function updateCounts() {
   document.querySelectorAll("section[data-node]").forEach((section) => {

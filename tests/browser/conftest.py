@@ -171,6 +171,18 @@ class LivePanel:
             raise KeyError(f"node {name!r} is not in the panel")
         return found[0]
 
+    def mark_npus_healthy(self, name: str) -> None:
+        """An admin marks every NPU of `name` that a test's sim fault took out of service healthy again: a
+        failed NPU stays failed until an admin says otherwise (docs/npu-health.md), and the tests after this
+        one count on the node's NPUs."""
+        node = self.node(name)
+        with self.api("alice") as client:
+            for npu in node["npus"]:
+                if npu.get("health_state", "ok") != "ok":
+                    which = f"{npu['npu_id']}/{npu['chip_id']}"
+                    body = {"npu": which, "state": "ok", "note": "test fault over"}
+                    client.post(f"/api/v1/nodes/{node['id']}/npu-health/", json=body).raise_for_status()
+
     def wait_for_node_online(self, name: str, timeout: float = 60) -> dict:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -285,16 +297,20 @@ def browser():
 
 @pytest.fixture
 def panel_page(live_panel, browser):
-    """`panel_page(user="alice", locale="en")`: a Page logged in through the login form, on the dashboard."""
+    """`panel_page(user="alice", locale="en")`: a Page logged in through the login form, on the dashboard.
+    Tests' own string predicates (wait_for_function) run through eval in the page, which the panel's
+    Content-Security-Policy refuses: contexts bypass it unless `bypass_csp=False`
+    (tests/browser/test_content_security_policy.py opens the pages under it)."""
     contexts = []
 
-    def open_page(user: str = "alice", locale: str = "en", viewport=None):
+    def open_page(user: str = "alice", locale: str = "en", viewport=None, bypass_csp: bool = True):
         if locale not in LOCALE_OF:
             raise ValueError(f"locale must be one of {sorted(LOCALE_OF)}, not {locale!r}")
         context = browser.new_context(
             base_url=live_panel.url,
             locale=LOCALE_OF[locale],
             viewport=viewport or {"width": 1440, "height": 900},
+            bypass_csp=bypass_csp,
         )
         contexts.append(context)
         # Django's LocaleMiddleware reads this cookie before Accept-Language: the page renders in `locale`.
@@ -321,6 +337,19 @@ def wait_until(check, timeout: float, what: str):
             return value
         time.sleep(0.25)
     raise TimeoutError(f"{what} within {timeout:.0f} s")
+
+
+def delete_deployments(live_panel, names, timeout: float = 90) -> None:
+    """Delete the deployments named, as alice, and wait until each is gone (their engines stopped)."""
+    with live_panel.api("alice") as api:
+        for name in names:
+            api.delete(f"/api/v1/deployments/{name}/")
+        for name in names:
+            wait_until(
+                lambda name=name: api.get(f"/api/v1/deployments/{name}/").status_code == 404,
+                timeout,
+                f"{name} gone",
+            )
 
 
 @pytest.fixture(scope="session")
@@ -353,3 +382,70 @@ def staged_model(live_panel):
             return model if model and model["facts"] and any(a["ready"] for a in model["artifacts"]) else None
 
         return wait_until(ready, 60, f"{MODEL_NAME} was not inspected on {node}")
+
+
+@pytest.fixture
+def stopped_deployment(staged_model, live_panel):
+    """`stopped_deployment(name)`: a stopped deployment of the tiny model on one NPU, deleted afterwards."""
+    made = []
+
+    def make(name: str) -> str:
+        spec = {
+            "model": MODEL_NAME,
+            "path": MODEL_PATH,
+            "placement": {"node": "sim-a2", "npus": 1},
+            "engine": {"max_model_len": 1024},
+            "state": "stopped",
+        }
+        with live_panel.api("bob") as api:
+            answer = api.put(f"/api/v1/deployments/{name}/", json=spec)
+            assert answer.status_code == 201, answer.text
+        made.append(name)
+        return name
+
+    yield make
+    delete_deployments(live_panel, made)
+
+
+MOONCAKE_NODE = "sim-a2"
+# What an install of the vllm-ascend stack records for the node (panel/provisioning NodeStack.record): the
+# sim host's serving venv is a stand-in without package metadata, so its inventory finds no version, and the
+# launch matrix names Mooncake only for a known vllm-ascend from 0.11.0rc1.
+RECORD_STACK = """
+from panel.nodes.models import Node
+from panel.provisioning.models import NodeStack, StackStatus
+stack, made = NodeStack.objects.get_or_create(node=Node.objects.get(name={node!r}))
+print("made" if made else "kept:" + stack.status)
+stack.status = StackStatus.INSTALLED
+stack.record = {{**stack.record, "vllm_ascend": "0.13.0", "vllm": "0.13.0"}}
+stack.save()
+"""
+FORGET_STACK = """
+from panel.provisioning.models import NodeStack
+stack = NodeStack.objects.get(node__name={node!r})
+if {made!r}:
+    stack.delete()
+else:
+    stack.status = {status!r}
+    stack.record = {{k: v for k, v in stack.record.items() if k not in ("vllm_ascend", "vllm")}}
+    stack.save()
+"""
+
+
+@pytest.fixture
+def mooncake_stack(live_panel, staged_model):
+    """The sim host recorded as an install of vllm-ascend 0.13.0 would (Mooncake offered), undone after."""
+    said = live_panel.manage("shell", "-c", RECORD_STACK.format(node=MOONCAKE_NODE)).strip().splitlines()[-1]
+    yield
+    made, _sep, status = said.partition(":")
+    live_panel.manage(
+        "shell", "-c", FORGET_STACK.format(node=MOONCAKE_NODE, made=made == "made", status=status)
+    )
+
+
+@pytest.fixture
+def cleanup(live_panel):
+    """A list the test adds deployment names to; they are deleted afterwards."""
+    names = []
+    yield names
+    delete_deployments(live_panel, names)

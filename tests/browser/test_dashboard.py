@@ -90,6 +90,7 @@ def test_npu_health_fault_turns_its_card_red_and_raises_an_alert(inventoried, pa
     finally:
         live_panel.sim("fault", "--root", str(root), "--clear")
     expect(npu3).to_have_class(re.compile(r"\bstatus-ok\b"), timeout=5_000)
+    live_panel.mark_npus_healthy(SIM_NODE)  # the policy failed it: it stays out until an admin says so
 
 
 def test_dashboard_switches_to_chinese(inventoried, panel_page):

@@ -7,38 +7,6 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser.conftest import MODEL_NAME, MODEL_PATH, wait_until
-
-
-@pytest.fixture
-def stopped_deployment(staged_model, live_panel):
-    """`stopped_deployment(name)`: a stopped deployment of the tiny model on one NPU, deleted afterwards."""
-    made = []
-
-    def make(name: str) -> str:
-        spec = {
-            "model": MODEL_NAME,
-            "path": MODEL_PATH,
-            "placement": {"node": "sim-a2", "npus": 1},
-            "engine": {"max_model_len": 1024},
-            "state": "stopped",
-        }
-        with live_panel.api("bob") as api:
-            answer = api.put(f"/api/v1/deployments/{name}/", json=spec)
-            assert answer.status_code == 201, answer.text
-        made.append(name)
-        return name
-
-    yield make
-    with live_panel.api("alice") as api:
-        for name in made:
-            api.delete(f"/api/v1/deployments/{name}/")
-            wait_until(
-                lambda name=name: api.get(f"/api/v1/deployments/{name}/").status_code == 404,
-                60,
-                f"{name} gone",
-            )
-
 
 def _max_model_len(live_panel, name: str) -> int:
     with live_panel.api("alice") as api:

@@ -85,7 +85,8 @@ def test_a_chinese_operation_page_shows_live_stages_in_chinese(panel_page):
     page = panel_page("bob")
     page.goto("/nodes/sim-a2/")
     page.select_option(".lang-switch select", "zh-hans")
-    page.wait_for_load_state()
+    # The switch is a form post: clicking before its page arrived would cancel it (the run stays English).
+    expect(page.locator("html")).to_have_attribute("lang", "zh-hans")
     page.get_by_test_id("run-inventory").click()
     page.wait_for_url(re.compile(r"/operations/[0-9a-f-]{36}/$"))
     page.evaluate("window.__loadedOnce = true")

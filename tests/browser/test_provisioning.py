@@ -15,8 +15,11 @@ def test_preflight_then_install_from_the_node_page_reach_100_percent(live_panel,
     page.select_option("#id_profile", "0.11.0")
 
     page.get_by_test_id("run-preflight").click()
+    page.wait_for_url(re.compile(r"\?operation="))
+    # An install waits for its preflight's checklist: wait for this preflight's end, not for any checklist
+    # (an earlier preflight's shows until the page reloads with this one's).
+    expect(page.locator("[data-testid=preflight][data-status=succeeded]")).to_be_visible(timeout=180_000)
     checklist = page.get_by_test_id("checklist")
-    expect(checklist).to_be_visible(timeout=60_000)  # the page reloads with the stored checklist
     expect(checklist.locator("tr[data-check=npus][data-result=pass]")).to_be_visible()
 
     # The page keeps the checked profile selected: Install installs what the preflight checked.

@@ -7,6 +7,7 @@ what run. The tiny model comes from workers.models.tiny.
 
 import pytest
 
+from tests.deployment_helpers import reconcile_loop as reconcile_loop
 from tests.engine.engine_venv import ENGINE_VENV, ensure_engine_venv
 
 CPU_NODE = "cpu-node"
@@ -43,8 +44,8 @@ def cpu_agent(_wired_to_redis, transactional_db, monkeypatch, tmp_path_factory, 
     """A worker serving the panel queue and node.cpu-node; its agent side is a CPU host."""
     from celery.contrib.testing.worker import start_worker
 
-    import panel.deployments.tasks  # noqa: F401  registers the panel tasks
-    import panel.nodes.tasks  # noqa: F401  and the ingest queue, where the agent's events and asks go
+    import panel.deployments.tasks  # registers the panel tasks
+    import panel.nodes.tasks  # and the ingest queue, where the agent's events and asks go
     import panel.operations.tasks  # noqa: F401
     import workers.tasks  # noqa: F401  registers the agent tasks
     from tests.deployment_helpers import kill_recorded_engines

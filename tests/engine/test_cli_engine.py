@@ -9,7 +9,7 @@ import sys
 import pytest
 import yaml
 
-from tests.deployment_helpers import free_port_pair, reconcile_loop  # noqa: F401  a fixture, used by name
+from tests.deployment_helpers import free_port_pair
 from tests.engine.conftest import CPU_NODE
 
 pytestmark = [

@@ -90,13 +90,13 @@ def test_the_openai_sdk_through_the_gateway_gets_vllm_answers_and_usage_has_the_
     )
     assert rows[2].prompt_tokens == answer.usage.prompt_tokens  # the same prompt, counted by the engine
     assert rows[2].completion_tokens > 0
-    assert all(row.status == 200 and row.instance == "tiny-cpu/0" for row in rows)
+    assert [(row.status, row.instance) for row in rows] == [(200, "tiny-cpu/0")] * 3
     assert all(row.ttft_ms > 0 for row in rows[1:])
 
     assert client.post(f"/api/v1/deployments/{pk}/stop/").status_code == 202
 
     def stopped():
-        from panel.deployments.reconcile import tick
+        from panel.deployments.rollouts.reconcile import tick
 
         # The beat's job: the stop waits until the gateway no longer routes to the engine (a few seconds
         # after the last request), and the reconcile tick then sends it.

@@ -2,7 +2,7 @@
 
 For each wizard option that applies to a CPU node (dtype, max-model-len, memory share, eager, served name,
 port, environment, MTP off, and every allowed extra flag with each of its values) the panel plans the
-request as the API would (panel.deployments.planning.plan_request) and builds the launch; one script in the
+request as the API would (placement.planning.plan_request) and builds the launch; one script in the
 engine venv then runs vLLM's serve parser, its own post-parse checks and EngineArgs over every argv. A flag
 the installed vLLM rejects must be refused by the panel first, naming the fix from the version table.
 """
@@ -14,12 +14,12 @@ import pytest
 from rest_framework import serializers
 
 from panel.catalog.models import Model, ModelArtifact
-from panel.deployments.planning import plan_request
+from panel.deployments.placement.planning import plan_request
 from panel.nodes.models import Node
 from tests.engine.engine_venv import engine_python
-from workers.engine.command import API_SERVER_MODULE
-from workers.engine.flags import ALLOWED_FLAGS, BOOL, FLOAT, INT, JSON, NAME, PATH
-from workers.engine.launch_matrix import load, within
+from workers.engine.launch.command import API_SERVER_MODULE
+from workers.engine.launch.flags import ALLOWED_FLAGS, BOOL, FLOAT, INT, JSON, NAME, PATH
+from workers.engine.launch.launch_matrix import load, within
 
 pytestmark = [pytest.mark.engine, pytest.mark.django_db, pytest.mark.timeout(900)]
 

@@ -147,7 +147,7 @@ class BrokerNode:
 
     def provision(self) -> None:
         """The panel's vhost and its own user there with every right, as an operator sets up the fleet's
-        broker once (node users are the panel's business: panel.nodes.broker_admin)."""
+        broker once (node users are the panel's business: panel.nodes.agents.broker_admin)."""
         user = quote(PANEL_USER, safe="")
         self.api("PUT", f"/api/vhosts/{VHOST}").raise_for_status()
         credentials = {"password": self.panel_password, "tags": ""}

@@ -18,7 +18,7 @@ from django.contrib.auth import get_user_model
 from panel.catalog.models import Model, ModelArtifact
 from panel.catalog.copies import start_copy
 from panel.nodes.models import Node
-from panel.nodes.ssh import host_key_fingerprint
+from panel.nodes.agents.ssh import host_key_fingerprint
 spec = json.loads(os.environ["FAULTS_SPEC"])
 model, _ = Model.objects.get_or_create(name="tiny-copy-faults", defaults={"source": "path"})
 source = ModelArtifact.objects.create(

@@ -84,6 +84,19 @@ SCENARIOS += [
         "beat-leader", "beat leader", "beat", "the ticking beat killed: the standby leads, sweeps go on"
     ),
 ]
+# Elastic serving (tests/faults/elastic_scenarios.py): autoscaling and sleep under a kill.
+SCENARIOS += [
+    Scenario(
+        "worker-mid-scale-up", "panel-worker", "scale-up", "both panel workers killed mid autoscale step"
+    ),
+    Scenario("engine-dies-asleep", "engine", "asleep", "the engine killed asleep: noticed, restarted"),
+]
+# NPU failover (tests/faults/failover_scenarios.py): a sick NPU under streamed load, its replica moved.
+SCENARIOS += [
+    Scenario(
+        "npu-critical-failover", "npu", "failover", "an NPU goes Critical under load: its replica moves"
+    ),
+]
 BY_NAME = {s.name: s for s in SCENARIOS}
 
 
@@ -262,7 +275,7 @@ def during_create(stack: FaultStack, scenario: Scenario, node: str, outcome: Out
         return response if response.status_code != 409 else None
 
     try:
-        # The killed request's claim on the key lasts a minute (panel.core.idempotency.CLAIM_TTL_S).
+        # The killed request's claim on the key lasts a minute (panel.core.rest.idempotency.CLAIM_TTL_S).
         answer = wait_until(retried, 90, "the retry with the same Idempotency-Key to be answered", 2)
         if answer.status_code != 201:
             outcome.problems.append(f"the retry answered {answer.status_code}: {answer.text[:200]}")
@@ -283,9 +296,10 @@ def during_copy(stack: FaultStack, scenario: Scenario, node: str, outcome: Outco
 
     with copy_target(stack) as server:
         stack.stop_program(agent(node))  # the agent logs in to the target with the sshd's client key
-        # Capped at 50 MiB/s: over loopback the 300 MB copy would end within rsync's first progress redraw,
-        # before the kill could land mid-copy.
-        limit = {"ASCEND_PANEL_COPY_BWLIMIT_KIB_S": "51200"}
+        # Capped at 16 MiB/s: over loopback the 300 MB copy would end within rsync's first progress redraw,
+        # before the kill could land mid-copy; at 50 MiB/s (6 s) the progress the kill waits for reached the
+        # panel after the copy had ended, once, on a quiet machine.
+        limit = {"ASCEND_PANEL_COPY_BWLIMIT_KIB_S": "16384"}
         stack.start_agent(node, {"ASCEND_PANEL_SSH_KEY": str(server.workdir / "client_key"), **limit})
         operation_id = start_copy(stack, node, server)
         wait_running(stack, operation_id, outcome, progress_above=1)
@@ -312,6 +326,24 @@ def replica_beat(stack: FaultStack, scenario: Scenario, node: str, outcome: Outc
     beat_leader(stack, scenario, node, outcome)
 
 
+def elastic_scale_up(stack: FaultStack, scenario: Scenario, node: str, outcome: Outcome) -> None:
+    from tests.faults.elastic_scenarios import worker_mid_scale_up
+
+    worker_mid_scale_up(stack, scenario, node, outcome)
+
+
+def elastic_asleep(stack: FaultStack, scenario: Scenario, node: str, outcome: Outcome) -> None:
+    from tests.faults.elastic_scenarios import engine_dies_asleep
+
+    engine_dies_asleep(stack, scenario, node, outcome)
+
+
+def npu_failover(stack: FaultStack, scenario: Scenario, node: str, outcome: Outcome) -> None:
+    from tests.faults.failover_scenarios import npu_critical
+
+    npu_critical(stack, scenario, node, outcome)
+
+
 PHASES = {
     "install": during_install,
     "deploy": during_deploy,
@@ -322,6 +354,9 @@ PHASES = {
     "frozen": frozen,
     "viewers": replica_viewers,
     "beat": replica_beat,
+    "scale-up": elastic_scale_up,
+    "asleep": elastic_asleep,
+    "failover": npu_failover,
 }
 
 

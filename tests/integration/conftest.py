@@ -2,14 +2,17 @@
 test node's agent queue, with a real Redis broker and channel layer; the worker's node with NPUs and a tiny
 model for deployments. A real web server in front of them: tests/live_web.py."""
 
+import contextlib
+import importlib
+import time
 from datetime import UTC, datetime
 
 import pytest
 
-# The browser tier's live panel (panel.run's programs, agents on the simulated hosts) for the CLI tests, one
-# for the whole session. Imported here once: each module importing it got a panel of its own, whose agents
-# shared queue names and the Redis database with the first one's and took each other's tasks.
-from tests.browser.conftest import live_panel as browser_tier_panel  # noqa: F401  (a fixture)
+# Fixtures the tier's modules share, kept beside the helpers they go with.
+from tests.deployment_helpers import kill_recorded_engines
+from tests.deployment_helpers import reconcile_loop as reconcile_loop
+from tests.live_web import live_web as live_web
 
 TEST_NODE = "it-node"
 
@@ -39,6 +42,17 @@ def ingest_as_its_node(batch: dict) -> list:
     return ingest_events(batch, sender=batch["node"])
 
 
+def wait_until_ended(operation, timeout=90):
+    """`operation` reloaded once it reached a terminal status; fails after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        operation.refresh_from_db()
+        if operation.is_terminal:
+            return operation
+        time.sleep(0.2)
+    raise AssertionError(f"{operation} did not finish in {timeout} s")
+
+
 @pytest.fixture(autouse=True)
 def _an_empty_cache():
     """Each test starts with the panel's cache empty, as with its database: the tests' cache is this
@@ -66,31 +80,49 @@ def _a_channel_layer_of_its_own():
 @pytest.fixture
 def celery_worker(_wired_to_redis, transactional_db, monkeypatch, sim_host):
     """A worker serving queue `panel` and `node.it-node`, whose agent side sees a simulated A2 host."""
-    from celery.contrib.testing.worker import start_worker
-
-    import panel.nodes.tasks  # noqa: F401  registers the panel tasks
-    import panel.operations.tasks  # noqa: F401
-    import workers.tasks  # noqa: F401  registers the agent tasks
-    from workers.celery_app import app
     from workers.task_names import PANEL_QUEUE, node_queue
 
+    with in_process_worker(monkeypatch, sim_host, [PANEL_QUEUE, node_queue(TEST_NODE)]) as worker:
+        yield worker
+
+
+# The panel's and the agent's task modules: importing one registers its tasks with the app.
+TASK_MODULES = ("panel.nodes.tasks", "panel.operations.tasks", "workers.tasks")
+
+
+@contextlib.contextmanager
+def in_process_worker(monkeypatch, sim_host, queues: list[str], *, also_registers=(), without_env=()):
+    """A Celery worker (threads, in this process) serving `queues`, its agent side seeing a simulated A2 host
+    named TEST_NODE (`worker.sim_root`); `also_registers`: task modules beyond TASK_MODULES, `without_env`:
+    variables taken out of the environment first. The queues start empty."""
+    from celery.contrib.testing.worker import start_worker
+
+    from workers.celery_app import app
+
+    for module in (*TASK_MODULES, *also_registers):
+        importlib.import_module(module)
     root, env = sim_host(name=TEST_NODE)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    monkeypatch.setenv("ASCEND_PANEL_NODE_NAME", TEST_NODE)
-    queues = [PANEL_QUEUE, node_queue(TEST_NODE)]
+    for variable in without_env:
+        monkeypatch.delenv(variable, raising=False)
     purge_queues(app, queues)
-    with start_worker(
-        app,
-        pool="threads",
-        concurrency=4,
-        perform_ping_check=False,
-        queues=queues,
-        loglevel="WARNING",
-        shutdown_timeout=30,
-    ) as worker:
-        worker.sim_root = root
-        yield worker
+    try:
+        with start_worker(
+            app,
+            pool="threads",
+            concurrency=4,
+            perform_ping_check=False,
+            queues=queues,
+            loglevel="WARNING",
+            shutdown_timeout=30,
+        ) as worker:
+            worker.sim_root = root
+            yield worker
+    finally:
+        # A launch the worker finished while it shut down (up to shutdown_timeout) started its engine after
+        # the test's own clean-up: one outlived tests/e2e/test_gateway.py by half an hour, holding its port.
+        kill_recorded_engines(root)
 
 
 def purge_queues(app, queues: list[str]) -> int:
@@ -137,3 +169,58 @@ def tiny_model(tmp_path_factory):
     folder = tmp_path_factory.mktemp("tiny-llama")
     assert make_tiny([str(folder), "--arch", "llama"]) == 0
     return folder, inspect_model(folder)
+
+
+@pytest.fixture
+def rows(charlie):
+    """One row of every kind a URL can name (tests/url_walk.py), for tests that walk every URL."""
+    from tests.url_walk import one_row_of_each
+
+    return one_row_of_each(charlie)
+
+
+@pytest.fixture
+def store(tmp_path, settings):
+    """The package store under this test's data directory, seeded with the simulated host's packages."""
+    from django.core.management import call_command
+
+    settings.DATA_DIR = tmp_path / "panel-data"
+    call_command("seed_sim_packages")
+
+
+@pytest.fixture
+def nodes_a_and_b(db):
+    """Two nodes, A and B: the trust tests hold A's credential and try to act on B."""
+    from panel.nodes.models import Node
+
+    return Node.objects.create(name="node-a"), Node.objects.create(name="node-b")
+
+
+@pytest.fixture
+def a2():
+    """sim-a2, a node with two healthy 910B3 NPUs (rows only: no agent behind it)."""
+    from panel.core.domain.choices import NpuHealth
+    from panel.nodes.models import Node, Npu
+
+    node = Node.objects.create(name="sim-a2", address="127.0.0.1")
+    for logic_id in range(2):
+        Npu.objects.create(
+            node=node,
+            npu_id=logic_id,
+            logic_id=logic_id,
+            name="910B3",
+            health=NpuHealth.OK,
+            hbm_total_mb=65536,
+        )
+    return node
+
+
+@pytest.fixture
+def qwen(a2):
+    """A small Qwen2 model (tests/wizard_steps.py's facts) and its ready copy on sim-a2."""
+    from panel.catalog.models import Model, ModelArtifact
+    from tests.wizard_steps import SMALL_QWEN
+
+    model = Model.objects.create(name="qwen2.5-0.5b", facts=SMALL_QWEN)
+    artifact = ModelArtifact.objects.create(model=model, node=a2, path="/models/qwen", ready=True)
+    return model, artifact

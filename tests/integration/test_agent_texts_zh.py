@@ -7,7 +7,7 @@ from django.test import Client
 from django.utils import translation
 
 from panel.catalog.models import Model
-from panel.core.choices import DeploymentState, OperationKind
+from panel.core.domain.choices import DeploymentState, OperationKind
 from panel.deployments.models import Deployment
 from panel.nodes.models import Node
 from panel.provisioning.models import NodeStack
@@ -82,7 +82,7 @@ def test_an_agent_written_deployment_reason_is_translated_on_pages_and_in_reason
 def test_the_operation_kind_model_copy_and_a_model_copy_are_told_apart(charlie):
     from django.utils import translation
 
-    from panel.deployments.forms import ModelStepForm
+    from panel.deployments.pages.forms import ModelStepForm
 
     with translation.override("zh-hans"):
         assert OperationKind.COPY_MODEL.label == "复制模型"
@@ -129,18 +129,32 @@ def test_a_failed_launch_shows_the_agents_error_and_hint_translated(charlie):
     assert "未安装 NPU 驱动 — 请上传驱动和固件软件包。" in page
 
 
-def test_a_saved_install_error_and_its_hint_lines_are_translated_part_by_part(charlie):
+def test_an_install_error_and_its_hint_lines_are_translated_part_by_part(charlie):
+    """The agent's error (a step's template filled with a translatable message) and hint (lines, one of them
+    "{title}: {hint}") go as msgids and params; the page fills each translation with its translated values."""
     from panel.operations.models import Operation
+    from tests.conftest import sent_by_the_agent
+    from tests.integration.conftest import ingest_as_its_node
     from workers.ascend.signatures import SIGNATURES
+    from workers.i18n import gettext_noop as _
+    from workers.i18n import join_lines, message_of
     from workers.steps.base import StepFailed
 
     oom = next(s for s in SIGNATURES if s.code == "npu_oom")
-    error = str(StepFailed("cann_toolkit", "finished, but its result is not there (check still fails)"))
-    hint = "\n".join(["Upload the driver and firmware packages.", f"{oom.title}: {oom.hint}"])
-    node = Node.objects.create(name="zh-install-node")
-    operation = Operation.objects.create(
-        kind=OperationKind.INSTALL, node=node, status="failed", error=error, hint=hint
+    failed = StepFailed("cann_toolkit", _("finished, but its result is not there (check still fails)"))
+    hint = join_lines(
+        [
+            _("Upload the driver and firmware packages."),
+            _("{title}: {hint}").format(title=oom.title, hint=oom.hint),
+        ]
     )
+    node = Node.objects.create(name="zh-install-node")
+    operation = Operation.objects.create(kind=OperationKind.INSTALL, node=node)
+    agent = sent_by_the_agent(
+        operation, lambda emitter: emitter.finish("failed", error=message_of(failed), hint=hint)
+    )
+    for batch in agent:
+        ingest_as_its_node(batch)
     page = client_in("zh-hans", charlie).get(f"/operations/{operation.pk}/").content.decode()
     assert "步骤 cann_toolkit：" in page
     assert "finished, but its result is not there" not in page

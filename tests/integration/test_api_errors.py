@@ -215,14 +215,17 @@ def test_an_upload_over_the_upload_limit_is_a_json_413(alice, debug, settings):
 
     settings.PANEL_MAX_UPLOAD_BYTES = 4096
     upload = SimpleUploadedFile("Ascend-cann-toolkit_8.0.RC3_linux-aarch64.run", b"x" * 8192)
-    assert_error_shape(api_client_for(alice).post("/api/v1/packages/", {"file": upload}), 413)
+    assert_error_shape(
+        api_client_for(alice).post("/api/v1/packages/", {"file": upload}, format="multipart"), 413
+    )
 
 
 def test_a_form_with_too_many_fields_is_a_json_error(alice, debug, settings):
     settings.DATA_UPLOAD_MAX_NUMBER_FIELDS = 3
     fields = "&".join(f"f{i}=1" for i in range(10))
+    # The package store takes forms (uploads); elsewhere a form is a 415 (test_api_safe_input.py).
     response = api_client_for(alice).post(
-        "/api/v1/tokens/", fields, content_type="application/x-www-form-urlencoded"
+        "/api/v1/packages/", fields, content_type="application/x-www-form-urlencoded"
     )
     assert_error_shape(response, 400)
 
@@ -242,7 +245,7 @@ def test_errors_of_a_list_of_objects_have_flat_paths_not_python_reprs():
     from rest_framework import serializers
     from rest_framework.test import APIRequestFactory
 
-    from panel.core.exceptions import exception_handler
+    from panel.core.rest.exceptions import exception_handler
 
     class Placement(serializers.Serializer):
         node = serializers.SlugField()
@@ -272,7 +275,7 @@ def test_errors_of_a_list_of_objects_have_flat_paths_not_python_reprs():
 
 
 def test_errors_about_a_nested_object_as_a_whole_are_keyed_by_its_path():
-    from panel.core.exceptions import flat_errors
+    from panel.core.rest.exceptions import flat_errors
 
     errors = {"nodes": [{}, {"non_field_errors": ["Pick NPUs of one node."]}], "non_field_errors": ["No."]}
     assert flat_errors(errors) == {"nodes[1]": ["Pick NPUs of one node."], "non_field_errors": ["No."]}
@@ -286,7 +289,7 @@ def test_a_server_error_under_api_is_json_even_as_djangos_debug_page(rf, debug_p
     from django.http import HttpResponseServerError
     from django.views.debug import technical_500_response
 
-    from panel.core.middleware import ApiErrorsMiddleware
+    from panel.core.web.middleware import ApiErrorsMiddleware
 
     def crashing_view(request):
         try:

@@ -8,10 +8,9 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from panel.catalog.models import Model
 from panel.deployments.models import Deployment
 from tests.conftest import api_client_for
-from tests.integration.test_api_strict import a2, deployment_body, qwen
+from tests.deployment_helpers import deployment_body
 
 pytestmark = pytest.mark.django_db
-__all__ = ["a2", "qwen"]  # fixtures used by name
 
 
 def test_a_key_replays_the_creation_while_its_deployment_exists(bob, qwen):
@@ -76,7 +75,7 @@ def test_an_upload_is_bound_by_its_content_type_fields_and_file_digest(alice):
     from rest_framework.request import Request
     from rest_framework.test import APIRequestFactory
 
-    from panel.core.idempotency import _body_hash
+    from panel.core.rest.idempotency import _body_hash
 
     def hashed(content: bytes, query=""):
         upload = SimpleUploadedFile("toolkit.run", content)
@@ -100,7 +99,7 @@ def test_a_yaml_body_is_bound_by_what_it_says_like_its_json_twin(alice):
     from rest_framework.request import Request
     from rest_framework.test import APIRequestFactory
 
-    from panel.core.idempotency import _body_hash
+    from panel.core.rest.idempotency import _body_hash
 
     class YamlParser(BaseParser):  # what the apply endpoint reads YAML with
         media_type = "application/yaml"

@@ -8,14 +8,12 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from rest_framework.test import APIClient
 
 from panel.accounts.models import ApiToken
-from panel.catalog.models import Model, ModelArtifact
-from panel.core import strict
-from panel.core.choices import NpuHealth
+from panel.core.rest import strict
 from panel.deployments.models import Deployment
-from panel.nodes.models import Node, Npu
+from panel.nodes.models import Node
 from panel.operations.models import Operation
 from tests.conftest import api_client_for
-from tests.integration.test_deployment_pages import SMALL_QWEN
+from tests.deployment_helpers import deployment_body
 
 pytestmark = pytest.mark.django_db
 
@@ -29,40 +27,6 @@ def refused(response, *names):
         assert name in body["detail"], body
         assert all(isinstance(message, str) for message in body["errors"][name])
     return body
-
-
-@pytest.fixture
-def a2():
-    node = Node.objects.create(name="sim-a2", address="127.0.0.1")
-    for logic_id in range(2):
-        Npu.objects.create(
-            node=node,
-            npu_id=logic_id,
-            logic_id=logic_id,
-            name="910B3",
-            health=NpuHealth.OK,
-            hbm_total_mb=65536,
-        )
-    return node
-
-
-@pytest.fixture
-def qwen(a2):
-    model = Model.objects.create(name="qwen2.5-0.5b", facts=SMALL_QWEN)
-    artifact = ModelArtifact.objects.create(model=model, node=a2, path="/models/qwen", ready=True)
-    return model, artifact
-
-
-def deployment_body(qwen, name="qwen-chat", **changes):
-    model, artifact = qwen
-    return {
-        "name": name,
-        "model": model.pk,
-        "artifact": artifact.pk,
-        "nodes": [{"node": "sim-a2", "npus": [0]}],
-        "max_model_len": 4096,
-        **changes,
-    }
 
 
 # ---- unknown body fields ---------------------------------------------------------------------------------
@@ -136,7 +100,9 @@ def test_a_body_sent_to_an_action_that_takes_none_is_refused(bob, a2):
 def test_an_unknown_multipart_field_is_refused_like_a_json_one(alice, tmp_path, settings):
     settings.DATA_DIR = tmp_path
     upload = SimpleUploadedFile("Ascend-cann-toolkit_8.0.RC3_linux-aarch64.run", b"#!/bin/sh\n")
-    response = api_client_for(alice).post("/api/v1/packages/", {"file": upload, "kind": "toolkit"})
+    response = api_client_for(alice).post(
+        "/api/v1/packages/", {"file": upload, "kind": "toolkit"}, format="multipart"
+    )
     refused(response, "kind")
 
 
@@ -168,7 +134,7 @@ def test_the_message_lists_the_parameters_the_endpoint_does_take(alice):
     body = refused(api_client_for(alice).get("/api/v1/alerts/?sevrity=critical"), "sevrity")
     assert body["errors"]["sevrity"] == [
         "Unknown query parameter; this endpoint takes: "
-        "acknowledged, kind, node, nodes, open, page, page_size, severity."
+        "acknowledged, deployment, kind, node, nodes, open, page, page_size, severity."
     ]
 
 
@@ -314,7 +280,7 @@ def test_a_view_declares_extra_query_parameters_that_the_schema_then_documents()
     from rest_framework import mixins
     from rest_framework.routers import SimpleRouter
 
-    from panel.core.api import PanelViewSet
+    from panel.core.rest.api import PanelViewSet
     from panel.deployments.api.serializers import DeploymentSerializer
 
     class WaitingViewSet(mixins.CreateModelMixin, mixins.RetrieveModelMixin, PanelViewSet):

@@ -119,7 +119,7 @@ def test_a_session_with_its_csrf_token_gets_through_to_the_endpoint(bob):
 
 
 def test_a_csrf_refusal_outside_a_drf_view_under_api_is_json_and_names_csrf(rf):
-    from panel.core.exceptions import csrf_failure
+    from panel.core.rest.exceptions import csrf_failure
 
     response = csrf_failure(rf.post("/api/v1/anything/"), reason="CSRF cookie not set.")
     assert response.status_code == 403

@@ -15,10 +15,10 @@ from panel.audit import actions
 from panel.audit.models import AuditEntry
 from panel.audit.services import record
 from panel.catalog.models import Model, ModelArtifact
-from panel.core.choices import NpuHealth
+from panel.core.domain.choices import NpuHealth
 from panel.nodes.models import Node, Npu
 from tests.conftest import api_client_for
-from tests.integration.test_deployment_pages import SMALL_QWEN
+from tests.wizard_steps import SMALL_QWEN
 
 pytestmark = pytest.mark.django_db
 

@@ -20,7 +20,6 @@ from tests.integration.test_deployment_apply import (  # noqa: F401  (fixtures)
     spec,
     tiny,
 )
-from tests.live_web import live_web  # noqa: F401  a fixture, used by name
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(300)]
 
@@ -28,7 +27,7 @@ NAME = "ci-qwen"
 
 
 @pytest.fixture
-def cli(live_web, bob, monkeypatch, tmp_path):  # noqa: F811
+def cli(live_web, bob, monkeypatch, tmp_path):
     monkeypatch.setenv("ASCEND_PANEL_URL", live_web.url)
     monkeypatch.setenv("ASCEND_PANEL_TOKEN", ApiToken.issue(bob, "cli")[1])
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
@@ -52,7 +51,7 @@ def panel_loop():
     and stop, and run the reconcile tick (which moves rollouts on)."""
     from django.db import close_old_connections
 
-    from panel.deployments.reconcile import tick
+    from panel.deployments.rollouts.reconcile import tick
     from tests.integration.test_deployment_replicas import settle
 
     stop = threading.Event()

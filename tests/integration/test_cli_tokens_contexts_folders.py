@@ -15,13 +15,12 @@ from panel.catalog.models import Model
 from panel.deployments.models import Deployment
 from tests.integration.cli_live import Cli
 from tests.integration.test_deployment_apply import npu_node, tiny  # noqa: F401  fixtures, used by name
-from tests.live_web import live_web  # noqa: F401  a fixture, used by name
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(240)]
 
 
 @pytest.fixture
-def cli(live_web, tmp_path):  # noqa: F811
+def cli(live_web, tmp_path):
     return Cli(live_web.url, tmp_path / "config")
 
 

@@ -64,7 +64,7 @@ def box(_wired_to_redis, transactional_db, monkeypatch, sim_host, sim_image):
         def agent():
             from celery.contrib.testing.worker import start_worker
 
-            import panel.nodes.tasks  # noqa: F401  registers the panel tasks
+            import panel.nodes.tasks  # registers the panel tasks
             import panel.operations.tasks  # noqa: F401
             import workers.tasks  # noqa: F401  registers the agent tasks
             from workers.celery_app import app

@@ -67,7 +67,7 @@ def put(client, name, body, **params):
 def finish(operation, status="succeeded", result=None):
     from django.db import transaction
 
-    from panel.deployments.services import on_operation_terminal
+    from panel.deployments.rollouts.reconcile import on_operation_terminal
 
     operation.status, operation.result = status, result or {}
     operation.save()
@@ -181,7 +181,10 @@ def test_more_npus_move_the_deployment(client, tiny):
 
     put(client, "ci-qwen", spec())
     running("ci-qwen")
-    moved = put(client, "ci-qwen", spec(placement={"node": "npu-a", "npus": 4}))
+    # No four free NPUs for a surge: it stops serving while it moves, which the apply must confirm.
+    refused = put(client, "ci-qwen", spec(placement={"node": "npu-a", "npus": 4}))
+    assert "allow_downtime" in refused.json()["errors"]
+    moved = put(client, "ci-qwen", spec(placement={"node": "npu-a", "npus": 4}), allow_downtime="true")
     assert moved.status_code == 202, moved.json()
     assert moved.json()["effect"] == "rolling"
     fields = {change["field"] for change in moved.json()["changes"]}

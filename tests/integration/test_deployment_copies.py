@@ -88,17 +88,24 @@ def test_a_deployment_made_before_its_folder_was_linked_gets_the_link_without_a_
     assert not pending("stop")
 
 
-def test_a_surge_that_cannot_take_the_npus_a_spec_pins_names_the_deployment_holding_them(client, tiny):
-    from panel.deployments.models import Rollout
+def test_a_surge_for_a_spec_that_pins_npus_takes_free_npus_of_its_own_on_that_node(client, tiny):
+    """The pinned NPUs are the replica's the surge stands in for (docs/deployment-spec.md, Surge): a surge
+    that waited for them could never start, and `rollout undo` restarted the only replica in place."""
+    from panel.deployments.models import Deployment, Rollout
 
     pinned = {"node": "npu-a", "npus": [0, 1]}
     assert put(client, "chat", spec(placement=pinned)).status_code == 201
     running("chat")
     rolled = put(client, "chat", spec(placement=pinned, engine={"max_model_len": 1024}))
     assert rolled.json()["effect"] == "rolling", rolled.json()
-    message = Rollout.objects.get().message
-    assert "NPUs 0, 1 of npu-a serve the deployment chat." in message, message
-    assert "another deployment" not in message
+    rollout = Rollout.objects.get()
+    assert "No free NPUs" not in rollout.message, rollout.message
+    surge = Deployment.objects.get(name=rollout.surge)
+    assert [node.name for node in surge.nodes.all()] == ["npu-a"]
+    pinned_rows = set(Deployment.objects.get(name="chat").npus.values_list("pk", flat=True))
+    surge_rows = set(surge.npus.values_list("pk", flat=True))
+    assert len(surge_rows) == 2, surge_rows
+    assert not pinned_rows & surge_rows, (pinned_rows, surge_rows)
 
 
 def test_a_spec_with_only_a_new_folder_waits_for_its_inspection_then_deploys(client, tiny):
@@ -137,3 +144,36 @@ def test_a_spec_without_dtype_is_unchanged_against_the_dtype_auto_comes_to(clien
         client, "by-post", spec(placement={"node": "npu-a", "npus": [0, 1]}, engine={"dtype": "float16"})
     )
     assert float16.json()["changes"][0] == {"field": "engine.dtype", "from": "bfloat16", "to": "float16"}
+
+
+def test_a_dry_run_refuses_a_folder_the_apply_would_refuse(client, tiny):
+    from panel.catalog.models import Model
+
+    body = {"path": "/etc/fresh", "placement": {"node": "npu-a", "npus": 1}}
+    dry = put(client, "fresh", body, dry_run="true")
+    real = put(client, "fresh", body)
+    assert (dry.status_code, real.status_code) == (400, 400), (dry.json(), real.json())
+    assert dry.json()["errors"] == real.json()["errors"]
+    assert "path" in dry.json()["errors"]
+    assert not Model.objects.filter(name="fresh").exists()
+    allowed = put(client, "fresh", {**body, "path": "/models/fresh"}, dry_run="true")
+    assert allowed.status_code == 201, allowed.json()
+    assert not Model.objects.filter(name="fresh").exists()
+
+
+def test_a_failed_inspection_is_the_answer_to_every_apply_after_it(client, tiny):
+    from panel.operations.models import Operation
+
+    body = {"path": "/models/fresh", "placement": {"node": "npu-a", "npus": 1}}
+    assert put(client, "fresh", body).json()["result"] == "waiting"
+    (inspection,) = pending("model_inspect")
+    Operation.objects.filter(pk=inspection.pk).update(
+        status="failed", error="config.json is missing in /models/fresh", hint="Copy the whole model folder."
+    )
+    for _ in range(2):
+        again = put(client, "fresh", body)
+        assert again.status_code == 400, again.json()
+        (message,) = again.json()["errors"]["path"]
+        assert "config.json is missing in /models/fresh" in message
+        assert "Copy the whole model folder." in message
+        assert str(inspection.pk) in message

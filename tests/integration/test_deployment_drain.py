@@ -1,4 +1,4 @@
-"""Stopping what the gateway routes to waits for its requests in flight (panel.deployments.drain): stop,
+"""Stopping what the gateway routes to waits for its requests in flight (deployments.rollouts.drain): stop,
 delete, scaling down and a rolling update each leave the pool at once, send the engine's stop only when the
 gateway counts no request on it, or when the grace period ran out. Agents are not involved: launches and
 stops are finished the way the ingest finishes them and the reconcile tick is called by hand; the in-flight
@@ -52,14 +52,14 @@ def stops_for(name: str) -> list:
 
 
 def tick():
-    from panel.deployments.reconcile import tick as reconcile_tick
+    from panel.deployments.rollouts.reconcile import tick as reconcile_tick
 
     return reconcile_tick()
 
 
 def test_a_stop_waits_for_the_requests_in_flight_and_the_pool_drops_it_at_once(client, tiny):
     from panel.deployments.models import Deployment
-    from panel.gateway.pool import pool_for
+    from panel.gateway.instances.pool import pool_for
 
     put(client, "chat", spec())
     settle()
@@ -172,8 +172,8 @@ def test_a_deployment_deleted_while_a_pass_runs_is_skipped(client, tiny, monkeyp
     """A rollout's old replica or a finished delete can go between the pass's list and its row lock."""
     from types import SimpleNamespace
 
-    from panel.deployments import reconcile
     from panel.deployments.models import Deployment
+    from panel.deployments.rollouts import reconcile
 
     put(client, "chat", one_npu(replicas=2))
     settle()

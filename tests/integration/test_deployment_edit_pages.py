@@ -31,8 +31,8 @@ def page_client(user) -> Client:
 
 def edit_fields(name: str, **overrides) -> dict:
     """The edit form as the page fills it, with `overrides`."""
-    from panel.deployments.edit_views import _initial
     from panel.deployments.models import Deployment
+    from panel.deployments.pages.edit_views import _initial
 
     fields = {k: ("" if v is None else v) for k, v in _initial(Deployment.objects.get(name=name)).items()}
     fields["enforce_eager"] = "on" if fields["enforce_eager"] else ""

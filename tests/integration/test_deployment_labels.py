@@ -11,7 +11,6 @@ from panel.deployments.models import Deployment
 from tests.conftest import api_client_for
 from tests.integration.cli_live import Cli
 from tests.integration.test_deployment_apply import npu_node, pending, put, running, spec, tiny  # noqa: F401
-from tests.live_web import live_web  # noqa: F401  a fixture, used by name
 
 pytestmark = pytest.mark.django_db
 
@@ -47,7 +46,7 @@ def test_a_spec_without_labels_exports_none_and_stays_unchanged(client, tiny):  
 
 
 def test_changing_labels_alone_restarts_nothing_and_a_rollback_brings_them_back(client, bob, tiny):  # noqa: F811
-    from panel.deployments.undo import undo
+    from panel.deployments.spec.undo import undo
 
     put(client, "ci-qwen", spec(labels={"app": "chat", "tier": "dev"}))
     running("ci-qwen")
@@ -188,7 +187,7 @@ def test_a_bad_selector_is_a_400_naming_labels(bob, labelled, selector, words):
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.timeout(180)
-def test_get_deployments_l_selects_and_show_labels_prints_them(live_web, charlie, labelled, tmp_path):  # noqa: F811
+def test_get_deployments_l_selects_and_show_labels_prints_them(live_web, charlie, labelled, tmp_path):
     cli = Cli(live_web.url, tmp_path / "config")
     env = {"ASCEND_PANEL_URL": live_web.url, "ASCEND_PANEL_TOKEN": ApiToken.issue(charlie, "labels")[1]}
 
@@ -210,3 +209,14 @@ def test_get_deployments_l_selects_and_show_labels_prints_them(live_web, charlie
     assert bad.returncode == 1
     assert bad.stderr.startswith("error: "), bad.stderr
     assert "labels: Set-based selectors (key in (a,b)) are not supported" in bad.stderr
+
+
+def test_a_dry_run_spec_keeps_the_labels_so_a_diff_shows_only_what_changes(client, tiny):  # noqa: F811
+    put(client, "ci-qwen", spec(labels=LABELS))
+    running("ci-qwen")
+    dry = put(client, "ci-qwen", spec(labels=LABELS, engine={"max_model_len": 1024}), dry_run="true")
+    assert dry.status_code == 202, dry.json()
+    assert [change["field"] for change in dry.json()["changes"]] == ["engine.max_model_len"]
+    assert dry.json()["spec"]["labels"] == LABELS
+    created = put(client, "ci-new", spec(labels=LABELS), dry_run="true")
+    assert created.json()["spec"]["labels"] == LABELS

@@ -280,6 +280,6 @@ def test_an_engine_that_dies_at_its_first_request_ends_failed_and_never_running(
     assert "Head dimension 320 is not supported by MLA." in findings["findings"][0]["line"]
     assert any("EngineDeadError" in line for line in findings["log_tail"])
     assert live_holders(celery_worker.sim_root) == []
-    from workers.engine import runtime
+    from workers.engine.running import runtime
 
     assert runtime.load_record(str(celery_worker.sim_root), "dies-at-first") is None

@@ -11,7 +11,6 @@ from panel.catalog.models import Model
 from panel.deployments.models import Deployment, DeploymentLog
 from tests.conftest import api_client_for
 from tests.integration.cli_live import Cli
-from tests.live_web import live_web  # noqa: F401  a fixture, used by name
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
 
@@ -54,7 +53,7 @@ def test_the_api_leaves_probe_lines_out_unless_asked(charlie, deployment):
     assert download.count("GET /health") == 3
 
 
-def test_ascend_panel_logs_hides_probe_lines_unless_probes(live_web, charlie, deployment, tmp_path):  # noqa: F811
+def test_ascend_panel_logs_hides_probe_lines_unless_probes(live_web, charlie, deployment, tmp_path):
     cli = Cli(live_web.url, tmp_path / "config")
     env = {"ASCEND_PANEL_URL": live_web.url, "ASCEND_PANEL_TOKEN": ApiToken.issue(charlie, "logs")[1]}
     plain = cli.run("logs", "probed", **env)

@@ -50,7 +50,7 @@ def request_body(model, path):
 def finish(operation, status, result=None, error=""):
     from django.db import transaction
 
-    from panel.deployments.services import on_operation_terminal
+    from panel.deployments.rollouts.reconcile import on_operation_terminal
 
     operation.status, operation.result, operation.error = status, result or {}, error
     operation.save()
@@ -81,7 +81,7 @@ def test_the_review_shows_a_head_and_a_headless_follower(two_nodes, moe_model, b
 
 def test_two_nodes_start_as_one_and_stop_as_one(two_nodes, moe_model, bob):
     from panel.deployments.models import Deployment
-    from panel.deployments.planning import plan_request
+    from panel.deployments.placement.planning import plan_request
     from panel.deployments.services import create_deployment, stop
 
     model, path = moe_model
@@ -110,7 +110,7 @@ def test_two_nodes_start_as_one_and_stop_as_one(two_nodes, moe_model, bob):
 
 def test_a_failed_follower_stops_the_head_and_schedules_a_restart(two_nodes, moe_model, bob):
     from panel.deployments.models import Deployment
-    from panel.deployments.planning import plan_request
+    from panel.deployments.placement.planning import plan_request
     from panel.deployments.services import create_deployment
 
     model, path = moe_model
@@ -132,7 +132,7 @@ def test_restart_stops_every_node_then_launches_again_and_a_stopped_one_just_sta
     two_nodes, moe_model, bob
 ):
     from panel.deployments.models import Deployment
-    from panel.deployments.planning import plan_request
+    from panel.deployments.placement.planning import plan_request
     from panel.deployments.services import create_deployment, restart
 
     model, path = moe_model

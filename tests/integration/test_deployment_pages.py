@@ -4,33 +4,14 @@ defaults, the same validation as the API), the deployment page and its actions, 
 import re
 
 import pytest
-from django.test import Client
 
 from panel.catalog.models import Model, ModelArtifact
-from panel.core.choices import DeploymentState, DesiredState, NpuHealth
+from panel.core.domain.choices import DeploymentState, DesiredState, NpuHealth
 from panel.deployments.models import Benchmark, Deployment
 from panel.nodes.models import Node, Npu
+from tests.wizard_steps import SMALL_QWEN, client_for, engine_fields, walk_to_engine_step
 
 pytestmark = pytest.mark.django_db
-
-# A small Qwen2-shaped model: 14 heads, 2 KV heads, about 1 GiB of bfloat16 weights.
-SMALL_QWEN = {
-    "architecture": "Qwen2ForCausalLM",
-    "model_type": "qwen2",
-    "params": 494_032_768,
-    "weights_bytes": 988_065_536,
-    "dtype": "bfloat16",
-    "hidden_size": 896,
-    "num_layers": 24,
-    "num_attention_heads": 14,
-    "num_kv_heads": 2,
-    "head_dim": 64,
-    "vocab_size": 151936,
-    "max_position_embeddings": 32768,
-    "moe": None,
-    "mla": None,
-    "quantization": None,
-}
 
 
 @pytest.fixture
@@ -53,37 +34,6 @@ def node(db):
 def artifact(node):
     model = Model.objects.create(name="Qwen/Qwen2.5-0.5B-Instruct", facts=SMALL_QWEN)
     return ModelArtifact.objects.create(model=model, node=node, path="/models/qwen2.5-0.5b", ready=True)
-
-
-def client_for(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
-
-
-def walk_to_engine_step(client, artifact, npus=("a2-node:0",), name="qwen-small"):
-    client.get("/deployments/new/")
-    response = client.post("/deployments/new/model/", {"artifact": artifact.pk, "name": name})
-    assert response.status_code == 302, response.content.decode()[:2000]
-    response = client.post("/deployments/new/placement/", {"npus": list(npus)})
-    assert response.status_code == 302, response.content.decode()[:3000]
-    assert response["Location"].endswith("/deployments/new/engine/")
-
-
-def engine_fields(**overrides):
-    fields = {
-        "tensor_parallel_size": "",
-        "data_parallel_size": "",
-        "max_model_len": "4096",
-        "dtype": "auto",
-        "gpu_memory_utilization": "0.9",
-        "quantization": "",
-        "served_model_name": "",
-        "port": "",
-        "extra_flags": "",
-    }
-    fields.update(overrides)
-    return fields
 
 
 def make_deployment(node, artifact, name="running-one", npus=(0,), state=DeploymentState.RUNNING):

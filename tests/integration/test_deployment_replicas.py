@@ -50,7 +50,7 @@ def held(row):
 def advance():
     """One reconcile tick (it probes running engines too: those probes go unanswered here)."""
     from panel.deployments.models import Rollout
-    from panel.deployments.reconcile import tick
+    from panel.deployments.rollouts.reconcile import tick
 
     running_before = Rollout.objects.filter(status="running").count()
     assert tick()["rollouts"] == running_before
@@ -358,7 +358,7 @@ def test_a_wait_for_running_waits_for_every_replica_and_the_rollout(client, tiny
         chat = Deployment.objects.get(name="chat")
         return DeploymentWaiter().check(("chat", chat.pk), "running", bob)[0]
 
-    from panel.core.streams import REACHED
+    from panel.core.rest.streams import REACHED
 
     put(client, "chat", one_npu(replicas=2))
     finish(next(op for op in pending("deploy") if op.target == "chat"), result=RUNTIME)

@@ -5,6 +5,7 @@ may); operations filter by target. Agents are not involved: launches finish as t
 
 import pytest
 
+from panel.nodes.models import Node
 from tests.conftest import api_client_for
 from tests.integration.test_deployment_apply import (  # noqa: F401  (fixtures)
     client,
@@ -52,6 +53,8 @@ def test_a_dry_run_answers_the_spec_it_would_make(client, tiny):  # noqa: F811
 
 
 def test_a_dry_run_of_a_folder_not_registered_yet_answers_no_spec(client, tiny):  # noqa: F811
+    # Under a models root of the node: a folder registering would refuse, a dry run refuses too.
+    Node.objects.filter(name="npu-a").update(models_roots=["/models"])
     answer = put(
         client,
         "ci-new",

@@ -19,7 +19,7 @@ from django.test import Client
 
 from tests.conftest import api_client_for
 from tests.integration.conftest import TEST_NODE
-from workers.engine import runtime
+from workers.engine.running import runtime
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(240)]
 ENGINE_LOG = (
@@ -33,7 +33,7 @@ ENGINE_LOG = (
 @pytest.fixture
 def failed_deployment(celery_worker):
     from panel.catalog.models import Model
-    from panel.core.choices import DeploymentState
+    from panel.core.domain.choices import DeploymentState
     from panel.deployments.models import Deployment
     from panel.nodes.models import Node
 
@@ -149,9 +149,9 @@ def test_an_upload_without_a_valid_token_is_refused(live_server):
 
 
 def test_a_failed_start_asks_every_node_for_its_part(failed_deployment, settings):
-    from panel.core.choices import DeploymentState, DesiredState
+    from panel.core.domain.choices import DeploymentState, DesiredState
     from panel.deployments.models import Deployment
-    from panel.deployments.services import on_operation_terminal
+    from panel.deployments.rollouts.reconcile import on_operation_terminal
     from panel.forensics.models import DiagnosticsBundle
     from panel.nodes.models import Node
     from panel.operations.models import Operation

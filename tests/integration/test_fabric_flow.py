@@ -103,7 +103,7 @@ def moe_model(tmp_path):
 
 
 def deploy_on_both(model, path, user):
-    from panel.deployments.planning import plan_request
+    from panel.deployments.placement.planning import plan_request
     from panel.deployments.services import create_deployment
 
     body = {
@@ -218,8 +218,8 @@ def test_the_reason_and_checklist_read_in_chinese(two_hosts, moe_model, bob, cha
 
 
 def test_a_restart_while_checking_is_refused_and_the_reconcile_loop_waits(two_hosts, moe_model, bob):
-    from panel.deployments import reconcile
     from panel.deployments.models import Deployment
+    from panel.deployments.rollouts import reconcile
     from panel.deployments.services import DeploymentConflict, restart
 
     deployment = deploy_on_both(*moe_model, bob)

@@ -7,7 +7,7 @@ import pytest
 from django.test import Client
 
 from panel.catalog.models import Model
-from panel.core.choices import DeploymentState
+from panel.core.domain.choices import DeploymentState
 from panel.deployments.models import Deployment
 from tests.conftest import api_client_for
 from workers.ascend.diagnose import diagnose

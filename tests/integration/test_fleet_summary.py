@@ -12,10 +12,10 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from panel.catalog.models import Model
-from panel.core.choices import NodeStatus
+from panel.core.domain.choices import NodeStatus
 from panel.deployments.models import Deployment
-from panel.monitoring import store
-from panel.monitoring.fleet import FIGURES_FRESH_S, UNHEALTHY, fleet_summary, live_figures
+from panel.monitoring.metrics import store
+from panel.monitoring.metrics.fleet import FIGURES_FRESH_S, UNHEALTHY, fleet_summary, live_figures
 from panel.monitoring.models import Alert, AlertKind, AlertSeverity
 from panel.monitoring.services import ingest_batches, set_metrics_interval
 from panel.nodes.models import Node, Npu

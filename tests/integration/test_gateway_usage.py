@@ -8,8 +8,9 @@ import pytest
 from django.utils import timezone
 
 from panel.accounts.models import ApiToken
-from panel.gateway import store, usage
-from panel.gateway.identity import Caller
+from panel.gateway import store
+from panel.gateway.access.identity import Caller
+from panel.gateway.accounting import usage
 from panel.gateway.models import UsageHour, UsageRecord
 from tests.conftest import api_client_for
 

@@ -10,7 +10,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from panel.core.choices import NodeStatus, NodeTransport
+from panel.core.domain.choices import NodeStatus, NodeTransport
 from panel.nodes.models import Node
 from panel.nodes.services import record_heartbeat
 from panel.nodes.signals import node_online

@@ -4,14 +4,12 @@ another node, replayed, sealed as metrics, or from a removed node changes nothin
 
 import pytest
 
-from panel.monitoring.inbox import MetricsIngester
-from tests.integration.test_trusted_control_plane import as_node_a, rejected, two_nodes
+from panel.monitoring.metrics.inbox import MetricsIngester
+from tests.node_trust import as_node_a, rejected
 from workers.contracts import Heartbeat, HeartbeatLine, utcnow
 from workers.identity import inbox_line
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("_wired_to_redis")]
-
-__all__ = ["two_nodes"]  # a fixture, used by name
 
 
 def heartbeat_line(node: str, signer: str | None = None, kind: str = "heartbeat", **fields) -> bytes:
@@ -19,9 +17,9 @@ def heartbeat_line(node: str, signer: str | None = None, kind: str = "heartbeat"
     return inbox_line(signer or node, HeartbeatLine(heartbeat=beat).model_dump_json().encode(), kind=kind)
 
 
-def test_a_heartbeat_line_marks_its_node_online_with_what_it_says(two_nodes):
-    node_a, _ = two_nodes
-    as_node_a(two_nodes)
+def test_a_heartbeat_line_marks_its_node_online_with_what_it_says(nodes_a_and_b):
+    node_a, _ = nodes_a_and_b
+    as_node_a(nodes_a_and_b)
 
     MetricsIngester().ingest_all([heartbeat_line("node-a", running=["op-1"], done=["op-0"])])
 
@@ -32,21 +30,21 @@ def test_a_heartbeat_line_marks_its_node_online_with_what_it_says(two_nodes):
     assert node_a.agent_reported_at is not None  # what the reaper trusts the lists by
 
 
-def test_heartbeats_ride_one_drain_with_metrics_and_each_node_is_recorded(two_nodes):
+def test_heartbeats_ride_one_drain_with_metrics_and_each_node_is_recorded(nodes_a_and_b):
+    from panel.nodes.agents.trust import agent_key
     from panel.nodes.models import Node
-    from panel.nodes.trust import agent_key
     from workers.identity import use_keys
 
-    use_keys({node.name: agent_key(node) for node in two_nodes})
+    use_keys({node.name: agent_key(node) for node in nodes_a_and_b})
 
     MetricsIngester().ingest_all([heartbeat_line("node-a"), heartbeat_line("node-b")])
 
     assert set(Node.objects.filter(status="online").values_list("name", flat=True)) == {"node-a", "node-b"}
 
 
-def test_a_forged_replayed_or_mislabelled_heartbeat_line_changes_nothing(two_nodes):
-    node_a, node_b = two_nodes
-    as_node_a(two_nodes)
+def test_a_forged_replayed_or_mislabelled_heartbeat_line_changes_nothing(nodes_a_and_b):
+    node_a, node_b = nodes_a_and_b
+    as_node_a(nodes_a_and_b)
     before = rejected("heartbeat")
     own = heartbeat_line("node-a")
 
@@ -71,9 +69,9 @@ def test_a_forged_replayed_or_mislabelled_heartbeat_line_changes_nothing(two_nod
     assert rejected("heartbeat") == before + 3
 
 
-def test_a_removed_nodes_heartbeat_line_is_refused(two_nodes):
-    node_a, _ = two_nodes
-    as_node_a(two_nodes)
+def test_a_removed_nodes_heartbeat_line_is_refused(nodes_a_and_b):
+    node_a, _ = nodes_a_and_b
+    as_node_a(nodes_a_and_b)
     node_a.delete()
     before = rejected("heartbeat")
 
@@ -82,24 +80,24 @@ def test_a_removed_nodes_heartbeat_line_is_refused(two_nodes):
     assert rejected("heartbeat") == before + 1
 
 
-def steady(two_nodes):
+def steady(nodes_a_and_b):
     """Both nodes online, inventoried, run by their own agents: their beats take the one-UPDATE path."""
     from django.utils import timezone
 
+    from panel.nodes.agents.trust import agent_key
     from panel.nodes.models import Node
-    from panel.nodes.trust import agent_key
     from workers.identity import use_keys
 
     Node.objects.update(status="online", transport="agent", inventoried_at=timezone.now())
-    use_keys({node.name: agent_key(node) for node in two_nodes})
+    use_keys({node.name: agent_key(node) for node in nodes_a_and_b})
 
 
-def test_a_drains_steady_heartbeats_are_one_update_each_with_its_own_lists(two_nodes):
+def test_a_drains_steady_heartbeats_are_one_update_each_with_its_own_lists(nodes_a_and_b):
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    node_a, node_b = two_nodes
-    steady(two_nodes)
+    node_a, node_b = nodes_a_and_b
+    steady(nodes_a_and_b)
     lines = [
         heartbeat_line("node-a", running=["op-old"]),
         heartbeat_line("node-b", done=["op-b"]),
@@ -120,13 +118,13 @@ def test_a_drains_steady_heartbeats_are_one_update_each_with_its_own_lists(two_n
     assert node_b.agent_version == "2.1"
 
 
-def test_a_node_swept_offline_after_its_row_was_read_comes_back_through_the_locked_path(two_nodes):
+def test_a_node_swept_offline_after_its_row_was_read_comes_back_through_the_locked_path(nodes_a_and_b):
     from panel.nodes.models import Node
     from panel.nodes.services import record_drained_heartbeats
     from panel.nodes.signals import node_online
 
-    node_a, _ = two_nodes
-    steady(two_nodes)
+    node_a, _ = nodes_a_and_b
+    steady(nodes_a_and_b)
     read_as_online = Node.objects.get(pk=node_a.pk)
     Node.objects.filter(pk=node_a.pk).update(status="offline")  # the sweep, between the read and the write
     came_online = []
@@ -143,14 +141,14 @@ def test_a_node_swept_offline_after_its_row_was_read_comes_back_through_the_lock
     assert came_online == ["node-a"]
 
 
-def test_in_a_steady_drain_a_nodes_beat_for_another_changes_only_its_own_row(two_nodes):
+def test_in_a_steady_drain_a_nodes_beat_for_another_changes_only_its_own_row(nodes_a_and_b):
     """The one-UPDATE path writes rows by the node each verified beat is about: A's forged beat for B, riding
     the same drain as A's own, leaves B's row as it was."""
     from panel.nodes.models import Node
 
-    node_a, node_b = two_nodes
-    steady(two_nodes)
-    as_node_a(two_nodes)  # this process now holds A's credential only
+    node_a, node_b = nodes_a_and_b
+    steady(nodes_a_and_b)
+    as_node_a(nodes_a_and_b)  # this process now holds A's credential only
     b_before = Node.objects.get(pk=node_b.pk)
     before = rejected("heartbeat")
 
@@ -172,19 +170,19 @@ def test_in_a_steady_drain_a_nodes_beat_for_another_changes_only_its_own_row(two
     assert rejected("heartbeat") == before + 1
 
 
-def test_a_drain_redis_fails_is_dropped_and_the_next_one_is_recorded(two_nodes, monkeypatch):
+def test_a_drain_redis_fails_is_dropped_and_the_next_one_is_recorded(nodes_a_and_b, monkeypatch):
     """Redis restarting mid-drain: the nonce check raises. The ingester thread must not die with it (it
     would stop every heartbeat and sample this worker takes until the worker restarts)."""
     import redis
 
-    node_a, _ = two_nodes
-    as_node_a(two_nodes)
+    node_a, _ = nodes_a_and_b
+    as_node_a(nodes_a_and_b)
     ingester = MetricsIngester()
 
     def redis_gone(items):
         raise redis.ConnectionError("Connection refused")
 
-    monkeypatch.setattr("panel.nodes.trust.first_sights", redis_gone)
+    monkeypatch.setattr("panel.nodes.agents.trust.first_sights", redis_gone)
     ingester.ingest_all([heartbeat_line("node-a")])  # logged, not raised
     node_a.refresh_from_db()
     assert node_a.status != "online"
@@ -195,13 +193,13 @@ def test_a_drain_redis_fails_is_dropped_and_the_next_one_is_recorded(two_nodes, 
     assert node_a.status == "online"
 
 
-def test_a_drains_metrics_are_published_before_its_heartbeats_are_written(two_nodes, monkeypatch):
-    from panel.monitoring import inbox, store
+def test_a_drains_metrics_are_published_before_its_heartbeats_are_written(nodes_a_and_b, monkeypatch):
+    from panel.monitoring.metrics import inbox, store
     from tests.integration.test_metrics_inbox import a_batch
     from workers.identity import inbox_line as sealed
 
-    node_a, _ = two_nodes
-    as_node_a(two_nodes)
+    node_a, _ = nodes_a_and_b
+    as_node_a(nodes_a_and_b)
     seen_when_beats_written = []
 
     def record(beats):

@@ -12,7 +12,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
 def test_with_redis_down_an_idempotent_post_says_so_does_nothing_and_a_retry_then_works(alice, settings):
     from rest_framework.test import APIRequestFactory, force_authenticate
 
-    from panel.core.idempotency import idempotent
+    from panel.core.rest.idempotency import idempotent
 
     calls = []
 
@@ -55,7 +55,7 @@ def test_a_claim_left_by_a_killed_request_expires_so_the_retry_gets_through(alic
     from rest_framework.response import Response
     from rest_framework.test import APIRequestFactory, force_authenticate
 
-    from panel.core import idempotency
+    from panel.core.rest import idempotency
 
     class View:
         @idempotency.idempotent
@@ -96,7 +96,7 @@ def test_a_retry_after_a_crash_replays_the_answer_kept_with_the_work_and_another
     from panel.accounts.models import IdempotentAnswer
     from panel.accounts.tasks import prune_idempotent_answers
     from panel.catalog.models import Model
-    from panel.core.idempotency import idempotent
+    from panel.core.rest.idempotency import idempotent
 
     class CreateModel:
         @idempotent

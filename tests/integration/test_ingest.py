@@ -108,7 +108,7 @@ def test_a_batch_that_finds_the_panels_redis_away_is_retried_not_lost(operation,
     """The nonce check needs the panel's Redis; a batch arriving while it restarts waits and comes again."""
     import redis
 
-    from panel.nodes import trust
+    from panel.nodes.agents import trust
     from panel.operations.tasks import ingest_events
     from workers.identity import seal_for_panel, use_keys
     from workers.task_names import INGEST_EVENTS
@@ -134,7 +134,7 @@ def test_a_batch_that_finds_the_panels_redis_away_is_retried_not_lost(operation,
 def test_a_batch_redelivered_after_a_worker_died_mid_task_is_stored_not_refused_as_a_replay(operation):
     """The killed worker had recorded the batch's nonce but not its events; the broker's redelivery (its
     `redelivered` flag, which no sender sets) is taken, a new publish of the same batch is not."""
-    from panel.nodes import trust
+    from panel.nodes.agents import trust
     from panel.operations.tasks import ingest_events
     from workers.identity import seal_for_panel, use_keys
     from workers.task_names import INGEST_EVENTS

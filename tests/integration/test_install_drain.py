@@ -7,7 +7,6 @@ import pytest
 from tests.conftest import api_client_for
 from tests.deployment_helpers import wait_for
 from tests.integration.conftest import TEST_NODE
-from tests.integration.test_provisioning_flow import store  # noqa: F401  a fixture, used by name
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
 NEW_DRIVER_PROFILE = "0.13.0"  # CANN 8.5.0 needs a newer driver than the sim A2's 24.1.rc2
@@ -43,7 +42,7 @@ def serving_rows():
 
 @NO_BROKER
 def test_a_driver_install_is_refused_under_a_serving_deployment_and_while_it_stops(
-    store,  # noqa: F811
+    store,
     serving_rows,
     bob,
 ):
@@ -70,7 +69,7 @@ def test_a_driver_install_is_refused_under_a_serving_deployment_and_while_it_sto
     assert not node.operations.filter(kind="install").exists()
 
 
-def test_once_drained_through_the_agent_the_install_starts(store, serving_node, live_server, bob):  # noqa: F811
+def test_once_drained_through_the_agent_the_install_starts(store, serving_node, live_server, bob):
     from panel.operations.models import Operation
     from panel.provisioning.services import cancel
 
@@ -91,7 +90,7 @@ def test_once_drained_through_the_agent_the_install_starts(store, serving_node, 
 
 
 @NO_BROKER
-def test_an_install_that_keeps_the_driver_is_not_refused(store, serving_rows):  # noqa: F811
+def test_an_install_that_keeps_the_driver_is_not_refused(store, serving_rows):
     from panel.provisioning.disruption import planned_restarts
     from panel.provisioning.services import _request
 
@@ -105,7 +104,7 @@ def test_an_install_that_keeps_the_driver_is_not_refused(store, serving_rows):  
 
 
 @NO_BROKER
-def test_the_install_page_shows_the_refusal(store, serving_rows, bob):  # noqa: F811
+def test_the_install_page_shows_the_refusal(store, serving_rows, bob):
     from django.test import Client
 
     node, _deployment = serving_rows
@@ -157,7 +156,7 @@ def test_a_resume_is_refused_only_if_its_remaining_steps_restart_the_driver_or_h
 def test_after_the_install_the_pages_offer_to_uncordon_and_start_what_the_drain_stopped(serving_rows, bob):
     from django.test import Client
 
-    from panel.deployments.node_actions import drain
+    from panel.deployments.rollouts.node_actions import drain
     from panel.operations.models import Operation
     from panel.provisioning.models import NodeStack
 

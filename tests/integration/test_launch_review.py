@@ -7,11 +7,11 @@ import json
 import pytest
 
 from panel.catalog.models import Model, ModelArtifact
-from panel.core.choices import NpuHealth
+from panel.core.domain.choices import NpuHealth
 from panel.nodes.models import Node, Npu
 from tests.conftest import api_client_for
-from tests.integration.test_deployment_pages import SMALL_QWEN, client_for, engine_fields, walk_to_engine_step
-from tests.unit.test_planner import DEEPSEEK_R1
+from tests.planner_inputs import DEEPSEEK_R1
+from tests.wizard_steps import SMALL_QWEN, client_for, engine_fields, walk_to_engine_step
 
 pytestmark = pytest.mark.django_db
 

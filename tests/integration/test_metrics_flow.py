@@ -8,20 +8,20 @@ import sys
 
 import pytest
 from channels.db import database_sync_to_async
-from channels.testing import WebsocketCommunicator
 from prometheus_client.parser import text_string_to_metric_families
 
 import panel.monitoring.tasks  # noqa: F401  registers the metrics ingester with the in-process worker
-from panel.asgi import application
 from tests.conftest import api_client_for
 from tests.integration.conftest import TEST_NODE
+from tests.panel_sockets import connect_as
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
 
 @pytest.fixture
 def node(celery_worker, settings, _wired_to_redis):
-    from panel.monitoring import services, store
+    from panel.monitoring import services
+    from panel.monitoring.metrics import store
     from panel.nodes.models import Node
 
     settings.REDIS_URL = _wired_to_redis
@@ -32,23 +32,6 @@ def node(celery_worker, settings, _wired_to_redis):
     yield created
     store.forget_node(TEST_NODE)
     services.nodes.forget(TEST_NODE)
-
-
-async def connect_as(user, groups):
-    from panel.accounts.models import ApiToken
-
-    _token, raw = await database_sync_to_async(ApiToken.issue)(user, "ws")
-    communicator = WebsocketCommunicator(
-        application,
-        "/ws/",
-        headers=[(b"origin", b"http://127.0.0.1"), (b"authorization", f"Bearer {raw}".encode())],
-    )
-    connected, _ = await communicator.connect()
-    assert connected
-    await communicator.send_json_to({"type": "subscribe", "groups": groups})
-    reply = await communicator.receive_json_from(timeout=10)
-    assert reply["refused"] == []
-    return communicator
 
 
 async def receive(communicator, predicate, timeout=15):
@@ -80,8 +63,8 @@ def sim_fault(root, *args):
 
 
 async def test_a_sample_reaches_the_socket_the_ring_buffer_and_the_minute_table(node, alice, celery_worker):
-    from panel.monitoring import store
-    from panel.monitoring.history import downsample_node
+    from panel.monitoring.metrics import store
+    from panel.monitoring.metrics.history import downsample_node
     from panel.monitoring.models import HostMetricMinute, NpuMetricMinute
 
     communicator = await connect_as(alice, [f"node.{TEST_NODE}", "fleet"])
@@ -116,7 +99,7 @@ async def test_a_sample_reaches_the_socket_the_ring_buffer_and_the_minute_table(
 
 
 def test_history_comes_from_the_ring_for_short_ranges_and_the_minute_table_for_long_ones(node, alice):
-    from panel.monitoring.history import downsample_node
+    from panel.monitoring.metrics.history import downsample_node
     from panel.monitoring.services import ingest_metrics
     from workers.contracts import MetricBatch
     from workers.sampler import Sampler
@@ -217,7 +200,7 @@ async def test_an_injected_fault_raises_an_alert_and_clearing_it_resolves_it(nod
 
 
 def test_a_driver_failure_is_shown_on_the_node_and_raised_as_an_alert(node, celery_worker):
-    from panel.monitoring import store
+    from panel.monitoring.metrics import store
     from panel.monitoring.models import Alert
     from panel.monitoring.services import ingest_metrics
     from workers.contracts import MetricBatch
@@ -233,7 +216,7 @@ def test_a_driver_failure_is_shown_on_the_node_and_raised_as_an_alert(node, cele
 
 
 def test_acknowledging_needs_an_operator(node, bob, charlie):
-    from panel.monitoring.alerts import node_went_offline
+    from panel.monitoring.alerting.alerts import node_went_offline
     from panel.monitoring.models import Alert
 
     node_went_offline(node)
@@ -268,7 +251,7 @@ def test_an_agent_going_silent_raises_offline_and_its_next_heartbeat_resolves_it
 def test_the_alerts_page_lists_open_alerts_with_an_acknowledge_button_for_operators(
     node, client, bob, charlie
 ):
-    from panel.monitoring.alerts import node_went_offline
+    from panel.monitoring.alerting.alerts import node_went_offline
 
     node_went_offline(node)
     client.force_login(bob)

@@ -3,28 +3,18 @@ the backlog is capped; stale and malformed batches are dropped without stopping 
 
 import json
 import time
-from datetime import timedelta
 
 import pytest
 
-from panel.monitoring import store
-from panel.monitoring.inbox import MetricsIngester
+from panel.monitoring.metrics import store
+from panel.monitoring.metrics.inbox import MetricsIngester
 from panel.nodes.models import Node
+from tests.metric_batches import a_batch
 from workers import metrics_inbox
 from workers.broker import broker_redis
-from workers.contracts import HostSample, MetricBatch, MetricSample, NpuSample, utcnow
 from workers.identity import signature, split_inbox_line, use_keys
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
-
-
-def a_batch(node: str, seq: int, sent_ago_s: float = 0) -> MetricBatch:
-    taken = utcnow() - timedelta(seconds=sent_ago_s)
-    npu = NpuSample(npu_id=0, chip_id=0, health="OK", aicore_pct=float(seq), hbm_used_mb=1, hbm_total_mb=2)
-    host = HostSample(cpu_pct=1, memory_used_mb=1, memory_total_mb=2, load1=0.1)
-    return MetricBatch(
-        node=node, samples=[MetricSample(time=taken, host=host, npus=[npu])], seq=seq, sent_at=taken
-    )
 
 
 @pytest.fixture
@@ -77,7 +67,7 @@ def metrics_line_for_nobody() -> bytes:
 
 
 def test_the_ingester_stores_fresh_batches_and_drops_stale_and_malformed_ones(node):
-    from panel.core.refusals import rejected_counts
+    from panel.core.infra.refusals import rejected_counts
 
     broker_redis().rpush(metrics_inbox.inbox_key(), b"not json", b"[1, 2]")
     metrics_inbox.push(a_batch(node.name, seq=1, sent_ago_s=metrics_inbox.MAX_AGE_S + 60))

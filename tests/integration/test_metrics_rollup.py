@@ -1,13 +1,13 @@
-"""Old minute rows fold into hourly rows (panel.monitoring.rollup): weighted means, maxes of maxes, nothing
-folded inside PANEL_METRICS_MINUTE_DAYS, the same result when folded twice, and the history API still draws
-the folded hours."""
+"""Old minute rows fold into hourly rows (panel.monitoring.metrics.rollup): weighted means, maxes of maxes,
+nothing folded inside PANEL_METRICS_MINUTE_DAYS, the same result when folded twice, and the history API still
+draws the folded hours."""
 
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from panel.monitoring.metrics.rollup import roll_up
 from panel.monitoring.models import HostMetricMinute, NpuMetricMinute
-from panel.monitoring.rollup import roll_up
 from panel.monitoring.tasks import prune
 from panel.nodes.models import Node
 from tests.conftest import api_client_for

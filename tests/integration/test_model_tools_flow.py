@@ -6,8 +6,7 @@ import datetime
 
 import pytest
 
-from tests.integration.conftest import TEST_NODE
-from tests.integration.test_models_flow import wait_for
+from tests.integration.conftest import TEST_NODE, wait_until_ended
 from workers.models.onnx_file import write_tiny_vision_model
 from workers.models.tiny import make_tiny_model
 from workers.sim.atc import OM_MAGIC
@@ -31,7 +30,7 @@ def onnx_artifact(node, bob, celery_worker):
 
     write_tiny_vision_model(celery_worker.sim_root / "data/models/vision/model.onnx")
     model, operation = register_model(source="local", node=node, path="/data/models/vision", user=bob)
-    assert wait_for(operation).status == "succeeded", operation.error
+    assert wait_until_ended(operation).status == "succeeded", operation.error
     artifact = ModelArtifact.objects.get(model=model, node=node)
     assert artifact.format == "onnx"
     return artifact
@@ -58,7 +57,7 @@ def test_atc_converts_the_onnx_model_with_its_log_streamed(onnx_artifact, bob, c
     from panel.catalog.models import ModelArtifact
 
     form = {"input_shape": "images:1,3,8,8", "input_format": "NCHW", "soc_version": "Ascend910B3", "path": ""}
-    operation = wait_for(
+    operation = wait_until_ended(
         started_from_the_models_page(client, bob, "catalog:artifact-atc", onnx_artifact, form)
     )
     assert operation.status == "succeeded", (operation.error, operation.hint)
@@ -108,7 +107,7 @@ def test_a_failed_atc_run_is_explained(onnx_artifact, bob, celery_worker, kwargs
     from panel.catalog.copies import start_atc
     from panel.catalog.models import ModelArtifact
 
-    operation = wait_for(start_atc(onnx_artifact, bob, **kwargs))
+    operation = wait_until_ended(start_atc(onnx_artifact, bob, **kwargs))
     assert operation.status == "failed"
     assert operation.error == "atc did not produce model.om; see the log"
     assert operation.hint.startswith(title + ": ")
@@ -137,7 +136,9 @@ def test_atc_into_an_existing_folder_is_refused_with_a_free_one_named(onnx_artif
 
     from panel.catalog.copies import start_atc
 
-    first = wait_for(start_atc(onnx_artifact, bob, input_shape="images:1,3,8,8", soc_version="Ascend910B3"))
+    first = wait_until_ended(
+        start_atc(onnx_artifact, bob, input_shape="images:1,3,8,8", soc_version="Ascend910B3")
+    )
     assert first.status == "succeeded", (first.error, first.hint)
     path = first.params["path"]
     with pytest.raises(ValidationError) as refused:
@@ -145,7 +146,7 @@ def test_atc_into_an_existing_folder_is_refused_with_a_free_one_named(onnx_artif
     message = refused.value.message_dict["path"][0]
     assert f"already has a model at {path}" in message
     assert f"Choose another output folder, e.g. {path}-2" in message
-    again = wait_for(start_atc(onnx_artifact, bob, soc_version="Ascend910B3", path=f"{path}-2"))
+    again = wait_until_ended(start_atc(onnx_artifact, bob, soc_version="Ascend910B3", path=f"{path}-2"))
     assert again.status == "succeeded", (again.error, again.hint)
 
 
@@ -156,7 +157,7 @@ def hf_artifact(node, bob, celery_worker):
 
     make_tiny_model(celery_worker.sim_root / "data/models/tiny", arch="qwen2")
     model, operation = register_model(source="local", node=node, path="/data/models/tiny", user=bob)
-    assert wait_for(operation).status == "succeeded", operation.error
+    assert wait_until_ended(operation).status == "succeeded", operation.error
     return ModelArtifact.objects.get(model=model, node=node)
 
 
@@ -165,7 +166,7 @@ def test_msmodelslim_quantizes_on_a_node_that_has_it(hf_artifact, bob, celery_wo
 
     install_msmodelslim(celery_worker.sim_root)
     form = {"target": "w8a8_dynamic", "backend": "msmodelslim", "device": "npu", "model_type": "Qwen2-0.5B"}
-    operation = wait_for(
+    operation = wait_until_ended(
         started_from_the_models_page(client, bob, "catalog:artifact-convert", hf_artifact, form)
     )
     assert operation.status == "succeeded", (operation.error, operation.hint)
@@ -185,7 +186,7 @@ def test_msmodelslim_quantizes_on_a_node_that_has_it(hf_artifact, bob, celery_wo
 def test_msmodelslim_missing_on_the_node_is_explained(hf_artifact, bob):
     from panel.catalog.copies import start_conversion
 
-    operation = wait_for(start_conversion(hf_artifact, "w8a8_dynamic", bob, backend="msmodelslim"))
+    operation = wait_until_ended(start_conversion(hf_artifact, "w8a8_dynamic", bob, backend="msmodelslim"))
     assert operation.status == "failed"
     assert operation.error == "msmodelslim is not installed on this node"
     assert "use the built-in quantizer" in operation.hint

@@ -1,24 +1,12 @@
 """Models through the real worker on the simulated node: register a folder → inspect → facts stored;
 W8A8_DYNAMIC conversion → a new, verified artifact; delete → the folder and the record are gone."""
 
-import time
-
 import pytest
 
-from tests.integration.conftest import TEST_NODE
+from tests.integration.conftest import TEST_NODE, wait_until_ended
 from workers.models.tiny import make_tiny_model
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
-
-
-def wait_for(operation, timeout=90):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        operation.refresh_from_db()
-        if operation.is_terminal:
-            return operation
-        time.sleep(0.2)
-    raise AssertionError(f"{operation} did not finish in {timeout} s")
 
 
 @pytest.fixture
@@ -36,7 +24,7 @@ def test_a_registered_folder_is_inspected_quantized_and_deleted_on_the_node(node
     from panel.catalog.services import register_model
 
     model, operation = register_model(source="local", node=node, path="/data/models/tiny", user=bob)
-    assert wait_for(operation).status == "succeeded", operation.error
+    assert wait_until_ended(operation).status == "succeeded", operation.error
     model.refresh_from_db()
     assert model.facts["architecture"] == "Qwen2ForCausalLM"
     assert model.facts_source == "inspect"
@@ -45,7 +33,7 @@ def test_a_registered_folder_is_inspected_quantized_and_deleted_on_the_node(node
     assert original.format == "hf"
     assert original.size_bytes > 0
 
-    conversion = wait_for(start_conversion(original, "w8a8_dynamic", user=bob))
+    conversion = wait_until_ended(start_conversion(original, "w8a8_dynamic", user=bob))
     assert conversion.status == "succeeded", (conversion.error, conversion.hint)
     assert conversion.result["verification"]["relative_error_by_tensor"]
     quantized = ModelArtifact.objects.get(path="/data/models/tiny-w8a8")
@@ -55,7 +43,7 @@ def test_a_registered_folder_is_inspected_quantized_and_deleted_on_the_node(node
     assert quantized.facts["quantization"] == "W8A8_DYNAMIC"
     assert (celery_worker.sim_root / "data/models/tiny-w8a8/quant_model_description.json").is_file()
 
-    deletion = wait_for(start_artifact_delete(quantized, user=bob))
+    deletion = wait_until_ended(start_artifact_delete(quantized, user=bob))
     assert deletion.status == "succeeded", deletion.error
     assert not ModelArtifact.objects.filter(pk=quantized.pk).exists()
     assert not (celery_worker.sim_root / "data/models/tiny-w8a8").exists()
@@ -71,7 +59,7 @@ def test_the_agent_reads_nothing_outside_its_models_root_even_when_the_panel_ask
     model = Model.objects.create(name="planted", source="local")
     for path in ("/etc", "/data/models/etc-link"):
         artifact = ModelArtifact.objects.create(model=model, node=node, path=path, ready=False)
-        operation = wait_for(start_inspection(artifact, user=bob))
+        operation = wait_until_ended(start_inspection(artifact, user=bob))
         assert operation.status == "failed"
         assert "models root" in operation.error
 
@@ -113,7 +101,7 @@ def test_a_failed_download_says_what_happened_and_what_to_do_without_a_traceback
     unreachable = f"http://127.0.0.1:{_free_port()}"
     model = Model.objects.create(name="qwen-tiny", source="modelscope", repo_id="Qwen/Qwen3-0.6B")
     settings.PANEL_MODELSCOPE_ENDPOINT = unreachable
-    operation = wait_for(start_download(model, node, user=bob))
+    operation = wait_until_ended(start_download(model, node, user=bob))
     assert operation.status == "failed"
     assert operation.error.startswith("The hub could not list the model: ")
     assert unreachable in operation.error
@@ -127,7 +115,7 @@ def test_a_failed_download_says_what_happened_and_what_to_do_without_a_traceback
 
     from panel.catalog.services import start_hub_inspection
 
-    read = wait_for(start_hub_inspection(model, node, user=bob))
+    read = wait_until_ended(start_hub_inspection(model, node, user=bob))
     assert read.status == "failed"
     assert read.error.startswith("The hub could not list the model: ")
     assert read.hint == operation.hint

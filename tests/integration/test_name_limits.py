@@ -8,11 +8,11 @@ from django.urls import reverse
 
 from panel.accounts.models import ApiToken
 from panel.catalog.models import Model, ModelArtifact
-from panel.core.choices import NpuHealth
+from panel.core.domain.choices import NpuHealth
 from panel.deployments.models import Deployment
 from panel.nodes.models import Node, Npu
 from tests.conftest import api_client_for
-from tests.integration.test_deployment_pages import SMALL_QWEN, client_for
+from tests.wizard_steps import SMALL_QWEN, client_for
 
 pytestmark = pytest.mark.django_db
 

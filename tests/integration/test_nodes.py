@@ -34,7 +34,7 @@ def join(node_name, token):
 
 @pytest.mark.django_db
 def test_an_admin_adds_an_agent_node_and_gets_a_one_line_join_command(alice):
-    from panel.nodes.agent_package import agent_sdist, install_script_sha256
+    from panel.nodes.agents.agent_package import agent_sdist, install_script_sha256
 
     response = api_client_for(alice).post("/api/v1/nodes/", {"name": "npu-07"}, format="json")
     assert response.status_code == 201, response.json()
@@ -56,8 +56,8 @@ def test_an_admin_adds_an_agent_node_and_gets_a_one_line_join_command(alice):
 
 @pytest.mark.django_db
 def test_the_join_token_is_traded_once_for_its_nodes_credential_and_no_other(alice):
+    from panel.nodes.agents.trust import agent_key
     from panel.nodes.models import Node
-    from panel.nodes.trust import agent_key
 
     token = (
         api_client_for(alice).post("/api/v1/nodes/", {"name": "npu-07"}, format="json").json()["join_token"]
@@ -76,7 +76,7 @@ def test_the_join_token_is_traded_once_for_its_nodes_credential_and_no_other(ali
 
 @pytest.mark.django_db
 def test_an_expired_join_token_registers_nothing(alice):
-    from panel.nodes.join import issue_join_token
+    from panel.nodes.agents.join import issue_join_token
     from panel.nodes.models import Node
 
     token = issue_join_token("npu-09", lifetime=timedelta(seconds=-1))
@@ -88,7 +88,7 @@ def test_an_expired_join_token_registers_nothing(alice):
 
 @pytest.mark.django_db
 def test_joining_again_rotates_the_credential_and_the_old_one_stops_working(alice):
-    from panel.nodes.join import issue_join_token
+    from panel.nodes.agents.join import issue_join_token
 
     old_key = join("npu-10", issue_join_token("npu-10")).json()["agent_key"]
     new_key = join("npu-10", issue_join_token("npu-10", rotate_credential=True)).json()["agent_key"]
@@ -206,7 +206,7 @@ def test_removing_a_node_whose_model_copy_a_deployment_was_made_from_is_a_409_th
 
 @pytest.mark.django_db
 def test_an_ssh_nodes_secret_is_stored_encrypted(alice):
-    from panel.core.secrets import decrypt
+    from panel.core.infra.secrets import decrypt
     from panel.nodes.lifecycle import sealed_credentials
     from panel.nodes.models import Node
 

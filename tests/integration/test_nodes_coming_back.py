@@ -12,12 +12,13 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from panel.monitoring import services, store
+from panel.monitoring import services
+from panel.monitoring.metrics import store
 from panel.monitoring.models import Alert
 from panel.nodes.models import Node
 from panel.nodes.services import mark_silent_nodes_offline
-from tests.integration.test_metrics_flow import connect_as
-from tests.integration.test_metrics_inbox import a_batch
+from tests.metric_batches import a_batch
+from tests.panel_sockets import connect_as
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(90)]
 

@@ -41,7 +41,7 @@ def offered_sha(name=NAME) -> str:
 
 
 def download_token_of_a_running_install() -> str:
-    from panel.core.choices import OperationKind, OperationStatus
+    from panel.core.domain.choices import OperationKind, OperationStatus
     from panel.operations.models import Operation
     from panel.provisioning.services import download_token
 

@@ -11,10 +11,9 @@ import pytest
 from django.test import Client
 from django.utils import timezone, translation
 
-from panel.core.choices import OperationKind, OperationStatus
+from panel.core.domain.choices import OperationKind, OperationStatus
 from tests.integration.conftest import event_batch, ingest_as_its_node
-from tests.integration.test_url_permissions import PUBLIC, TOKEN_GUARDED, every_url
-from tests.integration.test_url_permissions import rows as rows  # noqa: PLC0414  the fixture, by name
+from tests.url_walk import PUBLIC, TOKEN_GUARDED, every_url
 
 pytestmark = pytest.mark.django_db
 PO = Path(__file__).resolve().parents[2] / "locale/zh_Hans/LC_MESSAGES/django.po"

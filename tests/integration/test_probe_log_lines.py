@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from panel.catalog.models import Model
 from panel.deployments.models import Deployment
-from panel.deployments.reconcile import ingest_probe
+from panel.deployments.rollouts.reconcile import ingest_probe
 from panel.nodes.models import Node
 
 pytestmark = pytest.mark.django_db

@@ -19,14 +19,6 @@ exit 1
 """
 
 
-@pytest.fixture
-def store(tmp_path, settings):
-    from django.core.management import call_command
-
-    settings.DATA_DIR = tmp_path / "panel-data"
-    call_command("seed_sim_packages")
-
-
 def make_node():
     from panel.nodes.models import Node
 

@@ -6,7 +6,7 @@ import re
 import pytest
 from django.test import Client
 
-from panel.core.choices import OperationKind
+from panel.core.domain.choices import OperationKind
 from panel.nodes.models import Node, Npu
 from panel.operations.models import Operation
 
@@ -39,6 +39,16 @@ def preflight(client, node, profile):
     assert response.status_code == 302, response.content[:500]
 
 
+def passed(node):
+    """The node's preflight ended as the agent ends it, its checklist without a failed row."""
+    from panel.provisioning.services import record_outcome, stack_of
+
+    operation = stack_of(node).preflight_operation
+    operation.status, operation.result = "succeeded", {"checklist": [{"check": "os", "status": "pass"}]}
+    operation.save()
+    record_outcome(operation)
+
+
 def test_after_a_preflight_the_page_keeps_its_profile_selected(bob, node):
     client = signed_in(bob)
     preflight(client, node, CHECKED)
@@ -57,6 +67,7 @@ def test_install_refuses_a_profile_other_than_the_one_the_preflight_checked(bob,
     assert f"The preflight on this page checked profile {CHECKED}, not {OTHER}" in page
 
     form["profile"] = CHECKED
+    passed(node)  # an install waits for its preflight's checklist (panel.provisioning.gate)
     client.post(f"/provisioning/nodes/{node.name}/install/", form)
     install = Operation.objects.get(kind=OperationKind.INSTALL)
     assert install.params["profile"] == CHECKED

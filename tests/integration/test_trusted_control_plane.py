@@ -16,45 +16,20 @@ from django.utils import timezone
 from tests.conftest import api_client_for
 from tests.deployment_helpers import wait_for
 from tests.integration.conftest import TEST_NODE, event_batch
+from tests.node_trust import as_node_a, operation_on, rejected
 from workers.identity import seal_for_panel, use_keys
 from workers.task_names import HEARTBEAT, INGEST_DEPLOYMENT_PROBE, INGEST_EVENTS
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
 
 
-@pytest.fixture
-def two_nodes(db):
-    from panel.nodes.models import Node
-
-    return Node.objects.create(name="node-a"), Node.objects.create(name="node-b")
-
-
-def as_node_a(two_nodes):
-    """This process holds node A's credential only, as A's (compromised) host would."""
-    from panel.nodes.trust import agent_key
-
-    use_keys({"node-a": agent_key(two_nodes[0])})
-
-
-def rejected(kind: str) -> int:
-    from panel.core.refusals import rejected_counts
-
-    return rejected_counts().get(kind, 0)
-
-
-def operation_on(node, kind="inventory"):
-    from panel.operations.models import Operation
-
-    return Operation.objects.create(kind=kind, node=node, target=node.name, task_name="agent.inventory")
-
-
 @pytest.mark.usefixtures("_wired_to_redis")
-def test_node_a_cannot_write_events_for_node_bs_operation(two_nodes):
+def test_node_a_cannot_write_events_for_node_bs_operation(nodes_a_and_b):
     from panel.operations.tasks import ingest_events
 
-    node_a, node_b = two_nodes
+    node_a, node_b = nodes_a_and_b
     operation = operation_on(node_b)
-    as_node_a(two_nodes)
+    as_node_a(nodes_a_and_b)
     before = rejected("event_batch")
     batch = event_batch(operation, (1, "state", {"state": "succeeded", "result": {"facts": {"x": 1}}}))
     # Signed honestly as A but about B's operation, then signed as A while claiming to be B.
@@ -67,12 +42,12 @@ def test_node_a_cannot_write_events_for_node_bs_operation(two_nodes):
 
 
 @pytest.mark.usefixtures("_wired_to_redis")
-def test_node_a_cannot_beat_for_node_b_and_a_removed_node_is_refused(two_nodes):
+def test_node_a_cannot_beat_for_node_b_and_a_removed_node_is_refused(nodes_a_and_b):
     from panel.nodes.tasks import heartbeat
     from workers.contracts import Heartbeat, utcnow
 
-    node_a, node_b = two_nodes
-    as_node_a(two_nodes)
+    node_a, node_b = nodes_a_and_b
+    as_node_a(nodes_a_and_b)
     beat_b = Heartbeat(node="node-b", time=utcnow(), agent_version="x").model_dump(mode="json")
     heartbeat({**seal_for_panel(HEARTBEAT, "node-a", beat_b), "node": "node-b"})
     node_b.refresh_from_db()
@@ -88,15 +63,15 @@ def test_node_a_cannot_beat_for_node_b_and_a_removed_node_is_refused(two_nodes):
 
 
 @pytest.mark.usefixtures("_wired_to_redis")
-def test_node_a_cannot_set_the_pid_or_log_of_node_bs_deployment(two_nodes):
+def test_node_a_cannot_set_the_pid_or_log_of_node_bs_deployment(nodes_a_and_b):
     from panel.catalog.models import Model
     from panel.deployments.models import Deployment
     from panel.deployments.tasks import ingest_deployment_probe
 
-    node_a, node_b = two_nodes
+    node_a, node_b = nodes_a_and_b
     deployment = Deployment.objects.create(name="on-b", model=Model.objects.create(name="m"))
     deployment.nodes.add(node_b)
-    as_node_a(two_nodes)
+    as_node_a(nodes_a_and_b)
     probe = {"node": "node-a", "time": timezone.now().isoformat(), "results": [{"name": "on-b", "pid": 1}]}
     probe["results"][0]["lines"] = ["injected log line"]
     probe["results"][0]["log_offset"] = 99
@@ -109,13 +84,13 @@ def test_node_a_cannot_set_the_pid_or_log_of_node_bs_deployment(two_nodes):
 
 
 @pytest.mark.usefixtures("_wired_to_redis")
-def test_metrics_signed_by_a_for_b_are_dropped_and_counted(two_nodes):
-    from panel.monitoring.inbox import MetricsIngester
-    from panel.monitoring.store import read_latest
+def test_metrics_signed_by_a_for_b_are_dropped_and_counted(nodes_a_and_b):
+    from panel.monitoring.metrics.inbox import MetricsIngester
+    from panel.monitoring.metrics.store import read_latest
     from workers.contracts import HostSample, MetricBatch, MetricSample, utcnow
     from workers.identity import inbox_line
 
-    as_node_a(two_nodes)
+    as_node_a(nodes_a_and_b)
     sample = MetricSample(
         time=utcnow(), host=HostSample(cpu_pct=1, memory_used_mb=1, memory_total_mb=2, load1=0)
     )
@@ -239,7 +214,7 @@ def test_a_delivery_of_a_finished_operation_runs_nothing(celery_worker):
     resend(operation)  # a terminal operation is not sent again at all
     operation.refresh_from_db()
     assert operation.dispatches == 1
-    from panel.nodes.trust import send_agent_task
+    from panel.nodes.agents.trust import send_agent_task
 
     send_agent_task(node, AGENT_INVENTORY, {"operation_id": str(operation.id)}, task_id=str(operation.id))
     time.sleep(3)  # the agent drops the delivery: its lease record says the operation ended
@@ -296,25 +271,25 @@ def test_an_operation_nobody_picks_up_fails_with_a_reason(db, settings):
 def test_what_the_broker_did_not_take_is_accepted_and_sent_later(celery_worker, alice, monkeypatch):
     from kombu.exceptions import OperationalError
 
-    import panel.nodes.trust
+    import panel.nodes.agents.trust
     from panel.nodes.models import Node
     from panel.operations.dispatch import send_unsent
     from panel.operations.models import Operation
 
     Node.objects.create(name=TEST_NODE, transport="agent")
-    real_send = panel.nodes.trust.celery_app.send_task
+    real_send = panel.nodes.agents.trust.celery_app.send_task
 
     def broker_down(*args, **kwargs):
         raise OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
 
-    monkeypatch.setattr(panel.nodes.trust.celery_app, "send_task", broker_down)
+    monkeypatch.setattr(panel.nodes.agents.trust.celery_app, "send_task", broker_down)
     node_pk = Node.objects.get(name=TEST_NODE).pk
     response = api_client_for(alice).post(f"/api/v1/nodes/{node_pk}/inventory/")
     assert response.status_code in (201, 202), response.content
     operation = Operation.objects.get(pk=response.json()["id"])
     assert (operation.sent_at, operation.status) == (None, "pending")
     assert "Connection refused" in operation.send_error
-    monkeypatch.setattr(panel.nodes.trust.celery_app, "send_task", real_send)
+    monkeypatch.setattr(panel.nodes.agents.trust.celery_app, "send_task", real_send)
     Operation.objects.filter(pk=operation.pk).update(updated=timezone.now() - timedelta(seconds=10))
     assert send_unsent() == 1
     operation = wait_terminal(operation)
@@ -322,8 +297,8 @@ def test_what_the_broker_did_not_take_is_accepted_and_sent_later(celery_worker, 
     assert operation.dispatches == 1
 
 
-def test_an_admin_force_fails_a_stuck_operation_and_others_may_not(two_nodes, alice, bob):
-    operation = operation_on(two_nodes[1])
+def test_an_admin_force_fails_a_stuck_operation_and_others_may_not(nodes_a_and_b, alice, bob):
+    operation = operation_on(nodes_a_and_b[1])
     assert api_client_for(bob).post(f"/api/v1/operations/{operation.id}/force-fail/").status_code == 403
     response = api_client_for(alice).post(
         f"/api/v1/operations/{operation.id}/force-fail/", {"reason": "host reinstalled"}, format="json"
@@ -379,8 +354,8 @@ def test_a_cancel_flag_that_cannot_be_read_does_not_cancel_an_install(monkeypatc
 
 @pytest.mark.usefixtures("_wired_to_redis")
 def test_the_central_agent_speaks_only_for_nodes_it_reaches_over_ssh(db):
+    from panel.nodes.agents.trust import panel_central_key
     from panel.nodes.models import Node
-    from panel.nodes.trust import panel_central_key
     from panel.operations.tasks import ingest_events
     from workers.identity import CENTRAL
 
@@ -397,13 +372,13 @@ def test_the_central_agent_speaks_only_for_nodes_it_reaches_over_ssh(db):
 
 
 @pytest.mark.usefixtures("_wired_to_redis")
-def test_metrics_signed_with_a_rotated_credential_are_refused_at_once(two_nodes):
+def test_metrics_signed_with_a_rotated_credential_are_refused_at_once(nodes_a_and_b):
+    from panel.nodes.agents.trust import trusted_metrics
     from panel.nodes.models import new_credential_id
-    from panel.nodes.trust import trusted_metrics
     from workers.identity import inbox_line, split_inbox_line
 
-    node_a, _ = two_nodes
-    as_node_a(two_nodes)
+    node_a, _ = nodes_a_and_b
+    as_node_a(nodes_a_and_b)
     signer, sig, raw = split_inbox_line(inbox_line("node-a", b'{"node": "node-a"}'))
     assert trusted_metrics([(signer, sig, raw, "node-a")]) == [True]
     node_a.credential_id = new_credential_id()  # what joining again does

@@ -24,13 +24,12 @@ from panel.accounts.models import ApiToken
 from panel.audit import actions as audit
 from panel.audit.models import AuditEntry
 from panel.catalog.models import Model
-from panel.core.choices import DeploymentState, DesiredState
+from panel.core.domain.choices import DeploymentState, DesiredState
 from panel.deployments import services
 from panel.deployments.models import Deployment
 from panel.realtime.broadcast import DEPLOYMENTS, FLEET, abroadcast
-from tests.deployment_helpers import reconcile_loop, wait_for  # noqa: F401  reconcile_loop: a fixture
+from tests.deployment_helpers import wait_for
 from tests.integration.conftest import TEST_NODE, event_batch, ingest_as_its_node
-from tests.live_web import live_web  # noqa: F401  a fixture, used by name
 from workers.task_names import AGENT_INVENTORY
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
@@ -41,7 +40,7 @@ def token_of(user) -> str:
 
 
 @pytest.fixture
-def api(live_web, bob):  # noqa: F811  (the fixture imported above)
+def api(live_web, bob):
     headers = {"Authorization": f"Token {token_of(bob)}"}
     with httpx.Client(base_url=live_web.url, headers=headers, timeout=90) as client:
         yield client
@@ -65,7 +64,12 @@ def live_holders(root):
 
 
 def test_waits_answer_once_it_runs_stops_runs_again_restarts_and_is_gone(
-    api, celery_worker, node_with_npus, tiny, monkeypatch
+    api,
+    celery_worker,
+    node_with_npus,
+    tiny,
+    monkeypatch,
+    reconcile_loop,
 ):
     monkeypatch.setenv("SIM_ENGINE_START_DELAY", "0.5")
     created = api.post(
@@ -90,7 +94,8 @@ def test_waits_answer_once_it_runs_stops_runs_again_restarts_and_is_gone(
     assert started.status_code == 200, started.text
     assert started.json()["status"] == "running"
 
-    # A restart passes through stopped on its way back to running: that is not where it stops waiting.
+    # A restart rolls (a surge replica first, moved on by the reconcile loop) and passes through stopped on
+    # its way back to running: that is not where it stops waiting, the rollout's end is.
     restarted = api.post(f"/api/v1/deployments/{pk}/restart/", params={"wait": "running", "timeout": 60})
     assert restarted.status_code == 200, restarted.text
     assert restarted.json()["status"] == "running"
@@ -145,7 +150,7 @@ def test_a_wait_that_runs_out_answers_408_and_a_delete_waits_until_the_row_is_go
     assert not Deployment.objects.filter(pk=pk).exists()
 
 
-def test_wait_and_watch_parameters_are_checked_before_anything_acts(api, live_web):  # noqa: F811
+def test_wait_and_watch_parameters_are_checked_before_anything_acts(api, live_web):
     model = Model.objects.create(name="m")
     kept = Deployment.objects.create(
         name="kept", model=model, observed_state=DeploymentState.STOPPED, desired_state=DesiredState.STOPPED
@@ -174,8 +179,8 @@ def test_wait_and_watch_parameters_are_checked_before_anything_acts(api, live_we
     assert anonymous.headers["content-type"] == "application/json"
 
 
-def test_the_async_middleware_chain_serves_pages_static_files_and_refusals(live_web):  # noqa: F811
-    """Every middleware runs async under the ASGI server (panel/core/middleware.py): what each one does
+def test_the_async_middleware_chain_serves_pages_static_files_and_refusals(live_web):
+    """Every middleware runs async under the ASGI server (panel/core/web/middleware.py): what each one does
     still happens there."""
     static = httpx.get(f"{live_web.url}/static/favicon.svg")
     assert static.status_code == 200
@@ -188,7 +193,7 @@ def test_the_async_middleware_chain_serves_pages_static_files_and_refusals(live_
     assert nul.json()["detail"] == "Query parameters must not contain NUL characters."
 
 
-def test_waiting_requests_hold_no_thread_of_the_server(live_web, bob):  # noqa: F811
+def test_waiting_requests_hold_no_thread_of_the_server(live_web, bob):
     """Forty requests wait at once; the server's thread count stays where it was, and all forty answer when
     their timeout ends, not one after another."""
     model = Model.objects.create(name="m")
@@ -284,7 +289,7 @@ def group_members(redis_url: str, prefix: str, group: str) -> int:
 
 
 def test_a_watched_list_streams_each_deployment_then_each_change_until_the_client_leaves(
-    live_web,  # noqa: F811
+    live_web,
     api,
     charlie,
     redis_url,
@@ -336,7 +341,7 @@ def test_a_watched_list_streams_each_deployment_then_each_change_until_the_clien
 
 
 def test_a_watched_operation_streams_its_progress_and_a_watched_list_sees_new_ones(
-    live_web,  # noqa: F811
+    live_web,
     charlie,
 ):
     from panel.nodes.models import Node
@@ -380,7 +385,7 @@ def test_a_watched_operation_streams_its_progress_and_a_watched_list_sees_new_on
 
 
 def test_a_token_opens_the_websocket_without_origin_and_a_cookie_alone_does_not(
-    live_web,  # noqa: F811
+    live_web,
     charlie,
 ):
     from django.test import Client
@@ -408,7 +413,7 @@ def test_a_token_opens_the_websocket_without_origin_and_a_cookie_alone_does_not(
     assert foreign.value.response.status_code == 403
 
 
-def test_the_server_leaves_the_client_address_to_the_panel(live_web):  # noqa: F811
+def test_the_server_leaves_the_client_address_to_the_panel(live_web):
     """uvicorn would believe X-Forwarded-For from a loopback peer; panel.web turns that off, so with
     PANEL_TRUSTED_PROXIES = 0 a failed sign-in is recorded (and locked out) by the address that connected,
     whatever the client wrote in the header. The server does not name itself either."""

@@ -4,9 +4,9 @@ images, official images for its chip), and with runtime container the plan shows
 import pytest
 
 from panel.catalog.models import Model, ModelArtifact
-from panel.core.choices import NpuHealth
+from panel.core.domain.choices import NpuHealth
 from panel.nodes.models import Node, Npu
-from tests.integration.test_deployment_pages import SMALL_QWEN, client_for, engine_fields, walk_to_engine_step
+from tests.wizard_steps import SMALL_QWEN, client_for, engine_fields, walk_to_engine_step
 
 pytestmark = pytest.mark.django_db
 

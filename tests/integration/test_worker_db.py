@@ -1,4 +1,4 @@
-"""The panel worker keeps its database connection across tasks (panel/core/worker_db.py), where Celery's
+"""The panel worker keeps its database connection across tasks (panel/core/infra/worker_db.py), where Celery's
 Django fixup alone opens one per task, and still drops one that broke or outlived its age.
 
 A worker thread around each task runs the fixup's handlers and ours; the tests call them directly (the
@@ -11,7 +11,7 @@ from celery import Celery, signals
 from celery.fixups.django import DjangoWorkerFixup
 from django.db import connection, connections
 
-from panel.core import worker_db
+from panel.core.infra import worker_db
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from panel.nodes import trust
+from panel.nodes.agents import trust
 from tests.deployment_helpers import wait_for
 from tests.integration.conftest import TEST_NODE
 from workers.celery_app import app

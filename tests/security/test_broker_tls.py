@@ -25,7 +25,7 @@ from tests.security.test_node_broker_user import join
 from tests.tls_certs import make_authority, server_files
 from workers.identity import inbox_kind, split_inbox_line
 from workers.task_names import SSH_RUNNER_QUEUE
-from workers.topology import METRICS_QUEUE, declare, panel_topology
+from workers.topology import HEARTBEAT_QUEUE, declare, panel_topology
 
 pytestmark = [pytest.mark.django_db, pytest.mark.timeout(180)]
 
@@ -197,7 +197,7 @@ def agent_over_tls(over_tls, sim_host, tmp_path):
 
 
 def test_an_agent_process_configured_from_its_join_answer_works_over_tls_only(agent_over_tls, tls_broker):
-    """Its heartbeats reach the metrics queue (published over amqps), its worker consumes its queue, and
+    """Its heartbeats reach the heartbeat queue (published over amqps), its worker consumes its queue, and
     every connection its user holds is TLS on the amqps listener."""
     name, _, log_path = agent_over_tls
     heartbeat = wait_for(
@@ -258,11 +258,11 @@ def connections_consuming(broker: BrokerNode, user: str, queue: str) -> list[dic
 
 
 def first_heartbeat(panel_url: str) -> dict | None:
-    """The first heartbeat waiting in the metrics queue (the inbox agents' heartbeats ride), read with the
-    panel's user as its ingester reads it."""
+    """The first heartbeat waiting in the heartbeat queue (apart from the metrics: workers.topology), read
+    with the panel's user as its ingester reads it."""
     with Connection(panel_url, connect_timeout=5) as connection:
         channel = connection.channel()
-        while message := channel.basic_get(METRICS_QUEUE, no_ack=True):
+        while message := channel.basic_get(HEARTBEAT_QUEUE, no_ack=True):
             _signer, _seal, raw = split_inbox_line(message.body)
             if inbox_kind(raw) == "heartbeat":
                 return json.loads(raw)["heartbeat"]

@@ -14,10 +14,12 @@ import orjson
 import pytest
 from celery import Celery
 
-from panel.core import panel_tasks, refusals
-from panel.core.refusals import rejected_by_reason
-from panel.gateway import identity, sealing, store
-from tests.integration.test_trusted_control_plane import event_batch, operation_on
+from panel.core.infra import panel_tasks, refusals
+from panel.core.infra.refusals import rejected_by_reason
+from panel.gateway import sealing, store
+from panel.gateway.access import identity
+from tests.integration.conftest import event_batch
+from tests.node_trust import operation_on
 from tests.security.central_agent import central_credential
 from tests.security.test_fleet_transport import agent_process, wait_for
 from tests.security.test_node_broker_user import channel_of
@@ -73,9 +75,10 @@ def sealed_as(key: bytes, signer: str, task_name: str, node: str, body: dict) ->
     return {"node": node, "signer": signer, "body": body, "stamp": stamp, "sig": sig}
 
 
+@pytest.mark.attack("broker-reach")
 @pytest.mark.reaches_other_node
 def test_the_central_agents_broker_user_reads_only_ssh_runner_and_writes_only_ingest(rabbit, stolen):
-    from panel.nodes.broker_admin import agent_permissions
+    from panel.nodes.agents.broker_admin import agent_permissions
 
     user = f"central-{rabbit.suffix}"
     assert stolen.broker_url.startswith(f"amqp://{user}:")
@@ -92,6 +95,7 @@ def test_the_central_agents_broker_user_reads_only_ssh_runner_and_writes_only_in
         channel.basic_get("panel")
 
 
+@pytest.mark.attack("impersonation")
 @pytest.mark.attacks_panel
 def test_a_panel_task_signed_with_the_central_key_runs_nothing(stolen, panel_worker):
     from panel.audit.models import AuditEntry
@@ -168,6 +172,7 @@ def test_an_agent_node_runs_no_task_signed_with_the_central_key(
         assert not (tmp_path / "state" / "operations" / f"{kwargs['operation_id']}.json").exists()
 
 
+@pytest.mark.attack("impersonation")
 @pytest.mark.reaches_other_node
 @pytest.mark.usefixtures("_wired_to_redis")
 def test_the_central_key_speaks_for_no_agent_node(stolen, panel_worker):
@@ -199,12 +204,13 @@ def test_the_central_key_speaks_for_no_agent_node(stolen, panel_worker):
     assert not operation.events.exists()
 
 
+@pytest.mark.attack("stolen-key")
 @pytest.mark.attacks_panel
 @pytest.mark.usefixtures("_wired_to_redis")
 def test_the_central_key_opens_neither_the_gateways_redis_seal_nor_a_secret_at_rest(stolen, bob):
     from panel.accounts.models import ApiToken
-    from panel.core.secrets import encrypt
-    from panel.nodes.ssh import sealed_credentials
+    from panel.core.infra.secrets import encrypt
+    from panel.nodes.agents.ssh import sealed_credentials
 
     _token, raw = ApiToken.issue(bob, "app", scopes=["inference"])
     pool_key = identity.pool_key("chat")
@@ -225,11 +231,12 @@ def test_the_central_key_opens_neither_the_gateways_redis_seal_nor_a_secret_at_r
             unseal(stolen.key.decode(), sealed)
 
 
+@pytest.mark.attack("stolen-key")
 @pytest.mark.attacks_panel
 def test_none_of_the_panels_keys_derives_from_the_central_key(stolen):
-    from panel.core.secrets import key_material
+    from panel.core.infra.secrets import key_material
+    from panel.nodes.agents.trust import agent_key
     from panel.nodes.models import Node
-    from panel.nodes.trust import agent_key
 
     node = Node.objects.create(name="agent-derived", transport="agent")
     material = stolen.key.decode()  # the best guess: take the central key for the panel's material

@@ -78,7 +78,7 @@ def run_agent(name: str, answer: dict, sim_host, tmp_path, extra_env: dict | Non
 def test_an_agent_on_rabbitmq_runs_the_panels_task_and_its_events_and_metrics_come_back(
     panel_worker, agent_on_amqp
 ):
-    from panel.monitoring import store
+    from panel.monitoring.metrics import store
     from panel.nodes.models import Node
     from panel.operations.models import Operation
     from panel.operations.node_operations import start_inventory
@@ -135,9 +135,10 @@ def test_an_agent_whose_only_thread_waits_for_the_panels_answer_still_gets_it_an
     assert log.count("ready.") == 1  # never restarted
 
 
+@pytest.mark.attack("ingest-task-name")
 @pytest.mark.attacks_panel
 def test_a_panel_task_name_sent_through_the_ingest_exchange_is_refused_and_counted(rabbit, panel_worker):
-    from panel.nodes.trust import rejected_counts
+    from panel.nodes.agents.trust import rejected_counts
 
     url = join(rabbit.node_name("npu-x"))["broker_url"]
     before = rejected_counts().get("ingest-task", 0)

@@ -1,6 +1,7 @@
 """A node cannot flood the broker: the ingest queue is bounded (a RabbitMQ policy the panel sets,
-panel.nodes.broker_admin.bound_ingest_queue) and refuses what is past the bound. An agent's events are not
-lost to that refusal: its publish waits for the broker's confirm, so the refused message stays in its spool
+panel.nodes.agents.broker_admin.bound_ingest_queue) and refuses what is past the bound. An agent's events are
+not lost to that refusal: its publish waits for the broker's confirm, so the refused message stays in its
+spool
 (workers.spool) and goes out, in order, once the panel has drained the queue."""
 
 import json
@@ -9,7 +10,7 @@ import pytest
 from celery import Celery
 from kombu import Connection
 
-from panel.nodes.broker_admin import INGEST_POLICY, bound_ingest_queue
+from panel.nodes.agents.broker_admin import INGEST_POLICY, bound_ingest_queue
 from tests.security.test_fleet_transport import wait_for
 from tests.security.test_node_broker_user import join
 from workers.celery_app import transport_options
@@ -89,6 +90,7 @@ def test_the_ingest_queue_refuses_past_its_bound_and_the_agent_spools_what_was_r
     assert drained == [1, 2, 3, 4, 5]  # nothing lost, nothing twice, in order
 
 
+@pytest.mark.attack("flood")
 def test_a_node_that_publishes_without_confirms_still_cannot_grow_the_queue_past_its_bound(
     rabbit, bounded_ingest
 ):

@@ -44,7 +44,7 @@ def upload(user, name, data, **fields):
 
 
 def running_install_token() -> str:
-    from panel.core.choices import OperationKind, OperationStatus
+    from panel.core.domain.choices import OperationKind, OperationStatus
     from panel.operations.models import Operation
 
     Operation.objects.create(

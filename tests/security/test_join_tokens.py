@@ -7,9 +7,9 @@ from django.test import Client
 
 from panel.audit import actions as audit
 from panel.audit.models import AuditEntry
-from panel.nodes.join import issue_join_token
+from panel.nodes.agents.join import issue_join_token
+from panel.nodes.agents.trust import agent_key
 from panel.nodes.models import JoinToken, Node
-from panel.nodes.trust import agent_key
 from tests.conftest import api_client_for
 
 pytestmark = pytest.mark.django_db

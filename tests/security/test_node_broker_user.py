@@ -8,8 +8,8 @@ import pytest
 from django.test import Client
 from kombu import Connection
 
-from panel.nodes.broker_admin import node_permissions, node_user
-from panel.nodes.join import issue_join_token
+from panel.nodes.agents.broker_admin import node_permissions, node_user
+from panel.nodes.agents.join import issue_join_token
 
 pytestmark = pytest.mark.django_db
 
@@ -43,6 +43,7 @@ def test_a_join_creates_the_node_user_with_only_its_own_queue_and_the_ingest_exc
     assert node_permissions(name) == {"configure": "^$", "write": "^ingest$", "read": own_queue}
 
 
+@pytest.mark.attack("broker-reach")
 @pytest.mark.reaches_other_node
 def test_a_node_cannot_read_another_nodes_queue(rabbit):
     own, other = rabbit.node_name("npu-b"), rabbit.node_name("npu-c")
@@ -55,6 +56,7 @@ def test_a_node_cannot_read_another_nodes_queue(rabbit):
             channel.basic_get(f"node.{other}")
 
 
+@pytest.mark.attack("broker-reach")
 @pytest.mark.reaches_other_node
 @pytest.mark.parametrize(
     ("exchange", "routing_key"),
@@ -70,6 +72,7 @@ def test_a_node_cannot_publish_anywhere_but_the_ingest_exchange(rabbit, exchange
             channel.basic_publish_confirm(amqp.Message(b"{}"), exchange=exchange, routing_key=routing_key)
 
 
+@pytest.mark.attack("broker-reach")
 @pytest.mark.reaches_other_node
 def test_a_node_cannot_declare_queues_or_exchanges_or_bind_its_queue_elsewhere(rabbit):
     name = rabbit.node_name("npu-d")
@@ -87,7 +90,7 @@ def test_a_node_cannot_declare_queues_or_exchanges_or_bind_its_queue_elsewhere(r
 
 
 def test_removing_a_node_deletes_its_user_and_cuts_its_connection(rabbit, alice):
-    from panel.deployments.node_actions import remove_node
+    from panel.deployments.rollouts.node_actions import remove_node
     from panel.nodes.models import Node
 
     name = rabbit.node_name("npu-e")

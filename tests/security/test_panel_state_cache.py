@@ -9,7 +9,7 @@ import pytest
 import redis
 from rest_framework.test import APIClient
 
-from panel.core import refusals
+from panel.core.infra import refusals
 from tests.conftest import api_client_for
 
 pytestmark = [pytest.mark.django_db, pytest.mark.attacks_panel]
@@ -29,7 +29,11 @@ class _Payload:
 def redis_cache(settings, redis_url, test_prefix):
     prefix = f"{test_prefix}-cache-{uuid.uuid4().hex[:8]}"  # each test's own keys on the shared Redis
     settings.CACHES = {
-        "default": {"BACKEND": "panel.core.cache.JsonRedisCache", "LOCATION": redis_url, "KEY_PREFIX": prefix}
+        "default": {
+            "BACKEND": "panel.core.infra.cache.JsonRedisCache",
+            "LOCATION": redis_url,
+            "KEY_PREFIX": prefix,
+        }
     }
     settings.REDIS_URL = redis_url
     client = redis.Redis.from_url(redis_url)

@@ -12,8 +12,10 @@ import pytest
 import time_machine
 
 from panel.accounts.models import ApiToken, hash_token
-from panel.core import refusals
-from panel.gateway import identity, sealing, store, usage
+from panel.core.infra import refusals
+from panel.gateway import sealing, store
+from panel.gateway.access import identity
+from panel.gateway.accounting import usage
 from panel.gateway.models import UsageRecord
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.attacks_panel]
@@ -113,7 +115,7 @@ def test_a_genuine_pool_entry_moved_under_another_name_is_refused(bob):
 
 
 def test_junk_on_the_usage_list_is_skipped_and_counted_and_usage_keeps_draining(bob):
-    from panel.gateway.identity import Caller
+    from panel.gateway.access.identity import Caller
 
     token, _raw = ApiToken.issue(bob, "app", scopes=["inference"])
     genuine = usage.Finished(

@@ -1,5 +1,5 @@
 """A node that can publish to the panel's queue cannot make the panel worker run the panel's own tasks
-(panel.core.panel_tasks): unsigned, signed with a node's credential, or replayed, `audit.prune` and
+(panel.core.infra.panel_tasks): unsigned, signed with a node's credential, or replayed, `audit.prune` and
 `send_alert_webhook` run nothing and are counted; the panel's own sendings run."""
 
 import contextlib
@@ -9,10 +9,10 @@ import pytest
 from celery.signals import before_task_publish
 from django.utils import timezone
 
-import panel.audit.tasks  # noqa: F401  registers the tasks with the in-process worker
+import panel.audit.tasks  # registers the tasks with the in-process worker
 import panel.monitoring.tasks  # noqa: F401
-from panel.core import panel_tasks
-from panel.core.refusals import rejected_by_reason
+from panel.core.infra import panel_tasks
+from panel.core.infra.refusals import rejected_by_reason
 from tests.deployment_helpers import wait_for
 from workers.celery_app import app
 from workers.identity import AUTH_KWARG, new_stamp, signature
@@ -61,8 +61,8 @@ def test_unsigned_panel_tasks_from_a_node_run_nothing(celery_worker, old_audit_e
 
 
 def test_a_panel_task_signed_with_a_nodes_credential_runs_nothing(celery_worker, old_audit_entry):
+    from panel.nodes.agents.trust import agent_key
     from panel.nodes.models import Node
-    from panel.nodes.trust import agent_key
 
     node_key = agent_key(Node.objects.create(name="sec-node"))
     stamp = new_stamp(60)

@@ -11,14 +11,14 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from panel.core.refusals import rejected_by_reason
-from panel.nodes import trust
+from panel.core.infra.refusals import rejected_by_reason
+from panel.nodes.agents import trust
 from tests.deployment_helpers import wait_for
 from tests.integration.conftest import TEST_NODE
 from workers import metrics_inbox
 from workers.celery_app import app
 from workers.contracts import Heartbeat, utcnow
-from workers.engine import runtime
+from workers.engine.running import runtime
 from workers.hosts.local import LocalRunner
 from workers.hosts.sync_loop import run_coroutine_sync
 from workers.identity import envelope_parts, inbox_line, new_stamp, seal_for_panel, signature, signing_key
@@ -44,7 +44,7 @@ def a_heartbeat(node: str) -> dict:
 
 def frozen(node) -> None:
     """The node's agent froze: three beats missed, the sweep marked it offline."""
-    from panel.core.choices import NodeStatus
+    from panel.core.domain.choices import NodeStatus
     from panel.nodes.models import Node
 
     Node.objects.filter(pk=node.pk).update(
@@ -53,7 +53,7 @@ def frozen(node) -> None:
 
 
 def test_a_replayed_heartbeat_keeps_a_frozen_node_offline(celery_worker):
-    from panel.core.choices import NodeStatus
+    from panel.core.domain.choices import NodeStatus
     from panel.nodes.models import Node
 
     node = Node.objects.create(name="frozen-node", transport="agent")
@@ -74,7 +74,7 @@ def test_a_replayed_heartbeat_keeps_a_frozen_node_offline(celery_worker):
 def test_a_heartbeat_signed_longer_ago_than_a_heartbeat_counts_marks_nothing_online(celery_worker):
     """Held back and sent later (a delayed broker, or a capture never sent before): the stamp, inside the
     signature, says it is stale."""
-    from panel.core.choices import NodeStatus
+    from panel.core.domain.choices import NodeStatus
     from panel.nodes.models import Node
 
     node = Node.objects.create(name="late-node", transport="agent")
@@ -185,7 +185,7 @@ def heartbeat_line(node: str, *, signed_at: float | None = None) -> bytes:
 
 def test_a_heartbeat_line_replayed_through_the_inbox_keeps_a_frozen_node_offline(celery_worker):
     """The agents' own path (workers.metrics_inbox.push_heartbeat): the panel worker's ingester drains it."""
-    from panel.core.choices import NodeStatus
+    from panel.core.domain.choices import NodeStatus
     from panel.nodes.models import Node
 
     node = Node.objects.create(name="frozen-inbox-node", transport="agent")

@@ -15,7 +15,6 @@ from tests.conftest import REPO
 from tests.deployment_helpers import wait_for
 from tests.security.central_agent import central_agent_process, central_credential
 from tests.security.test_ask_before_run import deliveries_held_back, release, wait_ended
-from tests.sshd import restartable_sshd  # noqa: F401  (a fixture)
 from workers.hosts import fetch_host_key_fingerprint
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180), pytest.mark.ssh]
@@ -30,10 +29,10 @@ def central_agent(tmp_path):
 
 
 @pytest.fixture
-def ssh_node(restartable_sshd, sim_host):  # noqa: F811
+def ssh_node(restartable_sshd, sim_host):
     """An SSH node on the test's sshd, its host key confirmed, whose commands see a simulated A2 host."""
+    from panel.nodes.agents.ssh import sealed_credentials
     from panel.nodes.models import Node
-    from panel.nodes.ssh import sealed_credentials
 
     sshd = restartable_sshd.server
     root, _env = sim_host(name="ssh-asked")
@@ -66,7 +65,7 @@ def test_an_ssh_operation_failed_before_the_central_agent_took_it_runs_nothing_o
     panel_worker,
     central_agent,
     ssh_node,
-    restartable_sshd,  # noqa: F811
+    restartable_sshd,
     monkeypatch,
     alice,
 ):
@@ -99,7 +98,7 @@ def test_a_wanted_ssh_operation_runs_on_the_host(
     panel_worker,
     central_agent,
     ssh_node,
-    restartable_sshd,  # noqa: F811
+    restartable_sshd,
 ):
     from panel.operations.node_operations import start_inventory
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from workers.engine.binder import ENGINE, NONE, NUMACTL, HostCpus, choose_binding, cpus_per_npu
+from workers.engine.launch.binder import ENGINE, NONE, NUMACTL, HostCpus, choose_binding, cpus_per_npu
 
 # Kunpeng 920 with an Atlas 800I A2: 4 NUMA nodes of 48 CPUs, two NPUs on each.
 KUNPENG_A2 = HostCpus(

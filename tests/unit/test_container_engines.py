@@ -11,7 +11,7 @@ from workers.containers.follow import split_stamp, time_key
 from workers.containers.hostconf import ContainerHost, HostConfigError, choose_engine, parse_mounts
 from workers.containers.official import identify, official_images, preflight
 from workers.containers.parse import PullProgress, parse_images, parse_inspect, parse_size, parse_version
-from workers.engine.container import Mount
+from workers.engine.launch.container import Mount
 
 
 @pytest.mark.parametrize(

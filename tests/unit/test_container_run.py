@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from workers.engine.command import LaunchSpec, LaunchSpecError, MultiNode
-from workers.engine.container import ContainerSpec, Mount, build_container_run
+from workers.engine.launch.command import LaunchSpec, LaunchSpecError, MultiNode
+from workers.engine.launch.container import ContainerSpec, Mount, build_container_run
 
 QWEN = LaunchSpec(
     model_path="/models/Qwen2.5-72B-Instruct",

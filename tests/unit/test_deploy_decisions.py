@@ -2,7 +2,7 @@
 
 import pytest
 
-from panel.deployments.reconcile import Policy, after_failed_launch, after_probe, backoff_s
+from panel.deployments.rollouts.reconcile import Policy, after_failed_launch, after_probe, backoff_s
 
 POLICY = Policy(unhealthy_after=3, max_restarts=4, backoff_base_s=5, backoff_cap_s=300)
 

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from panel.forensics.assemble import pack, panel_time, read_node_archive, summarize
-from workers.engine import runtime
+from workers.engine.running import runtime
 from workers.hosts import LocalRunner
 from workers.sim.tree import create_host
 from workers.steps.diagnostics import archive, collect

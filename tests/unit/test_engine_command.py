@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from workers.engine.command import (
+from workers.engine.launch.command import (
     SOURCE_THEN_EXEC,
     LaunchSpec,
     LaunchSpecError,
@@ -15,7 +15,7 @@ from workers.engine.command import (
     display_command,
     source_then_exec,
 )
-from workers.engine.flags import FlagError, flag_arguments, parse_flag_text
+from workers.engine.launch.flags import FlagError, flag_arguments, parse_flag_text
 
 CANN = "/usr/local/Ascend/ascend-toolkit/set_env.sh"
 NNAL = "/usr/local/Ascend/nnal/atb/set_env.sh"
@@ -186,7 +186,7 @@ def test_it_rejects_inconsistent_multi_node_settings(change, field):
         ({"model_path": "models/qwen"}, "model_path"),
         ({"served_model_name": "--trust-remote-code"}, "served_model_name"),
         ({"port": 70000}, "port"),
-        ({"host": "0.0.0.0 --api-key x"}, "host"),  # noqa: S104
+        ({"host": "0.0.0.0 --api-key x"}, "host"),
         ({"logic_ids": (0, 1)}, "logic_ids"),
         ({"logic_ids": (0, 0, 1, 2)}, "logic_ids"),
         ({"venv_path": "venv"}, "venv_path"),
@@ -202,10 +202,10 @@ def test_it_rejects_unsafe_or_wrong_spec_fields(change, field):
 
 def test_it_launches_vllm_cpu_without_ascend_environment():
     cpu = LaunchSpec(
-        model_path="/tmp/tiny-model",  # noqa: S108
+        model_path="/tmp/tiny-model",
         served_model_name="tiny",
         port=8100,
-        log_path="/tmp/tiny.log",  # noqa: S108
+        log_path="/tmp/tiny.log",
         chip="cpu",
         venv_path="/opt/vllm-cpu",
         cpu_kvcache_space_gib=2,

@@ -2,7 +2,7 @@
 
 import pytest
 
-from workers.engine.metrics import (
+from workers.engine.running.metrics import (
     EngineMetrics,
     MetricsFormatError,
     histogram_quantile,
@@ -158,3 +158,36 @@ def test_rates_treat_a_counter_that_went_down_as_a_restart():
 def test_rates_need_time_between_scrapes():
     with pytest.raises(ValueError, match="apart in time"):
         rates(EngineMetrics(), EngineMetrics(), seconds=0)
+
+
+def prefix_counters(queries: float, hits: float, old_names: bool = False) -> str:
+    prefix = "vllm:gpu_prefix_cache" if old_names else "vllm:prefix_cache"
+    lines = []
+    for name, value in (("queries", queries), ("hits", hits)):
+        lines += [f"# TYPE {prefix}_{name}_total counter"]
+        lines += [f'{prefix}_{name}_total{{engine="{e}",model_name="m"}} {value / 2}' for e in (0, 1)]
+    return "\n".join(lines) + "\n"
+
+
+def test_prefix_cache_hits_and_queries_are_summed_over_engines_in_either_spelling():
+    metrics = parse_metrics(prefix_counters(1000.0, 250.0))
+    assert (metrics.prefix_cache_queries, metrics.prefix_cache_hits) == (1000, 250)
+    assert metrics.as_dict()["prefix_cache_hit_rate"] == 0.25
+    assert parse_metrics(prefix_counters(80.0, 60.0, old_names=True)).prefix_cache_hit_rate == 0.75
+    fresh = parse_metrics(prefix_counters(0.0, 0.0))
+    assert (fresh.prefix_cache_queries, fresh.prefix_cache_hit_rate) == (0, None)  # 0 is a value, no rate
+    assert parse_metrics(OLD_STYLE).as_dict()["prefix_cache_queries"] is None
+
+
+def test_the_windows_hit_rate_counts_the_tokens_looked_up_in_it():
+    window = rates(parse_metrics(prefix_counters(1000, 100)), parse_metrics(prefix_counters(1400, 400)), 5)
+    assert window.prefix_cache_hit_rate == 0.75  # 300 of 400
+    restarted = rates(parse_metrics(prefix_counters(1000, 100)), parse_metrics(prefix_counters(200, 50)), 5)
+    assert restarted.prefix_cache_hit_rate == 0.25
+    idle = rates(parse_metrics(prefix_counters(1000, 100)), parse_metrics(prefix_counters(1000, 100)), 5)
+    assert idle.prefix_cache_hit_rate is None
+
+
+def test_a_counter_typed_without_its_total_suffix_still_counts():
+    text = '# TYPE vllm:prefix_cache_hits counter\nvllm:prefix_cache_hits_total{engine="0"} 7.0\n'
+    assert parse_metrics(text).prefix_cache_hits == 7

@@ -3,7 +3,7 @@ left in TIME_WAIT by a stopped engine of ours does not."""
 
 import socket
 
-from workers.engine.ports import port_in_use
+from workers.engine.launch.ports import port_in_use
 
 
 def listener(host: str, port: int = 0, reuse: bool = False) -> socket.socket:

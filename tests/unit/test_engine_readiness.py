@@ -5,8 +5,8 @@ import subprocess
 
 import pytest
 
-from tests.unit.test_sim_engine import free_port, start_engine, stop, wait_healthy
-from workers.engine import readiness
+from tests.sim_engine_process import free_port, start_engine, stop, wait_healthy
+from workers.engine.running import readiness
 from workers.hosts.local import LocalRunner
 from workers.sim import state as sim_state
 from workers.sim.tree import create_host

@@ -3,13 +3,14 @@
 import asyncio
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 
-from workers.engine import runtime
-from workers.engine.command import build_launch
-from workers.engine.launch_spec import launch_spec_from_payload
+from workers.engine.launch.command import build_launch
+from workers.engine.launch.launch_spec import launch_spec_from_payload
+from workers.engine.running import runtime
 from workers.hosts.local import LocalRunner
 
 
@@ -76,9 +77,32 @@ def test_a_dead_recorded_engine_is_not_adopted(tmp_path):
             if not await runner.is_alive(record.pid):
                 break
             await asyncio.sleep(0.1)
-        return await runtime.adoptable(runner, runtime.load_record(str(tmp_path), "short"))
+        return await runtime.adoptable(runner, runtime.load_record(str(tmp_path), "short"), "tiny")
 
     assert asyncio.run(scenario()) is False
+
+
+def test_a_running_engine_that_does_not_answer_health_is_not_adopted_unless_a_headless_follower(tmp_path):
+    async def scenario():
+        runner = LocalRunner()
+        record = await runtime.start_engine(
+            runner, str(tmp_path), "quiet", ["sleep", "30"], {}, str(tmp_path / "q.log"), free_port()
+        )
+        try:
+            return (
+                await runtime.adoptable(runner, record, "tiny"),
+                await runtime.adoptable(runner, record, "tiny", follower=True),
+            )
+        finally:
+            await runtime.stop_engine(runner, record, grace_s=0.5)
+
+    assert asyncio.run(scenario()) == (False, True)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def test_the_panel_payload_becomes_a_cpu_launch_without_set_env_scripts():
@@ -88,29 +112,6 @@ def test_the_panel_payload_becomes_a_cpu_launch_without_set_env_scripts():
     assert launch.argv[:3] == ["/v/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
     assert "bash" not in launch.argv
     assert "VLLM_CPU_KVCACHE_SPACE" in launch.env
-
-
-def test_a_failed_start_reports_the_toolkits_findings_for_this_start_only(tmp_path):
-    from workers.tasks.deploy import _failure_findings
-
-    log = tmp_path / "engine.log"
-    log.write_text("RuntimeError: NPU out of memory. Tried to allocate 2.00 GiB\n")  # an earlier run
-    start = log.stat().st_size
-    with log.open("a") as handle:
-        handle.write("INFO starting\nRuntimeError: NPU out of memory. Tried to allocate 4.00 GiB\n")
-    sent = []
-
-    class Emitter:
-        def emit(self, kind, **payload):
-            sent.append((kind, payload))
-
-    hint = _failure_findings(Emitter(), str(log), start)
-    ((kind, payload),) = sent
-    assert kind == "result"
-    assert [finding["code"] for finding in payload["findings"]] == ["npu_oom"]
-    assert "4.00 GiB" in payload["findings"][0]["line"]
-    assert payload["log_tail"][0] == "INFO starting"
-    assert hint == payload["findings"][0]["hint"]
 
 
 def test_a_dead_engines_surviving_workers_are_ended_with_its_process_group(tmp_path):

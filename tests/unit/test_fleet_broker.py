@@ -3,7 +3,7 @@ declare, and the URL a node gets."""
 
 import ssl
 
-from panel.nodes.broker_admin import node_broker_url, node_permissions
+from panel.nodes.agents.broker_admin import node_broker_url, node_permissions
 from workers import metrics_inbox
 from workers.celery_app import ssl_options
 from workers.topology import agent_queue, ingest_queue, metrics_queue, route, vhost_of

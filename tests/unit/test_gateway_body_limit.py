@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from panel.gateway.asgi import _body, application
+from panel.gateway.proxy.asgi import _body, application
 
 LIMIT = 2_621_440  # Django's default, the panel's: 2.5 MB
 CHUNK = 64 * 1024

@@ -5,9 +5,10 @@ import uuid
 
 import pytest
 
-from panel.gateway import limits, store
-from panel.gateway import pool as pools
-from panel.gateway.identity import Caller
+from panel.gateway import store
+from panel.gateway.access import limits
+from panel.gateway.access.identity import Caller
+from panel.gateway.instances import pool as pools
 
 MINUTE_START = 1_800_000_000 - 1_800_000_000 % 60  # a whole minute, so the test never straddles two
 

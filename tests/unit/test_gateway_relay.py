@@ -3,8 +3,8 @@ token, the usage chunk it asked for (dropped when the client did not), events sp
 
 import json
 
-from panel.gateway.errors import as_openai_error
-from panel.gateway.relay import StreamWatch, usage_of
+from panel.gateway.proxy.errors import as_openai_error
+from panel.gateway.proxy.relay import StreamWatch, usage_of
 
 
 def event(message) -> bytes:

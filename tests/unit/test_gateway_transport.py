@@ -6,7 +6,7 @@ import asyncio
 import httpx
 import pytest
 
-from panel.gateway.transport import EngineTransport
+from panel.gateway.proxy.transport import EngineTransport
 
 
 async def serve(handler):

@@ -124,7 +124,7 @@ def test_gateway_lines_and_a_device_without_one():
         ("vnic link status: UP\nvnic ipaddr: 192.0.2.10\nvnic netmask: 255.255.255.0\n", "vnic",
          [{"link": "UP", "ipaddr": "192.0.2.10", "netmask": "255.255.255.0"}]),
         ("[device 0]current time        : Wed Jun  7 10:08:28 2023\n[device 0]link up count       : 2\n",
-         "link_stat", [{"device": 0, "link_up_count": 2}]),
+         "link_stat", [{"device": 0, "link_up_count": 2, "link_down_count": None, "down_for_s": None}]),
     ],
 )  # fmt: skip
 def test_the_other_queries(text, query, records):
@@ -204,3 +204,27 @@ OTHER_SAMPLES = [name for name in sample_names("*.txt") if not name.startswith("
 )
 def test_other_ascend_outputs_are_not_taken_for_hccn_answers(name):
     assert detect_query(read_sample(name)) is None
+
+
+LINK_STAT_DOWN = """\
+[devid 5]current time        : Mon Mar  2 09:15:40 2026
+[devid 5]link up count       : 3
+[devid 5]link down count     : 3
+[devid 5]link change records :
+[devid 5]    Mon Mar  2 09:14:58 2026    LINK DOWN
+[devid 5]    Sun Mar  1 22:01:07 2026    LINK UP
+[devid 5]    Sun Mar  1 22:01:03 2026    LINK DOWN
+"""
+
+
+def test_link_stat_says_how_long_a_port_that_is_down_has_been_down_by_the_devices_clock():
+    """Newer drivers prefix `[devid N]` and list the changes newest first: the port went down 42 s before the
+    device's current time, which MindCluster's 30 s link-down rule is measured against."""
+    assert detect_query(LINK_STAT_DOWN) == "link_stat"
+    assert parse(LINK_STAT_DOWN) == [
+        {"device": 5, "link_up_count": 3, "link_down_count": 3, "down_for_s": 42.0}
+    ]
+    back_up = LINK_STAT_DOWN.replace(
+        "link change records :\n", "link change records :\n[devid 5]    Mon Mar  2 09:15:20 2026    LINK UP\n"
+    )
+    assert parse(back_up)[0]["down_for_s"] is None

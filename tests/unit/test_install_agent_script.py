@@ -66,7 +66,7 @@ class JoinEndpoint(http.server.BaseHTTPRequestHandler):
     received: list[dict] = []
     broker_ca_pem = BROKER_CA  # what the join answers carry; None: the panel has no CA of its own
 
-    def do_POST(self):  # noqa: N802  the http.server API
+    def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         JoinEndpoint.received.append({"path": self.path, **body})
         if body["token"] != "apj_good-token":

@@ -1,13 +1,13 @@
-"""The version table (workers/engine/launch_matrix.yaml): what each vllm-ascend / vLLM release accepts, and
-the check of a launch's flags, --additional-config keys and environment against the node's versions."""
+"""The version table (workers/engine/launch/launch_matrix.yaml): what each vllm-ascend / vLLM release accepts,
+and the check of a launch's flags, --additional-config keys and environment against the node's versions."""
 
 import json
 
 import pytest
 
 from workers.ascend.compat import load_matrix
-from workers.engine import launch_matrix
-from workers.engine.launch_matrix import Stack, check_launch
+from workers.engine.launch import launch_matrix
+from workers.engine.launch.launch_matrix import Stack, check_launch
 
 
 def findings(stack, flags=None, env=None):

@@ -4,7 +4,7 @@ import pathlib
 
 import pytest
 
-from workers.engine.logstages import STAGE_TITLES, StageUpdate, StartupProgress, read_stage
+from workers.engine.running.logstages import STAGE_TITLES, StageUpdate, StartupProgress, read_stage
 
 SAMPLES = pathlib.Path(__file__).resolve().parents[2].parent / "shared" / "ascend-samples"
 ASCEND_STARTUP = SAMPLES / "vllm-serve-startup_ascend_v1_01.txt"

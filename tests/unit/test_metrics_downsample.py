@@ -1,6 +1,6 @@
 """Minute statistics of ring-buffer samples: mean and max per NPU and host figure, NA figures skipped."""
 
-from panel.monitoring.downsample import mean_and_max, minute_of, minute_stats
+from panel.monitoring.metrics.downsample import mean_and_max, minute_of, minute_stats
 
 
 def sample(t, cpu, npus):

@@ -1,9 +1,10 @@
-"""The metrics ingester's pacing (panel.monitoring.inbox.MetricsIngester._next_drain): while batches keep
-coming, drains start LINGER_S apart, so the time a drain's ingest took is not followed by a full linger."""
+"""The metrics ingester's pacing (panel.monitoring.metrics.inbox.MetricsIngester._next_drain): while batches
+keep coming, drains start LINGER_S apart, so the time a drain's ingest took is not followed by a full
+linger."""
 
 from types import SimpleNamespace
 
-from panel.monitoring import inbox
+from panel.monitoring.metrics import inbox
 
 
 class Clock:

@@ -92,7 +92,7 @@ def test_index_only_folder_gives_total_size_and_null_params(tmp_path):
     assert facts["bytes_by_dtype"] is None
     assert facts["weights_bytes"] == 688_586_727_753
     assert facts["num_kv_heads"] == 128
-    assert facts["head_dim"] == 56
+    assert facts["head_dim"] == 192  # qk_nope_head_dim + qk_rope_head_dim, not 7168 / 128
     assert facts["moe"] == {"routed_experts": 256, "shared_experts": 1, "experts_per_token": 8}
     assert facts["mla"]["q_lora_rank"] == 1536
     assert facts["quantization"] == "fp8"
@@ -180,3 +180,22 @@ def test_cli_exits_2_with_a_clear_error_for_a_non_model(tmp_path):
     assert result.returncode == 2
     assert "no config.json" in result.stderr
     assert result.stdout == ""
+
+
+def test_an_mla_head_is_its_nope_and_rope_parts_even_where_the_config_writes_the_rope_part_as_head_dim(
+    tmp_path,
+):
+    # transformers saves DeepSeek configs with head_dim = qk_rope_head_dim (the rotary part only).
+    config = {
+        "architectures": ["DeepseekV2ForCausalLM"],
+        "hidden_size": 2048,
+        "num_attention_heads": 16,
+        "num_hidden_layers": 27,
+        "kv_lora_rank": 512,
+        "qk_rope_head_dim": 64,
+        "qk_nope_head_dim": 128,
+        "v_head_dim": 128,
+        "head_dim": 64,
+    }
+    write_config_and_index(tmp_path / "lite", config, 31_000_000_000)
+    assert inspect_model(tmp_path / "lite")["head_dim"] == 192

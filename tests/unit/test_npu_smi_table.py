@@ -1,7 +1,5 @@
 """parse_table over tables composed to cover every layout npu-smi has printed in the field."""
 
-# ruff: noqa: E501  (the fixtures reproduce terminal tables up to 116 columns wide)
-
 import pytest
 
 from tests.npu_smi_tables import (

@@ -6,11 +6,11 @@ from dataclasses import replace
 
 import pytest
 
-from tests.unit.test_planner import A2_NPU, DEEPSEEK_R1, DEEPSEEK_V2_LITE, QWEN25_72B, a2_node, codes
-from workers.engine import memory
-from workers.engine.memory import GIB
-from workers.engine.plan import PlanInput, plan
-from workers.engine.plan_moe import graph_config, moe_layout, mtp_config, plan_with_eplb
+from tests.planner_inputs import A2_NPU, DEEPSEEK_R1, DEEPSEEK_V2_LITE, QWEN25_72B, a2_node, codes
+from workers.engine.planner import memory
+from workers.engine.planner.memory import GIB
+from workers.engine.planner.plan import PlanInput, plan
+from workers.engine.planner.plan_moe import graph_config, moe_layout, mtp_config, plan_with_eplb
 
 R1 = {**DEEPSEEK_R1, "mtp_layers": 1}
 A3 = PlanInput(

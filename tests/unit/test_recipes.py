@@ -1,8 +1,17 @@
-"""Chip recipes (workers/engine/recipes.yaml): the environment per chip and shape, with reasons, sources and
-the user's overrides."""
+"""Chip recipes (workers/engine/launch/recipes.yaml): the environment per chip and shape, with reasons,
+sources and the user's overrides."""
 
-from workers.engine import recipes
-from workers.engine.recipes import RecipeContext, apply_recipes, hccl_buffsize_mb, model_family, recipe_items
+from workers.engine.launch import recipes
+from workers.engine.launch.recipes import (
+    RecipeContext,
+    apply_recipes,
+    hccl_buffsize_mb,
+    model_family,
+    recipe_items,
+    search_serving,
+    serving_for,
+    serving_recipes,
+)
 
 A3_DEEPSEEK = RecipeContext(
     chip="a3", family="deepseek", node_ip="10.0.0.11", ifname="enp189s0f0", vllm_ascend="0.18.0"
@@ -113,3 +122,18 @@ def test_deepseek_configs_are_the_deepseek_family():
     assert model_family({"architecture": "DeepseekV3ForCausalLM"}) == "deepseek"
     assert model_family({"model_type": "deepseek_v2"}) == "deepseek"
     assert model_family({"architecture": "Qwen2ForCausalLM"}) is None
+
+
+def test_serving_recipes_are_searched_by_every_word_in_any_case_and_by_kind_of_node():
+    assert [r["id"] for r in search_serving("DEEPSEEK two a2")] == ["a2-deepseek-w8a8-two-nodes"]
+    assert [r["id"] for r in search_serving("deepseek", "a3")] == ["a3-deepseek-w8a8", "a3-deepseek-pd-2p1d"]
+    assert [r["id"] for r in search_serving("HCCL_INTRA_PCIE_ENABLE")] == ["a2-deepseek-w8a8-two-nodes"]
+    assert [r["id"] for r in search_serving("Mooncake")] == ["a3-deepseek-pd-2p1d"]  # the connector
+    assert search_serving("deepseek", "300i-duo") == []
+    assert len(search_serving()) == len(serving_recipes())
+
+
+def test_a_model_finds_the_serving_recipes_written_for_it():
+    assert {r["hardware"] for r in serving_for({"architecture": "DeepseekV3ForCausalLM"})} == {"a2", "a3"}
+    assert {r["id"] for r in serving_for({}, "Qwen3-32B")} == {"a2-qwen-dense", "300i-duo-qwen3-w8a8sc"}
+    assert serving_for({"architecture": "LlamaForCausalLM"}, "llama-3-8b") == []

@@ -7,6 +7,7 @@ import pytest
 
 from workers.agent_config import AgentConfig
 from workers.contracts import MetricBatch
+from workers.health_probe import HealthProbe
 from workers.sampler import Sampler, current_interval, run_command, sampler_loop, set_interval
 from workers.sim import state as sim_state
 from workers.sim.tree import create_host
@@ -132,3 +133,27 @@ def test_the_panel_can_change_the_interval_but_not_below_the_floor(monkeypatch):
     with pytest.raises(ValueError, match="at least"):
         set_interval(0.01)
     assert current_interval(1.0) == 2.5
+
+
+def test_the_health_probe_carries_codes_ecc_links_and_a_chip_that_is_gone(sim, monkeypatch):
+    root = sim()
+    monkeypatch.setenv("ASCEND_PANEL_ASCEND_ROOT", str(root / "usr/local/Ascend"))
+    clock = [0.0]
+    sampler = Sampler(probe=HealthProbe(run_command, every_s=15, clock=lambda: clock[0], background=False))
+    first = sampler.sample().npus
+    assert first[0].probe.error_codes == []
+    assert first[0].probe.ecc.hbm_double == 0
+    assert (first[0].probe.link, first[0].probe.link_up_count) == ("UP", 1)
+
+    sim_state.add_ecc_errors(root, 2, 0, double=2)
+    sim_state.set_chip_gone(root, 6, 0)
+    clock[0] = 1.0  # no probe due; chip 2's health word changed, so it alone is probed now
+    second = {n.npu_id: n for n in sampler.sample().npus}
+    assert second[0].probe is None
+    assert (second[2].health, second[2].probe.ecc.hbm_double, second[2].probe.error_codes) == (
+        "Warning",
+        2,
+        ["80E18400"],
+    )
+    assert second[6].probe.gone
+    assert second[6].health == "UNKNOWN"

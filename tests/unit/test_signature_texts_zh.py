@@ -18,6 +18,6 @@ def chinese():
 
 @pytest.mark.parametrize("signature", SIGNATURES, ids=lambda s: s.code)
 def test_title_and_hint_are_in_the_chinese_catalog(signature, chinese):
-    for text in (signature.title, signature.hint, signature.npu_hint):
+    for text in (signature.title, signature.hint, signature.npu_hint, signature.figured_hint):
         if text:
             assert chinese.gettext(text) != text, text[:60]

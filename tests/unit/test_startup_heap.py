@@ -1,11 +1,11 @@
-"""panel.core.heap: the panel worker freezes its start-up heap once it is ready, so the collector's full
+"""panel.core.infra.heap: the panel worker freezes its start-up heap once it is ready, so the collector's full
 passes no longer walk it (they stopped the metrics ingester for up to 190 ms every few seconds)."""
 
 import gc
 
 from celery import signals
 
-from panel.core import heap
+from panel.core.infra import heap
 
 
 def test_a_ready_worker_freezes_what_start_up_left_alive():

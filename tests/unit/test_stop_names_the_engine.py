@@ -1,12 +1,12 @@
-"""A stop names the engine by pid and process start time (workers.engine.runtime, workers.tasks.deploy):
-the agent stops only the process it recorded, a stop naming another engine or a bare pid stops nothing and
-says so, and a pid the kernel handed out again to another process is never signalled."""
+"""A stop names the engine by pid and process start time (workers.engine.running.runtime,
+workers.tasks.deploy): the agent stops only the process it recorded, a stop naming another engine or a bare
+pid stops nothing and says so, and a pid the kernel handed out again to another process is never signalled."""
 
 import subprocess
 
 import pytest
 
-from workers.engine import runtime
+from workers.engine.running import runtime
 from workers.hosts.local import LocalRunner
 from workers.hosts.sync_loop import run_coroutine_sync
 from workers.tasks.deploy import engine_to_stop

@@ -2,7 +2,7 @@
 
 import pytest
 
-from panel.core.streams import FAILED, REACHED
+from panel.core.rest.streams import FAILED, REACHED
 from panel.deployments.api.waiting import outcome
 
 GONE = None

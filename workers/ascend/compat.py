@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -33,12 +33,28 @@ CHIP_NAMES = {
     "910": "Ascend 910 / 910 Pro B",
     "310b": "Atlas 200I A2 (310B)",
 }
-COMPONENTS = ("vllm-ascend", "vllm", "cann", "torch", "torch-npu", "python", "chip", "driver")
 
 # Problem kinds: the panel shows mismatch / unsupported as failures and unverified as "nobody checked".
 MISMATCH = "mismatch"
 UNSUPPORTED = "unsupported"
 UNVERIFIED = "unverified"
+
+
+def chip_key(npu_name: str) -> str | None:
+    """The matrix's chip key from npu-smi's Name column: 910B3 -> 910b, 310P3 -> 310p, Ascend910 -> a3."""
+    name = npu_name.upper().removeprefix("ASCEND")
+    if name.startswith("910B"):
+        return "910b"
+    if name.startswith("310P"):
+        return "310p"
+    if name.startswith("310B"):
+        return "310b"
+    if name.startswith("910_93") or name == "910":
+        # A3 boards show `Ascend910` per die; the old Ascend 910 shows 910A / 910ProB.
+        return "a3"
+    if name.startswith("910"):
+        return "910"
+    return None
 
 
 class MatrixError(ValueError):
@@ -47,21 +63,32 @@ class MatrixError(ValueError):
 
 @dataclass(frozen=True)
 class DriverRule:
-    """Which Ascend HDK driver versions a CANN release is documented to work with."""
+    """Which Ascend HDK driver versions a CANN release is documented to work with; `floor` is a lower bound
+    the profile's own engine adds (a feature it turns on by default needs a newer driver than CANN does)."""
 
     accepts: tuple[str, ...] = ()
     minimum: str | None = None
     source: str = ""
+    floor: str | None = None
+    floor_source: str = ""
 
     def allows(self, driver: str) -> bool:
+        if self.floor is not None and Version(driver) < Version(self.floor):
+            return False
         if self.minimum is not None and Version(driver) >= Version(self.minimum):
             return True
         return any(matches_series(driver, pattern) for pattern in self.accepts)
 
+    def lowest(self) -> Version:
+        """No driver this rule allows is older than this (a series `25.2.x` counts from 25.2.rc0)."""
+        bounds = [Version(self.minimum)] if self.minimum is not None else []
+        bounds += [Version(p[: -len(".x")] + ".rc0" if p.endswith(".x") else p) for p in self.accepts]
+        low = min(bounds)
+        return max(low, Version(self.floor)) if self.floor is not None else low
+
     def describe(self) -> str:
-        if self.minimum is not None:
-            return f">= {self.minimum}"
-        return " | ".join(self.accepts)
+        text = f">= {self.minimum}" if self.minimum is not None else " | ".join(self.accepts)
+        return f"{text}, >= {self.floor}" if self.floor is not None else text
 
 
 @dataclass(frozen=True)
@@ -147,7 +174,7 @@ def _required(row: dict, key: str, where: str) -> Any:
     return row[key]
 
 
-def _driver_rules(raw: dict) -> dict[str, DriverRule]:
+def _driver_rules(raw: dict | None) -> dict[str, DriverRule]:
     rules = {}
     for cann, rule in (raw or {}).items():
         where = f"cann_drivers[{cann}]"
@@ -170,6 +197,15 @@ def _profile(row: dict, rules: dict[str, DriverRule], index: int) -> Profile:
             raise MatrixError(f"{where}: unknown chip {chip!r}; use one of {', '.join(CHIP_KEYS)}")
     cann = str(_required(row, "cann", where))
     driver = next((rule for key, rule in rules.items() if same(key, cann)), None)
+    if row.get("driver_min"):
+        floor = row["driver_min"]
+        if driver is None:
+            raise MatrixError(f"{where}: driver_min needs a cann_drivers row for CANN {cann}")
+        driver = replace(
+            driver,
+            floor=str(_required(floor, "version", where + ".driver_min")),
+            floor_source=str(_required(floor, "source", where + ".driver_min")),
+        )
     profile = Profile(
         vllm_ascend=str(_required(row, "vllm_ascend", where)),
         vllm=str(_required(row, "vllm", where)),
@@ -296,9 +332,13 @@ def _check_chip(
             "chip", chip, need, _("Unknown chip key; use one of {keys}.").format(keys=", ".join(CHIP_KEYS))
         )
     newer = [p.name for p in profiles if chip in p.chips]
-    hint = _("{profile} does not list {chip}.").format(profile=profile.name, chip=CHIP_NAMES[chip])
+    # One sentence, one msgid: the panel translates what agents send by matching whole catalog templates.
     if newer:
-        hint += " " + _("Releases that do: {names}.").format(names=", ".join(newer))
+        hint = _("{profile} does not list {chip}. Releases that do: {names}.").format(
+            profile=profile.name, chip=CHIP_NAMES[chip], names=", ".join(newer)
+        )
+    else:
+        hint = _("{profile} does not list {chip}.").format(profile=profile.name, chip=CHIP_NAMES[chip])
     return Problem("chip", chip, need, hint, UNSUPPORTED)
 
 

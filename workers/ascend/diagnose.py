@@ -6,12 +6,15 @@ it, in the order the failures first appear. `code` is the most specific code kno
 it belongs to (the same code for a general signature): hccl_socket_timeout is a kind of hccl. A finding
 of a general code is left out when a specific one of its family came first (it would repeat it), and a
 finding a more specific one explains (Signature.explains) is left out wherever it stands. Findings
-of a timeout on every rank also carry "first_rank": {"rank", "where", "line", "line_no"} or null.
+of a timeout on every rank also carry "first_rank": {"rank", "where", "line", "line_no"} or null; findings
+whose line states the figures of the fix (a too-small HCCL buffer: the size needed and the size set) carry
+"figures" and a hint that names them.
 A healthy log gives []. The signatures are in workers.ascend.signatures.
 """
 
 import argparse
 import json
+import math
 import re
 import sys
 from collections.abc import Iterable
@@ -59,7 +62,7 @@ _EXPLAINS = {signature.code: signature.explains for signature in SIGNATURES if s
 
 
 def _finding(signature: Signature, line: str, line_no: int) -> dict:
-    return {
+    finding = {
         "code": signature.code,
         "general": signature.general or signature.code,
         "title": signature.title,
@@ -67,6 +70,21 @@ def _finding(signature: Signature, line: str, line_no: int) -> dict:
         "line": quote(line),
         "line_no": line_no,
     }
+    figures = _figures(signature, line)
+    if figures:
+        finding["hint"] = signature.figured_hint.format(**figures)
+        finding["figures"] = figures
+    return finding
+
+
+def _figures(signature: Signature, line: str) -> dict[str, int] | None:
+    """The figures the line states, each rounded up to a whole number (a size to set is never a fraction
+    short); None when the line states none of them, so the finding keeps the signature's general hint."""
+    for pattern in signature.figures:
+        found = re.search(pattern, line)
+        if found:
+            return {name: math.ceil(float(value)) for name, value in found.groupdict().items() if value}
+    return None
 
 
 class _Waiting:
@@ -93,12 +111,7 @@ def diagnose_lines(lines: Iterable[str]) -> list[dict]:
     weak: dict[str, dict] = {}
     waiting: dict[str, _Waiting] = {}
     for line_no, line in enumerate(lines, start=1):
-        for code, candidate in list(waiting.items()):
-            if candidate.voided_by(line):
-                del waiting[code]
-            elif code not in strong and candidate.advance(line):
-                strong[code] = candidate.finding
-                del waiting[code]
+        _advance(waiting, strong, line)
         for compiled in COMPILED:
             code = compiled.signature.code
             if code in strong:
@@ -111,20 +124,37 @@ def diagnose_lines(lines: Iterable[str]) -> list[dict]:
                     waiting[code] = _Waiting(compiled, finding)
             elif compiled.weak and code not in weak and compiled.weak.search(line):
                 weak[code] = _finding(compiled.signature, line, line_no)
-    findings = list(strong.values()) if strong else list(weak.values())
-    # A specific finding stands for its family from its line on: a general one after it repeats the same
-    # failure with a vaguer hint. One before it is an earlier cause (a port in use, then the timeouts).
+    findings = _without_repeats(list(strong.values()) if strong else list(weak.values()))
+    for finding in findings:
+        if any(s.names_first_rank for s in SIGNATURES if s.code == finding["code"]):
+            finding["first_rank"] = first_failing_rank(lines)
+    return sorted(findings, key=lambda finding: finding["line_no"])
+
+
+def _advance(waiting: dict[str, _Waiting], strong: dict[str, dict], line: str) -> None:
+    """Give each match still waiting for its `then` lines the next line: it is void, goes on waiting, or
+    counts now."""
+    for code, candidate in list(waiting.items()):
+        if candidate.voided_by(line):
+            del waiting[code]
+        elif code not in strong and candidate.advance(line):
+            strong[code] = candidate.finding
+            del waiting[code]
+
+
+def _without_repeats(findings: list[dict]) -> list[dict]:
+    """The findings less those another one stands for.
+
+    A specific finding stands for its family from its line on: a general one after it repeats the same
+    failure with a vaguer hint. One before it is an earlier cause (a port in use, then the timeouts). A
+    finding that explains broader ones (Signature.explains) stands for them wherever they are."""
     first_specific: dict[str, int] = {}
     for f in findings:
         if f["general"] != f["code"]:
             first_specific[f["general"]] = min(f["line_no"], first_specific.get(f["general"], f["line_no"]))
     findings = [f for f in findings if f["line_no"] < first_specific.get(f["code"], f["line_no"] + 1)]
     explained = {code for f in findings for code in _EXPLAINS.get(f["code"], ())}
-    findings = [f for f in findings if f["code"] not in explained]
-    for finding in findings:
-        if any(s.names_first_rank for s in SIGNATURES if s.code == finding["code"]):
-            finding["first_rank"] = first_failing_rank(lines)
-    return sorted(findings, key=lambda finding: finding["line_no"])
+    return [f for f in findings if f["code"] not in explained]
 
 
 def diagnose(text: str) -> list[dict]:

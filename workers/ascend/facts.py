@@ -295,14 +295,12 @@ async def collect_host_facts(
 ) -> dict:
     """Everything the panel shows about a host and plans with, read through `runner`."""
     host = _Host(runner, host_root)
-    os_release, uname_text, (cpu, lscpu), memory, hugepages, disks, pythons = await asyncio.gather(
-        _os_facts(host),
-        host.output("uname", "-r", "-m"),
-        _cpu_facts(host),
-        _memory_facts(host),
-        _hugepage_facts(host),
-        _disk_facts(host, disk_paths),
-        _python_facts(host),
+    # Two groups, all at once: gather's types reach six awaitables.
+    (os_release, uname_text, (cpu, lscpu)), (memory, hugepages, disks, pythons) = await asyncio.gather(
+        asyncio.gather(_os_facts(host), host.output("uname", "-r", "-m"), _cpu_facts(host)),
+        asyncio.gather(
+            _memory_facts(host), _hugepage_facts(host), _disk_facts(host, disk_paths), _python_facts(host)
+        ),
     )
     uname = parse_uname(uname_text or "")
     return {

@@ -18,7 +18,10 @@ Records per query (values as printed; numbers as numbers):
                 do not print it)
     gateway     {"gateway", "iface"}; both None plus "error" when no gateway is set
     netdetect   {"address"};  fec {"mode"};  lldp {"ifname"} (the switch port);
-    vnic        {"link", "ipaddr", "netmask"} (A3's on-board NIC);  link_stat {"device", "link_up_count"}
+    vnic        {"link", "ipaddr", "netmask"} (A3's on-board NIC)
+    link_stat   {"device", "link_up_count", "link_down_count", "down_for_s"}: down_for_s is how long the port
+                has been down by the device's own clock (its `current time` minus its newest LINK DOWN record)
+                when that record is the newest change, else None; link_down_count None where not printed
 
 `python -m workers.ascend.hccn FILE [--query Q]` prints {"query": Q, "records": [...]} as JSON (FILE - is
 stdin); a text in which no query is recognised exits 2.
@@ -31,6 +34,7 @@ import json
 import re
 import sys
 from collections.abc import Callable
+from datetime import datetime
 
 HCCN_TOOL = "hccn_tool"
 # Where the driver package puts it; it is often not on PATH.
@@ -49,9 +53,6 @@ QUERIES = (
     "vnic",
     "link_stat",
 )
-
-NO_IP = "Get ipconf failed, because no ip was preset there!"
-NO_GATEWAY = "Get gateway failed, because no gateway was preset there!"
 
 _IPADDR = re.compile(r"^ipaddr\s*:\s*(?P<value>\S+)", re.I)
 _NETMASK = re.compile(r"^netmask\s*:\s*(?P<value>\S+)", re.I)
@@ -78,7 +79,13 @@ _LLDP = re.compile(r"^Ifname\s*:\s*(?P<value>\S+)", re.I)
 _VNIC_LINK = re.compile(r"^vnic link status\s*:\s*(?P<value>\w+)", re.I)
 _VNIC_IP = re.compile(r"^vnic ipaddr\s*:\s*(?P<value>\S+)", re.I)
 _VNIC_MASK = re.compile(r"^vnic netmask\s*:\s*(?P<value>\S+)", re.I)
-_LINK_STAT = re.compile(r"^\[device\s+(?P<device>\d+)\]\s*link up count\s*:\s*(?P<count>\d+)", re.I)
+# Drivers prefix each line with `[device N]` or `[devid N]`.
+_DEVICE = r"^\[(?:device|devid)\s+(?P<device>\d+)\]\s*"
+_LINK_STAT = re.compile(_DEVICE + r"link up count\s*:\s*(?P<count>\d+)", re.I)
+_LINK_DOWNS = re.compile(_DEVICE + r"link down count\s*:\s*(?P<count>\d+)", re.I)
+_WHEN = r"(?P<when>[A-Z][a-z]{2} [A-Z][a-z]{2}\s+\d{1,2} \d{2}:\d{2}:\d{2} \d{4})"
+_LINK_NOW = re.compile(_DEVICE + r"current time\s*:\s*" + _WHEN, re.I)
+_LINK_CHANGE = re.compile(_DEVICE + _WHEN + r"\s+LINK (?P<state>UP|DOWN)\b", re.I)
 
 # Which line shows which query, most specific first: "vnic link status" before "link status".
 _DETECTORS: tuple[tuple[str, re.Pattern], ...] = (
@@ -167,7 +174,13 @@ class _Ping:
     """One ping answer being read: the summary line closes it; replies count when the summary was cut."""
 
     def __init__(self, device: int | None = None, target: str | None = None):
-        self.record = {"device": device, "target": target, "sent": None, "received": None, "loss_pct": None}
+        self.record: dict[str, int | float | str | None] = {
+            "device": device,
+            "target": target,
+            "sent": None,
+            "received": None,
+            "loss_pct": None,
+        }
         self.replies = self.lost = 0
 
     def close(self) -> dict:
@@ -243,12 +256,40 @@ def _parse_vnic(lines: list[str]) -> list[dict]:
     return records
 
 
+def _device_time(text: str) -> datetime | None:
+    try:
+        return datetime.strptime(" ".join(text.split()), "%a %b %d %H:%M:%S %Y")
+    except ValueError:
+        return None
+
+
 def _parse_link_stat(lines: list[str]) -> list[dict]:
-    return [
-        {"device": int(match["device"]), "link_up_count": int(match["count"])}
-        for line in lines
-        if (match := _LINK_STAT.match(line))
-    ]
+    """One record per device answer; its change records (newest first as printed, but read by their times)
+    say how long a port that is down now has been down, which MindCluster's 30 s rule is about."""
+    records: list[dict] = []
+    seen: dict[int, dict] = {}  # per device: its current time, link down count and change records
+    for line in lines:
+        if match := _LINK_STAT.match(line):
+            records.append({"device": int(match["device"]), "link_up_count": int(match["count"])})
+            continue
+        for pattern in (_LINK_NOW, _LINK_DOWNS, _LINK_CHANGE):
+            if match := pattern.match(line):
+                device = seen.setdefault(int(match["device"]), {"now": None, "downs": None, "changes": []})
+                if pattern is _LINK_NOW:
+                    device["now"] = _device_time(match["when"])
+                elif pattern is _LINK_DOWNS:
+                    device["downs"] = int(match["count"])
+                elif (when := _device_time(match["when"])) is not None:
+                    device["changes"].append((when, match["state"].upper()))
+                break
+    for record in records:
+        device = seen.get(record["device"], {"now": None, "downs": None, "changes": []})
+        newest = max(device["changes"], default=None)
+        down_for = None
+        if device["now"] is not None and newest is not None and newest[1] == "DOWN":
+            down_for = max(0.0, (device["now"] - newest[0]).total_seconds())
+        record |= {"link_down_count": device["downs"], "down_for_s": down_for}
+    return records
 
 
 PARSERS: dict[str, Callable[[list[str]], list[dict]]] = {

@@ -17,6 +17,8 @@ Command line, for checking a captured output by hand:
     python -m workers.ascend.npu_smi list FILE
     python -m workers.ascend.npu_smi readings FILE [--npu N] [--chip C]
     python -m workers.ascend.npu_smi topo FILE       # npu-smi info -t topo
+    python -m workers.ascend.npu_smi health FILE     # npu-smi info -t health -i N (codes, gone)
+    python -m workers.ascend.npu_smi ecc FILE        # npu-smi info -t ecc -i N (per chip)
 
 It prints JSON; on an npu-smi failure it prints the message and the hint on stderr and exits 2.
 """
@@ -25,6 +27,7 @@ import argparse
 import json
 import sys
 
+from workers.ascend.npu_health import device_gone, parse_ecc_chips, parse_health
 from workers.ascend.npu_smi_errors import NpuSmiError, find_error, raise_for_error
 from workers.ascend.npu_smi_kv import NpuReading, parse_kv, parse_list, parse_readings
 from workers.ascend.npu_smi_mapping import parse_mapping
@@ -53,7 +56,7 @@ __all__ = [
 
 NPU_SMI = "npu-smi"
 # `npu-smi info -t TYPE` types the agent reads; each answers in `key : value` blocks.
-T_TYPES = frozenset({"usages", "common", "memory", "power", "temp", "health", "board", "product"})
+T_TYPES = frozenset({"usages", "common", "memory", "power", "temp", "health", "board", "product", "ecc"})
 _FIXED_COMMANDS = {
     "table": ["info"],
     "mapping": ["info", "-m"],
@@ -105,12 +108,20 @@ def _readings_json(text: str, npu: int | None, chip: int | None) -> list[dict]:
     return [reading.to_dict() for reading in parse_readings(text, npu=npu, chip=chip)]
 
 
+def _health_json(what: str, text: str) -> dict:
+    if what == "health":
+        return {**parse_health(text), "gone": device_gone(text)}
+    return {"chips": {str(chip): counts for chip, counts in parse_ecc_chips(text).items()}}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m workers.ascend.npu_smi", description=__doc__.split("\n")[0]
     )
     parser.add_argument(
-        "what", choices=["table", "mapping", "list", "readings", "topo"], help="which npu-smi output"
+        "what",
+        choices=["table", "mapping", "list", "readings", "topo", "health", "ecc"],
+        help="which npu-smi output",
     )
     parser.add_argument("file", help="captured output, or - for stdin")
     parser.add_argument("--npu", type=int, help="readings: the -i the output was taken with")
@@ -118,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         text = _read(args.file)
+        result: dict | list[dict]
         if args.what == "table":
             result = parse_table(text)
         elif args.what == "mapping":
@@ -126,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
             result = parse_list(text)
         elif args.what == "topo":
             result = parse_topo(text)
+        elif args.what in ("health", "ecc"):
+            result = _health_json(args.what, text)
         else:
             result = _readings_json(text, args.npu, args.chip)
     except NpuSmiError as error:

@@ -75,7 +75,6 @@ def parse_table(text: str) -> dict:
 
     Raises NpuSmiError when the text holds no chip rows (a known failure or "no NPU table found").
     """
-    version = None
     chip_header: list[list[list[str]]] = []
     process_header: list[list[str]] | None = None
     rows: list[list[str]] = []  # data rows of the current group, i.e. since the last separator
@@ -88,14 +87,14 @@ def parse_table(text: str) -> dict:
             chips.extend(_chips_from_rows(chip_header, rows))
         rows.clear()
 
-    for line in _table_lines(text):
+    lines = _table_lines(text)
+    version = _version(lines)
+    for line in lines:
         if _SEPARATOR.match(line):
             flush_group()
             continue
         cells = _cells(line)
-        if version is None and section is None and (title := _TITLE.search(line)):
-            version = title.group("version") or title.group("tool")
-        elif _is_process_header(cells):
+        if _is_process_header(cells):
             flush_group()
             section, process_header = "processes", [_header_names(cell) for cell in cells]
         elif _is_chip_header(cells):
@@ -115,6 +114,17 @@ def parse_table(text: str) -> dict:
         raise nothing_found(text, "NPU table")
     _number_unnumbered_chips(chips)
     return {"version": known_text(version), "chips": chips, "processes": processes}
+
+
+def _version(lines: list[str]) -> str | None:
+    """The version the title line states ("npu-smi 23.0.6  Version: 23.0.6"), read before the first header."""
+    for line in lines:
+        if _is_process_header(_cells(line)) or _is_chip_header(_cells(line)):
+            return None
+        title = _TITLE.search(line)
+        if title:
+            return title.group("version") or title.group("tool")
+    return None
 
 
 def _number_unnumbered_chips(chips: list[dict]) -> None:

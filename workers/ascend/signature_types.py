@@ -30,7 +30,7 @@ class Signature:
     # a failed graph capture, ...). They name this signature only when nothing more specific matched.
     weak_patterns: tuple[str, ...] = ()
     # Where `hint` holds only for an engine on CPUs (vLLM's CPU backends), the hint for one on NPUs. The
-    # panel picks it for deployments that hold NPUs (panel.deployments.findings).
+    # panel picks it for deployments that hold NPUs (panel.deployments.launch.findings).
     npu_hint: str = ""
     # The general code of a specific failure (hccl_socket_timeout is a kind of hccl): the finding carries
     # both, and a finding of the general code alone is left out once a specific one of it was found.
@@ -47,3 +47,8 @@ class Signature:
     explains: tuple[str, ...] = ()
     # Name the first rank that failed: a timeout on every rank is the symptom of one rank that died first.
     names_first_rank: bool = False
+    # Figures the matched line states (regexes with named groups, tried in order) and the hint that names
+    # them: "NEEDED ... = 294MB, HCCL_BUFFSIZE=200MB" gives the size to set, not just the variable. The
+    # hint is a str.format template whose fields are the groups; a line without the figures gets `hint`.
+    figures: tuple[str, ...] = ()
+    figured_hint: str = ""

@@ -11,6 +11,12 @@ from workers.i18n import gettext_noop as _
 CAPTURE_STARTED = r"(?i)\bcaptur(?:e|ing) (?:ACL|CUDA) ?graphs?\b"
 FAILED_LATER = r"\b(?:ERROR|Traceback|Exception|RuntimeError|AttributeError|failed to start|died)\b"
 CAPTURE_DONE = r"(?i)\bGraph capturing finished\b"
+# What an MoE operator's tiling prints when the HCCL window is too small: the size it needs (the formula's
+# result, already rounded up to whole MB) and the size it had, "... = 294MB, HCCL_BUFFSIZE=200MB.".
+BUFFSIZE_FIGURES = (
+    r"=\s*(?P<needed_mb>\d+(?:\.\d+)?)\s*MB\s*,"
+    r"\s*HCCL_BUFFSIZE(?:_EP)?\s*=\s*(?P<had_mb>\d+(?:\.\d+)?)\s*MB\b"
+)
 # torch_npu's report of a failed communicator set-up, up to its HCCL error code.
 HCCL_INIT_CALL = r"(?i)\bhcclCommInitRootInfo(?:Config)?\(.*\berror code is "
 
@@ -161,7 +167,20 @@ FIELD_SIGNATURES: tuple[Signature, ...] = (
             "least that on every node and leave HBM for it (each communicator takes it): lower "
             "--gpu-memory-utilization if needed. Fewer sequences per batch (--max-num-seqs) need less."
         ),
-        patterns=(r"(?i)\bHCCL[_ ]BUFFSIZE is too small\b", r"(?i)\bhccl buffer (?:size )?is too small\b"),
+        # CANN's MoE operators name the expert parallel group's buffer HCCL_BUFFSIZE_EP since 8.3; it is still
+        # sized by HCCL_BUFFSIZE (or vllm-ascend's per-group setting), so both spellings are this failure.
+        patterns=(
+            r"(?i)\bHCCL[_ ]BUFFSIZE(?:_EP)? is too small\b",
+            r"(?i)\bhccl buffer (?:size )?is too small\b",
+            BUFFSIZE_FIGURES,
+        ),
+        figures=(BUFFSIZE_FIGURES,),
+        figured_hint=_(
+            "An MoE dispatch or combine kernel needs more HCCL buffer than HCCL_BUFFSIZE gives "
+            "({had_mb} MB). Set HCCL_BUFFSIZE={needed_mb} (in MB, or more) in the deployment's environment "
+            "on every node and leave HBM for it (each communicator takes it): lower "
+            "--gpu-memory-utilization if needed. Fewer sequences per batch (--max-num-seqs) need less."
+        ),
         # The dispatch or combine operator whose tiling refused the buffer fails with it.
         explains=("op_unsupported",),
     ),

@@ -90,12 +90,15 @@ class Version:
         so 8.5 == 8.5.0, 8.0.0 > 8.0.RC3 and 2.5.1 < 2.5.1.post1."""
         left, right = self._key, self._coerce(other)._key
         for index in range(max(len(left), len(right))):
-            a = left[index] if index < len(left) else None
-            b = right[index] if index < len(right) else None
-            if a is None:
+            # The loop runs while one side has a part: at most one of the two is missing.
+            if index >= len(left):
+                b = right[index]
                 a = (_NUMBER, 0) if b[0] == _NUMBER else (_END, 0)
-            if b is None:
+            elif index >= len(right):
+                a = left[index]
                 b = (_NUMBER, 0) if a[0] == _NUMBER else (_END, 0)
+            else:
+                a, b = left[index], right[index]
             if a != b:
                 return -1 if a < b else 1
         return 0

@@ -2,12 +2,12 @@
 
 docker and podman share their CLI; iSula (openEuler's engine) differs: `version` prints text, `images`
 prints a table without --format, `logs` has no --timestamps or --since, `stop` and `rm` take the same
-flags. The `run` line is workers.engine.container's.
+flags. The `run` line is workers.engine.launch.container's.
 """
 
 from __future__ import annotations
 
-from workers.engine.container import ENGINES, IMAGE_PATTERN
+from workers.engine.launch.container import ENGINES, IMAGE_PATTERN
 
 LABEL_DEPLOYMENT = "ascend-panel.deployment"
 LABEL_NODE = "ascend-panel.node"

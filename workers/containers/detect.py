@@ -13,7 +13,7 @@ import json
 from workers.containers import commands
 from workers.containers.hostconf import ContainerHost, choose_engine
 from workers.containers.parse import parse_images, parse_version
-from workers.engine.container import ENGINES, on_host
+from workers.engine.launch.container import ENGINES, on_host
 
 ADR_DIR = "/usr/local/Ascend/Ascend-Docker-Runtime"
 ADR_BINARY = f"{ADR_DIR}/ascend-docker-runtime"

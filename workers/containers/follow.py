@@ -64,7 +64,7 @@ def follow(engine: str, container: str, log_path: str) -> int:
         ) as logs,
         open(log_path, "a", encoding="utf-8") as out,
     ):
-        for raw in logs.stdout:
+        for raw in logs.stdout or ():  # piped above: always there
             line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
             if engine == "isula":
                 stamp, text = now_stamp(), line

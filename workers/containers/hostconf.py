@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from workers.engine.container import ENGINES, Mount
+from workers.engine.launch.container import ENGINES, Mount
 
 DEFAULT_CACHE = "/var/lib/ascend-panel/cache"
 DEFAULT_SHM = "16g"

@@ -16,8 +16,8 @@ from workers.containers import lifecycle
 from workers.containers.detect import ascend_runtime_use, engine_images
 from workers.containers.hostconf import ContainerHost
 from workers.containers.official import preflight
-from workers.engine.command import LaunchSpec
-from workers.engine.container import ContainerSpec, build_container_run, driver_sources
+from workers.engine.launch.command import LaunchSpec
+from workers.engine.launch.container import ContainerSpec, build_container_run, driver_sources
 from workers.i18n import gettext_noop as _
 from workers.models.node_paths import host_path
 

@@ -21,8 +21,8 @@ from pathlib import Path
 from workers.containers import commands
 from workers.containers.follow import split_stamp
 from workers.containers.parse import ContainerState, parse_inspect
-from workers.engine import runtime
-from workers.engine.container import ContainerRun
+from workers.engine.launch.container import ContainerRun
+from workers.engine.running import runtime
 from workers.hosts.base import CommandError
 from workers.i18n import gettext_noop as _
 

@@ -75,22 +75,26 @@ class LocalRunner(Runner):
 
         stdout = LineCollector("stdout", on_line)
         stderr = LineCollector("stderr", on_line)
+        # Piped above, so present (stdin only when there is input to feed).
+        assert process.stdout is not None
+        assert process.stderr is not None
+        out_pipe, err_pipe, in_pipe = process.stdout, process.stderr, process.stdin
 
         async def feed_stdin() -> None:
-            if stdin is None:
+            if stdin is None or in_pipe is None:
                 return
             try:
-                process.stdin.write(stdin)
-                await process.stdin.drain()
-                process.stdin.close()
+                in_pipe.write(stdin)
+                await in_pipe.drain()
+                in_pipe.close()
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the program exited without reading all of its input; its exit status tells why
 
         async def finished() -> None:
             await asyncio.gather(
                 feed_stdin(),
-                stdout.pump(process.stdout.read),
-                stderr.pump(process.stderr.read),
+                stdout.pump(out_pipe.read),
+                stderr.pump(err_pipe.read),
                 process.wait(),
             )
 
@@ -101,6 +105,7 @@ class LocalRunner(Runner):
         stopped = await supervise(
             finished(), timeout=timeout, cancel=cancel, stop=stop, kill_grace_s=self.kill_grace_s
         )
+        exit_status: int | None
         try:
             exit_status = await asyncio.wait_for(process.wait(), timeout=1.0)
         except TimeoutError:

@@ -312,11 +312,18 @@ class SshRunner(Runner):
         await discard_connection(self._pool_key)
 
 
+def _text(output: bytes | str | None) -> str:
+    """A completed process's output as text (runs ask asyncssh for text; bytes would be a binary run)."""
+    if isinstance(output, bytes):
+        return output.decode("utf-8", errors="replace")
+    return output or ""
+
+
 def _as_result(argv: list[str], completed: asyncssh.SSHCompletedProcess, started: float) -> CommandResult:
     return CommandResult(
         argv=argv,
         exit_status=completed.returncode,
-        stdout=completed.stdout or "",
-        stderr=completed.stderr or "",
+        stdout=_text(completed.stdout),
+        stderr=_text(completed.stderr),
         duration_s=time.monotonic() - started,
     )

@@ -10,8 +10,9 @@ import asyncio
 import hmac
 import logging
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 import asyncssh
 
@@ -19,7 +20,7 @@ log = logging.getLogger(__name__)
 
 # asyncssh reads ~/.ssh/known_hosts when known_hosts is empty; an explicit "no trusted keys" answer makes
 # every host key go through HostKeyCheck.validate_host_public_key instead.
-NO_KNOWN_HOSTS = ([], [], [])
+NO_KNOWN_HOSTS: tuple[list, list, list] = ([], [], [])
 FINGERPRINT_PREFIX = "SHA256:"
 
 
@@ -179,7 +180,7 @@ def _usable(task: asyncio.Task) -> bool:
 
 async def pooled_connection(
     key: tuple[str, int, str, str | None],
-    connect: Callable[[], Awaitable[tuple[asyncssh.SSHClientConnection, str]]],
+    connect: Callable[[], Coroutine[Any, Any, tuple[asyncssh.SSHClientConnection, str]]],
 ) -> tuple[asyncssh.SSHClientConnection, str]:
     """The pooled connection for key on this loop, opened with connect() when there is none or it died.
 

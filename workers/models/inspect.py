@@ -42,13 +42,13 @@ def inspect_model(path: str | Path) -> dict[str, Any]:
     """The facts a planner needs about the model in folder `path`; see the module docstring."""
     folder = Path(path)
     config = _read_config(folder)
-    text_config = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    nested = config.get("text_config")
+    text_config: dict[str, Any] = nested if isinstance(nested, dict) else config
     weights = _weights_summary(folder)
     hidden = text_config.get("hidden_size")
     heads = text_config.get("num_attention_heads")
-    head_dim = text_config.get("head_dim")
-    if head_dim is None and hidden and heads:
-        head_dim = hidden // heads
+    mla = mla_facts(text_config)
+    head_dim = _head_dim(text_config, mla, hidden, heads)
     architectures = config.get("architectures") or [None]
     return {
         "architecture": architectures[0],
@@ -65,7 +65,7 @@ def inspect_model(path: str | Path) -> dict[str, Any]:
         "vocab_size": text_config.get("vocab_size"),
         "max_position_embeddings": text_config.get("max_position_embeddings"),
         "moe": moe_facts(text_config),
-        "mla": mla_facts(text_config),
+        "mla": mla,
         "quantization": _quantization(folder, config),
         "has_tokenizer": any((folder / name).is_file() for name in TOKENIZER_FILES),
         "has_chat_template": _has_chat_template(folder),
@@ -86,6 +86,18 @@ def moe_facts(config: dict[str, Any]) -> dict[str, int] | None:
         "shared_experts": shared,
         "experts_per_token": config.get("num_experts_per_tok"),
     }
+
+
+def _head_dim(config: dict[str, Any], mla: dict | None, hidden: int | None, heads: int | None) -> int | None:
+    """Each attention head's query/key size. MLA models (DeepSeek-V2/V3/R1) do not split hidden_size over
+    the heads: a head's query and key are qk_nope_head_dim + qk_rope_head_dim (128 + 64 on V3, where
+    hidden / heads would say 56), and a `head_dim` in their config is the rotary part only, as
+    transformers writes it."""
+    if mla and mla["qk_nope_head_dim"] is not None and mla["qk_rope_head_dim"] is not None:
+        return int(mla["qk_nope_head_dim"]) + int(mla["qk_rope_head_dim"])
+    if config.get("head_dim") is not None:
+        return config["head_dim"]
+    return hidden // heads if hidden and heads else None
 
 
 def mla_facts(config: dict[str, Any]) -> dict[str, int | None] | None:
@@ -133,12 +145,12 @@ def _weights_summary(folder: Path) -> dict[str, Any]:
             for tensor in tensors:
                 params += tensor.numel
                 bytes_by_dtype[tensor.dtype] = bytes_by_dtype.get(tensor.dtype, 0) + tensor.nbytes
-        dominant = max(bytes_by_dtype, key=bytes_by_dtype.get) if bytes_by_dtype else None
+        dominant = max(bytes_by_dtype, key=lambda dtype: bytes_by_dtype[dtype]) if bytes_by_dtype else None
         return {
             "params": params,
             "weights_bytes": sum(bytes_by_dtype.values()),
             "bytes_by_dtype": bytes_by_dtype,
-            "dominant_dtype": DTYPE_NAMES.get(dominant, dominant),
+            "dominant_dtype": DTYPE_NAMES.get(dominant, dominant) if dominant else None,
         }
     for name in INDEX_NAMES:
         index_path = folder / name

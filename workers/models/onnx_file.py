@@ -59,12 +59,14 @@ def _varint(data: bytes, position: int) -> tuple[int, int]:
 
 def _fields(data: bytes) -> list[tuple[int, int | bytes]]:
     """(field number, value) pairs of one protobuf message; varints as ints, everything else as bytes."""
-    fields, position = [], 0
+    fields: list[tuple[int, int | bytes]] = []
+    position = 0
     while position < len(data):
         key, position = _varint(data, position)
         number, wire = key >> 3, key & 7
         if number == 0:
             raise NotOnnxError("field number 0")
+        value: int | bytes
         if wire == VARINT:
             value, position = _varint(data, position)
         elif wire in (FIXED64, FIXED32):

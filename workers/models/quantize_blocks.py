@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -179,7 +180,8 @@ class _Workers:
         """Take in what the workers have reported, waiting up to `timeout`; False once all have exited."""
         if not self._open:  # wait() on nothing would never return
             return False
-        for connection in wait(self._open, timeout):
+        # wait() hands back some of the connections it was given (its types allow sockets and fds too).
+        for connection in cast(list[Connection], wait(self._open, timeout)):
             try:
                 kind, *details = connection.recv()
             except EOFError:

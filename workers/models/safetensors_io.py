@@ -8,6 +8,7 @@ Reading tensor by tensor and writing tensor by tensor keeps memory bounded by th
 
 from __future__ import annotations
 
+import io
 import json
 import mmap
 import os
@@ -115,7 +116,7 @@ def read_header(path: str | Path) -> tuple[list[TensorInfo], dict[str, str]]:
     return tensors, metadata
 
 
-def read_tensor(handle: BinaryIO, info: TensorInfo) -> np.ndarray:
+def read_tensor(handle: io.BufferedIOBase, info: TensorInfo) -> np.ndarray:
     """One tensor in its storage dtype (BF16 as uint16 bit patterns), shaped as declared."""
     handle.seek(info.begin)
     buffer = bytearray(info.nbytes)
@@ -124,7 +125,7 @@ def read_tensor(handle: BinaryIO, info: TensorInfo) -> np.ndarray:
     return np.frombuffer(buffer, dtype=STORAGE_NUMPY[info.dtype]).reshape(info.shape)
 
 
-def iter_row_blocks(handle: BinaryIO, info: TensorInfo, block_bytes: int = COPY_CHUNK_BYTES):
+def iter_row_blocks(handle: io.BufferedIOBase, info: TensorInfo, block_bytes: int = COPY_CHUNK_BYTES):
     """Yield (first_row, block) over a tensor's leading dimension, each block about block_bytes.
 
     1-D tensors come as one row. Reading block by block keeps memory to one block, however big the tensor.
@@ -196,7 +197,7 @@ def copy_tensor_to(source: Path, info: TensorInfo, destination: Path, offset: in
 
 def write_array_at(descriptor: int, array: np.ndarray, offset: int) -> None:
     """Write an array's bytes at `offset` of an open file, whoever else is writing elsewhere in it."""
-    view = memoryview(np.ascontiguousarray(array)).cast("B")
+    view = np.ascontiguousarray(array).data.cast("B")
     while view:
         written = os.pwrite(descriptor, view, offset)
         view, offset = view[written:], offset + written
@@ -308,7 +309,7 @@ class ShardWriter:
 
     def write_part(self, array: np.ndarray) -> None:
         data = np.ascontiguousarray(array)
-        self._handle.write(memoryview(data).cast("B"))
+        self._handle.write(data.data.cast("B"))
         self._written_in_current += data.nbytes
 
     def mark_written(self, nbytes: int) -> None:

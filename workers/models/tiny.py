@@ -44,6 +44,9 @@ MLA_LATENT_WIDTH = 576
 # --target-mb widens the MLP up to this multiple of hidden (real models use 2.7-5x) before adding layers.
 MAX_INTERMEDIATE_FACTOR = 16
 
+# (tensor name, shape) of every tensor a tiny model holds, in file order.
+Shapes = list[tuple[str, tuple[int, ...]]]
+
 
 @dataclass
 class TinySpec:
@@ -91,9 +94,9 @@ class TinySpec:
             raise ValueError("shards must be at least 1")
 
 
-def tensor_shapes(spec: TinySpec) -> list[tuple[str, tuple[int, ...]]]:
+def tensor_shapes(spec: TinySpec) -> Shapes:
     """Every weight of the model, in the order a checkpoint lists them."""
-    shapes: list[tuple[str, tuple[int, ...]]] = [("model.embed_tokens.weight", (spec.vocab, spec.hidden))]
+    shapes: Shapes = [("model.embed_tokens.weight", (spec.vocab, spec.hidden))]
     for layer in range(spec.layers):
         prefix = f"model.layers.{layer}"
         shapes.append((f"{prefix}.input_layernorm.weight", (spec.hidden,)))
@@ -112,9 +115,9 @@ def tensor_shapes(spec: TinySpec) -> list[tuple[str, tuple[int, ...]]]:
     return shapes
 
 
-def _attention(spec: TinySpec, prefix: str) -> list[tuple[str, tuple[int, ...]]]:
+def _attention(spec: TinySpec, prefix: str) -> Shapes:
     q_out, kv_out = spec.heads * HEAD_DIM, spec.kv_heads * HEAD_DIM
-    shapes = [
+    shapes: Shapes = [
         (f"{prefix}.q_proj.weight", (q_out, spec.hidden)),
         (f"{prefix}.k_proj.weight", (kv_out, spec.hidden)),
         (f"{prefix}.v_proj.weight", (kv_out, spec.hidden)),
@@ -129,10 +132,10 @@ def _attention(spec: TinySpec, prefix: str) -> list[tuple[str, tuple[int, ...]]]
     return shapes
 
 
-def _mla_attention(spec: TinySpec, prefix: str) -> list[tuple[str, tuple[int, ...]]]:
+def _mla_attention(spec: TinySpec, prefix: str) -> Shapes:
     q_head = spec.qk_nope_head_dim + spec.qk_rope_head_dim
     if spec.q_lora_rank is None:  # V2-Lite projects q directly
-        shapes = [(f"{prefix}.q_proj.weight", (spec.heads * q_head, spec.hidden))]
+        shapes: Shapes = [(f"{prefix}.q_proj.weight", (spec.heads * q_head, spec.hidden))]
     else:
         shapes = [
             (f"{prefix}.q_a_proj.weight", (spec.q_lora_rank, spec.hidden)),
@@ -148,7 +151,7 @@ def _mla_attention(spec: TinySpec, prefix: str) -> list[tuple[str, tuple[int, ..
     ]
 
 
-def _mlp(prefix: str, hidden: int, intermediate: int) -> list[tuple[str, tuple[int, ...]]]:
+def _mlp(prefix: str, hidden: int, intermediate: int) -> Shapes:
     return [
         (f"{prefix}.gate_proj.weight", (intermediate, hidden)),
         (f"{prefix}.up_proj.weight", (intermediate, hidden)),
@@ -156,8 +159,8 @@ def _mlp(prefix: str, hidden: int, intermediate: int) -> list[tuple[str, tuple[i
     ]
 
 
-def _moe(spec: TinySpec, prefix: str) -> list[tuple[str, tuple[int, ...]]]:
-    shapes = [(f"{prefix}.gate.weight", (spec.routed_experts, spec.hidden))]  # the router
+def _moe(spec: TinySpec, prefix: str) -> Shapes:
+    shapes: Shapes = [(f"{prefix}.gate.weight", (spec.routed_experts, spec.hidden))]  # the router
     for expert in range(spec.routed_experts):
         shapes += _mlp(f"{prefix}.experts.{expert}", spec.hidden, spec.moe_intermediate)
     shared = spec.moe_intermediate * spec.shared_experts

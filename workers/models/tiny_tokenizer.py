@@ -70,7 +70,12 @@ def write_tokenizer(folder: Path, vocab_size: int, max_length: int) -> dict[str,
     """Write tokenizer.json and tokenizer_config.json; returns the ids of the special tokens."""
     tokenizer = train_tokenizer(vocab_size)
     tokenizer.save(str(folder / "tokenizer.json"))
-    ids = {token: tokenizer.token_to_id(token) for token in SPECIAL_TOKENS}
+    ids: dict[str, int] = {}
+    for token in SPECIAL_TOKENS:
+        found = tokenizer.token_to_id(token)
+        if found is None:  # the trainer was given them as special tokens: each has an id
+            raise RuntimeError(f"the trained tokenizer has no id for {token!r}")
+        ids[token] = found
     added_tokens_decoder = {
         str(ids[token]): {
             "content": token,

@@ -50,7 +50,7 @@ SLICE_ELEMENTS = 256 * 1024
 def is_quantized_linear(name: str, shape: tuple[int, ...]) -> bool:
     """True for a 2-D decoder linear weight that W8A8_DYNAMIC turns into int8."""
     match = DECODER_WEIGHT.match(name)
-    return bool(match) and len(shape) == 2 and match.group("projection") in LINEAR_PROJECTIONS
+    return match is not None and len(shape) == 2 and match.group("projection") in LINEAR_PROJECTIONS
 
 
 def scale_and_offset_names(weight_name: str) -> tuple[str, str]:

@@ -2,7 +2,8 @@
 
 python -m workers.sim create --profile atlas-800i-a2 --root DIR [--node-name NAME] [--reset]
     [--with-msmodelslim] [--sample-onnx] [--tiny-chat-model]
-python -m workers.sim fault --root DIR --npu N [--chip C] --health OK|Warning|Alarm
+python -m workers.sim fault --root DIR --npu N [--chip C] (--health OK|Warning|Alarm|Critical
+    | --ecc-burst COUNT [--single-bit] | --link-down | --link-up | --chip-gone | --chip-back)
 python -m workers.sim fault --root DIR --driver-unloaded | --device-held | --engine-dies-on-first-request
     | --clear
 python -m workers.sim fabric --root DIR [--switch DIR] [--host-ip IP] [--ifname NAME]
@@ -58,19 +59,47 @@ def inject_fault(root: Path, args: argparse.Namespace) -> str:
     if args.engine_dies_on_first_request:
         sim_state.set_engine_dies_on_first_request(root)
         return "engines now answer /health, then die at their first completion request"
-    if args.npu is None or args.health is None:
+    return _inject_chip_fault(root, profile, args)
+
+
+CHIP_FAULTS = ("health", "ecc_burst", "link_down", "link_up", "chip_gone", "chip_back")
+
+
+def _inject_chip_fault(root: Path, profile, args: argparse.Namespace) -> str:
+    """A fault of one chip (--npu N [--chip C]), in the text the real tools print for it."""
+    asked = [name for name in CHIP_FAULTS if getattr(args, name) not in (None, False)]
+    if args.npu is None or len(asked) != 1:
         raise sim_state.SimStateError(
-            "give --npu N --health OK|Warning|Alarm, or one of --driver-unloaded, --device-held, "
+            "give --npu N [--chip C] and one of --health OK|Warning|Alarm|Critical, --ecc-burst COUNT, "
+            "--link-down, --link-up, --chip-gone, --chip-back; or one of --driver-unloaded, --device-held, "
             "--engine-dies-on-first-request, --clear"
         )
-    chips = [chip.chip_id for chip in profile.chips_of(args.npu)]
+    chips = profile.chips_of(args.npu)
     if not chips:
         known = profile.npu_ids
         raise sim_state.SimStateError(f"NPU {args.npu} does not exist; {profile.name} has NPU ids {known}")
-    if args.chip not in chips:
-        raise sim_state.SimStateError(f"NPU {args.npu} has chips {chips}, not {args.chip}")
-    sim_state.set_health(root, args.npu, args.chip, args.health)
-    return f"NPU {args.npu} chip {args.chip} health is now {args.health}"
+    chip = next((chip for chip in chips if chip.chip_id == args.chip), None)
+    if chip is None:
+        raise sim_state.SimStateError(
+            f"NPU {args.npu} has chips {[c.chip_id for c in chips]}, not {args.chip}"
+        )
+    where = f"NPU {args.npu} chip {args.chip}"
+    if args.health is not None:
+        sim_state.set_health(root, args.npu, args.chip, args.health)
+        return f"{where} health is now {args.health}"
+    if args.ecc_burst is not None:
+        kind = "single" if args.single_bit else "double"
+        counts = sim_state.add_ecc_errors(root, args.npu, args.chip, **{kind: args.ecc_burst})
+        return f"{where}: {args.ecc_burst} {kind}-bit HBM ECC errors added (now {counts})"
+    if args.link_down or args.link_up:
+        if not sim_fabric.has_nics(profile):
+            raise sim_state.SimStateError(
+                f"{profile.name} has no RoCE ports (hccn_tool answers nothing there)"
+            )
+        sim_fabric.set_link(root, chip.logic_id, up=args.link_up)
+        return f"{where} (logic id {chip.logic_id}) RoCE link {'up' if args.link_up else 'down'}"
+    sim_state.set_chip_gone(root, args.npu, args.chip, gone=args.chip_gone)
+    return f"{where} {'fell off the bus' if args.chip_gone else 'is back'}"
 
 
 def change_fabric(root: Path, args: argparse.Namespace) -> str:
@@ -140,6 +169,16 @@ def build_parser() -> argparse.ArgumentParser:
     fault_parser.add_argument("--npu", type=int)
     fault_parser.add_argument("--chip", type=int, default=0)
     fault_parser.add_argument("--health", choices=sim_state.HEALTH_VALUES)
+    fault_parser.add_argument(
+        "--ecc-burst", type=int, metavar="COUNT", help="add COUNT double-bit HBM ECC errors (uncorrectable)"
+    )
+    fault_parser.add_argument("--single-bit", action="store_true", help="--ecc-burst adds single-bit errors")
+    fault_parser.add_argument("--link-down", action="store_true", help="the chip's RoCE port goes down")
+    fault_parser.add_argument(
+        "--link-up", action="store_true", help="it comes back (a flap: link up count +1)"
+    )
+    fault_parser.add_argument("--chip-gone", action="store_true", help="the chip stops answering")
+    fault_parser.add_argument("--chip-back", action="store_true", help="it answers again")
     fault_parser.add_argument("--driver-unloaded", action="store_true")
     fault_parser.add_argument("--device-held", action="store_true")
     fault_parser.add_argument("--engine-dies-on-first-request", action="store_true")

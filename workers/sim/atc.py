@@ -194,8 +194,8 @@ def check_input_shape(text: str, model: OnnxModel) -> dict[str, tuple[int | str,
             )
         check_static_dims(text, name, dims, inputs[name])
     shapes = {name: given.get(name, dims) for name, dims in inputs.items()}
-    for name, dims in shapes.items():
-        if any(not isinstance(d, int) or d <= 0 for d in dims) and name not in given:
+    for name, shape in shapes.items():
+        if any(not isinstance(d, int) or d <= 0 for d in shape) and name not in given:
             raise invalid("-1", name, "maybe you should set input_shape to specify its shape")
     return shapes
 

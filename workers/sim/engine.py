@@ -6,10 +6,17 @@
 Standard library only, so it runs wherever Python does. Environment:
 - SIM_ENGINE_START_DELAY: seconds from start to "Application startup complete." (default 2)
 - SIM_ENGINE_TOKEN_DELAY: seconds per generated token (default 0.01)
+- SIM_ENGINE_PREFILL_TOKEN_DELAY: seconds per prompt token not found in the prefix cache (default 0.0002)
 - SIM_ENGINE_STATS_INTERVAL: seconds between throughput log lines (default 10)
 - ASCEND_RT_VISIBLE_DEVICES: logic ids this engine uses (default 0..tp-1)
 - ASCEND_PANEL_SIM_ROOT: a sim root; the engine then holds its chips' HBM there until it exits.
 - VLLM_API_KEY: as vLLM, /v1/* then answers 401 without `Authorization: Bearer <key>`.
+
+Capacity as vLLM's: --max-num-seqs sequences run at once, the rest wait; --block-size and
+--enable-prefix-caching (on by default, as in vLLM V1) shape the prefix cache, so a repeated prompt's first
+token comes sooner (workers/sim/engine_prefix.py). --enable-sleep-mode with VLLM_SERVER_DEV_MODE=1 gives
+vLLM's /sleep, /wake_up and /is_sleeping (workers/sim/engine_sleep.py); --kv-transfer-config plays a
+prefill or decode engine of a disaggregated deployment (workers/sim/engine_kv.py).
 
 Before start-up completes every route answers 503; afterwards GET /health answers 200. With the sim fault
 engine_dies_on_first_request the first completion request logs vLLM's EngineCore death, answers 500 and
@@ -24,10 +31,14 @@ import socket
 import sys
 import threading
 import time
+from typing import TextIO
 
+from workers.sim import engine_kv
 from workers.sim import state as sim_state
 from workers.sim.engine_http import ENGINE_DEAD_MESSAGE, VLLM_VERSION, Handler, Server, uvicorn
 from workers.sim.engine_metrics import EngineMetrics
+from workers.sim.engine_prefix import PrefixCache, Scheduler
+from workers.sim.engine_sleep import SleepMode, dev_mode
 from workers.sim.profiles import get_profile
 
 MB_PER_KV_TOKEN = 0.0625  # 64 KiB per token: a 7B-class model in bf16
@@ -53,6 +64,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     parser.add_argument("--enforce-eager", action="store_true")
     parser.add_argument("--api-key")
+    parser.add_argument("--max-num-seqs", type=int, default=256)
+    parser.add_argument("--block-size", type=int, default=16)
+    parser.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--enable-sleep-mode", action="store_true")
+    parser.add_argument("--kv-transfer-config")
     # vllm takes many more flags; the panel may pass any of them, so unknown ones are accepted.
     args, _ignored = parser.parse_known_args([a for a in argv if a != "serve"])
     args.model = args.model or args.model_tag
@@ -96,14 +112,21 @@ class Engine:
         self.ready = False
         self.sim_root = os.environ.get("ASCEND_PANEL_SIM_ROOT") or None
         self.pid = os.getpid()
-        self.lock_file = None
+        self.lock_file: TextIO | None = None
         self.logic_ids = visible_logic_ids(args.tensor_parallel_size, self.sim_root)[
             : args.tensor_parallel_size
         ]
         self.hbm_target_mb, self.weights_mb = self._plan_memory()
         kv_mb = (self.hbm_target_mb - self.weights_mb) * args.tensor_parallel_size
         self.kv_cache_tokens = int(kv_mb / MB_PER_KV_TOKEN)
-        self.metrics = EngineMetrics(self.name, self.kv_cache_tokens)
+        self.scheduler = Scheduler(args.max_num_seqs)
+        self.prefix_cache = PrefixCache(
+            args.block_size, self.kv_cache_tokens // max(1, args.block_size), args.enable_prefix_caching
+        )
+        self.metrics = EngineMetrics(self.name, self.kv_cache_tokens, self.scheduler)
+        self.sleep_mode = SleepMode(self, log)
+        self.kv_config = engine_kv.parse_config(args.kv_transfer_config)
+        self.side_channel: engine_kv.SideChannel | None = None  # a producer's, opened by serve()
         self.busy = False
         self.died = False
         self.stop = threading.Event()  # set by SIGTERM / SIGINT, or by a request that killed the engine
@@ -148,6 +171,7 @@ class Engine:
     def life_lock(self) -> str:
         """A file this engine holds an flock on until it ends: how the sim host sees that it lives, from
         outside a container too (where its pid is its container's own)."""
+        assert self.sim_root, "only an engine on a sim host holds a life lock"
         if self.lock_file is None:
             folder = os.path.join(self.sim_root, "holders")
             os.makedirs(folder, exist_ok=True)
@@ -246,7 +270,7 @@ class Engine:
             return
         log("INFO", "api_server.py:1349", f"Starting vLLM API server 0 on http://{args.host}:{args.port}")
         log("INFO", "launcher.py:29", "Available routes are:")
-        for route, methods in ROUTES:
+        for route, methods in ROUTES + (SLEEP_ROUTES if dev_mode() else ()):
             log("INFO", "launcher.py:37", f"Route: {route}, Methods: {methods}")
         uvicorn(f"Started server process [{self.pid}]")
         uvicorn("Waiting for application startup.")
@@ -265,7 +289,8 @@ class Engine:
             f"Engine 000: Avg prompt throughput: {(prompt - before_prompt) / seconds:.1f} tokens/s, "
             f"Avg generation throughput: {(generated - before_generated) / seconds:.1f} tokens/s, "
             f"Running: {self.metrics.running} reqs, Waiting: {self.metrics.waiting} reqs, "
-            f"GPU KV cache usage: {self.metrics.kv_cache_usage() * 100:.1f}%, Prefix cache hit rate: 0.0%",
+            f"GPU KV cache usage: {self.metrics.kv_cache_usage() * 100:.1f}%, "
+            f"Prefix cache hit rate: {self.metrics.prefix_hit_rate() * 100:.1f}%",
         )
 
 
@@ -278,12 +303,13 @@ ROUTES = (
     ("/v1/chat/completions", "POST"),
     ("/v1/completions", "POST"),
 )
+SLEEP_ROUTES = (("/sleep", "POST"), ("/wake_up", "POST"), ("/is_sleeping", "GET"))
 
 
 def serve(args: argparse.Namespace) -> int:
     try:
         engine = Engine(args)
-    except (StartupError, sim_state.SimStateError, KeyError) as error:
+    except (StartupError, sim_state.SimStateError, KeyError, engine_kv.KVConfigError) as error:
         log("ERROR", "core.py:517", "EngineCore failed to start.")
         print(error, flush=True)
         return 1
@@ -296,6 +322,19 @@ def serve(args: argparse.Namespace) -> int:
             f"('{args.host}', {args.port}): {error.strerror}")  # fmt: skip
         return 1
     server.daemon_threads = True
+    if engine.kv_config and engine_kv.is_producer(engine.kv_config):
+        try:
+            engine.side_channel = engine_kv.SideChannel(
+                engine.kv_config, args.host, args.tensor_parallel_size
+            )
+        except OSError as error:
+            log(
+                "ERROR",
+                "kv_transfer.py:1",
+                f"KV side channel cannot bind port {engine.kv_config['kv_port']}: {error}",
+            )
+            server.server_close()
+            return 1
 
     stop = engine.stop
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -310,6 +349,8 @@ def serve(args: argparse.Namespace) -> int:
         uvicorn("Shutting down")
         server.shutdown()
         server.server_close()
+        if engine.side_channel:
+            engine.side_channel.close()
         engine.release()
         uvicorn("Waiting for application shutdown.")
         uvicorn("Application shutdown complete.")

@@ -5,6 +5,7 @@ uvicorn it speaks HTTP/1.1 with keep-alive (streams in chunked encoding) and has
 a client that keeps connections open (the panel's gateway) or opens many at once sees what vLLM would do.
 """
 
+import argparse
 import hashlib
 import hmac
 import json
@@ -12,6 +13,32 @@ import os
 import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Protocol
+
+from workers.sim import engine_kv
+from workers.sim.engine_metrics import EngineMetrics
+from workers.sim.engine_prefix import PrefixCache, Scheduler, block_hashes, prompt_tokens_of
+from workers.sim.engine_sleep import SleepError, SleepMode, dev_mode, parse_sleep_query
+
+
+class ServedEngine(Protocol):
+    """What the handler uses of the engine (workers/sim/engine.py), which imports this module."""
+
+    args: argparse.Namespace
+    name: str
+    api_key: str
+    ready: bool
+    metrics: EngineMetrics
+    scheduler: Scheduler
+    prefix_cache: PrefixCache
+    sleep_mode: SleepMode
+    kv_config: dict | None
+    side_channel: engine_kv.SideChannel | None
+
+    def dies_at_this_request(self) -> bool: ...
+    def die(self) -> None: ...
+    def set_busy(self, busy: bool) -> None: ...
+
 
 VLLM_VERSION = "0.9.1"
 REPLY_TEXT = (
@@ -42,7 +69,7 @@ class Server(ThreadingHTTPServer):
 
 
 class Handler(BaseHTTPRequestHandler):
-    engine = None  # the Engine; set on the subclass that serve() makes
+    engine: ServedEngine  # set on the subclass that serve() makes
     server_version = "uvicorn"
     sys_version = ""
     protocol_version = "HTTP/1.1"  # keep-alive; every answer has a length or is chunked
@@ -50,7 +77,7 @@ class Handler(BaseHTTPRequestHandler):
     # for the client's delayed ACK (up to 40 ms), which vLLM's streams never do.
     disable_nagle_algorithm = True
 
-    def log_message(self, format, *args):  # noqa: A002 - BaseHTTPRequestHandler's signature
+    def log_message(self, format, *args):
         pass  # access lines are printed by log_request in uvicorn's format
 
     def log_request(self, code="-", size="-"):
@@ -96,7 +123,7 @@ class Handler(BaseHTTPRequestHandler):
 
     # --- routes ----------------------------------------------------------------------------------
 
-    def do_GET(self):  # noqa: N802 - http.server's naming
+    def do_GET(self):
         if self.not_ready():
             return
         path = self.path.split("?", 1)[0]
@@ -110,10 +137,12 @@ class Handler(BaseHTTPRequestHandler):
             self.send_json(200, self.models())
         elif path == "/metrics":
             self.send_text(200, self.engine.metrics.render(), "text/plain; version=0.0.4; charset=utf-8")
+        elif path == "/is_sleeping" and dev_mode():
+            self.send_json(200, {"is_sleeping": self.engine.sleep_mode.is_sleeping()})
         else:
             self.send_json(404, {"detail": "Not Found"})
 
-    def do_POST(self):  # noqa: N802 - http.server's naming
+    def do_POST(self):
         # The body is read whatever the answer: on a kept-alive connection it would be taken for the next
         # request.
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -124,6 +153,9 @@ class Handler(BaseHTTPRequestHandler):
             return
         if path == "/ping":
             self.send_text(200, "")
+            return
+        if path in ("/sleep", "/wake_up") and dev_mode():
+            self.sleep_route(path, self.path.partition("?")[2])
             return
         if path not in ("/v1/chat/completions", "/v1/completions", "/v1/embeddings"):
             self.send_json(404, {"detail": "Not Found"})
@@ -147,6 +179,16 @@ class Handler(BaseHTTPRequestHandler):
             self.engine.die()  # after the answer is written: the shutdown it starts ends the process
             return
         self.complete(path == "/v1/chat/completions", body)
+
+    def sleep_route(self, path: str, query: str) -> None:
+        sleep_mode = self.engine.sleep_mode
+        try:
+            if path == "/sleep":
+                self.send_json(200, sleep_mode.sleep(*parse_sleep_query(query)))
+            else:
+                self.send_json(200, sleep_mode.wake_up(query))
+        except SleepError as error:
+            self.send_json(error.status, error.body)
 
     def models(self) -> dict:
         args = self.engine.args
@@ -200,137 +242,155 @@ class Handler(BaseHTTPRequestHandler):
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens, "completion_tokens": 0},
         }
 
-    # --- generation --------------------------------------------------------------------------------
-
     def complete(self, chat: bool, body: dict) -> None:
         engine = self.engine
-        if chat:
-            text = " ".join(str(m.get("content", "")) for m in body["messages"] if isinstance(m, dict))
-            prompt_tokens = count_tokens(text) + 5 * len(body["messages"])  # chat template overhead
-        else:
-            prompt = body["prompt"]
-            prompt_tokens = count_tokens(prompt if isinstance(prompt, str) else " ".join(map(str, prompt)))
+        tokens = prompt_tokens_of(chat, body)
         default = len(REPLY_WORDS) if chat else COMPLETION_DEFAULT_MAX_TOKENS
         limit = int(body.get("max_completion_tokens") or body.get("max_tokens") or default)
         if body.get("ignore_eos"):
             # As vLLM's ignore_eos: generate max_tokens whatever the text (benchmarks want equal lengths).
             words = [REPLY_WORDS[i % len(REPLY_WORDS)] for i in range(limit)]
-            finish_reason = "length"
         else:
             words = REPLY_WORDS[:limit]
-            finish_reason = "length" if limit < len(REPLY_WORDS) else "stop"
-        request_id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
-        started = time.monotonic()
-        token_delay = float(os.environ.get("SIM_ENGINE_TOKEN_DELAY", "0.01"))
+        request = Request(
+            chat, body, ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex, words, len(tokens)
+        )
+        request.finish_reason = "length" if body.get("ignore_eos") or limit < len(REPLY_WORDS) else "stop"
 
-        engine.metrics.start_request(prompt_tokens)
-        engine.set_busy(True)
+        request.epoch = engine.scheduler.admit()  # waits while max_num_seqs run or the engine sleeps
         try:
-            if body.get("stream"):
-                self.stream(chat, body, request_id, words, finish_reason, prompt_tokens, token_delay, started)
-            else:
-                pieces = self.generate(words, token_delay, started)
-                self.send_json(
-                    200,
-                    self.full_response(
-                        chat, request_id, "".join(pieces), finish_reason, prompt_tokens, words
-                    ),
-                )
+            cached = engine.prefix_cache.schedule(tokens)
+            engine.metrics.start_request(len(tokens), cached)
+            engine.set_busy(True)
+            try:
+                pulled = engine_kv.pull(engine.kv_config, body)
+            except engine_kv.TransferError as error:
+                request.finish_reason = "error"  # vLLM's kv_load_failure_policy "fail"
+                self.send_json(500, error_body(500, str(error), "InternalServerError"))
+                return
+            self.prefill(len(tokens) - cached, pulled)
+            self.answer(request, tokens)
         finally:
+            engine.scheduler.release()
             engine.metrics.finish_request(
-                prompt_tokens + len(words), finish_reason, time.monotonic() - started
+                request.prompt_tokens + request.generated,
+                request.finish_reason,
+                time.monotonic() - request.started,
             )
             if engine.metrics.running == 0:
                 engine.set_busy(False)
 
-    def generate(self, words: list[str], token_delay: float, started: float):
+    def prefill(self, uncached_tokens: int, pulled: tuple[list[bytes], int] | None) -> None:
+        """The prompt's compute before the first token: only what the prefix cache lacks, or, for a decode
+        whose prefill ran elsewhere, only the transfer (the real call that pulled it, and a copy time per
+        token, SIM_ENGINE_KV_TOKEN_DELAY)."""
+        if pulled is not None:
+            hashes, num_tokens = pulled
+            self.engine.prefix_cache.insert(hashes)
+            time.sleep(num_tokens * float(os.environ.get("SIM_ENGINE_KV_TOKEN_DELAY", "0.00001")))
+            return
+        time.sleep(uncached_tokens * float(os.environ.get("SIM_ENGINE_PREFILL_TOKEN_DELAY", "0.0002")))
+
+    def answer(self, request: "Request", tokens: list[str]) -> None:
+        if request.body.get("stream"):
+            self.stream(request)
+            return
+        text = "".join(self.generate(request))
+        engine = self.engine
+        if engine_kv.wants_remote_decode(request.body) and engine.side_channel:
+            # A prefill for a remote decode: keep the prompt's blocks for it and say where they are.
+            hashes = block_hashes(tokens, engine.prefix_cache.block_size)
+            request.kv_transfer_params = engine.side_channel.offer(request.id, hashes, len(tokens))
+        self.send_json(200, self.full_response(request, text))
+
+    def generate(self, request: "Request"):
+        """The words, one per token delay, stopping early when a sleep aborts the request."""
+        token_delay = float(os.environ.get("SIM_ENGINE_TOKEN_DELAY", "0.01"))
         last = None
-        for index, word in enumerate(words):
+        for word in request.words:
             time.sleep(token_delay)
+            if self.engine.scheduler.aborted(request.epoch):
+                request.finish_reason = "abort"
+                return
             now = time.monotonic()
             if last is None:
-                self.engine.metrics.first_token(now - started)
+                self.engine.metrics.first_token(now - request.started)
             self.engine.metrics.token_generated(None if last is None else now - last)
             last = now
-            yield word if index == 0 else " " + word
+            request.generated += 1
+            yield word if request.generated == 1 else " " + word
 
-    def full_response(self, chat, request_id, text, finish_reason, prompt_tokens, words) -> dict:
-        usage = {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": len(words),
-            "total_tokens": prompt_tokens + len(words),
+    def full_response(self, request: "Request", text: str) -> dict:
+        common = {
+            "id": request.id,
+            "created": int(time.time()),
+            "model": self.engine.name,
+            "usage": request.usage(),
+            "kv_transfer_params": request.kv_transfer_params,
         }
-        common = {"id": request_id, "created": int(time.time()), "model": self.engine.name, "usage": usage}
-        if chat:
-            message = {"role": "assistant", "content": text, "tool_calls": []}
-            choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason}
+        choice: dict = {"index": 0, "logprobs": None, "finish_reason": request.finish_reason}
+        if request.chat:
+            choice["message"] = {"role": "assistant", "content": text, "tool_calls": []}
             return {**common, "object": "chat.completion", "choices": [choice]}
-        choice = {
-            "index": 0,
-            "text": text,
-            "logprobs": None,
-            "finish_reason": finish_reason,
-            "stop_reason": None,
-        }
+        choice.update(text=text, stop_reason=None)
         return {**common, "object": "text_completion", "choices": [choice]}
 
-    def stream(
-        self, chat, body, request_id, words, finish_reason, prompt_tokens, token_delay, started
-    ) -> None:
+    def stream(self, request: "Request") -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream; charset=utf-8")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         created = int(time.time())
-        kind = "chat.completion.chunk" if chat else "text_completion"
+        kind = "chat.completion.chunk" if request.chat else "text_completion"
 
         def write(data: bytes) -> None:
             self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
             self.wfile.flush()
 
-        def send(choices: list, **extra) -> None:
-            chunk = {"id": request_id, "object": kind, "created": created, "model": self.engine.name}
-            chunk.update(choices=choices, **extra)
+        def send(finish_reason: str | None = None, piece: str | None = None, **extra) -> None:
+            chunk = {"id": request.id, "object": kind, "created": created, "model": self.engine.name}
+            choice: dict = {"index": 0, "logprobs": None, "finish_reason": finish_reason}
+            if request.chat and finish_reason:
+                choice["delta"] = {}
+            elif request.chat:
+                choice["delta"] = (
+                    {"role": "assistant", "content": ""} if piece is None else {"content": piece}
+                )
+            else:
+                choice["text"] = piece or ""
+                if finish_reason:
+                    choice["stop_reason"] = None
+            chunk.update(choices=[] if extra else [choice], **extra)
             write(f"data: {json.dumps(chunk)}\n\n".encode())
 
-        if chat:
-            send(
-                [
-                    {
-                        "index": 0,
-                        "delta": {"role": "assistant", "content": ""},
-                        "logprobs": None,
-                        "finish_reason": None,
-                    }
-                ]
-            )
-        for piece in self.generate(words, token_delay, started):
-            if chat:
-                send([{"index": 0, "delta": {"content": piece}, "logprobs": None, "finish_reason": None}])
-            else:
-                send([{"index": 0, "text": piece, "logprobs": None, "finish_reason": None}])
-        if chat:
-            send([{"index": 0, "delta": {}, "logprobs": None, "finish_reason": finish_reason}])
-        else:
-            send(
-                [
-                    {
-                        "index": 0,
-                        "text": "",
-                        "logprobs": None,
-                        "finish_reason": finish_reason,
-                        "stop_reason": None,
-                    }
-                ]
-            )
-        if (body.get("stream_options") or {}).get("include_usage"):
-            usage = {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": len(words),
-                "total_tokens": prompt_tokens + len(words),
-            }
-            send([], usage=usage)
+        if request.chat:
+            send()
+        for piece in self.generate(request):
+            send(piece=piece)
+        send(finish_reason=request.finish_reason)
+        if (request.body.get("stream_options") or {}).get("include_usage"):
+            send(usage=request.usage())
         write(b"data: [DONE]\n\n")
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
+
+
+class Request:
+    """One completion request as the engine runs it."""
+
+    def __init__(self, chat: bool, body: dict, request_id: str, words: list[str], prompt_tokens: int):
+        self.chat, self.body, self.id, self.words = chat, body, request_id, words
+        self.prompt_tokens = prompt_tokens
+        self.started = time.monotonic()  # TTFT counts the wait for a running slot, as vLLM's does
+        self.epoch = 0
+        self.generated = 0
+        self.finish_reason = "stop"
+        self.kv_transfer_params: dict | None = None
+
+    def usage(self) -> dict:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.generated,
+            "total_tokens": self.prompt_tokens + self.generated,
+        }

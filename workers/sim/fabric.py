@@ -14,17 +14,21 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from pathlib import Path
 
 from workers.sim import state as sim_state
 from workers.sim.profiles import FAMILY_310P, Profile, get_profile
 
 PING_COUNT = 3
+LINK_RECORDS_KEPT = 16  # change records hccn_tool -link_stat lists; older ones drop off
 NO_FAULTS = {
     "link_down": [],
     "no_ip": [],
     "tls_on": [],
     "ping_loss": {},
+    "link_ups": {},
+    "link_changes": {},  # per logic id, [unix time, "UP" | "DOWN"] oldest first, as -link_stat lists them
     "unreachable": [],
     "iface_down": False,
 }
@@ -101,8 +105,30 @@ def _toggle(faults: dict, key: str, logic_id: int, on: bool) -> None:
 
 
 def set_link(root, logic_id: int, up: bool) -> None:
+    """Take a port down or bring it up; each time a downed port comes up its `link up count` grows, as
+    hccn_tool's -link_stat counts it."""
     _check_npu(root, logic_id)
-    _change_faults(root, lambda faults: _toggle(faults, "link_down", logic_id, not up))
+
+    def change(faults):
+        if up and logic_id in faults["link_down"]:
+            faults["link_ups"] = {**faults["link_ups"], str(logic_id): link_up_count(faults, logic_id) + 1}
+        if (logic_id in faults["link_down"]) == up:  # a change: recorded with its time, as the driver does
+            kept = link_changes(faults, logic_id)[-(LINK_RECORDS_KEPT - 1) :]
+            changes = [*kept, [time.time(), "UP" if up else "DOWN"]]
+            faults["link_changes"] = {**faults["link_changes"], str(logic_id): changes}
+        _toggle(faults, "link_down", logic_id, not up)
+
+    _change_faults(root, change)
+
+
+def link_changes(faults: dict, logic_id: int) -> list[list]:
+    """The port's recorded changes since the driver started, oldest first: [[unix time, "UP" | "DOWN"]]."""
+    return [list(change) for change in (faults.get("link_changes") or {}).get(str(logic_id), [])]
+
+
+def link_up_count(faults: dict, logic_id: int) -> int:
+    """How often the port came up since the driver started: once at start, once per recovery since."""
+    return int(faults["link_ups"].get(str(logic_id), 1))
 
 
 def set_ip(root, logic_id: int, present: bool) -> None:

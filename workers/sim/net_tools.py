@@ -9,13 +9,14 @@ show` and `ip -o link show`; `ping -c N [-W S] [-I IFACE] ADDRESS`.
 from __future__ import annotations
 
 import sys
+import time
 
 from workers.sim import fabric
 from workers.sim import state as sim_state
 from workers.sim.profiles import get_profile
 
 HCCN_USAGE = "Usage: hccn_tool [-i %d] [-ip -g | -link -g | -net_health -g | -tls -g | -gateway -g | ...]\n"
-QUERIES = ("-ip", "-link", "-net_health", "-tls", "-gateway", "-netdetect", "-ping")
+QUERIES = ("-ip", "-link", "-link_stat", "-net_health", "-tls", "-gateway", "-netdetect", "-ping")
 
 
 def hccn_tool(argv: list[str], root: str) -> int:
@@ -28,7 +29,7 @@ def hccn_tool(argv: list[str], root: str) -> int:
         return 1
     logic_id, query = int(argv[1]), argv[2]
     profile = get_profile(state["profile"])
-    if logic_id not in fabric.logic_ids(profile):
+    if logic_id not in fabric.logic_ids(profile) or _chip_is_gone(state, profile, logic_id):
         print("The device is not exist!")
         return 1
     if not fabric.has_nics(profile):
@@ -40,6 +41,11 @@ def hccn_tool(argv: list[str], root: str) -> int:
     return _show(state, logic_id, view, query)
 
 
+def _chip_is_gone(state: dict, profile, logic_id: int) -> bool:
+    chip = next(chip for chip in profile.chips if chip.logic_id == logic_id)
+    return sim_state.chip_is_gone(state, chip.npu_id, chip.chip_id)
+
+
 def _show(state: dict, logic_id: int, view: dict, query: str) -> int:
     gateway = ".".join(fabric.npu_ip(state["node_name"], 0).split(".")[:3]) + ".1"
     if query == "-ip":
@@ -49,6 +55,8 @@ def _show(state: dict, logic_id: int, view: dict, query: str) -> int:
         print(f"ipaddr:{view['ip']}\nnetmask:255.255.255.0")
     elif query == "-link":
         print(f"link status: {view['link']}")
+    elif query == "-link_stat":
+        _link_stat(fabric.faults_of(state), logic_id)
     elif query == "-net_health":
         healthy = view["link"] == "UP" and view["ip"] is not None
         print(f"net health status: {'Success' if healthy else 'Fault'}")
@@ -65,6 +73,24 @@ def _show(state: dict, logic_id: int, view: dict, query: str) -> int:
     else:
         print(f"netdetect address: {gateway}")
     return 0
+
+
+def _link_stat(faults: dict, logic_id: int) -> None:
+    """As the driver prints it: its clock, the counts, then the change records newest first."""
+    changes = fabric.link_changes(faults, logic_id)
+    downs = sum(1 for _when, state in changes if state == "DOWN")
+    prefix = f"[devid {logic_id}]"
+    print(f"{prefix}current time        : {_device_time(time.time())}")
+    print(f"{prefix}link up count       : {fabric.link_up_count(faults, logic_id)}")
+    print(f"{prefix}link down count     : {downs}")
+    print(f"{prefix}link change records :")
+    for when, state in reversed(changes):
+        print(f"{prefix}    {_device_time(when)}    LINK {state}")
+
+
+def _device_time(when: float) -> str:
+    """The device clock as hccn_tool prints it (C's asctime: `Sun Oct  5 10:13:51 2025`)."""
+    return time.asctime(time.localtime(when))
 
 
 def _ping_npu(state: dict, logic_id: int, view: dict, rest: list[str]) -> int:

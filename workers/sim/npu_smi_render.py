@@ -50,6 +50,8 @@ def _render_wide_table(profile: Profile, readings: list[ChipReading]) -> str:
     ]
     for npu_id in profile.npu_ids:
         chips = [r for r in readings if r.chip.npu_id == npu_id]
+        if not chips:  # every chip of it fell off the bus: npu-smi does not list it
+            continue
         for index, reading in enumerate(chips):
             if index:
                 lines.append(_full_rule(columns))
@@ -85,6 +87,8 @@ def _render_card_table(profile: Profile, readings: list[ChipReading]) -> str:
     ]
     for npu_id in profile.npu_ids:
         chips = [r for r in readings if r.chip.npu_id == npu_id]
+        if not chips:  # every chip of it fell off the bus: npu-smi does not list it
+            continue
         for index, reading in enumerate(chips):
             if index:
                 lines.append(_rule(columns, "-"))
@@ -119,7 +123,8 @@ def _process_table(
         f"{'Process name':<24} | {'Process memory(MB)':<{memory_w}} |",
         _rule(columns, "="),
     ]
-    for npu_id in profile.npu_ids:
+    listed = {r.chip.npu_id for r in readings}
+    for npu_id in [npu for npu in profile.npu_ids if npu in listed]:
         rows = [
             f"| {npu_id:<7} {r.chip.chip_id:<{chip_w}}| {p.pid:<{pid_w}} | "
             f"{p.name:<24} | {p.memory_mb:<{memory_w}} |"
@@ -292,23 +297,73 @@ def render_common(
     return "\n".join(lines) + "\n"
 
 
-# Codes shown for injected faults; they stand for "some fault" and are not tied to a real event table.
+# What npu-smi -t health shows for an injected health fault: a real code of that severity and the meaning
+# Huawei's fault definitions give it (workers.ascend.npu_fault_codes has the table and its sources).
 FAULT_CODES = {
-    "Warning": ("80E18402", "HBM single-bit ECC errors exceed the threshold (simulated fault)"),
-    "Alarm": ("80C98000", "AI Core hardware error, the chip needs a reset (simulated fault)"),
+    "Warning": ("80E18401", "HBM multi-bit ECC isolated rows reached 16"),
+    "Alarm": ("80C98000", "AI Core instruction data check failed"),
+    "Critical": ("80E18402", "HBM multi-bit ECC isolated rows reached 64"),
 }
+# What it shows of an ECC burst on a chip whose health word is otherwise OK.
+ECC_BURST_CODE = ("80E18400", "HBM multi-bit ECC error in user memory, the row is isolated")
 
 
-def render_health(reading: ChipReading) -> str:
-    if reading.health == "OK":
+def render_health(reading: ChipReading, injected: str = "") -> str:
+    """`-t health` of a chip; `injected` is the health fault set on it (the word may come from ECC alone)."""
+    health = reading.health
+    if health == "OK":
         code, information = "NA", "NA"
+    elif injected in ("", "OK"):
+        code, information = ECC_BURST_CODE
     else:
-        code, information = FAULT_CODES[reading.health]
+        code, information = FAULT_CODES[health]
     lines = [
-        kv("Health Status", reading.health),
+        kv("Health Status", health),
         kv("Error Code", code),
         kv("Error Information", information),
     ]
+    return "\n".join(lines) + "\n"
+
+
+def render_gone_health() -> str:
+    """A chip that fell off the bus: npu-smi reads its state as UNKNOWN (the device does not exist)."""
+    return (
+        "\n".join([kv("Health Status", "UNKNOWN"), kv("Error Code", "NA"), kv("Error Information", "NA")])
+        + "\n"
+    )
+
+
+def kv40(key: str, value) -> str:
+    return f"\t{key:<40} : {value}"
+
+
+def render_ecc(profile: Profile, npu_id: int, chips: list[tuple[int, dict]]) -> str:
+    """`npu-smi info -t ecc -i N`: per chip the DDR pair (0 on HBM chips) and the HBM counters; 310P has
+    DDR only."""
+    lines = [kv40("NPU ID", npu_id), kv40("Chip Count", len(profile.chips_of(npu_id)))]
+    for chip_id, counts in chips:
+        lines.append("")
+        if profile.family == FAMILY_310P:
+            lines += [
+                kv40("DDR Single Bit Error Count", counts["hbm_single"]),
+                kv40("DDR Double Bit Error Count", counts["hbm_double"]),
+                kv40("DDR Single Bit Aggregate Total Err Cnt", counts["hbm_single_total"]),
+                kv40("DDR Double Bit Aggregate Total Err Cnt", counts["hbm_double_total"]),
+                kv40("DDR Single Bit Isolated Pages Count", 0),
+                kv40("DDR Double Bit Isolated Pages Count", counts["hbm_double_isolated_pages"]),
+            ]
+        else:
+            lines += [
+                kv40("DDR Single Bit Error Count", 0),
+                kv40("DDR Double Bit Error Count", 0),
+                kv40("HBM Single Bit Error Count", counts["hbm_single"]),
+                kv40("HBM Double Bit Error Count", counts["hbm_double"]),
+                kv40("HBM Single Bit Aggregate Total Err Cnt", counts["hbm_single_total"]),
+                kv40("HBM Double Bit Aggregate Total Err Cnt", counts["hbm_double_total"]),
+                kv40("HBM Single Bit Isolated Pages Count", 0),
+                kv40("HBM Double Bit Isolated Pages Count", counts["hbm_double_isolated_pages"]),
+            ]
+        lines.append(kv40("Chip ID", chip_id))
     return "\n".join(lines) + "\n"
 
 

@@ -5,6 +5,7 @@ The figures follow what real hosts of each model print (see the npu-smi samples 
 """
 
 from dataclasses import dataclass
+from typing import TypedDict
 
 FAMILY_910B = "910B"  # Atlas 800I A2: one chip per NPU, HBM
 FAMILY_310P = "310P"  # Atlas 300I Pro / Duo: DDR only, power NA in the table
@@ -133,13 +134,27 @@ def _kunpeng_4p_distances() -> tuple[tuple[int, ...], ...]:
 
 
 # What the A2, 300I Pro and Duo hosts run: one HDK 24.1 / CANN 8.0 stack on a two-socket Kunpeng 920.
-HDK_24_1_STACK = {
+class _Stack(TypedDict):
+    """The Ascend software a profile's host carries (Profile's fields of the same names)."""
+
+    npu_smi_version: str
+    driver_version: str
+    firmware_version: str
+    cann_version: str
+
+
+class _Host(TypedDict):
+    sockets: int
+    numa_distances: tuple[tuple[int, ...], ...]
+
+
+HDK_24_1_STACK: _Stack = {
     "npu_smi_version": "24.1.rc2",
     "driver_version": "24.1.rc2",
     "firmware_version": "7.5.0.1.129",
     "cann_version": "8.0.RC3",
 }
-KUNPENG_2P_HOST = {"sockets": 2, "numa_distances": KUNPENG_2P_DISTANCES}
+KUNPENG_2P_HOST: _Host = {"sockets": 2, "numa_distances": KUNPENG_2P_DISTANCES}
 
 
 def _atlas_800i_a2() -> Profile:

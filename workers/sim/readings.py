@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass
 
 from workers.sim.profiles import FAMILY_910_93, Chip, Profile
-from workers.sim.state import health_of, live_holders
+from workers.sim.state import ecc_of, health_of, live_holders
 
 MAX_PROCESSES_PER_CHIP = 8  # npu-smi lists at most this many per chip
 PROCESS_NAME_WIDTH = 15  # npu-smi cuts process names to this many characters
@@ -65,7 +65,7 @@ def read_chips(profile: Profile, state: dict, now: float) -> list[ChipReading]:
         readings.append(
             ChipReading(
                 chip=chip,
-                health=health_of(state, chip.npu_id, chip.chip_id),
+                health=chip_health(state, chip.npu_id, chip.chip_id),
                 memory_used_mb=min(chip.memory_total_mb, chip.memory_base_mb + held_mb),
                 aicore_percent=aicore,
                 power_w=power_shown,
@@ -75,6 +75,14 @@ def read_chips(profile: Profile, state: dict, now: float) -> list[ChipReading]:
             )
         )
     return readings
+
+
+def chip_health(state: dict, npu_id: int, chip_id: int) -> str:
+    """The injected health word; a chip with uncorrectable ECC errors and none injected shows Warning."""
+    health = health_of(state, npu_id, chip_id)
+    if health == "OK" and ecc_of(state, npu_id, chip_id)["hbm_double"]:
+        return "Warning"
+    return health
 
 
 def mcu_power_w(profile: Profile, readings: list[ChipReading], npu_id: int) -> float:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 STATE_FILE = "state.json"
 LOCK_FILE = "state.lock"
-HEALTH_VALUES = ("OK", "Warning", "Alarm")
+HEALTH_VALUES = ("OK", "Warning", "Alarm", "Critical")
 
 
 class SimStateError(Exception):
@@ -35,6 +35,8 @@ def new_state(profile_name: str, node_name: str) -> dict:
             "device_held": False,
             "engine_dies_on_first_request": False,
             "health": {},
+            "ecc": {},
+            "chip_gone": [],
         },
         "holders": [],
     }
@@ -196,3 +198,47 @@ def clear_faults(root) -> None:
 
 def health_of(state: dict, npu_id: int, chip_id: int) -> str:
     return state["faults"]["health"].get(f"{npu_id}:{chip_id}", "OK")
+
+
+# ECC counters a chip keeps until they are cleared (`fault --clear` here, `npu-smi clear -t ecc-info` there).
+ECC_COUNTERS = (
+    "hbm_single",
+    "hbm_double",
+    "hbm_single_total",
+    "hbm_double_total",
+    "hbm_double_isolated_pages",
+)
+
+
+def add_ecc_errors(root, npu_id: int, chip_id: int, double: int = 0, single: int = 0) -> dict:
+    """A burst of ECC errors on a chip's HBM: `double` multi-bit (uncorrectable; each isolates a page) and
+    `single` single-bit (corrected). Returns the chip's counters after it."""
+    if double < 0 or single < 0 or double + single == 0:
+        raise SimStateError("an ECC burst adds a positive number of single- or double-bit errors")
+    with locked(root) as state:
+        counts = ecc_of(state, npu_id, chip_id)
+        counts["hbm_single"] += single
+        counts["hbm_single_total"] += single
+        counts["hbm_double"] += double
+        counts["hbm_double_total"] += double
+        counts["hbm_double_isolated_pages"] = min(64, counts["hbm_double_isolated_pages"] + double)
+        state["faults"].setdefault("ecc", {})[f"{npu_id}:{chip_id}"] = counts
+    return counts
+
+
+def ecc_of(state: dict, npu_id: int, chip_id: int) -> dict:
+    counts = (state["faults"].get("ecc") or {}).get(f"{npu_id}:{chip_id}") or {}
+    return {counter: int(counts.get(counter, 0)) for counter in ECC_COUNTERS}
+
+
+def set_chip_gone(root, npu_id: int, chip_id: int, gone: bool = True) -> None:
+    """The chip fell off the bus: npu-smi no longer lists it, queries of it say so, hccn_tool cannot reach
+    it."""
+    with locked(root) as state:
+        key = f"{npu_id}:{chip_id}"
+        gone_chips = set(state["faults"].get("chip_gone") or []) - {key}
+        state["faults"]["chip_gone"] = sorted(gone_chips | ({key} if gone else set()))
+
+
+def chip_is_gone(state: dict, npu_id: int, chip_id: int) -> bool:
+    return f"{npu_id}:{chip_id}" in (state["faults"].get("chip_gone") or [])

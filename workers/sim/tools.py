@@ -36,7 +36,7 @@ npu-smi Command:
 \tupgrade       Upgrade MCU firmware
 """
 
-INFO_TYPES = ("usages", "common", "memory", "power", "temp", "health", "board")
+INFO_TYPES = ("usages", "common", "memory", "power", "temp", "health", "board", "ecc")
 
 
 def exit_status(return_code: int) -> int:
@@ -99,7 +99,13 @@ def npu_smi(argv: list[str], root: str) -> int:
 def _info(profile: Profile, state: dict, options: list[str]) -> int:
     now = time.time()
     if not options:
-        sys.stdout.write(render.render_table(profile, read_chips(profile, state, now)))
+        # A chip that fell off the bus is not listed any more.
+        readings = [
+            r
+            for r in read_chips(profile, state, now)
+            if not sim_state.chip_is_gone(state, r.chip.npu_id, r.chip.chip_id)
+        ]
+        sys.stdout.write(render.render_table(profile, readings))
         return 0
     if options == ["-m"]:
         sys.stdout.write(render.render_mapping(profile))
@@ -113,6 +119,11 @@ def _info(profile: Profile, state: dict, options: list[str]) -> int:
     if options == ["-t", "topo"]:
         sys.stdout.write(render.render_topo(profile))
         return 0
+    return _info_of_npu(profile, state, options, now)
+
+
+def _info_of_npu(profile: Profile, state: dict, options: list[str], now: float) -> int:
+    """`npu-smi info -t <kind> -i <npu> [-c <chip>]`: one NPU's (or chip's, or card MCU's) block."""
     parsed = _parse_flags(options)
     if parsed is None:
         print("Command or option is not found.")
@@ -133,24 +144,39 @@ def _info(profile: Profile, state: dict, options: list[str]) -> int:
     chip = None if chip_id is None else int(chip_id)
 
     readings = read_chips(profile, state, now)
-    of_npu = [r for r in readings if r.chip.npu_id == npu]
-    chosen = [r for r in of_npu if chip is None or r.chip.chip_id == chip]
     if chip is not None and chip == mcu_id:
         return _mcu_info(profile, readings, npu, kind)
+    chosen = [r for r in readings if r.chip.npu_id == npu and (chip is None or r.chip.chip_id == chip)]
+    present = [r for r in chosen if not sim_state.chip_is_gone(state, npu, r.chip.chip_id)]
+    if not present:
+        if kind == "health":
+            sys.stdout.write(render.render_gone_health())
+            return 0
+        print("The device does not exist.")
+        return INVALID_PARAMETER_EXIT
+    if kind == "ecc":
+        counts = [(r.chip.chip_id, sim_state.ecc_of(state, npu, r.chip.chip_id)) for r in present]
+        sys.stdout.write(render.render_ecc(profile, npu, counts))
+        return 0
+    if kind == "health":
+        worst = max(present, key=lambda r: sim_state.HEALTH_VALUES.index(r.health))
+        injected = sim_state.health_of(state, npu, worst.chip.chip_id)
+        sys.stdout.write(render.render_health(worst, injected))
+        return 0
+    _write_block(profile, kind, readings, present, npu, chip)
+    return 0
 
+
+def _write_block(profile: Profile, kind: str, readings, chosen, npu: int, chip: int | None) -> None:
     if kind == "board":
         sys.stdout.write(render.render_board(profile, npu, chip))
     elif kind == "common":
         sys.stdout.write(render.render_common(profile, readings, chosen, npu))
-    elif kind == "health":
-        worst = max(chosen, key=lambda r: sim_state.HEALTH_VALUES.index(r.health))
-        sys.stdout.write(render.render_health(worst))
     elif kind == "power" and profile.family == FAMILY_310P:
         # 310P chips cannot report power themselves; the card's MCU does (-c <mcu chip id>).
         print("This device does not support querying power.")
     else:
         sys.stdout.write(render.render_chip_blocks(profile, kind, chosen, npu))
-    return 0
 
 
 def _mcu_info(profile: Profile, readings, npu: int, kind: str) -> int:

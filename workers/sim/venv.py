@@ -2,7 +2,7 @@
 
 Its bin/python runs this interpreter with the vllm shim (workers/sim/vllm_shim) first on the path, so the
 agent starts `python -m vllm.entrypoints.openai.api_server` exactly as on a real host and gets the sim
-engine. The stack record beside it is what the agent reads to find the venv (workers.engine.stack).
+engine. The stack record beside it is what the agent reads to find the venv (workers.engine.launch.stack).
 """
 
 import json

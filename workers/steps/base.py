@@ -57,6 +57,13 @@ class StepSpec:
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "title": self.title, "kind": self.kind, "params": dict(self.params)}
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StepSpec:
+        """A stored plan's step: what the panel kept may carry more beside it (its title's `texts`)."""
+        return cls(
+            name=data["name"], title=data["title"], kind=data["kind"], params=dict(data.get("params") or {})
+        )
+
 
 @dataclass
 class PipSource:

@@ -27,7 +27,7 @@ from workers.ascend.diagnose import diagnose_lines
 from workers.ascend.npu_smi import npu_smi_argv
 from workers.ascend.ranks import first_failing_rank
 from workers.ascend.versions import find_versions
-from workers.engine import runtime
+from workers.engine.running import runtime
 
 ENGINE_LOG_BYTES = 8 * 1024 * 1024
 FILE_TAIL_BYTES = 2 * 1024 * 1024

@@ -132,14 +132,15 @@ async def probe_interface(runner, if_ip: str | None, ifname: str | None, peers: 
     holder = next((name for name, entry in interfaces.items() if if_ip and if_ip in entry["addresses"]), None)
     name = ifname or holder
     entry = interfaces.get(name or "", {})
-    result = {
+    pings: list[dict] = []
+    result: dict = {
         "if_ip": if_ip,
         "ifname": name,
         "exists": bool(entry),
         "up": bool(entry.get("up")),
         "holds_ip": bool(if_ip) and if_ip in entry.get("addresses", []),
         "holder": holder,
-        "peers": [],
+        "peers": pings,
     }
     for peer in peers:
         address = _valid_ip(peer.get("host_ip"))
@@ -149,7 +150,7 @@ async def probe_interface(runner, if_ip: str | None, ifname: str | None, peers: 
         argv = [*HOST_PING, *(["-I", name] if entry else []), address]
         done = await runner.run(argv, timeout=PING_TIMEOUT_S)
         loss = _LOSS.search(done.stdout)
-        result["peers"].append(
+        pings.append(
             {
                 "node": str(peer.get("node", "")),
                 "address": address,
@@ -162,7 +163,8 @@ async def probe_interface(runner, if_ip: str | None, ifname: str | None, peers: 
 async def probe_fabric(runner, request: dict, ascend_root: str) -> dict:
     tool = await find_hccn_tool(runner, ascend_root)
     peers = [peer for peer in request.get("peers") or [] if isinstance(peer, dict)]
-    report = {"hccn_tool": tool, "npus": [], "interface": None}
+    npus: list[dict] = []
+    report: dict = {"hccn_tool": tool, "npus": npus, "interface": None}
     if tool is not None:
         devices = request.get("devices")
         devices = sorted({int(d) for d in devices}) if devices else await logic_ids_of(runner)
@@ -170,7 +172,7 @@ async def probe_fabric(runner, request: dict, ascend_root: str) -> dict:
             npu = await read_npu(runner, tool, device)
             if npu["ip"] and npu["link"] == "UP":
                 npu["pings"] = await ping_peers(runner, tool, npu, position, peers)
-            report["npus"].append(npu)
+            npus.append(npu)
     if_ip, ifname = _valid_ip(request.get("if_ip")), str(request.get("ifname") or "")[:64] or None
     if if_ip or ifname or peers:
         report["interface"] = await probe_interface(runner, if_ip, ifname, peers)

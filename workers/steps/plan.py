@@ -252,7 +252,7 @@ def plan_install(
     minor, interpreter = pick_python(host, profile.python_versions(), options.python)
     venv_steps, have = _venv_steps(host, venv, minor, interpreter)
     steps += venv_steps
-    packages = [
+    packages: list[tuple[str, str, dict[str, str | None]]] = [
         (
             "pip_torch",
             _("Install torch and torch-npu"),

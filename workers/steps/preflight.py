@@ -234,7 +234,7 @@ def check_disk(facts: dict, steps: list[StepSpec], options: InstallOptions) -> l
                 )
             )
             continue
-        values = {"location": location, "free": round(free / GIB, 1), "need": need // GIB}
+        values: dict[str, Any] = {"location": location, "free": round(free / GIB, 1), "need": need // GIB}
         if free >= need:
             results.append(item("disk", PASS, detail, **values))
         else:

@@ -27,6 +27,7 @@ from workers.ascend.compat import cpu_profile, profile_for
 from workers.ascend.diagnose import diagnose
 from workers.cancellation import cancel_requested
 from workers.i18n import gettext_noop as _
+from workers.i18n import join_lines
 from workers.steps.base import RebootRequired, StepContext, StepFailed, StepSpec, run_step
 from workers.steps.fabric import probe_fabric
 from workers.steps.fabric_verdict import judge
@@ -106,6 +107,43 @@ def read_state(config, request: dict, emitter):
 # --- preflight ----------------------------------------------------------------------------------------
 
 
+def note_sources(state: dict, request: dict, paths: HostPaths) -> bool:
+    """Put where the install's files come from into the host state; True when pip uses the wheelhouse."""
+    offered = request.get("packages") or []
+    on_host = set(os.listdir(paths.packages_dir)) if os.path.isdir(paths.packages_dir) else set()
+    state["packages_present"] = sorted(on_host | {f["name"] for f in offered})
+    wheelhouse = bool((request.get("pip") or {}).get("wheelhouse"))
+    state["offline_bundle"] = wheelhouse and any(f["kind"] == "wheel" for f in offered)
+    return wheelhouse
+
+
+def host_checklist(state: dict, profile, steps: list[StepSpec], options: InstallOptions) -> list[dict]:
+    if profile.name == CPU:
+        return cpu_checklist(state, profile, steps, options)
+    return run_preflight(state, profile, steps, options)
+
+
+def hold_on_failed_checks(state: dict, profile, plan: list[StepSpec], options, request: dict, paths) -> None:
+    """Before the first step, the preflight's checks once more with this install's own facts: a failed one
+    stops the install before it changes anything, unless an admin overrode it with a reason (the panel
+    sends those as preflight_overrides). The panel holds an install over its stored preflight; this holds
+    one started without a preflight, or on a node that changed since."""
+    note_sources(state, request, paths)
+    overrides = request.get("preflight_overrides") or {}
+    failed = [
+        entry
+        for entry in host_checklist(state, profile, plan, options)
+        if entry["status"] == FAIL and entry["check"] not in overrides
+    ]
+    if failed:
+        raise InstallFailed(
+            _("Failed preflight checks ({count}): {checks}; nothing was changed").format(
+                count=len(failed), checks=", ".join(entry["check"] for entry in failed)
+            ),
+            "\n".join(f"{entry['check']}: {entry['detail']}. {entry['fix']}" for entry in failed),
+        )
+
+
 def fabric_items(config) -> list[dict]:
     """This host's NPU NICs (address, link, health, TLS alike on all) as checklist lines; multi-node pings
     run before a multi-node launch, when the other nodes are known."""
@@ -131,21 +169,14 @@ def preflight_body(request: dict):
                     _("Upload what it names to the package store, then run the checks again."),
                 )
             )
-        offered = request.get("packages") or []
-        on_host = set(os.listdir(paths.packages_dir)) if os.path.isdir(paths.packages_dir) else set()
-        state["packages_present"] = sorted(on_host | {f["name"] for f in offered})
-        wheelhouse = bool((request.get("pip") or {}).get("wheelhouse"))
-        state["offline_bundle"] = wheelhouse and any(f["kind"] == "wheel" for f in offered)
+        wheelhouse = note_sources(state, request, paths)
         if not wheelhouse and any(s.kind == "pip_install" for s in steps):
             emitter.progress(70, _("Probing the package index"))
             state["mirror_reachable"] = probe_index(options.pip.index_url)
-        if profile.name == CPU:
-            checklist += cpu_checklist(state, profile, steps, options)
-        else:
-            checklist += run_preflight(state, profile, steps, options)
-            if state.get("driver_loaded"):
-                emitter.progress(85, _("Reading the NPU network"))
-                checklist += fabric_items(config)
+        checklist += host_checklist(state, profile, steps, options)
+        if profile.name != CPU and state.get("driver_loaded"):
+            emitter.progress(85, _("Reading the NPU network"))
+            checklist += fabric_items(config)
         for entry in checklist:
             emitter.log(f"[{entry['status'].upper()}] {entry['check']}: {entry['detail']}")
         emitter.progress(100, _("Checks complete"))
@@ -201,7 +232,7 @@ class StepRunner:
         hints = [error.hint] if error.hint else []
         # A template the panel knows, so each line's title and hint are shown in the reader's language.
         hints += [_("{title}: {hint}").format(**f) for f in findings if f["hint"] not in hints]
-        return "\n".join(hints), findings
+        return join_lines(hints), findings
 
     async def run(self, steps: list, order: list[int], simulate_reboot: bool) -> dict[str, str]:
         """Run steps[i] for each i in order (a resume skips the steps before the one it starts at)."""
@@ -250,7 +281,7 @@ def install_body(operation_id: str, request: dict):
     def body(emitter, config) -> dict:
         paths, profile, options, state = read_state(config, request, emitter)
         if request.get("plan") is not None:
-            plan = [StepSpec(**spec) for spec in request["plan"]]
+            plan = [StepSpec.from_dict(spec) for spec in request["plan"]]
         else:
             try:
                 plan = make_plan(state, profile, options)
@@ -258,6 +289,7 @@ def install_body(operation_id: str, request: dict):
                 raise InstallFailed(
                     str(error), _("Run the preflight checks; they list what is missing.")
                 ) from error
+            hold_on_failed_checks(state, profile, plan, options, request, paths)
         files = needed_files(plan, request.get("packages") or [], bool(options.pip.wheelhouse))
         fetch = FetchPackagesStep(
             files, paths.packages_dir, paths.wheelhouse, request.get("download_token", "")

@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
+from workers.ascend.compat import chip_key
 from workers.ascend.facts import collect_host_facts, parse_df
 from workers.ascend.npu_smi_errors import NpuSmiError
 from workers.ascend.versions import find_versions
@@ -46,23 +47,6 @@ class HostPaths:
             work_dir=str(root / "var/lib/ascend-panel"),
             venv_root=str(root / "opt/ascend-panel/venvs"),
         )
-
-
-def chip_key(npu_name: str) -> str | None:
-    """The matrix's chip key from npu-smi's Name column: 910B3 -> 910b, 310P3 -> 310p, Ascend910 -> a3."""
-    name = npu_name.upper().removeprefix("ASCEND")
-    if name.startswith("910B"):
-        return "910b"
-    if name.startswith("310P"):
-        return "310p"
-    if name.startswith("310B"):
-        return "310b"
-    if name.startswith("910_93") or name == "910":
-        # A3 boards show `Ascend910` per die; the old Ascend 910 shows 910A / 910ProB.
-        return "a3"
-    if name.startswith("910"):
-        return "910"
-    return None
 
 
 def _os_release(os_facts: dict | None) -> dict:

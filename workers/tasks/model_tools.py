@@ -3,41 +3,27 @@
 
 from __future__ import annotations
 
-import shlex
 import shutil
 from pathlib import Path
 
 from workers import host_locks
 from workers.ascend.diagnose import diagnose_lines
-from workers.engine.command import source_then_exec
-from workers.hosts import LocalRunner
+from workers.engine.launch.command import source_then_exec
 from workers.i18n import gettext_noop as _
 from workers.models.commands import CommandInputError, atc_argv, msmodelslim_argv
 from workers.models.node_paths import checked_model_dir, staging_dir
 from workers.task_names import AGENT_ATC_MODEL
 from workers.tasks.base import agent_task
-from workers.tasks.models import ModelTaskError, describe_folder, folder_size, operation_task
+from workers.tasks.model_common import (
+    ModelTaskError,
+    describe_folder,
+    folder_size,
+    operation_task,
+    run_logged,
+)
 
 ATC_TIMEOUT_S = 3 * 3600
 MSMODELSLIM_TIMEOUT_S = 12 * 3600
-
-
-def run_logged(
-    emitter, argv: list[str], timeout: float, on_line=None, shown: list[str] | None = None
-) -> tuple[bool, list[str]]:
-    """Run argv, logging its lines; the log's first line is the command (`shown` when argv wraps it, e.g.
-    in a bash that sources set_env.sh first), shell-quoted so it can be copied into a terminal."""
-    lines: list[str] = []
-
-    def log_line(stream: str, line: str) -> None:
-        lines.append(line)
-        if on_line is not None and on_line(line):
-            return  # on_line made something better of it than a log line (e.g. a progress event)
-        emitter.log(line, stream=stream)
-
-    emitter.log("$ " + shlex.join(shown or argv))
-    result = LocalRunner().run_sync(argv, timeout=timeout, on_line=log_line)
-    return result.ok, lines
 
 
 def msmodelslim_convert(

@@ -8,7 +8,6 @@ carries is ignored, so a message cannot widen what the agent may delete.
 
 from __future__ import annotations
 
-import inspect
 import shutil
 import tempfile
 from pathlib import Path
@@ -26,7 +25,6 @@ from workers.models.host_keys import HostKeyError, pinned_known_hosts
 from workers.models.hub import HubError, HubRepo, hub_facts, list_files
 from workers.models.model_folder import BadSourceError
 from workers.models.node_paths import checked_model_dir, staging_dir
-from workers.models.onnx_file import onnx_facts
 from workers.models.target_disk import TargetDiskError, ensure_room
 from workers.task_names import (
     AGENT_CONVERT_MODEL,
@@ -36,81 +34,19 @@ from workers.task_names import (
     AGENT_INSPECT_MODEL,
 )
 from workers.tasks.base import agent_task
-from workers.tasks.operation import run_operation
+from workers.tasks.model_common import (
+    ModelTaskError,
+    describe_folder,
+    folder_size,
+    human_bytes,
+    operation_task,
+)
+from workers.tasks.model_tools import msmodelslim_convert, run_logged
 
 # A round-to-nearest int8 code is off by at most half a step (0.5 / 127 of the row's largest weight);
 # anything above that means the quantizer misbehaved, not that the weights are hard to quantize.
 W8A8_ERROR_BOUND = 0.5 / 127 * 1.001
 COPY_TIMEOUT_S = 24 * 3600
-
-
-class ModelTaskError(Exception):
-    def __init__(self, message: str, hint: str = ""):
-        super().__init__(message)
-        self.hint = hint
-
-
-def operation_task(body, exclusive: str = ""):
-    """Turn body(emitter, config, **kwargs) into a task that runs in the operation frame; with `exclusive`,
-    holding the host's lock of that kind (workers.host_locks)."""
-
-    takes_root = "models_root" in inspect.signature(body).parameters
-
-    def task(operation_id: str, start_seq: int = 0, target: dict | None = None, **kwargs) -> None:
-        # The models root is this host's policy (ASCEND_PANEL_MODELS_ROOT), never what a message says.
-        kwargs.pop("models_root", None)
-
-        def run(emitter, config):
-            if target is not None:  # routed to the central agent for an SSH node
-                raise ModelTaskError(
-                    "model operations need an agent on the node", _("Install the agent on this node first.")
-                )
-            if takes_root:
-                kwargs["models_root"] = config.models_root
-            return body(emitter, config, **kwargs)
-
-        run_operation(
-            operation_id, start_seq, host_locks.exclusive(exclusive, operation_id, run) if exclusive else run
-        )
-
-    task.__name__ = body.__name__
-    return task
-
-
-def folder_size(path: Path) -> int:
-    if path.is_file():
-        return path.stat().st_size
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024:
-            return f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
-
-
-def describe_folder(path: Path) -> dict:
-    """Facts, format and size of a model folder (or an ONNX file / folder of ONNX files)."""
-    # Here, not at the top: this module's task is called inspect_model too.
-    from workers.models.inspect import NotAModelError, inspect_model
-
-    onnx = [path] if path.suffix == ".onnx" and path.is_file() else []
-    if path.is_dir() and not (path / "config.json").is_file():
-        onnx = sorted(path.glob("*.onnx"))
-        if not onnx and sorted(path.glob("*.om")):
-            return {"format": "om", "facts": {"om_files": [p.name for p in path.glob("*.om")]}}
-    if onnx:
-        return {"format": "onnx", "facts": {"onnx_files": [p.name for p in onnx], **onnx_facts(onnx[0])}}
-    try:
-        facts = inspect_model(path)
-    except NotAModelError as error:
-        raise ModelTaskError(
-            str(error), _("Give the folder that holds config.json and the *.safetensors weights.")
-        ) from error
-    quantized = str(facts.get("quantization") or "").upper()
-    return {"format": "w8a8_dynamic" if quantized == "W8A8_DYNAMIC" else "hf", "facts": facts}
 
 
 def hub_unreachable(error: Exception) -> ModelTaskError:
@@ -222,8 +158,6 @@ def convert_body(
     source = checked_model_dir(config.host_root, source_path, models_root)
     destination = checked_model_dir(config.host_root, path, models_root)
     if backend == "msmodelslim":
-        from workers.tasks.model_tools import msmodelslim_convert  # model_tools imports this module
-
         return msmodelslim_convert(emitter, source, destination, path, device, model_type)
     if target_format == "w8a8_dynamic":
         return _quantize(emitter, source, destination, path)
@@ -247,8 +181,8 @@ def _quantize(emitter, source: Path, destination: Path, path: str) -> dict:
     emitter.progress(96, _("Verifying the quantized model"))
     errors = report.pop("relative_error_by_tensor")
     worst = sorted(errors.items(), key=lambda item: -item[1])[:5]
-    for name, error in worst:
-        emitter.log(f"max relative dequantization error {error:.5f} in {name}")
+    for name, relative_error in worst:
+        emitter.log(f"max relative dequantization error {relative_error:.5f} in {name}")
     described = describe_folder(destination)
     problems = []
     if described["facts"].get("quantization") != "W8A8_DYNAMIC":
@@ -382,8 +316,6 @@ def copy_body(
         emitter.progress(
             0, _("Copying {path} to {target}").format(path=path, target=f"{target_host}:{target_path}")
         )
-        from workers.tasks.model_tools import run_logged  # model_tools imports this module
-
         ok, lines = run_logged(emitter, argv, COPY_TIMEOUT_S, on_progress)
     if not ok:
         reason, hint = explain_rsync_failure(lines)

@@ -7,6 +7,7 @@ import traceback
 from workers import asking
 from workers.agent_config import AgentConfig
 from workers.events import EventEmitter
+from workers.i18n import message_of
 from workers.identity import CENTRAL
 from workers.leases import LeaseUnavailable, OperationLease
 from workers.task_names import AGENT_STILL_WANTED_ANSWER
@@ -93,7 +94,7 @@ def _run_body(emitter: EventEmitter, config: AgentConfig, body, operation_id: st
     try:
         result = body(emitter, config) or {}
     except OperationCancelled as exc:
-        emitter.finish("cancelled", error=str(exc), hint=getattr(exc, "hint", "") or "")
+        emitter.finish("cancelled", error=message_of(exc), hint=getattr(exc, "hint", "") or "")
         return "cancelled"
     except Exception as exc:
         # A failure the task foresaw carries a hint (what to do) and says what happened; only an unforeseen
@@ -105,7 +106,8 @@ def _run_body(emitter: EventEmitter, config: AgentConfig, body, operation_id: st
             log.exception("operation %s failed", operation_id)
             for line in traceback.format_exc().splitlines()[-8:]:
                 emitter.log(line, stream="stderr")
-        error, hint = str(exc) or type(exc).__name__, getattr(exc, "hint", "") or ""
+        # message_of keeps the error's msgid and params, for the panel to show it translated.
+        error, hint = message_of(exc) or type(exc).__name__, getattr(exc, "hint", "") or ""
         emitter.finish("failed", error=error, hint=hint, result=_why(exc))
         return "failed"
     emitter.finish("succeeded", result=result)

@@ -3,8 +3,8 @@ from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
 from panel.accounts.models import SCOPES, ApiToken
-from panel.core.names import TOKEN_NAME, NameField
-from workers.engine.command import SERVED_NAME_PATTERN
+from panel.core.domain.names import TOKEN_NAME, NameField
+from workers.engine.launch.command import SERVED_NAME_PATTERN
 
 
 class ApiTokenSerializer(serializers.ModelSerializer):

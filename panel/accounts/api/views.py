@@ -11,8 +11,8 @@ from panel.accounts.api.serializers import ApiTokenSerializer, NewApiTokenSerial
 from panel.accounts.models import SCOPE_ADMIN, ApiToken
 from panel.accounts.roles import VIEWER, has_role
 from panel.accounts.temporary import PASSWORD_CHANGE_FIRST, must_change_password
-from panel.core.api import PanelViewSet
-from panel.core.schema import ErrorSerializer
+from panel.core.rest.api import PanelViewSet
+from panel.core.rest.schema import ErrorSerializer
 
 
 class SignInFailed(APIException):

@@ -2,7 +2,7 @@ from panel.accounts.roles import ADMIN
 from panel.audit.api.serializers import AuditEntrySerializer
 from panel.audit.filtersets import AuditEntryFilterSet
 from panel.audit.models import AuditEntry
-from panel.core.api import ReadOnlyPanelViewSet
+from panel.core.rest.api import ReadOnlyPanelViewSet
 
 
 class AuditEntryViewSet(ReadOnlyPanelViewSet):

@@ -2,7 +2,9 @@ from rest_framework import serializers
 
 from panel.catalog.models import FactsSource, Model, ModelArtifact
 from panel.catalog.planning import fit_on_typical_node
-from panel.core.choices import ModelSource
+from panel.core.domain.choices import ModelSource
+from workers.engine.planner.plan_hardware import HARDWARE
+from workers.engine.planner.plan_layout import MAX_NODES_SEARCHED
 
 
 class ModelArtifactSerializer(serializers.ModelSerializer):
@@ -115,3 +117,45 @@ class DeletedModelSerializer(serializers.Serializer):
     copies_forgotten = serializers.ListField(
         child=serializers.CharField(), help_text="Copies whose records went; their folders stay on the nodes."
     )
+
+
+HARDWARE_CHOICES = [(key, shape.title) for key, shape in HARDWARE.items()]
+
+
+class AdviceQuerySerializer(serializers.Serializer):
+    """The question the serving advice answers: the model on `nodes` nodes of a kind, for these lengths."""
+
+    hardware = serializers.ChoiceField(choices=HARDWARE_CHOICES, default="a2", help_text="Kind of node.")
+    node = serializers.ListField(
+        child=serializers.CharField(max_length=200),
+        required=False,
+        max_length=MAX_NODES_SEARCHED,
+        help_text="Plan on these nodes' free NPUs instead of a kind of node (repeat it for several).",
+    )
+    nodes = serializers.IntegerField(min_value=1, max_value=MAX_NODES_SEARCHED, default=1)
+    prompt_tokens = serializers.IntegerField(
+        min_value=1, max_value=1_048_576, required=False, help_text="Expected prompt length: plans P:D."
+    )
+    output_tokens = serializers.IntegerField(
+        min_value=1, max_value=1_048_576, required=False, help_text="Expected output length: plans P:D."
+    )
+    quantization = serializers.ChoiceField(
+        choices=[("", "as the weights are"), ("ascend", "W8A8")], default="", allow_blank=True
+    )
+    vllm_ascend = serializers.RegexField(
+        r"^[0-9][0-9a-z.+-]{0,39}$", required=False, help_text="Installed vllm-ascend: EPLB per role."
+    )
+
+    def validate(self, attrs):
+        if bool(attrs.get("prompt_tokens")) != bool(attrs.get("output_tokens")):
+            raise serializers.ValidationError(
+                {"output_tokens": ["Give prompt_tokens and output_tokens together."]}
+            )
+        return attrs
+
+
+class RecipeQuerySerializer(serializers.Serializer):
+    search = serializers.CharField(
+        required=False, allow_blank=True, max_length=200, help_text="Words every recipe listed holds."
+    )
+    hardware = serializers.ChoiceField(choices=HARDWARE_CHOICES, required=False, allow_blank=True)

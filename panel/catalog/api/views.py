@@ -1,12 +1,15 @@
 from django.core.exceptions import ValidationError as DjangoValidationError
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
-from rest_framework import mixins, status
+from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import APIException, ValidationError
 from rest_framework.response import Response
 
 from panel.catalog import copies, services
+from panel.catalog.api.offer import offered
 from panel.catalog.api.serializers import (
+    AdviceQuerySerializer,
     AppliedModelSerializer,
     ConvertSerializer,
     DeletedModelSerializer,
@@ -14,15 +17,18 @@ from panel.catalog.api.serializers import (
     ModelArtifactSerializer,
     ModelSerializer,
     ModelSpecSerializer,
+    RecipeQuerySerializer,
     RegisteredModelSerializer,
     RegisterSerializer,
 )
 from panel.catalog.models import Model, ModelArtifact
-from panel.core.api import PanelViewSet, ReadOnlyPanelViewSet
-from panel.core.idempotency import idempotent
-from panel.core.schema import ErrorSerializer
+from panel.catalog.planning import advice, hardware_rows
+from panel.core.rest.api import PanelViewSet, ReadOnlyPanelViewSet, StrictRequestMixin
+from panel.core.rest.idempotency import idempotent
+from panel.core.rest.schema import ErrorSerializer
 from panel.nodes.models import Node
 from panel.operations.api.serializers import OperationSerializer
+from workers.engine.launch.recipes import search_serving
 
 
 def _node(request, name):
@@ -116,6 +122,43 @@ class ModelViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, PanelViewSe
         return _started(
             _call(services.start_download, self.get_object(), node, request.user, data.validated_data["path"])
         )
+
+    @extend_schema(
+        parameters=[AdviceQuerySerializer],
+        responses={200: OpenApiTypes.OBJECT},
+        description="The planner on `nodes` nodes of a kind (a2, a3, 300i-duo), or on the free NPUs of the "
+        "nodes named by `node`: its plan; when the model "
+        "does not fit, what would (proposals: more nodes with TP x DP x EP, W8A8, another kind of node, each "
+        "with its memory figures); with prompt_tokens and output_tokens the prefill/decode split (`pd`: P:D "
+        "counts, per-role TP / DP / EP and EPLB, estimates, and the reasons, also when it is not worth it); "
+        "and the serving recipes written for the model. Reasons are {code, level, message, params}.",
+    )
+    @action(detail=True, methods=["get"])
+    def advice(self, request, pk=None):
+        query = AdviceQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        model = self.get_object()
+        asked = dict(query.validated_data)
+        names = asked.pop("node", None)
+        offer = offered(request.user, names) if names else None
+        answer = advice(model.facts or {}, model.name, offer=offer, **asked)
+        if answer is None:
+            raise ValidationError({"model": ["This model has no facts to plan with yet: inspect it first."]})
+        return Response(answer)
+
+
+class RecipeViewSet(StrictRequestMixin, viewsets.ViewSet):
+    """Serving recipes per kind of node (A2, A3, 300I Duo): the quantization, topology, flags and env the
+    sources run a model with, searched by words (`search`) and kind (`hardware`); with the kinds' figures."""
+
+    @extend_schema(parameters=[RecipeQuerySerializer], responses={200: OpenApiTypes.OBJECT})
+    def list(self, request):
+        query = RecipeQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        found = search_serving(
+            query.validated_data.get("search", ""), query.validated_data.get("hardware", "")
+        )
+        return Response({"hardware": hardware_rows(), "count": len(found), "results": list(found)})
 
 
 class ModelArtifactViewSet(mixins.DestroyModelMixin, ReadOnlyPanelViewSet):

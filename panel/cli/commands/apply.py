@@ -11,6 +11,7 @@ from panel.cli.client import WAIT_MARGIN_S, ApiError, Client, Unreachable, conne
 from panel.cli.commands import add_command, file_option, output_option, timeout_option
 from panel.cli.commands.deployments import server_wait
 from panel.cli.errors import FAILED, TIMEOUT, CliError
+from panel.cli.locking import change_params, in_turn, lock_option
 from panel.cli.specs import Spec, read_sources, read_specs
 
 IDEMPOTENCY_ENV = "ASCEND_PANEL_IDEMPOTENCY_KEY"
@@ -28,6 +29,10 @@ The planner's warnings go to stderr when the plan changes (created or changed), 
 first, with its findings and log tail; exit 3 when the timeout runs out. A spec whose path is a folder
 the panel did not know answers `waiting` while the folder is inspected: --wait waits for the inspection,
 says so, and applies again.
+One change at a time per deployment: while another runs (a rolling update, a start or stop, another
+pipeline's apply) the panel answers 409 naming it; --wait-for-lock 10m tries again until it is taken.
+A change that cannot start a new replica first (no free NPUs) stops serving for a while: the panel
+refuses it unless --allow-downtime says that is fine.
 --idempotency-key (or {IDEMPOTENCY_ENV}) lets a pipeline that runs twice deploy once: the panel
 answers the second run as it answered the first. A file of several specs sends KEY/NAME for each.
 A folder (-f DIR) applies each spec file in it in name order (-R: its subfolders' too); a spec that
@@ -57,6 +62,7 @@ def register(commands) -> None:
         metavar="KEY",
         help=f"send Idempotency-Key KEY (default: ${IDEMPOTENCY_ENV})",
     )
+    lock_option(apply)
     output_option(apply, formats=("text", "json", "yaml"), default="text")
     apply.set_defaults(run=apply_command)
 
@@ -142,7 +148,13 @@ def apply_spec(client: Client, spec: dict, args, wait_seconds: int | None, sever
     if key and several:
         key = f"{key}/{name}"  # the panel binds a key to one body
     started = time.monotonic()
-    answer = apply_one(client, spec, dry_run=args.dry_run, wait_seconds=wait_seconds, key=key)
+    answer = in_turn(
+        lambda: apply_one(
+            client, spec, dry_run=args.dry_run, wait_seconds=wait_seconds, key=key, extra=change_params(args)
+        ),
+        getattr(args, "wait_for_lock", None),
+        name,
+    )
     if answer.get("result") == "waiting" and wait_seconds is not None:
         answer = apply_after_inspection(client, spec, answer, args, started, key)
     if args.output == "text":
@@ -188,9 +200,15 @@ def _report(spec: Spec, error: CliError, name_the_file: bool) -> None:
 
 
 def apply_one(
-    client: Client, spec: dict, *, dry_run: bool, wait_seconds: int | None, key: str | None
+    client: Client,
+    spec: dict,
+    *,
+    dry_run: bool,
+    wait_seconds: int | None,
+    key: str | None,
+    extra: dict | None = None,
 ) -> dict:
-    params = {}
+    params = dict(extra or {})
     if dry_run:
         params["dry_run"] = "true"
     elif wait_seconds is not None:
@@ -225,20 +243,62 @@ def apply_after_inspection(client: Client, spec: dict, answer: dict, args, start
     return apply_one(client, spec, dry_run=False, wait_seconds=left, key=f"{key}/inspected" if key else None)
 
 
+def send_change(args, action: str, params: dict, body: dict | None, missing: str) -> None:
+    """POST …/{action}/ of the deployment `args.name` (waiting its turn as --wait-for-lock says, with
+    --idempotency-key), then print what changed; `missing` is the advice when this panel lacks the action."""
+    headers = {"Idempotency-Key": args.idempotency_key} if args.idempotency_key else {}
+    with connect() as client:
+        deployment = client.deployment(args.name)
+        path = f"/deployments/{deployment['id']}/{action}/"
+        try:
+            response = in_turn(
+                lambda: client.request("POST", path, params=params, headers=headers, json=body),
+                args.wait_for_lock,
+                args.name,
+            )
+        except ApiError as error:
+            if error.status == 404 and client.find_deployment(args.name) is not None:
+                raise CliError(
+                    f"This panel has no {action} (POST /api/v1/deployments/{{id}}/{action}/); {missing}"
+                ) from None
+            raise
+    print_change(args.name, response.json(), args.output)
+
+
+def print_change(name: str, answer: dict, fmt: str) -> None:
+    """What a change (undo, scale) answered: the answer in `fmt`, or its result line and its warnings."""
+    if fmt != "text":
+        print(output.render(answer, fmt))
+        return
+    print(result_line(name, answer), flush=True)
+    if answer.get("result") != "unchanged":
+        for warning in answer.get("warnings") or []:
+            output.warn(f"{name}: {output.message_of(warning)}")
+
+
 def result_line(name: str, answer: dict) -> str:
     """`name: created`, `name: unchanged`, `name: changed: engine.max_model_len, replicas (restart)`; a dry
     run says so, and a wait adds the state reached."""
     result = answer.get("result", "")
     if result == "changed":
-        fields = ", ".join(change.get("field", "?") for change in answer.get("changes") or [])
+        fields = ", ".join(change_field(change) for change in answer.get("changes") or [])
         effect = answer.get("effect")
         result = f"changed: {fields}" + (f" ({effect})" if effect else "")
     line = f"{name}: {result}"
     if answer.get("dry_run"):
         line += " (dry run)"
         for change in answer.get("changes") or []:
-            line += f"\n  {change.get('field')}: {_value(change.get('from'))} -> {_value(change.get('to'))}"
+            line += f"\n  {change_field(change)}: {_value(change.get('from'))} -> {_value(change.get('to'))}"
+        for step in answer.get("steps") or []:  # a deployment with roles: what each engine would do
+            role = f" ({step['role']})" if step.get("role") else ""
+            line += f"\n  {step.get('action')} {step.get('name')}{role}"
     return line
+
+
+def change_field(change: dict) -> str:
+    """`replicas`, or `decode replicas` for a line about one role of a disaggregated deployment."""
+    field = change.get("field", "?")
+    return f"{change['role']} {field}" if change.get("role") and field == "replicas" else field
 
 
 def _value(value) -> str:

@@ -26,10 +26,7 @@ def register(commands) -> None:
 
 
 def completion_command(args) -> int:
-    # main imports this module; the whole parser, not the one this command hangs from
-    from panel.cli.main import build_parser
-
-    print(bash_script(build_parser()))
+    print(bash_script(args.root_parser))  # the whole parser, not the one this command hangs from
     return 0
 
 

@@ -124,6 +124,7 @@ def deployment_lines(d: dict, spec: dict, operations: list[str]) -> list[str]:
             ("Reason", d.get("reason_display") or d.get("reason")),
             ("Endpoint", d.get("endpoint")),
             ("Served model", d.get("served_model_name")),
+            ("Routing", d.get("routing")),
             ("Runtime", d.get("runtime_kind")),
             ("Restarts", restarts),
             ("Next restart", d.get("next_restart_at")),
@@ -195,9 +196,18 @@ def replica_lines(d: dict) -> list[str]:
     wanted = d.get("replicas_wanted")
     members = [{"name": d.get("name"), "status": d.get("status"), "desired_state": d.get("desired_state")}]
     members += d.get("replicas") or []
-    rows = [[m.get("name"), m.get("status"), m.get("desired_state")] for m in members]
-    lines = [f"Replicas: {wanted} wanted" if wanted else "Replicas:"]
-    lines += indented_table(rows, ["NAME", "STATUS", "DESIRED"])
+    roles = d.get("roles_wanted") or {}
+    if roles:  # a disaggregated deployment: each engine's role, and what each role wants
+        members[0]["role"] = d.get("role")
+        rows = [[m.get("name"), m.get("role") or "-", m.get("status"), m.get("desired_state")]
+                for m in members]  # fmt: skip
+        wanted_by_role = ", ".join(f"{role} {count}" for role, count in roles.items())
+        lines = [f"Replicas: {wanted_by_role} wanted"]
+        lines += indented_table(rows, ["NAME", "ROLE", "STATUS", "DESIRED"])
+    else:
+        rows = [[m.get("name"), m.get("status"), m.get("desired_state")] for m in members]
+        lines = [f"Replicas: {wanted} wanted" if wanted else "Replicas:"]
+        lines += indented_table(rows, ["NAME", "STATUS", "DESIRED"])
     rollout = d.get("rollout")
     if rollout:
         replaced = f"{rollout.get('done')}/{rollout.get('total')} replaced"

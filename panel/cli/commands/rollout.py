@@ -1,14 +1,16 @@
-"""`rollout status NAME` and `rollout undo NAME`, as kubectl's: wait until the deployment's rollout is done,
-and apply again the spec it had before the last apply that changed it (`POST …/rollback/`)."""
+"""`rollout status|history|undo|restart NAME`, as kubectl's: wait until the deployment's rollout is done,
+list its revisions (`GET …/revisions/`), apply again the spec it had before the last apply that changed it
+or revision N (`POST …/rollback/`), and restart its replicas one at a time (`POST …/restart/`)."""
 
 import time
 
 from panel.cli import output
-from panel.cli.client import ApiError, connect
+from panel.cli.client import connect
 from panel.cli.commands import add_command, add_group, name_argument, output_option, timeout_option
-from panel.cli.commands.apply import result_line
+from panel.cli.commands.apply import change_field, send_change
 from panel.cli.durations import describe
 from panel.cli.errors import FAILED, TIMEOUT, CliError
+from panel.cli.locking import change_params, in_turn, lock_option
 from panel.cli.waiting import states
 
 STATUS_EPILOG = """\
@@ -26,9 +28,27 @@ examples:
   ascend-panel rollout undo qwen-chat --dry-run
   ascend-panel rollout undo qwen-chat && ascend-panel rollout status qwen-chat
 
-Applies again the spec the deployment had before the last apply that changed it, with the same plan,
-diff and effect as apply (a serving deployment rolls). Undoing twice returns to where it was. Exit 1
-when nothing was applied to it since it was made."""
+Applies again the spec the deployment had before the last apply that changed it (or revision N of
+`rollout history`, with --to-revision N), with the same plan, diff and effect as apply (a serving
+deployment rolls: a new replica first where NPUs allow). Undoing twice returns to where it was; each undo
+is a revision of its own. Exit 1 when nothing was applied to it since it was made, or when the change
+would stop serving and --allow-downtime was not given."""
+
+HISTORY_EPILOG = """\
+examples:
+  ascend-panel rollout history qwen-chat
+  ascend-panel rollout history qwen-chat --revision 3      # that revision's spec, as apply takes it
+
+Every spec applied to the deployment, numbered: who applied it, when, what changed, what it did and how
+it ended (succeeded, failed, in progress, superseded)."""
+
+RESTART_EPILOG = """\
+examples:
+  ascend-panel rollout restart qwen-chat && ascend-panel rollout status qwen-chat
+
+Restarts every replica one at a time, each after a new one serves where NPUs allow (a surge), so the
+deployment keeps serving. Without free NPUs for a surge, a deployment of one replica stops serving while
+it restarts: the panel refuses that unless --allow-downtime is given."""
 
 
 def register(commands) -> None:
@@ -40,14 +60,29 @@ def register(commands) -> None:
     timeout_option(status)
     status.set_defaults(run=status_command)
 
+    history = add_command(rollout, "history", "list the deployment's revisions", epilog=HISTORY_EPILOG)
+    name_argument(history)
+    history.add_argument("--revision", type=int, metavar="N", help="print revision N's spec")
+    output_option(history, formats=("table", "json", "yaml"))
+    history.set_defaults(run=history_command)
+
     undo = add_command(rollout, "undo", "roll back to the previous spec", epilog=UNDO_EPILOG)
     name_argument(undo)
+    undo.add_argument(
+        "--to-revision", type=int, metavar="N", help="roll back to revision N (rollout history)"
+    )
     undo.add_argument("--dry-run", action="store_true", help="show what would change, change nothing")
+    lock_option(undo)
     undo.add_argument(
         "--idempotency-key", metavar="KEY", help="send Idempotency-Key KEY: a retried job rolls back once"
     )
     output_option(undo, formats=("text", "json", "yaml"), default="text")
     undo.set_defaults(run=undo_command)
+
+    restart = add_command(rollout, "restart", "restart the replicas one at a time", epilog=RESTART_EPILOG)
+    name_argument(restart)
+    lock_option(restart)
+    restart.set_defaults(run=restart_command)
 
 
 def status_command(args) -> int:
@@ -85,7 +120,12 @@ class Progress:
         rollout = deployment.get("rollout") or {}
         wanted = "stopped" if deployment.get("desired_state") == "stopped" else "running"
         replicas = [r for r in deployment.get("replicas") or [] if r.get("desired_state") != "deleted"]
-        count = deployment.get("replicas_wanted") or 1 + len(replicas)  # the spec's; rows beyond are surges
+        # The spec's count (with roles, every role's: the primary wants 1 of its own); rows beyond: surges.
+        count = (
+            sum((deployment.get("roles_wanted") or {}).values())
+            or deployment.get("replicas_wanted")
+            or (1 + len(replicas))
+        )
         ready = (status == wanted) + sum(r.get("status") == wanted for r in replicas)
         rolling = rollout.get("status") == "running"
         if rolling:
@@ -132,28 +172,58 @@ class Progress:
             self.last = step
 
 
-def undo_command(args) -> int:
-    params = {"dry_run": "true"} if args.dry_run else None
-    headers = {"Idempotency-Key": args.idempotency_key} if args.idempotency_key else {}
+def history_command(args) -> int:
     with connect() as client:
         deployment = client.deployment(args.name)
-        try:
-            response = client.request(
-                "POST", f"/deployments/{deployment['id']}/rollback/", params=params, headers=headers
-            )
-        except ApiError as error:
-            if error.status == 404 and client.find_deployment(args.name) is not None:
-                raise CliError(
-                    "This panel has no rollback (POST /api/v1/deployments/{id}/rollback/); upgrade it, or "
-                    "apply the earlier spec file again."
-                ) from None
-            raise
-    answer = response.json()
-    if args.output != "text":
+        answer = client.get(f"/deployments/{deployment['id']}/revisions/")
+    revisions = answer.get("results") or []
+    if args.revision is not None:
+        found = next((r for r in revisions if r.get("number") == args.revision), None)
+        if found is None:
+            numbers = ", ".join(str(r.get("number")) for r in revisions) or "none"
+            raise CliError(f"{args.name} has no revision {args.revision} (it has: {numbers}).")
+        print(output.render(found["spec"], "yaml" if args.output == "table" else args.output))
+        return 0
+    if args.output != "table":
         print(output.render(answer, args.output))
         return 0
-    print(result_line(args.name, answer), flush=True)
-    if answer.get("result") != "unchanged":
-        for warning in answer.get("warnings") or []:
-            output.warn(f"{args.name}: {output.message_of(warning)}")
+    rows = [
+        [
+            r.get("number"),
+            output.age(r.get("created")),
+            r.get("user") or "-",
+            r.get("cause", "") + (f" to {r['restored']}" if r.get("restored") else ""),
+            ", ".join(change_field(change) for change in r.get("changes") or []) or "-",
+            r.get("effect") or "-",
+            r.get("outcome", "").replace("_", " "),
+        ]
+        for r in revisions
+    ]
+    print(output.table(rows, ["REVISION", "AGE", "USER", "CAUSE", "CHANGES", "EFFECT", "OUTCOME"]))
+    return 0
+
+
+def restart_command(args) -> int:
+    with connect() as client:
+        deployment = client.deployment(args.name)
+        path = f"/deployments/{deployment['id']}/restart/"
+        answer = in_turn(
+            lambda: client.request("POST", path, params=change_params(args)).json(),
+            args.wait_for_lock,
+            args.name,
+        )
+    rollout = answer.get("rollout") or {}
+    if rollout.get("status") == "running":
+        print(f"{args.name}: restarting one replica at a time (rollout {rollout.get('id')})")
+    else:
+        print(f"{args.name}: restarting")
+    return 0
+
+
+def undo_command(args) -> int:
+    params = {"dry_run": "true"} if args.dry_run else {}
+    if args.to_revision is not None:
+        params["to_revision"] = str(args.to_revision)
+    params.update(change_params(args))
+    send_change(args, "rollback", params, None, "upgrade it, or apply the earlier spec file again.")
     return 0

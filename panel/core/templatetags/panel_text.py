@@ -7,15 +7,18 @@ filled in after translation."""
 from django import template
 from django.utils.translation import gettext
 
-from panel.core.choices import OperationStatus
-from panel.core.numbers import compact, is_big
-from panel.core.translated import filled, in_language
+from panel.core.domain.choices import OperationStatus
+from panel.core.domain.numbers import compact, is_big
+from panel.core.domain.translated import in_language
 from panel.deployments.reasons import current
-from panel.deployments.rollouts import message_display
+from panel.deployments.rollouts.rollouts import message_display
+from panel.operations import texts
 from panel.operations.texts import agent_text as translated_agent_text
-from workers.engine.plan_reasons import TEMPLATES
+from workers.engine.planner.plan_reasons import TEMPLATES
 
 register = template.Library()
+# Reason parameters that are texts rather than figures or names.
+TEXT_PARAMS = ("recipe", "why")
 
 
 def _field(item, name, default=None):
@@ -30,6 +33,9 @@ def reason_text(reason) -> str:
     if source is None:
         return message
     params = _field(reason, "params") or {}
+    # A chip recipe's title and reasons are English sentences of their own (recipes.yaml, in the catalog):
+    # filled in as they are, a Chinese page read "Atlas 300I (310P): Computes in float16 only: …".
+    params = {name: gettext(v) if name in TEXT_PARAMS and v else v for name, v in params.items()}
     text = gettext(source)
     # Big counts ("%(tokens)d tokens") read as "113.0 M tokens", "55,192 sequences": their %d becomes %s of
     # the compact form.
@@ -44,20 +50,24 @@ def reason_text(reason) -> str:
 
 @register.filter
 def agent_text(text) -> str:
-    """A stage title, error or hint written by an agent: translated where the catalog knows it."""
+    """A text an agent wrote, kept without its msgid and params (a finding's title or hint): the catalog's
+    translation of the whole of it, where it knows it."""
     return translated_agent_text(text)
 
 
 @register.filter
-def checklist_text(entry, field: str) -> str:
-    """`detail` or `fix` of a preflight checklist line: its English template translated, then filled with its
-    parameters; lines without a template (a version an agent read, lines stored before templates existed)
-    are translated as they are, where the catalog knows them."""
-    text = _field(entry, field, "") or ""
-    source = (_field(entry, "templates") or {}).get(field)
-    if not source:
-        return agent_text(text)
-    return filled(source, _field(entry, "params") or {}, fallback=text)
+def agent_field(item, name: str) -> str:
+    """Field `name` (stage, error, hint, title) of an operation or a step an agent sent, in the viewer's
+    language: from its msgid and params in the item's `texts` (`{{ operation|agent_field:"error" }}`)."""
+    structures = _field(item, "texts") or {}
+    structure = structures.get(name) if isinstance(structures, dict) else None
+    return translated_agent_text(_field(item, name, "") or "", structure)
+
+
+@register.filter
+def checklist_text(entry: dict, field: str) -> str:
+    """`detail` or `fix` of a checklist line in the viewer's language (panel.operations.texts)."""
+    return texts.checklist_text(entry, field)
 
 
 @register.filter
@@ -76,4 +86,4 @@ def rollout_message(rollout) -> str:
 @register.filter
 def status_label(value: str) -> str:
     """A run's status (pending, running, succeeded, failed, cancelled) in the viewer's language."""
-    return OperationStatus(value).label if value in OperationStatus.values else value
+    return str(OperationStatus(value).label) if value in OperationStatus.values else value

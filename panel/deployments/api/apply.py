@@ -5,15 +5,23 @@ from typing import Any
 from rest_framework import serializers
 
 from panel.deployments.api.serializers import DeploymentSerializer, RolloutSerializer
-from panel.deployments.apply import Outcome
-from panel.deployments.request import ENGINE_SETTINGS
-from panel.deployments.rollouts import progress
+from panel.deployments.rollouts.rollouts import progress
+from panel.deployments.spec.apply import Outcome
+from panel.deployments.spec.request import ENGINE_SETTINGS
 
-SPEC_ONLY_KEYS = ("engine", "placement", "replicas", "state", "labels")
+SPEC_ONLY_KEYS = ("engine", "placement", "replicas", "state", "labels", "autoscale")
 
 
 class ChangeSerializer(serializers.Serializer):
-    field = serializers.CharField(help_text="e.g. engine.max_model_len, placement, model, state")
+    field = serializers.CharField(
+        help_text="e.g. engine.max_model_len, placement, model, state; with roles also replicas (with its "
+        "role), roles.decode.engine.max_model_len, roles (plain <-> prefill/decode), kv_connector"
+    )
+    role = serializers.ChoiceField(
+        ["", "prefill", "decode"],
+        required=False,
+        help_text="The role a line of a disaggregated deployment is about.",
+    )
     # "from"/"to" are Python keywords: declared below
     vars()["from"] = serializers.JSONField(allow_null=True)
     vars()["to"] = serializers.JSONField(allow_null=True)
@@ -22,6 +30,32 @@ class ChangeSerializer(serializers.Serializer):
 class ReplicaCountSerializer(serializers.Serializer):
     wanted = serializers.IntegerField(help_text="The spec's replicas.")
     now = serializers.IntegerField(help_text="Replicas there were before this apply (0: created).")
+
+
+class StepSerializer(serializers.Serializer):
+    """What a change of a disaggregated deployment (or to or from one) does to one engine."""
+
+    action = serializers.ChoiceField(
+        ["start", "create", "roll", "restart", "update", "stop"],
+        help_text="start: a new engine; create: a new engine, stopped (a stopped spec); roll: replaced one "
+        "at a time, a surge of its role first where NPUs allow; restart: takes its new launch and restarts "
+        "at once (a change of topology kind); update: takes its new launch for its next start (it does not "
+        "serve); stop: removed.",
+    )
+    name = serializers.CharField()
+    role = serializers.ChoiceField(["", "prefill", "decode"])
+
+
+class ScaleRequestSerializer(serializers.Serializer):
+    """`POST /deployments/{name}/scale/`: the replica count, per role for a disaggregated deployment."""
+
+    replicas = serializers.IntegerField(min_value=1, max_value=64, help_text="The new count (of the role).")
+    role = serializers.ChoiceField(
+        ["", "prefill", "decode"],
+        required=False,
+        default="",
+        help_text="Needed for a deployment with roles (prefill or decode); refused for a plain one.",
+    )
 
 
 class SpecAnswerSerializer(serializers.Serializer):
@@ -41,6 +75,16 @@ class SpecAnswerSerializer(serializers.Serializer):
     labels = serializers.DictField(
         child=serializers.CharField(allow_blank=True), required=False, help_text="When it has any."
     )
+    autoscale = serializers.DictField(
+        required=False, help_text="When set: {min, max, target: {one figure}, up_after_s, down_after_s}."
+    )
+    routing = serializers.CharField(required=False, help_text="When not least_outstanding.")
+    idle = serializers.DictField(required=False, help_text="When set: {sleep_after_s, level}.")
+    kv_connector = serializers.CharField(required=False, help_text="With roles: mooncake or nixl.")
+    roles = serializers.DictField(
+        required=False,
+        help_text="A disaggregated deployment's {prefill: {replicas, placement, engine}, decode: {...}}.",
+    )
 
 
 class ApplyAnswerSerializer(serializers.Serializer):
@@ -51,8 +95,9 @@ class ApplyAnswerSerializer(serializers.Serializer):
     )
     dry_run = serializers.BooleanField()
     effect = serializers.ChoiceField(
-        ["none", "create", "restart", "move_npus", "start", "stop", "scale", "rolling"],
-        help_text="What applying does to the engine.",
+        ["none", "create", "restart", "move_npus", "start", "stop", "scale", "rolling", "topology"],
+        help_text="What applying does to the engine. topology: a change of kind (plain <-> prefill/decode, "
+        "or the KV connector): every engine restarts at once with its new launch (see steps).",
     )
     changes = ChangeSerializer(many=True)
     deployment = DeploymentSerializer(allow_null=True, help_text="Null on a dry run that would create it.")
@@ -60,6 +105,11 @@ class ApplyAnswerSerializer(serializers.Serializer):
     warnings = serializers.ListField(child=serializers.DictField())
     replicas = ReplicaCountSerializer()
     rollout = RolloutSerializer(allow_null=True, help_text="The rolling update this apply started.")
+    steps = StepSerializer(
+        many=True,
+        required=False,
+        help_text="With roles (or to or from them): what the change does to each engine, in order.",
+    )
     inspection = serializers.UUIDField(allow_null=True, help_text="With result waiting: the inspection.")
     spec = SpecAnswerSerializer(
         allow_null=True,
@@ -82,6 +132,7 @@ def answer_of(outcome: Outcome, dry_run: bool) -> dict[str, Any]:
         "rollout": progress(outcome.rollout),
         "inspection": outcome.inspection,
         "spec": outcome.spec,
+        "steps": outcome.steps,
     }
 
 

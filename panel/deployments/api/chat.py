@@ -20,12 +20,12 @@ from django.views.decorators.csrf import csrf_exempt
 from panel.accounts.authentication import user_for_token
 from panel.accounts.models import SCOPE_DEPLOY
 from panel.accounts.roles import OPERATOR, has_role
-from panel.core import strict
-from panel.core.api import is_id
-from panel.core.choices import DeploymentState
-from panel.core.exceptions import InputError, flat_errors, not_found_text
-from panel.core.schema import ERROR_DESCRIPTIONS
-from panel.deployments.engine_keys import auth_headers
+from panel.core.domain.choices import DeploymentState
+from panel.core.rest import strict
+from panel.core.rest.api import is_id
+from panel.core.rest.exceptions import InputError, flat_errors, not_found_text
+from panel.core.rest.schema import ERROR_DESCRIPTIONS
+from panel.deployments.launch.engine_keys import auth_headers
 from panel.deployments.models import Deployment
 from panel.deployments.services import engine_url, served_name_of
 
@@ -78,7 +78,7 @@ def _target(request, ref: str):
 
 @method_decorator(csrf_exempt, name="dispatch")  # a session's CSRF token is checked in _authenticate
 class DeploymentChatView(View):
-    """POST only: another method is a 405 with Allow: POST (in JSON, panel.core.middleware)."""
+    """POST only: another method is a 405 with Allow: POST (in JSON, panel.core.web.middleware)."""
 
     async def post(self, request, pk: str):  # an id or a name, as every deployment route's <pk>
         return await chat(request, pk)
@@ -130,8 +130,8 @@ CHAT_PATH = "/api/v1/deployments/{id}/chat/"
 
 def document_chat(result, generator, request, public):
     """drf-spectacular postprocessing hook: the playground's operation, which the generator cannot see (a
-    plain async view). Its error answers are the API's (panel.core.schema); 429 is not among them, as DRF's
-    throttles do not run here."""
+    plain async view). Its error answers are the API's (panel.core.rest.schema); 429 is not among them, as
+    DRF's throttles do not run here."""
     error = {"$ref": "#/components/schemas/Error"}
 
     def answer(code: str, text=None) -> dict:

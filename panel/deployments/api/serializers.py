@@ -2,15 +2,21 @@ from django.db.models import OuterRef, Subquery
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from panel.core.choices import DeploymentState, DesiredState, OperationKind, OperationStatus
+from panel.core.domain.choices import (
+    DeploymentState,
+    DesiredState,
+    OperationKind,
+    OperationStatus,
+    RoutingPolicy,
+)
 from panel.core.templatetags.panel_text import deployment_reason
-from panel.deployments.findings import findings_of
+from panel.deployments.launch.findings import findings_of
 from panel.deployments.models import Benchmark, Deployment, DeploymentLog
-from panel.deployments.replicas import index_of as replica_index
-from panel.deployments.request import NodeChoiceSerializer
-from panel.deployments.rollouts import progress
+from panel.deployments.rollouts.replicas import index_of as replica_index
+from panel.deployments.rollouts.rollouts import progress
 from panel.deployments.services import served_name_of
-from panel.deployments.spec import nodes_of
+from panel.deployments.spec.request import DeploymentRequestSerializer, NodeChoiceSerializer
+from panel.deployments.spec.spec import nodes_of
 from panel.gateway.links import gateway_url
 from panel.operations.models import Operation
 
@@ -44,7 +50,7 @@ class PlanReasonSerializer(serializers.Serializer):
 
 
 class EnginePlanSerializer(serializers.Serializer):
-    """The planner's answer for the engine (workers.engine.plan.Plan)."""
+    """The planner's answer for the engine (workers.engine.planner.plan.Plan)."""
 
     fits = serializers.BooleanField()
     tensor_parallel_size = serializers.IntegerField()
@@ -92,6 +98,7 @@ class ReplicaSerializer(serializers.Serializer):
     name = serializers.CharField()
     status = serializers.CharField()
     desired_state = serializers.CharField()
+    role = serializers.CharField(help_text='"" plain, or prefill / decode of a disaggregated deployment.')
 
 
 class RolloutSerializer(serializers.Serializer):
@@ -155,6 +162,11 @@ class DeploymentSerializer(serializers.ModelSerializer):
         read_only=True,
         help_text="The spec's labels (on the primary); `?labels=app=chat,tier!=dev` selects by them.",
     )
+    routing = serializers.CharField(
+        read_only=True,
+        help_text="How the gateway picks an instance (the spec's `routing:`, on the primary): "
+        "least_outstanding, prefix or session.",
+    )
 
     class Meta:
         model = Deployment
@@ -163,7 +175,8 @@ class DeploymentSerializer(serializers.ModelSerializer):
             "status_display", "desired_state", "reason", "reason_display", "endpoint", "runtime",
             "runtime_kind", "restart_count", "failed_restarts", "next_restart_at", "drain_until", "spec",
             "plan", "metrics", "metrics_at", "operation", "findings", "replica_of", "replicas_wanted",
-            "replicas", "rollout", "created", "updated", "served_model_name", "labels",
+            "replicas", "rollout", "created", "updated", "served_model_name", "labels", "routing",
+            "role", "roles_wanted",
         ]  # fmt: skip
         read_only_fields = fields
 
@@ -171,7 +184,12 @@ class DeploymentSerializer(serializers.ModelSerializer):
     def get_replicas(self, deployment) -> list[dict]:
         rows = [row for row in deployment.replicas.all() if row.desired_state != DesiredState.DELETED]
         return [
-            {"name": row.name, "status": row.observed_state, "desired_state": row.desired_state}
+            {
+                "name": row.name,
+                "status": row.observed_state,
+                "desired_state": row.desired_state,
+                "role": row.role,
+            }
             for row in sorted(rows, key=lambda row: replica_index(deployment.name, row.name))
         ]
 
@@ -214,6 +232,27 @@ class DeploymentSerializer(serializers.ModelSerializer):
         """The toolkit's diagnose findings and the log tail of the last failed start, shown beside it."""
         log_tail = (deployment.runtime or {}).get("log_tail") or []
         return {"findings": findings_of(deployment), "log_tail": log_tail}
+
+
+def routing_field() -> serializers.ChoiceField:
+    return serializers.ChoiceField(
+        RoutingPolicy.values,
+        required=False,
+        default=RoutingPolicy.LEAST_OUTSTANDING,
+        help_text="How the gateway picks an instance: least_outstanding, prefix (cache-aware) or session.",
+    )
+
+
+class RoutingChoiceSerializer(serializers.Serializer):
+    """The create request's `routing` alone: the planner checks the rest of it."""
+
+    routing = routing_field()
+
+
+class DeploymentCreateSerializer(DeploymentRequestSerializer):
+    """`POST /deployments/`: the wizard's request, and the gateway's routing policy for the deployment."""
+
+    routing = routing_field()
 
 
 class CreatedDeploymentSerializer(DeploymentSerializer):

@@ -1,4 +1,4 @@
-"""What `?wait=running|stopped|deleted` means for a deployment; panel/core/streams.py does the waiting.
+"""What `?wait=running|stopped|deleted` means for a deployment; panel/core/rest/streams.py does the waiting.
 
 - running: reached when it runs, with every replica of its spec running and no rolling update under way (a
   rollout that ends failed still answers 200, its `rollout` saying so; the CLI exits 1 on it). Failed when it
@@ -16,11 +16,12 @@ log_tail}; 408 {detail, deployment}.
 from django.utils.translation import gettext as _
 from rest_framework import serializers
 
-from panel.core.choices import DeploymentState, DesiredState
-from panel.core.streams import FAILED, REACHED, TIMED_OUT
+from panel.core.domain.choices import DeploymentState, DesiredState
+from panel.core.rest.streams import FAILED, REACHED, TIMED_OUT
 from panel.core.templatetags.panel_text import deployment_reason
 from panel.deployments.api.serializers import DeploymentSerializer
 from panel.deployments.models import Deployment, Rollout
+from panel.deployments.services import active_operations
 from panel.realtime.broadcast import deployment_group
 
 RUNNING, STOPPED, DELETED = "running", "stopped", "deleted"
@@ -93,11 +94,16 @@ class DeploymentWaiter:
         result = outcome(target, deployment.observed_state, deployment.desired_state)
         if result == REACHED and target == RUNNING and not all_replicas_settled(deployment):
             return None, deployment
+        # Stopped is reached once its stop operation has ended too: the engine's exit can be seen before the
+        # stop's last event lands, and a start sent on the answer would be refused (409) in that gap.
+        if result == REACHED and target == STOPPED and active_operations(deployment).exists():
+            return None, deployment
         return result, deployment
 
     def answer(self, data, target: str, timeout: float, result: str, deployment) -> tuple[int, dict]:
         fresh = DeploymentSerializer(deployment).data if deployment is not None else None
-        name = (fresh or {}).get("name") or self.subject(data)[0]
+        subject = self.subject(data)
+        name = (fresh or {}).get("name") or (subject[0] if subject is not None else "")
         if result == REACHED:
             return 200, refreshed(data, fresh)
         if result == TIMED_OUT:

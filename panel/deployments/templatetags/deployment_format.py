@@ -4,7 +4,7 @@ django.utils.formats so 简体中文 and English pages group digits their own wa
 from django import template
 from django.utils.formats import number_format
 
-from panel.core.numbers import WESTERN, compact
+from panel.core.domain.numbers import WESTERN, compact
 
 register = template.Library()
 GIB = 1024**3

@@ -5,7 +5,7 @@ from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
-from panel.core.api import PanelViewSet
+from panel.core.rest.api import PanelViewSet
 from panel.fabric import services
 from panel.fabric.api.serializers import (
     FabricCheckSerializer,

@@ -7,7 +7,7 @@ from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.response import Response
 
-from panel.core.api import PanelViewSet
+from panel.core.rest.api import PanelViewSet
 from panel.deployments.models import Deployment
 from panel.forensics import services
 from panel.forensics.api.serializers import CollectSerializer, DiagnosticsBundleSerializer

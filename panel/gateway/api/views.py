@@ -1,4 +1,4 @@
-from panel.core.api import ReadOnlyPanelViewSet
+from panel.core.rest.api import ReadOnlyPanelViewSet
 from panel.gateway.api.serializers import UsageHourSerializer, UsageRecordSerializer
 from panel.gateway.filtersets import UsageHourFilterSet, UsageRecordFilterSet
 from panel.gateway.models import UsageHour, UsageRecord

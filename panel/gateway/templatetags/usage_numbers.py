@@ -1,6 +1,6 @@
 from django import template
 
-from panel.core.numbers import compact
+from panel.core.domain.numbers import compact
 
 register = template.Library()
 

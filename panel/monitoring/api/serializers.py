@@ -4,7 +4,16 @@ from panel.monitoring.models import Alert
 
 
 class AlertSerializer(serializers.ModelSerializer):
-    node = serializers.CharField(source="node.name", read_only=True)
+    node = serializers.CharField(
+        source="node.name",
+        read_only=True,
+        default=None,
+        allow_null=True,
+        help_text="Empty on a deployment's alert.",
+    )
+    deployment = serializers.CharField(
+        read_only=True, help_text="The deployment a deployment alert is about."
+    )
     acknowledged_by = serializers.CharField(
         source="acknowledged_by.username", read_only=True, default=None, allow_null=True
     )
@@ -14,6 +23,7 @@ class AlertSerializer(serializers.ModelSerializer):
         fields = [
             "id",
             "node",
+            "deployment",
             "key",
             "kind",
             "severity",

@@ -6,8 +6,8 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from panel.core.api import ReadOnlyPanelViewSet, StrictRequestMixin
-from panel.monitoring import alerts, store
+from panel.core.rest.api import ReadOnlyPanelViewSet, StrictRequestMixin
+from panel.monitoring.alerting import alerts
 from panel.monitoring.api.serializers import (
     AlertSerializer,
     MetricHistorySerializer,
@@ -15,7 +15,8 @@ from panel.monitoring.api.serializers import (
     SetMetricsIntervalSerializer,
 )
 from panel.monitoring.filtersets import AlertFilterSet
-from panel.monitoring.history import HistoryError, node_history
+from panel.monitoring.metrics import store
+from panel.monitoring.metrics.history import HistoryError, node_history
 from panel.monitoring.models import Alert
 from panel.monitoring.services import set_metrics_interval
 from panel.nodes.models import Node

@@ -26,3 +26,39 @@ def node_alerts(context, node):
         "csrf_token": context.get("csrf_token"),
         "panel_role": context.get("panel_role"),
     }
+
+
+@register.inclusion_tag("monitoring/deployment_alerts_body.html", takes_context=True)
+def deployment_alerts(context, deployment):
+    """Open alerts of one deployment (by name: monitoring sits below deployments), for its page."""
+    user = context.get("user")
+    open_alerts = (
+        Alert.objects.visible_to(user)
+        .open()
+        .filter(node__isnull=True, deployment=deployment.name)
+        .select_related("acknowledged_by")
+    )
+    return {
+        "alerts": list(open_alerts),
+        "deployment": deployment,
+        "user": user,
+        "request": context.get("request"),
+        "csrf_token": context.get("csrf_token"),
+        "panel_role": context.get("panel_role"),
+    }
+
+
+@register.inclusion_tag("monitoring/serving_alerts_body.html", takes_context=True)
+def serving_alerts(context, limit: int = 10):
+    """The dashboard's card of open deployment alerts (what serves), newest first."""
+    user = context.get("user")
+    open_alerts = (
+        Alert.objects.visible_to(user).open().filter(node__isnull=True).select_related("acknowledged_by")
+    )
+    return {
+        "alerts": list(open_alerts[:limit]),
+        "user": user,
+        "request": context.get("request"),
+        "csrf_token": context.get("csrf_token"),
+        "panel_role": context.get("panel_role"),
+    }

@@ -8,9 +8,10 @@ from rest_framework import serializers, status
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from panel.core.schema import ErrorSerializer
-from panel.deployments import images
-from panel.deployments.containers import containers_of
+from panel.core.rest.schema import ErrorSerializer
+from panel.deployments.launch import images
+from panel.deployments.launch.containers import containers_of
+from panel.nodes.api.common import Conflict, panel_url, validation_error
 from panel.operations.api.serializers import OperationSerializer
 from panel.provisioning.models import PackageFile
 
@@ -48,8 +49,6 @@ class NodeImagesMixin:
     """Actions mixed into NodeViewSet."""
 
     def _image_operation(self, start, *args, **kwargs):
-        from panel.nodes.api.views import Conflict, validation_error  # views imports this mixin
-
         try:
             operation = start(*args, **kwargs)
         except images.ImageRefused as error:
@@ -93,8 +92,6 @@ class NodeImagesMixin:
     def images_load(self, request, pk=None):
         """Load an image archive from the package store on the node (its sha256 checked there)."""
         from django.shortcuts import get_object_or_404
-
-        from panel.nodes.api.views import panel_url  # views imports this mixin
 
         form = LoadRequestSerializer(data=request.data)
         form.is_valid(raise_exception=True)

@@ -1,7 +1,7 @@
 from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
-from panel.core.choices import NodeStatus, NodeTransport
+from panel.core.domain.choices import NodeStatus, NodeTransport
 from panel.nodes.models import Node, Npu
 
 
@@ -16,6 +16,9 @@ class NpuSerializer(serializers.ModelSerializer):
             "device_id",
             "name",
             "health",
+            "health_state",
+            "health_reason",
+            "health_changed_at",
             "hbm_total_mb",
             "memory_total_mb",
             "bus_id",

@@ -1,17 +1,18 @@
 from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import mixins, serializers, status
+from rest_framework import mixins, status
 from rest_framework.decorators import action
-from rest_framework.exceptions import APIException
 from rest_framework.response import Response
 
 from panel.accounts.roles import ADMIN, OPERATOR
-from panel.core.api import PanelViewSet
-from panel.core.choices import NodeTransport
-from panel.core.schema import ErrorSerializer
-from panel.deployments import node_actions
+from panel.core.domain.choices import NodeTransport
+from panel.core.rest.api import PanelViewSet
+from panel.core.rest.schema import ErrorSerializer
+from panel.deployments.rollouts import node_actions
 from panel.monitoring.api import views as monitoring_api
 from panel.nodes import lifecycle
+from panel.nodes.api.common import Conflict, panel_url, validation_error
+from panel.nodes.api.health import NodeHealthMixin
 from panel.nodes.api.images import NodeImagesMixin
 from panel.nodes.api.serializers import (
     ConfirmHostKeySerializer,
@@ -27,20 +28,15 @@ from panel.operations.api.serializers import OperationSerializer
 from panel.operations.node_operations import start_install_agent, start_inventory
 
 # Who may change the fleet (add, remove, reconfigure, trust a host key) versus who may act on a node.
-ADMIN_ACTIONS = {"create", "destroy", "partial_update", "confirm_host_key", "install_agent", "join_token"}
-
-
-class Conflict(APIException):
-    status_code = status.HTTP_409_CONFLICT
-    default_code = "conflict"
-
-
-def validation_error(error: DjangoValidationError) -> serializers.ValidationError:
-    return serializers.ValidationError(serializers.as_serializer_error(error))
-
-
-def panel_url(request) -> str:
-    return request.build_absolute_uri("/").rstrip("/")
+ADMIN_ACTIONS = {
+    "create",
+    "destroy",
+    "partial_update",
+    "confirm_host_key",
+    "install_agent",
+    "join_token",
+    "npu_health",
+}
 
 
 def _join_answer(pending: lifecycle.PendingAgent) -> dict:
@@ -58,7 +54,9 @@ STARTED = {202: OperationSerializer}
 STARTED_OR_REFUSED = {**STARTED, 409: ErrorSerializer}
 
 
-class NodeViewSet(NodeImagesMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, PanelViewSet):
+class NodeViewSet(
+    NodeImagesMixin, NodeHealthMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, PanelViewSet
+):
     """Nodes. Admins add (agent: a join command; SSH: stored, host key to confirm), reconfigure and remove
     them; operators cordon, uncordon and inventory; viewers read."""
 

@@ -36,7 +36,7 @@ class Migration(migrations.Migration):
                 ('agent_version', models.CharField(blank=True, max_length=32)),
                 ('ssh_port', models.PositiveIntegerField(default=22)),
                 ('ssh_username', models.CharField(blank=True, max_length=64)),
-                ('ssh_secret', models.TextField(blank=True, help_text='Encrypted key or password (panel.core.secrets).')),
+                ('ssh_secret', models.TextField(blank=True, help_text='Encrypted key or password (panel.core.infra.secrets).')),
                 ('ssh_host_key_fingerprint', models.CharField(blank=True, max_length=128)),
             ],
             options={

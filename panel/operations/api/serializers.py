@@ -1,6 +1,6 @@
 from rest_framework import serializers
 
-from panel.core.choices import OperationStatus
+from panel.core.domain.choices import OperationStatus
 from panel.operations.models import Operation, OperationEvent
 from panel.operations.texts import translated
 
@@ -26,6 +26,7 @@ class OperationSerializer(serializers.ModelSerializer):
             "finished",
             "error",
             "hint",
+            "texts",
             "result",
             "last_seq",
             "final_seq",
@@ -33,7 +34,8 @@ class OperationSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
     def to_representation(self, instance):
-        # stage, error and hint in the request's language (Accept-Language, the language cookie).
+        # stage, error and hint in the request's language (Accept-Language, the language cookie), English by
+        # default; `texts` keeps how the agent made them (panel.operations.texts says what each holds).
         return translated(super().to_representation(instance))
 
 

@@ -5,9 +5,9 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from panel.accounts.roles import ADMIN
-from panel.core.api import ReadOnlyPanelViewSet
-from panel.core.streams import StreamsMixin
-from panel.core.watch import WatchSpec
+from panel.core.rest.api import ReadOnlyPanelViewSet
+from panel.core.rest.streams import StreamsMixin
+from panel.core.rest.watch import WatchSpec
 from panel.operations.api.serializers import (
     OperationEventPageSerializer,
     OperationEventSerializer,

@@ -72,5 +72,15 @@ class StartSerializer(serializers.Serializer):
     allow_reboot = serializers.BooleanField(default=False)
 
 
+class InstallSerializer(StartSerializer):
+    overrides = serializers.DictField(
+        child=serializers.CharField(max_length=500, allow_blank=False),
+        required=False,
+        default=dict,
+        help_text="Admins only: run over failed preflight checks, each named with the reason "
+        '({"chip": "the card was replaced; inventory is stale"}). Audited.',
+    )
+
+
 class CancelSerializer(serializers.Serializer):
     operation = serializers.UUIDField()

@@ -9,8 +9,8 @@ from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.response import Response
 
 from panel.accounts.roles import ADMIN, OPERATOR
-from panel.core.api import PanelViewSet, StrictRequestMixin
-from panel.core.idempotency import idempotent
+from panel.core.rest.api import PanelViewSet, StrictRequestMixin
+from panel.core.rest.idempotency import idempotent
 from panel.nodes.models import Node
 from panel.operations.api.serializers import OperationSerializer
 from panel.operations.models import Operation
@@ -18,6 +18,7 @@ from panel.provisioning import services, store
 from panel.provisioning.api.serializers import (
     CancelSerializer,
     ConfirmReplacementSerializer,
+    InstallSerializer,
     NodeStackSerializer,
     PackageFileSerializer,
     StartSerializer,
@@ -133,11 +134,14 @@ class NodeStackViewSet(PanelViewSet):
             raise _drf_error(error) from None
         return self._started(operation)
 
-    @extend_schema(request=StartSerializer, responses={202: OperationSerializer})
+    @extend_schema(request=InstallSerializer, responses={202: OperationSerializer})
     @action(detail=True, methods=["post"])
     @idempotent(creates=Operation.objects.all())
     def install(self, request, name=None):
-        data = StartSerializer(data=request.data)
+        """Refused (400, `preflight`) while the node's preflight of this profile has failed checks, unless
+        an admin overrides each with a reason (`overrides`); a profile the node's chip or driver does not
+        fit is refused (400, `profile`) naming it."""
+        data = InstallSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         try:
             operation = services.start_install(
@@ -147,9 +151,12 @@ class NodeStackViewSet(PanelViewSet):
                 panel_url=self._panel_url(),
                 pip_source=data.validated_data["pip_source"],
                 allow_reboot=data.validated_data["allow_reboot"],
+                overrides=data.validated_data["overrides"],
             )
         except DjangoValidationError as error:
             raise _drf_error(error) from None
+        except DjangoPermissionDenied as error:
+            raise PermissionDenied(str(error)) from None
         return self._started(operation)
 
     @extend_schema(request=None, responses={202: OperationSerializer})

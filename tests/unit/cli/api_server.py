@@ -1,6 +1,6 @@
 """A local HTTP server that answers as the panel's API documents (docs/cli.md, the issue 13 contract), for
 the CLI's unit tests of exit codes and of what it sends. Each route answers from a script of responses,
-in order, the last one repeating; every request is recorded. The real panel is tests/integration/test_cli*.
+in order, the last one repeating; every request is recorded. The real panel is tests/e2e/test_cli*.
 """
 
 import json
@@ -15,7 +15,8 @@ class Answer:
     status: int = 200
     body: object = None
     content_type: str = "application/json"
-    events: list = field(default_factory=list)  # (event, data) for a text/event-stream answer
+    # (event, data) or (event, data, id) for a text/event-stream answer
+    events: list = field(default_factory=list)
 
 
 @dataclass
@@ -71,7 +72,11 @@ class ScriptedApi:
                 api.requests.append(Request(self.command, parts.path, query, dict(self.headers), body))
                 answer = api._answer(self.command, parts.path)
                 if answer.events:
-                    text = "".join(f"event: {e}\ndata: {json.dumps(d)}\n\n" for e, d in answer.events)
+                    text = "".join(
+                        (f"id: {e[2]}\n" if len(e) > 2 else "")
+                        + f"event: {e[0]}\ndata: {json.dumps(e[1])}\n\n"
+                        for e in answer.events
+                    )
                     payload, kind = (": keepalive\n\n" + text).encode(), "text/event-stream"
                 else:
                     payload, kind = json.dumps(answer.body).encode(), answer.content_type
@@ -81,7 +86,7 @@ class ScriptedApi:
                 self.end_headers()
                 self.wfile.write(payload)
 
-            do_GET = do_POST = do_PUT = do_DELETE = _serve  # noqa: N815
+            do_GET = do_POST = do_PUT = do_DELETE = _serve
 
         return Handler
 

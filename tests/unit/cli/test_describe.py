@@ -59,6 +59,7 @@ def described():
         restart_count=2,
         failed_restarts=1,
         served_model_name="qwen-chat",
+        routing="prefix",
         findings={
             "findings": [
                 {"message": "HCCL ranks could not connect in time.", "hint": "Check the NPU network."}
@@ -78,6 +79,7 @@ def test_describe_deployment_prints_each_section(api, capsys):
     assert lines[0] == "Name:          qwen-chat"
     assert "Status:        running" in lines
     assert "Restarts:      2 (1 failed in a row)" in lines
+    assert "Routing:       prefix" in lines  # how the gateway picks among the replicas
     assert "Created:       2026-01-01T10:00:00Z (" in out
     # the spec as `get --spec` prints it, indented
     assert "Spec:\n  name: qwen-chat\n  model: qwen2.5-7b-instruct\n" in out
@@ -196,3 +198,25 @@ def test_describe_node_shows_its_npus_and_who_holds_them(api, capsys):
 def test_describe_a_node_that_is_not_there_exits_1(api, capsys):
     assert main(["describe", "node", "nope"]) == 1
     assert capsys.readouterr().err == "error: No node named 'nope'.\n"
+
+
+def test_describe_a_disaggregated_deployment_prints_each_engines_role(api, capsys):
+    disaggregated = deployment(
+        role="prefill",
+        roles_wanted={"prefill": 1, "decode": 2},
+        replicas_wanted=1,
+        replicas=[
+            {"name": "qwen-chat-d1", "status": "running", "desired_state": "running", "role": "decode"},
+            {"name": "qwen-chat-d2", "status": "starting", "desired_state": "running", "role": "decode"},
+        ],
+        served_model_name="qwen-chat",
+    )
+    api.on("GET", "/api/v1/deployments/", Answer(200, page(disaggregated)))
+    api.on("GET", "/api/v1/deployments/7/", Answer(200, SPEC))
+    api.on("GET", "/api/v1/operations/", Answer(200, page()))
+    assert main(["describe", "deployment", "qwen-chat"]) == 0
+    lines = [line.split() for line in capsys.readouterr().out.splitlines()]
+    assert ["Replicas:", "prefill", "1,", "decode", "2", "wanted"] in lines
+    assert ["NAME", "ROLE", "STATUS", "DESIRED"] in lines
+    assert ["qwen-chat", "prefill", "running", "running"] in lines
+    assert ["qwen-chat-d2", "decode", "starting", "running"] in lines

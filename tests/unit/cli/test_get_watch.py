@@ -136,3 +136,37 @@ def test_a_revoked_token_ends_the_watch_with_exit_1(api, capsys):
 def test_spec_does_not_go_with_watch(api, capsys):
     assert main(["get", "deployments", "qwen-chat", "-w", "--spec"]) == 2
     assert api.requests == []
+
+
+def test_a_row_is_printed_only_when_what_it_shows_changed(api, capsys, interrupt_after):
+    # A new reason, restart count or age changes no cell a person reads in the table (AGE ticks by itself).
+    api.on(
+        "GET",
+        LIST,
+        Answer(
+            events=[
+                ("deployment", deployment(created="2026-01-01T10:00:00Z")),
+                ("deployment", deployment(created="2026-01-01T10:00:00Z", restart_count=2, reason="probe")),
+                ("deployment", deployment(created="2026-01-01T09:00:00Z")),
+                ("deployment", deployment(created="2026-01-01T10:00:00Z", status="stopping")),
+            ]
+        ),
+    )
+    interrupt_after(1)
+    assert main(["get", "deployments", "-w"]) == 0
+    statuses = [line.split()[1] for line in capsys.readouterr().out.splitlines()[1:]]
+    assert statuses == ["running", "stopping"]
+
+
+def test_a_reconnect_resumes_after_the_last_event_read(api, capsys, interrupt_after):
+    api.on(
+        "GET",
+        LIST,
+        Answer(events=[("deployment", deployment(created=None), "s1-1"), ("deployment", embed(), "s1-2")]),
+        Answer(events=[("deployment", embed(status="stopping"), "s1-3")]),
+    )
+    interrupt_after(2)
+    assert main(["get", "deployments", "-w", "-o", "name"]) == 0
+    first, second = api.sent("GET", LIST)
+    assert "Last-Event-ID" not in first.headers
+    assert second.headers["Last-Event-ID"] == "s1-2"

@@ -114,7 +114,7 @@ def test_every_command_has_help(path, capsys):
         ["describe"],
         ["describe", "pod", "x"],
         ["rollout", "status"],
-        ["rollout", "restart", "x"],
+        ["rollout", "pause", "x"],
         ["rollout", "status", "x", "--timeout", "soon"],
         ["diff"],
     ],
@@ -326,7 +326,7 @@ def test_bash_completes_commands_options_and_choices(completion_script, tmp_path
         "table",
         "yaml",
     ]
-    assert complete(completion_script, "ascend-panel rollout ") == ["status", "undo"]
+    assert complete(completion_script, "ascend-panel rollout ") == ["history", "restart", "status", "undo"]
     assert complete(completion_script, "ascend-panel describe n") == ["node", "nodes"]
     assert complete(completion_script, "ascend-panel wait qwen --for r") == ["running"]
     assert complete(completion_script, "ascend-panel apply --d") == ["--dry-run"]

@@ -160,3 +160,17 @@ def test_deleting_what_is_not_there_exits_1_unless_told_to_ignore_it(api, capsys
     assert main(["delete", "qwen-chat"]) == 1
     assert main(["delete", "qwen-chat", "--ignore-not-found"]) == 0
     assert api.sent("DELETE", DETAIL) == []
+
+
+def test_a_dropped_stream_is_resumed_after_the_last_event_read(api, capsys):
+    api.on("GET", LIST, listed(status="starting"))
+    api.on(
+        "GET",
+        DETAIL,
+        Answer(events=[("deployment", deployment(status="starting"), "s9-4")]),
+        Answer(events=[("deployment", deployment(status="running"), "s9-5")]),
+    )
+    assert main(["wait", "qwen-chat", "--for", "running", "--timeout", "30s"]) == 0
+    first, second = api.sent("GET", DETAIL)
+    assert "Last-Event-ID" not in first.headers
+    assert second.headers["Last-Event-ID"] == "s9-4"

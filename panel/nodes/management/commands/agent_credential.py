@@ -16,10 +16,10 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from panel.nodes import broker_admin
-from panel.nodes.join import agent_broker_url, public_broker_url
+from panel.nodes.agents import broker_admin
+from panel.nodes.agents.join import agent_broker_url, public_broker_url
+from panel.nodes.agents.trust import agent_key, panel_central_key
 from panel.nodes.models import Node, new_credential_id
-from panel.nodes.trust import agent_key, panel_central_key
 
 BROKER_CA_FILE = "broker-ca.pem"  # the name the install script gives it on a host
 

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand
 
-from panel.core.choices import NodeTransport
+from panel.core.domain.choices import NodeTransport
 from panel.nodes.models import Node
 
 

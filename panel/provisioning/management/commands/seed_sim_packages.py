@@ -16,9 +16,10 @@ from workers.sim.wheels import make_stack_wheels
 # The chips of make run's sim hosts: sim-a2 (Atlas 800I A2, 910B3) and sim-duo (Atlas 300I Duo, 310P3).
 # Driver, firmware and ops packages are per chip; toolkit, NNAL and wheels are not.
 SIM_CHIPS = ("910b", "310p")
-# Drivers the matrix's CANN releases accept: 25.3.rc1 for CANN 9.1.0 / 8.5.0 (newer than the sim's, so
-# those installs show the driver, firmware and reboot steps), 25.2.0 for CANN 8.2.RC1.
-DEMO_DRIVERS = ("25.3.rc1", "25.2.0")
+# Drivers the matrix's CANN releases accept: 25.5.1 for CANN 9.1.0 / 8.5.0 (newer than the sim's, so
+# those installs show the driver, firmware and reboot steps; vllm-ascend 0.23.0's default graph mode needs
+# 25.5.1 or newer: its profile's driver_min), 25.2.0 for CANN 8.2.RC1.
+DEMO_DRIVERS = ("25.5.1", "25.2.0")
 DEMO_FIRMWARE = "7.8.0.2.212"
 
 

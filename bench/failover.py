@@ -1,0 +1,270 @@
+"""NPU failover on sim hosts: faults injected under 16 streaming clients, capacity restored and requests kept.
+
+    .venv/bin/python bench/failover.py [--clients 16] [--tokens 30] [--token-delay 0.05] [--only NAME ...]
+
+Real parts: the whole panel as `make run` starts it (python -m panel.run: web with the /v1 gateway, panel
+worker, beat with the reconcile tick, agents on the simulated hosts sim-a2 and sim-duo, embedded Redis) on a
+scratch data directory and free ports. Two deployments serve one model name through the gateway, one engine
+each: `fo-a` on sim-a2 (where the faults go) and `fo-b` on sim-duo. --clients clients stream chats through
+the gateway back to back for the whole run.
+
+Each scenario injects one fault into the chip under fo-a with the sim host's own fault command
+(`python -m workers.sim fault --root <host tree> --npu N ...`, which makes npu-smi / hccn_tool print what the
+field prints): health Critical, an ECC burst (double-bit HBM errors), the RoCE link down, the chip gone. The
+agent's metrics carry it to the health policy, which marks the NPU failed; the gateway excludes fo-a at once
+and the leader re-places it (a surge replica first). Capacity restored: from the fault to the moment a row of
+fo-a runs on an NPU that is not the failed one (seconds, measured from the API every 0.5 s). Then the sim
+fault is cleared; the failed NPU stays out (the policy holds it until an admin says otherwise).
+Node power-off is not in the sim hosts' faults yet: it is listed under "skipped".
+
+Per request the clients record: answered whole ([DONE]); failed before its first byte (a non-200, or a 200
+with no data: "failed_unstarted_requests"); cut after its first byte ("cut_streams"), and whether the cut
+ended with an OpenAI error event ("cut_streams_with_error"). "moved_back_and_forth" counts moves of fo-a onto
+NPUs an earlier move took it off (panel/deployments/failover/policy.py).
+
+Last line JSON: {"scenarios", "recovered", "capacity_restored_s_max", "failed_unstarted_requests",
+"cut_streams", "cut_streams_with_error", "moved_back_and_forth", "per_scenario", "requests", "skipped",
+"load_1m"} (the machine's 1-minute load average when the bench started and ended).
+Targets: capacity_restored_s_max <= 60, failed_unstarted_requests 0, cut_streams_with_error == cut_streams.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench.api_race import MODEL, Panel, sign_in, start_panel, wait_for_model  # noqa: E402
+from panel.deployments.failover.policy import back_and_forth  # noqa: E402  (pure: no Django needed)
+
+SERVED = "fo"
+SICK, HEALTHY = ("fo-a", "sim-a2"), ("fo-b", "sim-duo")
+RESTORE_TIMEOUT_S = 180
+SCENARIOS = {
+    "critical": ["--health", "Critical"],
+    "ecc_burst": ["--ecc-burst", "64"],
+    "link_down": ["--link-down"],
+    "chip_gone": ["--chip-gone"],
+}
+PROMPT = [{"role": "user", "content": "Tell me about NPU failover."}]
+
+
+class Clients(threading.Thread):
+    """--clients streaming clients, back to back, on an event loop of their own; counts what each answer
+    was: whole, failed before its first byte, cut after it (with or without an error event)."""
+
+    def __init__(self, url: str, headers: dict, clients: int, tokens: int, model: str = SERVED):
+        super().__init__(daemon=True)
+        self.url, self.headers, self.clients, self.tokens = url, headers, clients, tokens
+        self.model = model  # the served model name (tests/faults/failover_scenarios.py asks its own)
+        self.counts = {"whole": 0, "unstarted": 0, "cut": 0, "cut_with_error": 0}
+        self.samples: list[str] = []
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        asyncio.run(self._all())
+
+    async def _all(self) -> None:
+        limits = httpx.Limits(max_connections=self.clients * 2)
+        client = httpx.AsyncClient(base_url=self.url, headers=self.headers, timeout=120, limits=limits)
+        async with client:
+            await asyncio.gather(*(self._one_client(client) for _ in range(self.clients)))
+
+    async def _one_client(self, client: httpx.AsyncClient) -> None:
+        while not self.stopping.is_set():
+            kind, sample = await self._one(client)
+            self.counts[kind] += 1
+            if kind != "whole" and len(self.samples) < 20:
+                self.samples.append(f"{kind}: {sample[-300:]}")
+
+    async def _one(self, client: httpx.AsyncClient) -> tuple[str, str]:
+        body = {"model": self.model, "messages": PROMPT, "max_tokens": self.tokens, "stream": True}
+        data_seen, last = False, ""
+        try:
+            async with client.stream("POST", "/v1/chat/completions", json=body) as answer:
+                if answer.status_code != 200:
+                    return "unstarted", f"{answer.status_code} {(await answer.aread())[:200]!r}"
+                async for line in answer.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    last = line[5:].strip()
+                    if last == "[DONE]":
+                        return "whole", ""
+                    if '"error"' in last:
+                        return ("cut_with_error" if data_seen else "unstarted"), last
+                    data_seen = True
+        except httpx.HTTPError as error:
+            return ("cut" if data_seen else "unstarted"), repr(error)
+        return ("cut" if data_seen else "unstarted"), last or "no data"
+
+
+def npus_of(panel: Panel, name: str) -> frozenset:
+    found = panel.deployment(name) or {}
+    return frozenset((npu["node"], npu["npu_id"]) for npu in found.get("npus") or [])
+
+
+def rows_of(panel: Panel, name: str) -> list[dict]:
+    """The deployment and its replica rows (surges included), each with its status and NPUs."""
+    found = panel.deployment(name)
+    if found is None:
+        return []
+    rows = [found]
+    for replica in found.get("replicas") or []:
+        row = panel.deployment(replica["name"])
+        if row is not None:
+            rows.append(row)
+    return rows
+
+
+def restored(panel: Panel, sick: tuple[str, int]) -> bool:
+    """Whether a row of fo-a runs off the failed NPU."""
+    for row in rows_of(panel, SICK[0]):
+        held = {(npu["node"], npu["npu_id"]) for npu in row.get("npus") or []}
+        if row["status"] == "running" and held and sick not in held:
+            return True
+    return False
+
+
+def sim_fault(scratch: Path, node: str, npu: int, flags: list[str]) -> None:
+    root = scratch / "sim" / node
+    command = [sys.executable, "-m", "workers.sim", "fault", "--root", str(root), "--npu", str(npu), *flags]
+    subprocess.run(command, cwd=REPO, check=True, capture_output=True, timeout=60)
+
+
+def sim_clear(scratch: Path, node: str) -> None:
+    root = scratch / "sim" / node
+    command = [sys.executable, "-m", "workers.sim", "fault", "--root", str(root), "--clear"]
+    subprocess.run(command, cwd=REPO, check=True, capture_output=True, timeout=60)
+
+
+def scenario(panel: Panel, scratch: Path, name: str, flags: list[str], moves: list) -> dict:
+    panel.settled(SICK[0])
+    before = npus_of(panel, SICK[0])
+    (node, npu_id) = sorted(before)[0]
+    started, wall = time.monotonic(), time.time()
+    sim_fault(scratch, node, npu_id, flags)
+    took = None
+    while time.monotonic() - started < RESTORE_TIMEOUT_S:
+        if restored(panel, (node, npu_id)):
+            took = time.monotonic() - started
+            break
+        time.sleep(0.5)
+    sim_clear(scratch, node)
+    try:
+        panel.settled(SICK[0])  # the surge gone, fo-a running off the failed NPU
+    except SystemExit as error:
+        print(f"{name}: {error}", file=sys.stderr)
+    after = npus_of(panel, SICK[0])
+    if after != before:
+        moves.append((before, after))
+    events = panel.client.get(f"/deployments/{SICK[0]}/events/").json()
+    kinds = ("replica_moved", "npu_failed")
+    recent = [e for e in (events.get("results") or []) if e.get("kind") in kinds][:3]
+    print(f"{name}: {node} NPU {npu_id} -> restored in {took} s; {before} -> {after}", file=sys.stderr)
+    for event in recent:
+        print(f"  {event.get('kind')} {event.get('outcome')}: {event.get('reason')}", file=sys.stderr)
+    # How much of it was the health policy seeing the fault (fault -> NPU failed) and how much the move.
+    failed = [
+        e for e in recent if e.get("kind") == "npu_failed" and f"NPU {npu_id}/" in (e.get("reason") or "")
+    ]
+    detected = None
+    if failed:
+        detected = round(datetime.fromisoformat(failed[0]["time"]).timestamp() - wall, 1)
+    return {
+        "name": name,
+        "npu": f"{node}:{npu_id}",
+        "restored_s": None if took is None else round(took, 1),
+        "detected_s": detected,
+    }
+
+
+def spec(name: str, node: str) -> dict:
+    return {
+        "name": name,
+        "model": MODEL,
+        "placement": {"node": node, "npus": 1},
+        "engine": {"max_model_len": 1024, "served_model_name": SERVED},
+    }
+
+
+def inference_key(panel: Panel) -> dict:
+    answer = panel.client.post("/tokens/", json={"name": "failover-bench", "scopes": ["inference"]})
+    answer.raise_for_status()
+    return {"Authorization": f"Bearer {answer.json()['token']}"}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--tokens", type=int, default=30, help="tokens each answer streams")
+    parser.add_argument("--token-delay", type=float, default=0.05, help="the sim engine's seconds per token")
+    parser.add_argument("--only", nargs="*", choices=sorted(SCENARIOS), help="scenarios (default: all)")
+    args = parser.parse_args()
+    chosen = [name for name in SCENARIOS if not args.only or name in args.only]
+    scratch = Path(tempfile.mkdtemp(prefix="failover-"))  # kept when the bench fails: its logs say why
+    # The sim engines' timings: panel.run's agents pass their environment on to the engines they start.
+    os.environ.update({"SIM_ENGINE_TOKEN_DELAY": str(args.token_delay), "SIM_ENGINE_START_DELAY": "0.5"})
+    load_at_start = round(os.getloadavg()[0], 1)  # a shared machine: figures mean little without it
+    process, url = start_panel(scratch)
+    results, moves = [], []
+    try:
+        panel = Panel(url, sign_in(url))
+        wait_for_model(panel)
+        for name, node in (SICK, HEALTHY):
+            panel.client.put(f"/deployments/{name}/", json=spec(name, node)).raise_for_status()
+        for name, _node in (SICK, HEALTHY):
+            panel.settled(name)
+        clients = Clients(url, inference_key(panel), args.clients, args.tokens)
+        clients.start()
+        time.sleep(5)
+        for name in chosen:
+            results.append(scenario(panel, scratch, name, SCENARIOS[name], moves))
+        time.sleep(5)
+        clients.stopping.set()
+        clients.join(120)
+    finally:
+        process.terminate()  # panel.run stops its children and the sim engines
+        process.wait(60)
+    counts = clients.counts
+    for sample in clients.samples:
+        print(f"  {sample}", file=sys.stderr)
+    times = [r["restored_s"] for r in results if r["restored_s"] is not None]
+    print(
+        json.dumps(
+            {
+                "scenarios": len(results),
+                "recovered": len(times),
+                "capacity_restored_s_max": max(times, default=None),
+                "failed_unstarted_requests": counts["unstarted"],
+                "cut_streams": counts["cut"] + counts["cut_with_error"],
+                "cut_streams_with_error": counts["cut_with_error"],
+                "moved_back_and_forth": back_and_forth(moves),
+                "per_scenario": results,
+                "requests": sum(counts.values()),
+                "skipped": {"node_power_off": "no such fault in the sim hosts yet"},
+                "load_1m": {"start": load_at_start, "end": round(os.getloadavg()[0], 1)},
+            }
+        )
+    )
+    shutil.rmtree(scratch, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

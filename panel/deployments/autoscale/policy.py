@@ -1,0 +1,305 @@
+"""When a deployment gets one replica more or one fewer: a pure function of the engines' figures over time.
+
+Input: per replica, its probes' figures as they reached the panel (panel/deployments/metrics_history.py:
+`waiting`, `running`, `kv_cache_usage`, `window_ttft_p90` in seconds), the deployment's `autoscale:`, the
+current count, when it last changed, and the time now. Output: a Decision (up, down or hold) with the
+figures it was taken on and its reason in parts (panel/deployments/reasons.py).
+
+- Up: the figure (mean over the replicas) is above the target at every sample of the last `up_after_s`.
+- Down: at every sample of the last `down_after_s`, the figure as it would be on one replica fewer stays
+  under half the target, and the requests running and waiting fit in one replica fewer (each runs at most
+  `capacity` sequences, the engine's --max-num-seqs); then to the fewest replicas that the same holds for
+  (as Kubernetes' HPA goes to its desired count): after a burst each extra replica would otherwise hold its
+  NPU a whole window longer. A TTFT cannot be projected onto fewer engines: that target steps by one.
+- The window must be covered: every replica reported since before it began, no two reports further apart
+  than `gap_s`, the latest one fresh. Missing or stale figures hold: it never acts on what it cannot see.
+- Up by as many replicas as the figure asks for, at most doubling (Kubernetes' HPA does the same: a
+  2-minute burst is half over after three single steps of a cold start and a window each): with
+  `waiting_per_replica`, the replicas that hold the lowest load of the window with at most `target` waiting
+  on each; with the others, the count times figure / target.
+- One step at a time, and none within a window after the last change (cooldown): the next step is decided
+  on figures taken with the new count.
+- Below `min` (at least one replica) or above `max` (the range was just changed) goes there at once, one
+  step per tick.
+- `min: 0` (config.py): from one replica, down is to zero, the engine asleep, when no request ran or waited
+  at any sample of the last `down_after_s` (the decider checks the gateway's last request too).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.utils.translation import gettext_noop
+
+from panel.deployments import reasons
+from panel.deployments.autoscale.config import KV_USAGE, TTFT_P90_MS, WAITING_PER_REPLICA, Autoscale
+
+UP = "up"
+DOWN = "down"
+HOLD = "hold"
+DOWN_BAND = 0.5  # one replica fewer must keep the figure under half the target: no flapping at the line
+
+Sample = tuple[float, Mapping[str, Any]]  # (epoch seconds, figures)
+
+# How each target is named in figures and reasons.
+FIGURE_NAME = {
+    TTFT_P90_MS: "ttft_p90_ms",
+    WAITING_PER_REPLICA: "waiting_per_replica",
+    KV_USAGE: "kv_usage",
+}
+UP_REASON = {
+    TTFT_P90_MS: gettext_noop("TTFT p90 {value} ms > {target} ms for {for_s} s: {from} → {to}"),
+    WAITING_PER_REPLICA: gettext_noop("waiting {value}/replica > {target} for {for_s} s: {from} → {to}"),
+    KV_USAGE: gettext_noop("KV cache {value} > {target} for {for_s} s: {from} → {to}"),
+}
+DOWN_REASON = {
+    TTFT_P90_MS: gettext_noop(
+        "TTFT p90 {value} ms < {band} ms and the load fits {to} replicas for {for_s} s: {from} → {to}"
+    ),
+    WAITING_PER_REPLICA: gettext_noop(
+        "waiting on {to} replicas would be {value}/replica < {band} for {for_s} s: {from} → {to}"
+    ),
+    KV_USAGE: gettext_noop(
+        "KV cache on {to} replicas would be {value} < {band} for {for_s} s: {from} → {to}"
+    ),
+}
+TO_ZERO_REASON = gettext_noop("no request running or waiting for {for_s} s: {from} → 0, asleep (min 0)")
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: str  # up | down | hold
+    current: int
+    to: int
+    figures: dict[str, float | int | None] = field(default_factory=dict)
+    reason: list[dict] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Moment:
+    """The replicas' figures at one time: each replica's latest report then."""
+
+    time: float
+    reports: tuple[Mapping[str, Any], ...]
+
+
+def decide(
+    config: Autoscale,
+    series: Mapping[str, Sequence[Sample]],
+    current: int,
+    now: float,
+    *,
+    last_change: float | None = None,
+    capacity: int = 256,
+    gap_s: float = 10.0,
+) -> Decision:
+    """Up, down or hold for a deployment with `current` replicas serving (their `series`, oldest first)."""
+    if current < config.floor:
+        return _bounds(current, current + 1, gettext_noop("below min {min}: {from} → {to}"), config)
+    if current > config.max:
+        return _bounds(current, current - 1, gettext_noop("above max {max}: {from} → {to}"), config)
+    if last_change is not None:
+        since = now - last_change
+        if since < min(config.up_after_s, config.down_after_s):
+            why = gettext_noop("cooling down: {for_s} s since the last change")
+            return _hold(current, why, for_s=round(since))
+    up = _try_up(config, series, current, now, last_change, capacity, gap_s)
+    if up.action != HOLD or current <= config.min:
+        return up
+    if current == 1:  # min 0: the last replica is not removed, it sleeps
+        down = _try_zero(config, series, current, now, last_change, gap_s)
+    else:
+        down = _try_down(config, series, current, now, last_change, capacity, gap_s)
+    return down if down.action != HOLD else up
+
+
+def _try_up(config, series, current, now, last_change, capacity, gap_s) -> Decision:
+    window = config.up_after_s
+    if current >= config.max:
+        return _hold(current, gettext_noop("at max {max}"), max=config.max)
+    moments = _moments(series, current, now, window, last_change, gap_s)
+    if isinstance(moments, Decision):
+        return moments
+    values = [_figure(config.target, moment) for moment in moments]
+    if any(value is None for value in values):
+        return _hold(current, gettext_noop("figures missing: holding"))
+    lowest = min(v for v in values if v is not None)
+    if lowest <= config.value:
+        return _hold(current, gettext_noop("within target"), value=_round(lowest))
+    to = _up_to(config, moments, current, lowest, capacity)
+    return _step(config, UP, current, to, lowest, window, UP_REASON[config.target])
+
+
+def _up_to(config, moments: list[Moment], current: int, lowest: float, capacity: int) -> int:
+    """The count the figure asks for: at least one more, at most double, never above max."""
+    if config.target == WAITING_PER_REPLICA:
+        load = min(_load(moment) for moment in moments)
+        wanted = math.ceil(load / (capacity + config.value))
+    else:
+        wanted = math.ceil(current * lowest / config.value)
+    return min(config.max, 2 * current, max(current + 1, wanted))
+
+
+def _try_zero(config, series, current, now, last_change, gap_s) -> Decision:
+    """min 0, one replica: to zero (asleep) when nothing ran or waited at any sample of the down window."""
+    window = config.down_after_s
+    moments = _moments(series, current, now, window, last_change, gap_s)
+    if isinstance(moments, Decision):
+        return moments
+    busiest = max(_load(moment) for moment in moments)
+    if busiest > 0:
+        return _hold(current, gettext_noop("within target"), value=_round(busiest))
+    figures: dict[str, float | int | None] = {"for_s": round(window), "from": current, "to": 0}
+    return Decision(DOWN, current, 0, figures, [reasons.part(TO_ZERO_REASON, **figures)])
+
+
+def _try_down(config, series, current, now, last_change, capacity, gap_s) -> Decision:
+    window = config.down_after_s
+    moments = _moments(series, current, now, window, last_change, gap_s)
+    if isinstance(moments, Decision):
+        return moments
+    fewer = current - 1
+    band = config.value * DOWN_BAND
+    projected = [_projected(config.target, moment, current, fewer, capacity) for moment in moments]
+    if any(value is None for value in projected):
+        return _hold(current, gettext_noop("figures missing: holding"))
+    highest = max(v for v in projected if v is not None)
+    if highest >= band:
+        return _hold(current, gettext_noop("within target"), value=_round(highest))
+    if any(_load(moment) > fewer * capacity for moment in moments):
+        return _hold(current, gettext_noop("the load would not fit {to} replicas"), to=fewer)
+    to, highest = _fewest(config, moments, current, fewer, highest, capacity, band)
+    decision = _step(config, DOWN, current, to, highest, window, DOWN_REASON[config.target])
+    decision.figures["band"] = _round(band)
+    decision.reason[0]["params"]["band"] = _round(band)
+    return decision
+
+
+def _fewest(config, moments, current, fewer, highest, capacity, band) -> tuple[int, float]:
+    """The fewest replicas (not below the floor) that held the whole window under the band with the load
+    fitting, and the figure on them: a burst's replicas go in one step, not one window each. A TTFT on fewer
+    engines cannot be projected from the figure, so TTFT goes down one at a time."""
+    if config.target == TTFT_P90_MS:
+        return fewer, highest
+    for count in range(config.floor, fewer):
+        on = [_projected(config.target, moment, current, count, capacity) for moment in moments]
+        fits = all(_load(moment) <= count * capacity for moment in moments)
+        if fits and all(value is not None and value < band for value in on):
+            return count, max(value for value in on if value is not None)
+    return fewer, highest
+
+
+def _moments(series, current, now, window, last_change, gap_s) -> list[Moment] | Decision:
+    """The replicas' figures at every report of the window; a hold when a replica's reports do not cover
+    it (a new replica, a probe that stopped answering) or the window reaches back before the last change."""
+    start = now - window
+    if last_change is not None and last_change > start:
+        return _hold(current, gettext_noop("waiting for {for_s} s of figures since the last change"),
+                     for_s=round(window))  # fmt: skip
+    if not series:
+        return _hold(current, gettext_noop("no replica serving"))
+    kept: list[list[Sample]] = []
+    for samples in series.values():
+        ordered = sorted(samples, key=lambda sample: sample[0])
+        inside = [s for s in ordered if s[0] >= start]
+        before = [s for s in ordered if s[0] < start]
+        if before:
+            inside = [before[-1], *inside]
+        if not _covers(inside, start, now, gap_s):
+            return _hold(current, gettext_noop("figures missing: holding"))
+        kept.append(inside)
+    times = sorted({t for samples in kept for t, _figures in samples if t >= start})
+    return [Moment(t, tuple(_latest(samples, t) for samples in kept)) for t in times]
+
+
+def _covers(samples: list[Sample], start: float, now: float, gap_s: float) -> bool:
+    """Whether the replica was watched the whole window: a report from before it began (or at its start),
+    none of the reports further apart than `gap_s`, the latest one fresh."""
+    if not samples or samples[0][0] > start or now - samples[-1][0] > gap_s:
+        return False
+    return all(later[0] - earlier[0] <= gap_s for earlier, later in zip(samples, samples[1:], strict=False))
+
+
+def _latest(samples: list[Sample], time: float) -> Mapping[str, Any]:
+    found = samples[0][1]
+    for when, figures in samples:
+        if when > time:
+            break
+        found = figures
+    return found
+
+
+def _figure(target: str, moment: Moment) -> float | None:
+    """The target's figure at a moment, the mean over the replicas; None when one replica lacks it."""
+    values = [_one(target, report) for report in moment.reports]
+    if any(value is None for value in values):
+        return None
+    return sum(v for v in values if v is not None) / len(values)
+
+
+def _one(target: str, report: Mapping[str, Any]) -> float | None:
+    if target == WAITING_PER_REPLICA:
+        return _number(report.get("waiting"))
+    if target == KV_USAGE:
+        return _number(report.get("kv_cache_usage"))
+    ttft = _number(report.get("window_ttft_p90"))
+    if ttft is None and _number(report.get("running")) == 0 and _number(report.get("waiting")) == 0:
+        return 0.0  # idle: no request started in the window, so no first token to time
+    return None if ttft is None else ttft * 1000.0
+
+
+def _projected(target: str, moment: Moment, current: int, fewer: int, capacity: int) -> float | None:
+    """The figure on `fewer` replicas: the same work spread over fewer engines."""
+    if target == WAITING_PER_REPLICA:
+        if any(_number(report.get("running")) is None for report in moment.reports):
+            return None
+        return max(0.0, _load(moment) / fewer - capacity)
+    value = _figure(target, moment)
+    if value is None:
+        return None
+    return value * current / fewer if target == KV_USAGE else value
+
+
+def _load(moment: Moment) -> float:
+    """Requests running and waiting on all replicas."""
+    return sum(
+        (_number(report.get("running")) or 0.0) + (_number(report.get("waiting")) or 0.0)
+        for report in moment.reports
+    )
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _round(value: float) -> float:
+    return round(value, 3 if value < 1 else 1)
+
+
+def _step(config, action, current, to, value, window, template) -> Decision:
+    figures: dict[str, float | int | None] = {
+        FIGURE_NAME[config.target]: _round(value),
+        "target": config.value,
+        "for_s": round(window),
+        "from": current,
+        "to": to,
+    }
+    params = {**figures, "value": figures.pop(FIGURE_NAME[config.target])}
+    figures[FIGURE_NAME[config.target]] = params["value"]
+    return Decision(action, current, to, figures, [reasons.part(template, **params)])
+
+
+def _bounds(current: int, to: int, template: str, config: Autoscale) -> Decision:
+    action = UP if to > current else DOWN
+    params = {"min": config.min, "max": config.max, "from": current, "to": to}
+    figures: dict[str, float | int | None] = {"min": config.min, "max": config.max, "from": current, "to": to}
+    return Decision(action, current, to, figures, [reasons.part(template, **params)])
+
+
+def _hold(current: int, template: str, **params: Any) -> Decision:
+    return Decision(HOLD, current, current, {"from": current, **params}, [reasons.part(template, **params)])

@@ -1,0 +1,224 @@
+"""Shared NPUs: what an NPU's HBM holds and whether one more engine fits (issue 36 item 3,
+docs/serving-plane.md §6).
+
+An NPU's committed HBM is the larger of two figures, so neither hides the other:
+  - the sample: what npu-smi last reported used on the chip (panel/monitoring's latest message), which sees
+    every process, ours or not, but only once an engine has allocated (a starting engine is not in it yet);
+  - the ledger: the driver's part plus the planned share of each deployment placed on the NPU,
+    `gpu_memory_utilization` of what torch_npu sees (workers.engine.planner.memory.engine_share), which counts
+    an engine from the moment it is placed.
+A deployment sleeping at level 2 is left out of the ledger: vLLM's level 2 drops weights and KV cache and
+reloads both on wake, so its HBM goes back to others (and its wake fails if they took it). One sleeping at
+level 1 stays in: its weights wait in host memory for a wake in seconds, which needs the same share back.
+A deployment shares an NPU only when it asked to (`placement.share`) and every deployment already there did,
+and never with an engine of the same served model (its own replicas).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import redis
+from django.utils.translation import gettext as _
+
+from panel.core.domain.choices import DesiredState
+from panel.deployments import sleep_state
+from panel.deployments.models import Deployment
+from panel.deployments.placement.npus import MIB, chip_of, live_figures
+from panel.nodes.models import Node, Npu
+from workers.engine.planner.memory import DRIVER_RESERVED_BYTES, GIB, engine_share, utilization_for
+
+log = logging.getLogger(__name__)
+RELEASED_AT_LEVEL = 2  # the sleep level whose engine gives its HBM back (see the module docstring)
+
+
+def gib(mb: float) -> str:
+    return f"{mb * MIB / GIB:.1f}"
+
+
+@dataclass(frozen=True)
+class Tenant:
+    """A deployment placed on the NPU, with its planned share."""
+
+    name: str
+    share_mb: int
+    shares: bool  # placed with placement.share: it lets others on its NPUs
+    sleep_level: int | None = None
+    served: str = ""  # the model name it serves: its replicas are never put beside it
+
+    @property
+    def counted(self) -> bool:
+        return self.sleep_level != RELEASED_AT_LEVEL
+
+
+@dataclass
+class NpuHbm:
+    node: str
+    logic_id: int
+    chip: str
+    total_mb: int
+    sample_used_mb: float | None  # None: no recent sample
+    tenants: list[Tenant] = field(default_factory=list)
+
+    @property
+    def driver_mb(self) -> int:
+        return DRIVER_RESERVED_BYTES.get(self.chip, DRIVER_RESERVED_BYTES["910b"]) // MIB
+
+    @property
+    def planned_mb(self) -> int:
+        return self.driver_mb + sum(tenant.share_mb for tenant in self.tenants if tenant.counted)
+
+    @property
+    def committed_mb(self) -> float:
+        return max(self.sample_used_mb or 0.0, self.planned_mb)
+
+    @property
+    def free_mb(self) -> float:
+        return max(self.total_mb - self.committed_mb, 0.0)
+
+    def share_mb(self, utilization: float) -> int:
+        return engine_share(self.total_mb * MIB, self.chip, utilization) // MIB
+
+    def utilization_room(self) -> float:
+        """The largest gpu_memory_utilization (in steps of 0.05) one more engine could take here."""
+        return utilization_for(self.total_mb * MIB, self.chip, int(self.free_mb * MIB))
+
+    def unshared(self) -> list[str]:
+        return [tenant.name for tenant in self.tenants if not tenant.shares]
+
+
+def shares_npus(deployment: Deployment) -> bool:
+    return bool((deployment.plan or {}).get("share_npus"))
+
+
+def utilization_of(deployment: Deployment) -> float:
+    return float((deployment.spec or {}).get("gpu_memory_utilization") or 0.9)
+
+
+def _sleep_level(deployment: Deployment) -> int | None:
+    try:
+        return sleep_state.asleep_level(deployment.pk)
+    except (redis.RedisError, OSError) as error:  # counted as awake: the safe side
+        log.warning("sleep state unavailable for the HBM ledger: %s", error)
+        return None
+
+
+def ledger(node: Node, npus: list[Npu], ignore: Deployment | None = None) -> list[NpuHbm]:
+    """The HBM figures of these NPUs of `node`; `ignore` (a deployment being changed) is left out, and its
+    planned share is taken off the sample too, as its engine goes when the change rolls out."""
+    holders = Deployment.objects.filter(npus__in=npus).exclude(desired_state=DesiredState.DELETED)
+    holders = holders.distinct().prefetch_related("npus")
+    figures = live_figures([node.name]).get(node.name) or {}
+    by_chip = {(n.get("npu_id"), n.get("chip_id")): n for n in figures.get("npus") or []}
+    chip = chip_of(npus)
+    rows = []
+    for npu in npus:
+        sample = by_chip.get((npu.npu_id, npu.chip_id)) or {}
+        total = int(sample.get("hbm_total_mb") or sample.get("memory_total_mb") or npu.device_memory_mb or 0)
+        used = sample.get("hbm_used_mb", sample.get("memory_used_mb"))
+        row = NpuHbm(node.name, npu.logic_id or 0, chip, total, None if used is None else float(used))
+        for holder in holders:
+            if npu.pk not in {held.pk for held in holder.npus.all()}:
+                continue
+            share = row.share_mb(utilization_of(holder))
+            if ignore is not None and holder.pk == ignore.pk:
+                if row.sample_used_mb is not None:
+                    row.sample_used_mb = max(row.sample_used_mb - share, float(row.driver_mb))
+                continue
+            served = (holder.spec or {}).get("served_model_name") or holder.name
+            row.tenants.append(Tenant(holder.name, share, shares_npus(holder), _sleep_level(holder), served))
+        rows.append(row)
+    return rows
+
+
+def problems(rows: list[NpuHbm], utilization: float, name: str, served: str = "") -> list[str]:
+    """Why `name` at `utilization` cannot share these NPUs, one sentence per NPU; [] when it fits. An engine
+    serving the same model (`served`: a replica of its own) is never beside it: two on one NPU would fail
+    together and buy no redundancy."""
+    found = []
+    for row in rows:
+        unshared = row.unshared()
+        twins = [tenant.name for tenant in row.tenants if served and tenant.served == served]
+        if twins:
+            found.append(
+                _(
+                    "NPU {id} on {node} already serves {model} ({names}): its replicas go on different NPUs."
+                ).format(id=row.logic_id, node=row.node, model=served, names=", ".join(twins))
+            )
+        elif unshared:
+            found.append(
+                _("NPU {id} on {node} serves {names}, which does not share its NPUs.").format(
+                    id=row.logic_id, node=row.node, names=", ".join(unshared)
+                )
+            )
+            continue
+        need = row.share_mb(utilization)
+        if need > row.free_mb:
+            found.append(
+                _(
+                    "NPU {id} on {node} has {free} GiB free of {total} GiB; {name} needs {need} GiB at "
+                    "gpu_memory_utilization {utilization}."
+                ).format(
+                    id=row.logic_id,
+                    node=row.node,
+                    free=gib(row.free_mb),
+                    total=gib(row.total_mb),
+                    name=name,
+                    need=gib(need),
+                    utilization=utilization,
+                )
+            )
+    return found
+
+
+def left_notes(rows: list[NpuHbm], utilization: float) -> list[dict[str, str]]:
+    """What each shared NPU keeps free once this deployment takes its share: the review's notes."""
+    notes = []
+    for row in rows:
+        if not row.tenants:
+            continue
+        left = max(row.free_mb - row.share_mb(utilization), 0)
+        notes.append(
+            {
+                "code": "hbm_shared",
+                "level": "info",
+                "message": _(
+                    "NPU {id} on {node} is shared with {names}: {left} GiB of {total} GiB stay free."
+                ).format(
+                    id=row.logic_id,
+                    node=row.node,
+                    names=", ".join(tenant.name for tenant in row.tenants),
+                    left=gib(left),
+                    total=gib(row.total_mb),
+                ),
+            }
+        )
+        released = [tenant.name for tenant in row.tenants if not tenant.counted]
+        if released:  # its wake reloads weights and KV cache into what this deployment takes now
+            notes.append(
+                {
+                    "code": "hbm_released_by_sleep",
+                    "level": "warning",
+                    "message": _(
+                        "{names} on NPU {id} of {node} sleeps at level 2: its HBM is counted free, and it "
+                        "cannot wake while this deployment holds it."
+                    ).format(names=", ".join(released), id=row.logic_id, node=row.node),
+                }
+            )
+    if any(row.tenants for row in rows) and rows[0].chip != "cpu":
+        # vllm-ascend's NPUWorker.determine_available_memory takes everything allocated on the device (other
+        # engines too) from total x gpu_memory_utilization, where vLLM's own worker takes only its own: on
+        # vllm-ascend the flag is a cap for the whole NPU (vllm-ascend#7308, #5917).
+        notes.append(
+            {
+                "code": "hbm_shared_vllm_ascend",
+                "level": "warning",
+                "message": _(
+                    "vllm-ascend counts what other engines hold on an NPU against gpu_memory_utilization: "
+                    "an engine that starts beside others needs their shares added to its own, or it finds no "
+                    "room for its KV cache."
+                ),
+            }
+        )
+    return notes

@@ -1,0 +1,263 @@
+"""Sleep and wake of an `idle:` deployment's engines (issue 36 item 2; docs/serving-plane.md §3, §4).
+
+- The leader's idle step (`idle_step`, in the reconcile tick on the beat leader) puts an engine that served
+  nothing for its `sleep_after_s` to sleep: `POST /sleep?level=` on the engine, under the deployment's
+  change lock (its row locked, no start or stop under way), recorded as a `sleep` decision settled with
+  what the engine answered.
+- A person sleeps or wakes it by hand (API, CLI: `sleep` / `wake`, operators), recorded the same way with
+  the person as actor.
+- The gateway wakes it for a request (panel/gateway/instances/wake.py); a wake that fails is recorded and the
+engine
+  restarted by `wake_failed` (a panel task, panel/deployments/tasks.py).
+
+The state (asleep at which level, when it last had a request) is in Redis (panel/deployments/sleep_state.py);
+the last wake is the newest `wake` decision. vLLM's sleep routes exist only in its dev mode, which the
+launch gives only engines on loopback (docs/trust-model.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import datetime
+from typing import Any
+
+import httpx
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
+
+from panel.core.domain.choices import (
+    DecisionActor,
+    DecisionKind,
+    DecisionOutcome,
+    DeploymentState,
+    DesiredState,
+)
+from panel.deployments import decisions, reasons, services, sleep_state
+from panel.deployments.conflicts import DeploymentConflict
+from panel.deployments.models import Deployment
+from panel.deployments.rollouts.drain import still_served
+from panel.deployments.sleep_state import can_sleep
+from panel.deployments.spec.spec import idle_of
+
+log = logging.getLogger(__name__)
+
+SLEEP_TIMEOUT_S = 120.0  # level 2 drops the weights at once; level 1 copies them to host memory first
+POLL_S = 0.2
+
+
+def wake_timeout_s() -> float:
+    return float(getattr(settings, "PANEL_WAKE_TIMEOUT_S", 300.0))
+
+
+def engine_root(deployment: Deployment) -> str:
+    """http://host:port of the engine's API server (its /sleep routes are beside /v1, not under it)."""
+    return services.engine_url(deployment).removesuffix("/v1")
+
+
+def state_of(deployment: Deployment) -> dict[str, Any]:
+    """What the page and the API show: {"sleep": "asleep" | "awake" | None, "level", "last_wake", "idle"}."""
+    if not can_sleep(deployment):
+        return {"sleep": None, "level": None, "last_wake": None, "idle": idle_of(deployment)}
+    level = sleep_state.asleep_level(deployment.pk)
+    woke = decisions.last(deployment, DecisionKind.WAKE)
+    return {
+        "sleep": "asleep" if level is not None else "awake",
+        "level": level,
+        "last_wake": woke.time.isoformat() if woke is not None else None,
+        "idle": idle_of(deployment),
+    }
+
+
+def _refuse_unless_serving(locked: Deployment) -> None:
+    if not can_sleep(locked):
+        raise DeploymentConflict(
+            _(
+                "{name} was not deployed with idle:, so its engine cannot sleep; add idle: to its spec."
+            ).format(name=locked.name)
+        )
+    if locked.desired_state != DesiredState.RUNNING or locked.observed_state != DeploymentState.RUNNING:
+        raise DeploymentConflict(_("{name} is not running.").format(name=locked.name))
+    if services.active_operations(locked).exists():
+        raise DeploymentConflict(_("Wait for the current start or stop to finish."))
+
+
+def sleep(
+    deployment: Deployment,
+    *,
+    level: int | None = None,
+    reason: list[dict],
+    figures: dict | None = None,
+    actor: str = DecisionActor.LEADER,
+    user=None,
+) -> bool:
+    """Put the engine to sleep; whether it sleeps now. Raises DeploymentConflict when it cannot (not an idle
+    deployment, not running, a change under way, asleep already). The row stays locked while the engine
+    is asked (the deployment's change lock): no apply, scale or restart runs beside it."""
+    level = level or (idle_of(deployment) or {}).get("level") or 1
+    with transaction.atomic():
+        locked = Deployment.objects.select_for_update().get(pk=deployment.pk)
+        _refuse_unless_serving(locked)
+        if sleep_state.asleep_level(locked.pk) is not None:
+            raise DeploymentConflict(_("{name} is asleep already.").format(name=locked.name))
+        decision = decisions.record(
+            locked, DecisionKind.SLEEP, reason=reason, figures={"level": level, **(figures or {})},
+            actor=actor, user=user,
+        )  # fmt: skip
+        # Marked first: a request that comes while the engine goes to sleep waits for a wake, not for an
+        # engine that holds it unanswered.
+        sleep_state.mark_asleep(locked.pk, level)
+        failure = _ask(locked, "POST", "/sleep", {"level": level}, timeout=SLEEP_TIMEOUT_S)
+        if failure is None:
+            decisions.settle(decision, DecisionOutcome.DONE)
+            return True
+        sleep_state.mark_awake(locked.pk)
+        decisions.settle(decision, DecisionOutcome.FAILED, failure)
+    return False
+
+
+def wake(deployment: Deployment, *, reason: list[dict], actor: str = DecisionActor.USER, user=None) -> float:
+    """Wake the engine and wait until vLLM says it is awake; the seconds it took. Raises DeploymentConflict
+    when it is not asleep or cannot be woken (the `wake_failed` decision says why)."""
+    with transaction.atomic():
+        locked = Deployment.objects.select_for_update().get(pk=deployment.pk)
+        _refuse_unless_serving(locked)
+        if sleep_state.asleep_level(locked.pk) is None:
+            raise DeploymentConflict(_("{name} is awake.").format(name=locked.name))
+    started = time.monotonic()
+    failure = wake_engine(engine_root(deployment), wake_timeout_s())
+    took = round(time.monotonic() - started, 3)
+    with transaction.atomic():
+        if failure is not None:
+            decisions.record(
+                deployment, DecisionKind.WAKE_FAILED, reason=failure, figures={"wake_s": took},
+                actor=actor, user=user, outcome=DecisionOutcome.FAILED,
+            )  # fmt: skip
+        else:
+            sleep_state.mark_awake(deployment.pk)
+            decisions.record(
+                deployment, DecisionKind.WAKE, reason=reason, figures={"wake_s": took},
+                actor=actor, user=user, outcome=DecisionOutcome.DONE,
+            )  # fmt: skip
+    if failure is not None:
+        raise DeploymentConflict(
+            _("{name} did not wake: {why}").format(name=deployment.name, why=reasons.english(failure))
+        )
+    return took
+
+
+def wake_engine(root: str, timeout_s: float) -> list[dict] | None:
+    """POST /wake_up, then GET /is_sleeping until it says false; None when awake, else why not (parts)."""
+    deadline = time.monotonic() + timeout_s
+    with httpx.Client(timeout=httpx.Timeout(min(timeout_s, 60.0), connect=5.0)) as http:
+        failure = _answer_failure(http, "POST", f"{root}/wake_up", None)
+        if failure is not None:
+            return failure
+        while time.monotonic() < deadline:
+            try:
+                answer = http.get(f"{root}/is_sleeping")
+                if answer.status_code == 200 and answer.json().get("is_sleeping") is False:
+                    return None
+            except (httpx.HTTPError, ValueError, AttributeError):
+                pass
+            time.sleep(POLL_S)
+    return [
+        reasons.part(gettext_noop("The engine still sleeps after {seconds} s."), seconds=round(timeout_s))
+    ]
+
+
+def _ask(deployment: Deployment, method: str, path: str, params: dict | None, timeout: float):
+    with httpx.Client(timeout=httpx.Timeout(timeout, connect=5.0)) as http:
+        return _answer_failure(http, method, f"{engine_root(deployment)}{path}", params)
+
+
+def _answer_failure(http: httpx.Client, method: str, url: str, params: dict | None) -> list[dict] | None:
+    """None when the engine answered 200, else why not (parts)."""
+    try:
+        answer = http.request(method, url, params=params)
+    except httpx.HTTPError as error:
+        return [reasons.part(gettext_noop("The engine did not answer: {error}"), error=str(error)[:200])]
+    if answer.status_code != 200:
+        return [
+            reasons.part(
+                gettext_noop("The engine answered {status}: {text}"),
+                status=answer.status_code,
+                text=answer.text[:200],
+            )
+        ]
+    return None
+
+
+def idle_step(now: datetime | None = None) -> int:
+    """The leader's pass: put each engine to sleep that served nothing for its `sleep_after_s`. How many
+    went to sleep. An engine seen for the first time starts its clock now."""
+    clock = (now or timezone.now()).timestamp()
+    slept = 0
+    rows = Deployment.objects.filter(desired_state=DesiredState.RUNNING, spec__enable_sleep_mode=True)
+    for deployment in rows.order_by("pk"):
+        if deployment.observed_state != DeploymentState.RUNNING:
+            sleep_state.forget(deployment.pk)  # (re)starting: it comes up awake
+            continue
+        if sleep_state.asleep_level(deployment.pk) is not None:
+            continue
+        if _idle_enough(deployment, clock):
+            slept += _sleep_idle(deployment, clock)
+    return slept
+
+
+def _idle_enough(deployment: Deployment, clock: float) -> bool:
+    idle = idle_of(deployment)
+    last = sleep_state.last_request(deployment.pk)
+    if idle is None:
+        return False
+    if last is None:
+        sleep_state.touch(deployment.pk, clock)
+        return False
+    return clock - last >= idle["sleep_after_s"] and not still_served(deployment)
+
+
+def _sleep_idle(deployment: Deployment, clock: float) -> int:
+    idle = idle_of(deployment) or {}
+    quiet = round(clock - (sleep_state.last_request(deployment.pk) or clock))
+    why = [
+        reasons.part(
+            gettext_noop("No request for {quiet} s (idle: sleeps after {after} s)"),
+            quiet=quiet,
+            after=idle.get("sleep_after_s"),
+        )
+    ]
+    try:
+        return int(
+            sleep(
+                deployment,
+                level=idle.get("level"),
+                reason=why,
+                figures={"idle_s": quiet, "sleep_after_s": idle.get("sleep_after_s", 0)},
+            )  # fmt: skip
+        )
+    except DeploymentConflict as error:
+        log.info("idle step: %s not put to sleep: %s", deployment.name, error)
+        return 0
+
+
+def restart_after_failed_wake(deployment_id: int, why: list[dict], wake_s: float) -> None:
+    """The gateway's wake failed: record it and restart the engine (it comes up awake), in one transaction."""
+    deployment = Deployment.objects.filter(pk=deployment_id).first()
+    if deployment is None:
+        return
+    with transaction.atomic():
+        decisions.record(
+            deployment, DecisionKind.WAKE_FAILED, reason=why, figures={"wake_s": wake_s},
+            actor=DecisionActor.GATEWAY, outcome=DecisionOutcome.FAILED,
+        )  # fmt: skip
+        sleep_state.forget(deployment.pk)
+        if (
+            deployment.desired_state == DesiredState.RUNNING
+            and not services.active_operations(deployment).exists()
+        ):
+            services.restart(
+                deployment, reason=[reasons.part(gettext_noop("Restarted: its engine did not wake"))]
+            )

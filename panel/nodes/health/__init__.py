@@ -1,0 +1,1 @@
+"""NPU health: the policy (ok, suspect, failed) and the state kept in step with it."""

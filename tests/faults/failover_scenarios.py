@@ -1,0 +1,128 @@
+"""Fault scenarios of NPU failover (issue 37; docs/serving-plane.md §6), on the shared stack, with
+bench/failover.py's assertions.
+
+- npu-critical-failover: two deployments serve one model name through the gateway, each on an NPU of the
+  scenario's node, under streamed requests back to back. The NPU under the first goes Critical (the sim host's
+  own fault: npu-smi prints it). Capacity must be restored within RESTORE_LIMIT_S (a row of that deployment
+  running on another NPU), no request that had not started may fail, and every stream cut mid-way must end
+  with an OpenAI error event. The NPU is marked healthy again by an admin afterwards, as the health policy
+  holds a failed NPU until someone does.
+
+Node power-off (the issue's last scenario) has no sim fault yet: not here.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+from bench.failover import Clients
+from panel.run import BASE_DIR
+from tests.faults.checks import SETTLE_S, Outcome
+from tests.faults.scenarios import Scenario, agent, wait_deployment
+from tests.faults.stack import FaultStack, StackError, wait_until
+
+MODEL = "tiny-faults"  # the model tests/faults/stack.py registers
+RESTORE_LIMIT_S = 60.0  # the issue's target: capacity restored within a minute of the fault
+CLIENTS = 8
+TOKENS = 30
+
+
+def _put(stack: FaultStack, name: str, node: str, served: str) -> None:
+    spec = {
+        "model": MODEL,
+        "path": str(stack.model_path),
+        "placement": {"node": node, "npus": 1},
+        "engine": {"max_model_len": 2048, "served_model_name": served},
+    }
+    answer = stack.call("PUT", f"/api/v1/deployments/{name}/", json=spec)
+    if answer.status_code not in (200, 201):
+        raise StackError(f"PUT /deployments/{name}/ answered {answer.status_code}: {answer.text[:300]}")
+
+
+def _rows(stack: FaultStack, name: str) -> list[dict]:
+    """The deployment and its replica rows (a surge included)."""
+    body = stack.get(f"/api/v1/deployments/{name}/")
+    replicas = [stack.get(f"/api/v1/deployments/{r['name']}/") for r in body.get("replicas") or []]
+    return [body, *replicas]
+
+
+def _npus(row: dict) -> set[int]:
+    return {npu["npu_id"] for npu in row.get("npus") or []}
+
+
+def _restored(stack: FaultStack, name: str, sick: int) -> bool:
+    return any(r["status"] == "running" and _npus(r) and sick not in _npus(r) for r in _rows(stack, name))
+
+
+def _settled(stack: FaultStack, name: str) -> bool:
+    body = stack.get(f"/api/v1/deployments/{name}/")
+    rollout = body.get("rollout") or {}
+    live = [r for r in body.get("replicas") or [] if r.get("desired_state") != "deleted"]
+    return body["status"] == "running" and rollout.get("status") != "running" and not live
+
+
+def _sim_fault(stack: FaultStack, node: str, *flags: str) -> None:
+    root = str(stack.sim_roots[node])
+    command = [sys.executable, "-m", "workers.sim", "fault", "--root", root, *flags]
+    subprocess.run(command, cwd=BASE_DIR, check=True, capture_output=True, timeout=60)
+
+
+def npu_critical(stack: FaultStack, scenario: Scenario, node: str, outcome: Outcome) -> None:
+    # The health policy reads the agent's samples: the stack's agents sample nothing unless told to.
+    stack.stop_program(agent(node))
+    stack.start_agent(node, {"ASCEND_PANEL_METRICS_S": "1"})
+    served = f"{scenario.name}-m"
+    sick_name, other_name = f"{scenario.name}-a", f"{scenario.name}-b"
+    for name in (sick_name, other_name):
+        _put(stack, name, node, served)
+        wait_deployment(stack, name, "running")
+    sick = sorted(_npus(stack.get(f"/api/v1/deployments/{sick_name}/")))[0]
+    headers = {"Authorization": f"Bearer {stack.token}"}
+    clients = Clients(f"http://127.0.0.1:{stack.web_port}", headers, CLIENTS, TOKENS, model=served)
+    clients.start()
+    try:
+        wait_until(lambda: clients.counts["whole"] >= CLIENTS, 60, "the clients' first answers", 0.5)
+        started = time.monotonic()
+        _sim_fault(stack, node, "--npu", str(sick), "--health", "Critical")
+        outcome.hit_mid = True  # the fault lands under load: requests are in flight on the sick replica
+        try:
+            wait_until(
+                lambda: _restored(stack, sick_name, sick), 2 * RESTORE_LIMIT_S, "capacity restored", 0.5
+            )
+            outcome.recovery_s = round(time.monotonic() - started, 1)
+            if outcome.recovery_s > RESTORE_LIMIT_S:
+                outcome.problems.append(
+                    f"capacity restored in {outcome.recovery_s} s, over {RESTORE_LIMIT_S}"
+                )
+        except AssertionError as error:
+            outcome.problems.append(str(error))
+        _sim_fault(stack, node, "--clear")
+        try:
+            wait_until(lambda: _settled(stack, sick_name), SETTLE_S, f"{sick_name} settled off NPU {sick}", 1)
+        except AssertionError as error:
+            outcome.problems.append(str(error))
+        time.sleep(3)  # requests in flight on the new replica end under load too
+    finally:
+        clients.stopping.set()
+        clients.join(150)
+    counts = clients.counts
+    outcome.details.update(answers=counts, samples=clients.samples[:5], npu=sick)
+    if counts["unstarted"]:
+        outcome.problems.append(f"{counts['unstarted']} requests failed before their first byte")
+    if counts["cut"]:
+        outcome.problems.append(f"{counts['cut']} streams cut mid-way without an error event")
+    if sick in _npus(stack.get(f"/api/v1/deployments/{sick_name}/")):
+        outcome.problems.append(f"{sick_name} still holds the failed NPU {sick}")
+    _mark_healthy(stack, node, sick, outcome)
+
+
+def _mark_healthy(stack: FaultStack, node: str, npu_id: int, outcome: Outcome) -> None:
+    """An admin brings the NPU back (the policy keeps it failed until someone does), so the node is whole."""
+    body = {"npu": f"{npu_id}/0", "state": "ok", "note": "fault tier: the sim fault is cleared"}
+    answer = stack.call("POST", f"/api/v1/nodes/{stack.node(node)['id']}/npu-health/", json=body)
+    if answer.status_code not in (200, 201):
+        outcome.problems.append(
+            f"marking NPU {npu_id} healthy answered {answer.status_code}: {answer.text[:200]}"
+        )

@@ -1,0 +1,182 @@
+"""Failover in the gateway, on the real web server and two sim engine processes (docs/serving-plane.md §4):
+an instance whose NPU failed gets nothing at once (the panel's Redis entry, before the pool's own cache
+turns over), a request whose engine is gone before its first byte is answered by the other one, and a
+stream whose engine dies mid-way ends with an OpenAI-shaped error event naming the cause."""
+
+import asyncio
+import signal
+import time
+
+import pytest
+
+from panel.catalog.models import Model
+from panel.core.domain.choices import DeploymentState, DesiredState, NpuHealthState
+from panel.deployments.decision_models import Decision
+from panel.deployments.models import Deployment
+from panel.gateway import store
+from panel.gateway.instances import failover, pool
+from panel.nodes.models import Node, Npu
+from tests.deployment_helpers import wait_for
+from tests.gateway_helpers import chat, drained, key_for, live_gateway, sse_events  # noqa: F401
+from tests.sim_engine_process import free_port, start_engine, stop, wait_healthy
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
+
+
+@pytest.fixture
+def clean_gateway_keys(_wired_to_redis):
+    client = store.client()
+    stale = list(client.scan_iter(f"{store.PREFIX}*"))
+    if stale:
+        client.delete(*stale)
+
+
+@pytest.fixture
+def two_replicas(clean_gateway_keys):
+    """Deployments qwen-a and qwen-b, each on NPU 0 of a node of its own, each a sim engine serving
+    `qwen`; yields {name: (deployment, engine process)}."""
+    model = Model.objects.create(name="qwen-failover")
+    found = {}
+    for name in ("qwen-a", "qwen-b"):
+        port = free_port()
+        process = start_engine(port, env={"SIM_ENGINE_TOKEN_DELAY": "0.05"})
+        wait_healthy(f"http://127.0.0.1:{port}", process)
+        node = Node.objects.create(name=f"node-{name}", address="127.0.0.1")
+        npu = Npu.objects.create(node=node, npu_id=0, chip_id=0, logic_id=0, name="910B3", health="OK")
+        deployment = Deployment.objects.create(
+            name=name,
+            model=model,
+            spec={"port": port, "served_model_name": "qwen"},
+            desired_state=DesiredState.RUNNING,
+            observed_state=DeploymentState.RUNNING,
+        )
+        deployment.nodes.set([node])
+        deployment.npus.set([npu])
+        found[name] = (deployment, process)
+    yield found
+    for _deployment, process in found.values():
+        stop(process)
+
+
+def fail_npu_of(deployment, signal_name="npu_smi_critical"):
+    """The NPU goes failed as the health policy leaves it; the pool's cached copy is not dropped (no
+    deployment row changes), so only the panel's Redis entry can keep requests off it at once."""
+    Npu.objects.filter(deployments=deployment).update(
+        health_state=NpuHealthState.FAILED, health_reason={"signal": signal_name, "detail": "Critical"}
+    )
+    return failover.publish()
+
+
+def instances_of(rows):
+    return {row.instance for row in rows}
+
+
+def test_an_instance_whose_npu_failed_gets_no_request(live_gateway, two_replicas, bob):  # noqa: F811
+    key = key_for(bob)
+    assert chat(live_gateway, key, model="qwen").status_code == 200  # the pool is cached with both now
+    published = fail_npu_of(two_replicas["qwen-a"][0])
+    assert published["qwen-a/0"]["cause"] == "npu_failed"
+    for _ in range(8):
+        assert chat(live_gateway, key, model="qwen").status_code == 200
+    rows = drained(9)
+    assert instances_of(rows[:8]) == {"qwen-b/0"}
+
+
+def test_a_stale_or_forged_excluded_entry_can_only_exclude(live_gateway, two_replicas, bob):  # noqa: F811
+    key = key_for(bob)
+    store.client().set(failover.EXCLUDED_KEY, '{"v": {}}')  # not sealed by the panel: refused, nothing out
+    for _ in range(6):
+        assert chat(live_gateway, key, model="qwen").status_code == 200
+    assert instances_of(drained(6)) == {"qwen-a/0", "qwen-b/0"}
+    entry = {"gone/0": {"cause": "npu_failed"}}  # a sealed entry naming an instance the pool does not have
+    store.client().set(failover.EXCLUDED_KEY, failover.sealing.seal(failover.EXCLUDED_KEY, entry, 60))
+    assert chat(live_gateway, key, model="qwen").status_code == 200
+
+
+def test_a_request_whose_engine_is_gone_before_its_first_byte_is_answered_by_the_other(
+    live_gateway,  # noqa: F811
+    two_replicas,
+    bob,
+):
+    key = key_for(bob)
+    assert chat(live_gateway, key, model="qwen").status_code == 200
+    dead = two_replicas["qwen-a"][1]
+    dead.send_signal(signal.SIGKILL)
+    dead.wait(10)
+    # qwen-b looks busy, so qwen-a (dead, and still in the pool the database gives) is picked first.
+    now = time.time()
+    store.client().zadd(store.inflight_key("qwen-b/0"), {f"busy-{i}": now for i in range(3)})
+    response = chat(live_gateway, key, model="qwen", stream=True)
+    assert response.status_code == 200, response.text
+    assert sse_events(response.text)[-1] == "[DONE]"
+    first = drained(2)[0]
+    assert (first.instance, first.attempts, first.status) == ("qwen-b/0", 2, 200)
+
+
+def test_a_stream_cut_mid_way_ends_with_an_error_naming_the_failed_npu(
+    live_gateway,  # noqa: F811
+    two_replicas,
+    bob,
+):
+    key = key_for(bob)
+    store.client().zadd(store.inflight_key("qwen-b/0"), {"busy": time.time()})  # qwen-a takes the stream
+    deployment, process = two_replicas["qwen-a"]
+    with live_gateway.client(key) as client:
+        body = {"model": "qwen", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 200}
+        with client.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as response:
+            assert response.status_code == 200
+            lines = response.iter_lines()
+            assert next(line for line in lines if line.startswith("data:"))  # the first token arrived
+            fail_npu_of(deployment)
+            process.send_signal(signal.SIGKILL)
+            rest = "\n".join(lines)
+    events = sse_events(rest)
+    assert events[-1] != "[DONE]"
+    error = events[-1]["error"]
+    assert (error["type"], error["code"]) == ("server_error", "npu_failed")
+    assert "NPU 0 on node node-qwen-a failed (npu_smi_critical)" in error["message"]
+    row = drained(1)[0]
+    assert (row.instance, row.status, row.error) == ("qwen-a/0", 502, "npu_failed")
+
+
+def test_a_cut_with_no_known_cause_names_the_broken_connection(live_gateway, two_replicas, bob):  # noqa: F811
+    key = key_for(bob)
+    store.client().zadd(store.inflight_key("qwen-b/0"), {"busy": time.time()})
+    _deployment, process = two_replicas["qwen-a"]
+    with live_gateway.client(key) as client:
+        body = {"model": "qwen", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 200}
+        with client.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as response:
+            lines = response.iter_lines()
+            assert next(line for line in lines if line.startswith("data:"))
+            process.send_signal(signal.SIGKILL)
+            events = sse_events("\n".join(lines))
+    error = events[-1]["error"]
+    assert error["code"] == "upstream_broken"
+    assert "mid-stream" in error["message"]
+
+
+def test_a_retry_away_from_an_instance_is_recorded_once_a_minute_for_an_admin(celery_worker, two_replicas):
+    """What the gateway calls after a retry (panel.gateway.proxy.handler._open), here in this process: a
+    separate web process publishes to the broker without this test session's queue prefix, so it would not
+    reach the in-process worker."""
+    (qwen_a, _), (qwen_b, _) = two_replicas["qwen-a"], two_replicas["qwen-b"]
+    fail_npu_of(qwen_a)
+    failed = pool.Instance("qwen-a/0", qwen_a.pk, "qwen-a", "http://127.0.0.1:1/v1", "")
+    served = pool.Instance("qwen-b/0", qwen_b.pk, "qwen-b", "http://127.0.0.1:2/v1", "")
+
+    async def twice():
+        redis = store.aclient()
+        await failover.note_retry(redis, [failed], served)
+        await failover.note_retry(redis, [failed], served)  # within the minute: not recorded again
+
+    asyncio.run(twice())
+    retried = wait_for(
+        lambda: list(Decision.objects.filter(kind="request_retried")), 30, "the retry recorded"
+    )
+    time.sleep(2)  # a second record, if one were sent, would be in by now
+    assert Decision.objects.filter(kind="request_retried").count() == 1
+    assert (retried[0].deployment_name, retried[0].actor, retried[0].outcome) == ("qwen-a", "gateway", "done")
+    assert retried[0].reason == (
+        "The gateway sent requests that qwen-a/0 failed before their first byte to qwen-b/0. "
+        "Its NPU 0 failed."
+    )

@@ -1,0 +1,192 @@
+"""The autoscaling policy (panel/deployments/autoscale/policy.py) on a fake clock: figures arrive every two
+seconds per replica, as the reconcile tick's probes bring them; the policy sees only those and the time."""
+
+from panel.deployments.autoscale.config import Autoscale, capacity_of
+from panel.deployments.autoscale.policy import DOWN, HOLD, UP, decide
+from panel.deployments.reasons import english
+
+EVERY_S = 2.0
+
+
+def config(target="waiting_per_replica", value=4.0, lo=1, hi=4, up=30.0, down=60.0) -> Autoscale:
+    return Autoscale(min=lo, max=hi, target=target, value=value, up_after_s=up, down_after_s=down)
+
+
+class Clock:
+    """Probe answers per replica, oldest first; `run` adds `seconds` of them, each from `figures(t)`."""
+
+    def __init__(self, replicas: int):
+        self.now = 1_000_000.0
+        self.series: dict[str, list] = {f"chat/{i}": [] for i in range(replicas)}
+
+    def run(self, seconds: float, figures) -> None:
+        end = self.now + seconds
+        while self.now < end:
+            self.now += EVERY_S
+            for samples in self.series.values():
+                samples.append((self.now, figures(self.now) if callable(figures) else dict(figures)))
+
+
+def busy(waiting=9.5, running=8):
+    return {"waiting": waiting, "running": running, "kv_cache_usage": 0.9, "window_ttft_p90": 2.5}
+
+
+IDLE = {"waiting": 0, "running": 0, "kv_cache_usage": 0.0, "window_ttft_p90": None}
+
+
+def test_it_scales_up_once_the_queue_stayed_above_target_for_the_whole_window():
+    clock = Clock(2)
+    clock.run(20, busy())
+    assert decide(config(), clock.series, 2, clock.now, capacity=8).action == HOLD  # 20 s < 30 s
+    clock.run(12, busy())
+    decision = decide(config(), clock.series, 2, clock.now, capacity=8)
+    assert (decision.action, decision.to) == (UP, 3)
+    assert decision.figures == {"waiting_per_replica": 9.5, "target": 4.0, "for_s": 30, "from": 2, "to": 3}
+    assert english(decision.reason) == "waiting 9.5/replica > 4.0 for 30 s: 2 → 3"
+
+
+def test_a_burst_shorter_than_the_window_does_not_scale():
+    clock = Clock(1)
+    clock.run(40, IDLE)
+    clock.run(10, busy())
+    clock.run(22, lambda t: IDLE if t < clock.now + 4 else busy())  # quiet 4 s in the middle, then busy
+    assert decide(config(), clock.series, 1, clock.now, capacity=8).action == HOLD
+
+
+def test_flapping_figures_never_scale_either_way():
+    clock = Clock(2)
+    clock.run(120, lambda t: busy() if int(t / EVERY_S) % 3 else IDLE)
+    decision = decide(config(), clock.series, 2, clock.now, capacity=8)
+    assert decision.action == HOLD
+
+
+def test_missing_figures_hold_a_replica_silent_for_a_while_or_one_without_the_figure():
+    clock = Clock(2)
+    clock.run(40, busy())
+    del clock.series["chat/1"][3:9]  # its probes did not come back for 14 s
+    decision = decide(config(), clock.series, 2, clock.now, capacity=8)
+    assert decision.action == HOLD
+    assert english(decision.reason) == "figures missing: holding"
+
+    clock = Clock(1)
+    clock.run(40, {"running": 8})  # an engine that exports no waiting figure
+    assert decide(config(), clock.series, 1, clock.now, capacity=8).action == HOLD
+
+
+def test_it_scales_down_when_the_load_fits_one_fewer_for_the_down_window_and_not_before():
+    clock = Clock(3)
+    clock.run(62, {"waiting": 0, "running": 5})  # 15 running over 3 replicas of 8: fits on 2, not on 1
+    decision = decide(config(), clock.series, 3, clock.now, capacity=8)
+    assert (decision.action, decision.to) == (DOWN, 2)
+    assert decision.figures["band"] == 2.0
+    assert english(decision.reason) == "waiting on 2 replicas would be 0.0/replica < 2.0 for 60 s: 3 → 2"
+
+    # After a burst: the fewest that held the whole window, in one step, never below min.
+    clock = Clock(5)
+    quiet = {"waiting": 0, "running": 2, "kv_cache_usage": 0.1, "window_ttft_p90": 0.1}
+    clock.run(62, quiet)  # 10 running: 2 engines of 8 hold them
+    assert decide(config(hi=5), clock.series, 5, clock.now, capacity=8).to == 2
+    assert decide(config(lo=3, hi=5), clock.series, 5, clock.now, capacity=8).to == 3
+    kv = config("kv_usage", 0.8, hi=5)  # 0.1 on 5 is 0.25 on 2 (under 0.4), 0.5 on 1
+    assert decide(kv, clock.series, 5, clock.now, capacity=8).to == 2
+    ttft = config("ttft_p90_ms", 1000.0, hi=5)  # a TTFT on fewer engines is not known: one at a time
+    assert decide(ttft, clock.series, 5, clock.now, capacity=8).to == 4
+
+    clock = Clock(2)
+    clock.run(62, {"waiting": 0, "running": 7})  # 14 running do not fit on one engine of 8
+    decision = decide(config(), clock.series, 2, clock.now, capacity=8)
+    assert decision.action == HOLD
+
+
+def test_one_step_at_a_time_and_a_full_window_after_each_change():
+    clock = Clock(2)
+    clock.run(60, busy())
+    changed = clock.now - 10
+    decision = decide(config(), clock.series, 2, clock.now, last_change=changed, capacity=8)
+    assert decision.action == HOLD
+    assert english(decision.reason) == "cooling down: 10 s since the last change"
+    clock.run(18, busy())
+    assert decide(config(), clock.series, 2, clock.now, last_change=changed, capacity=8).action == HOLD
+    clock.run(4, busy())
+    decision = decide(config(), clock.series, 2, clock.now, last_change=changed, capacity=8)
+    assert (decision.action, decision.to) == (UP, 3)
+
+
+def test_min_and_max_bound_every_step():
+    clock = Clock(4)
+    clock.run(60, busy())
+    decision = decide(config(hi=4), clock.series, 4, clock.now, capacity=8)
+    assert decision.action == HOLD
+    assert english(decision.reason) == "at max 4"
+
+    clock = Clock(1)
+    clock.run(120, IDLE)
+    assert decide(config(lo=1), clock.series, 1, clock.now, capacity=8).action == HOLD
+    decision = decide(config(lo=2), clock.series, 1, clock.now, capacity=8)
+    assert (decision.action, decision.to) == (UP, 2)
+    assert english(decision.reason) == "below min 2: 1 → 2"
+    decision = decide(config(hi=3), Clock(5).series, 5, clock.now, capacity=8)
+    assert (decision.action, decision.to) == (DOWN, 4)
+
+
+def test_ttft_and_kv_targets_read_their_own_figures():
+    clock = Clock(2)
+    clock.run(32, busy())
+    decision = decide(config("ttft_p90_ms", 1000.0), clock.series, 2, clock.now, capacity=8)
+    assert (decision.action, decision.figures["ttft_p90_ms"]) == (UP, 2500.0)
+    # 2.5 × the target on 2 asks for 5, at most double: 4.
+    assert english(decision.reason) == "TTFT p90 2500.0 ms > 1000.0 ms for 30 s: 2 → 4"
+    decision = decide(config("kv_usage", 0.8), clock.series, 2, clock.now, capacity=8)
+    assert (decision.action, decision.figures["kv_usage"]) == (UP, 0.9)
+
+    clock = Clock(2)
+    clock.run(62, {"waiting": 0, "running": 1, "kv_cache_usage": 0.3, "window_ttft_p90": 0.1})
+    decision = decide(config("kv_usage", 0.8), clock.series, 2, clock.now, capacity=8)
+    assert decision.action == HOLD  # 0.3 on two is 0.6 on one: not under 0.4
+    decision = decide(config("ttft_p90_ms", 1000.0), clock.series, 2, clock.now, capacity=8)
+    assert (decision.action, decision.to) == (DOWN, 1)
+    clock = Clock(2)
+    clock.run(62, IDLE)  # idle engines time no first token: that is not a missing figure
+    assert decide(config("ttft_p90_ms", 1000.0), clock.series, 2, clock.now, capacity=8).action == DOWN
+
+
+def test_capacity_comes_from_the_engine_flags():
+    assert capacity_of({"extra_flags": {"--max-num-seqs": 16}}) == 16
+    assert capacity_of({"extra_flags": {}}) == 256
+
+
+def test_a_steep_queue_takes_as_many_replicas_as_it_needs_at_most_double():
+    clock = Clock(2)
+    clock.run(32, busy(waiting=20, running=8))  # 56 in all; each replica holds 8 running + 4 waiting
+    decision = decide(config(hi=8), clock.series, 2, clock.now, capacity=8)
+    assert (decision.action, decision.to) == (UP, 4)  # 56 / 12 asks for 5: double 2 is 4
+    assert decide(config(hi=3), clock.series, 2, clock.now, capacity=8).to == 3  # never above max
+    clock = Clock(4)
+    clock.run(32, busy(waiting=6, running=8))  # 56 on 4: 5 hold it
+    assert decide(config(hi=8), clock.series, 4, clock.now, capacity=8).to == 5
+    # The lowest load of the window decides: a queue that just grew does not count at its peak.
+    clock = Clock(2)
+    clock.run(32, lambda t: busy(waiting=40 if t > clock.now + 28 else 5, running=8))
+    assert decide(config(hi=8), clock.series, 2, clock.now, capacity=8).to == 3
+
+
+def test_min_zero_sleeps_the_last_replica_only_after_a_whole_quiet_window():
+    zero = config(lo=0, down=60.0)
+    assert (zero.floor, zero.to_zero) == (1, True)
+    clock = Clock(1)
+    clock.run(40, IDLE)
+    clock.run(4, {"waiting": 0, "running": 1})  # one request ran 40 s in
+    clock.run(58, IDLE)
+    decision = decide(zero, clock.series, 1, clock.now, capacity=8)
+    assert decision.action == HOLD  # its request is inside the last 60 s
+    clock.run(6, IDLE)
+    decision = decide(zero, clock.series, 1, clock.now, capacity=8)
+    assert (decision.action, decision.to) == (DOWN, 0)
+    assert decision.figures == {"for_s": 60, "from": 1, "to": 0}
+    assert english(decision.reason) == "no request running or waiting for 60 s: 1 → 0, asleep (min 0)"
+    # Never below one row, and from two replicas down is one step to one, as with min 1.
+    clock = Clock(2)
+    clock.run(62, IDLE)
+    assert decide(zero, clock.series, 2, clock.now, capacity=8).to == 1
+    # A replica that reported nothing (asleep, left out by the decider): nothing to decide on.
+    assert decide(zero, {}, 1, clock.now, capacity=8).action == HOLD

