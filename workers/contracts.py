@@ -102,6 +102,9 @@ class NpuHealthProbe(Bounded):
     link_up_count: EccCount | None = None
     link_down_s: DownSeconds | None = None  # the port is down and has been for this long (its own records)
     gone: bool = False
+    # When its commands began (Unix seconds, the node's clock): a probe read before an admin's override of the
+    # chip but delivered after it speaks of what the admin forgave (panel.nodes.health.npu_health.observe).
+    read_at: float | None = Field(default=None, ge=0, le=2**33)
 
 
 class NpuSample(Bounded):

@@ -177,6 +177,7 @@ class HealthProbe:
     def _probe(self, samples: list[NpuSample], asked: set[Key]) -> dict[Key, NpuHealthProbe]:
         """One NPU's chips: its ECC counters, and each chip's codes and port (the slow reads where due)."""
         npu_id = samples[0].npu_id
+        read_at = time.time()
         ecc = self._ecc(npu_id)
         probes = {}
         for sample in samples:
@@ -193,7 +194,7 @@ class HealthProbe:
             if slow:
                 self._slow_at[key] = self._clock() + self._slow_s
             probes[key] = NpuHealthProbe(
-                error_codes=codes, ecc=ecc.get(sample.chip_id, ecc.get(None)), **link
+                error_codes=codes, ecc=ecc.get(sample.chip_id, ecc.get(None)), read_at=read_at, **link
             )
         return probes
 

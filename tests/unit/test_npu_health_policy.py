@@ -144,6 +144,26 @@ def test_a_forgiven_code_stays_forgiven_through_the_samples_between_probes():
     assert next_state(OK, verdict, memory, 61) == FAILED
 
 
+def test_a_probe_read_before_the_override_but_delivered_after_it_is_forgiven():
+    # The browser tier: a chip went Critical, its probe began reading (codes 80E18402) while the fault stood,
+    # the fault was cleared and an admin marked the chip healthy, and only then did that probe arrive (its
+    # port reads took seconds on a loaded machine). The override did not know the code yet; it failed the chip
+    # again. A probe that began after the override still counts.
+    memory, _ = observe({}, chip("Critical"), 0)
+    memory = overridden(memory, chip("OK"), 10)
+    memory, verdict = observe(memory, chip("OK", error_codes=["80E18402"], read_at=8.0), 11)
+    assert next_state(OK, verdict, memory, 11) == OK
+    memory, verdict = observe(memory, chip("OK", error_codes=[], read_at=11.0), 12)  # the code went
+    memory, verdict = observe(memory, chip("OK", error_codes=["80E18402"], read_at=20.0), 21)
+    assert next_state(OK, verdict, memory, 21) == FAILED
+
+
+def test_a_probe_without_a_time_counts_as_new():
+    memory = overridden({}, chip("OK"), 10)
+    memory, verdict = observe(memory, chip("OK", error_codes=["80E18402"]), 11)
+    assert next_state(OK, verdict, memory, 11) == FAILED
+
+
 def test_a_node_with_half_its_npus_failed_is_failed():
     assert node_failed([FAILED, FAILED, OK, SUSPECT])
     assert not node_failed([FAILED, OK, OK, OK])

@@ -204,6 +204,8 @@ def observe(memory: dict | None, npu: dict, now: float, limits: Limits = LIMITS)
     found += [Finding(**f) for f in memory.get("ecc_findings", []) + memory.get("link_findings", [])]
     forgiven = set(memory.get("forgiven", []))
     present = {f.key for f in found}
+    if _read_before_override(probe, memory):  # what it found was there when the admin forgave the chip
+        forgiven |= {key for key in present if not key.startswith(HEALTH_WORD)}
     if not probe:  # what only a probe reports was not looked at: its forgiven signals have not gone
         present |= {key for key in forgiven if not key.startswith(HEALTH_WORD)}
     memory["forgiven"] = sorted(forgiven & present)  # a forgiven signal that went is forgotten
@@ -212,6 +214,15 @@ def observe(memory: dict | None, npu: dict, now: float, limits: Limits = LIMITS)
         memory["last_signal_at"] = now
     state = max((f.state for f in found), key=RANK.__getitem__, default=OK)
     return memory, Verdict(state, found)
+
+
+def _read_before_override(probe: dict, memory: dict) -> bool:
+    """A probe whose commands began before the admin's override (a probe of a loaded node takes seconds and
+    rides on the next sample): the chip it describes is the one the admin looked at. Compared by the node's
+    clock against the panel's, which are in step where the fleet runs NTP; a probe without a time is new."""
+    read_at, overridden_at = probe.get("read_at"), memory.get("overridden_at")
+    known = isinstance(read_at, int | float) and isinstance(overridden_at, int | float)
+    return known and read_at < overridden_at
 
 
 def next_state(current: str, verdict: Verdict, memory: dict, now: float, limits: Limits = LIMITS) -> str:
@@ -235,6 +246,7 @@ def overridden(memory: dict | None, npu: dict, now: float) -> dict:
     for name in ("double", "single", "flaps", "ecc_findings", "link_findings", "codes", "link_down_since"):
         memory.pop(name, None)
     memory.pop("last_signal_at", None)
+    memory["overridden_at"] = now
     return memory
 
 
