@@ -6,6 +6,7 @@ python -m workers.sim fault --root DIR --npu N [--chip C] (--health OK|Warning|A
     | --ecc-burst COUNT [--single-bit] | --link-down | --link-up | --chip-gone | --chip-back)
 python -m workers.sim fault --root DIR --driver-unloaded | --device-held | --engine-dies-on-first-request
     | --clear
+python -m workers.sim fault --root DIR --power-off | --power-on   (the whole host: workers/sim/power.py)
 python -m workers.sim fabric --root DIR [--switch DIR] [--host-ip IP] [--ifname NAME]
     [--iface-down|--iface-up] [--unreachable IP | --reachable IP]
     [--npu LOGIC_ID (--link-down|--link-up|--no-ip|--ip|--tls on|off|--ping-loss PCT)]
@@ -20,6 +21,7 @@ from pathlib import Path
 from workers.models.onnx_file import write_tiny_vision_model
 from workers.models.tiny import make_tiny_model
 from workers.sim import fabric as sim_fabric
+from workers.sim import power as sim_power
 from workers.sim import state as sim_state
 from workers.sim.profiles import PROFILES, get_profile
 from workers.sim.tree import create_host
@@ -50,6 +52,14 @@ def inject_fault(root: Path, args: argparse.Namespace) -> str:
     if args.clear:
         sim_state.clear_faults(root)
         return "all faults cleared"
+    if args.power_off:
+        done = sim_power.power_off(root)
+        return (
+            f"power off: engines {done['engines']} and {len(done['killed'])} other processes killed, "
+            f"agent {done['frozen']} stopped until --power-on"
+        )
+    if args.power_on:
+        return f"power on: agent {sim_power.power_on(root)['booted']} boots again (its supervisor starts it)"
     if args.driver_unloaded:
         sim_state.set_driver_unloaded(root)
         return "driver marked as not loaded: npu-smi now fails with -8005"
@@ -183,6 +193,10 @@ def build_parser() -> argparse.ArgumentParser:
     fault_parser.add_argument("--device-held", action="store_true")
     fault_parser.add_argument("--engine-dies-on-first-request", action="store_true")
     fault_parser.add_argument("--clear", action="store_true")
+    fault_parser.add_argument(
+        "--power-off", action="store_true", help="the host loses power: engines die, the agent goes silent"
+    )
+    fault_parser.add_argument("--power-on", action="store_true", help="power back: the agent boots again")
 
     fabric_parser = commands.add_parser("fabric", help="the NPU NICs and host interface, and their faults")
     fabric_parser.add_argument("--root", required=True, type=Path)
