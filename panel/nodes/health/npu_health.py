@@ -221,8 +221,9 @@ def _read_before_override(probe: dict, memory: dict) -> bool:
     rides on the next sample): the chip it describes is the one the admin looked at. Compared by the node's
     clock against the panel's, which are in step where the fleet runs NTP; a probe without a time is new."""
     read_at, overridden_at = probe.get("read_at"), memory.get("overridden_at")
-    known = isinstance(read_at, int | float) and isinstance(overridden_at, int | float)
-    return known and read_at < overridden_at
+    if not isinstance(read_at, int | float) or not isinstance(overridden_at, int | float):
+        return False
+    return read_at < overridden_at
 
 
 def next_state(current: str, verdict: Verdict, memory: dict, now: float, limits: Limits = LIMITS) -> str:
