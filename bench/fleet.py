@@ -1,36 +1,33 @@
 """Scale on the real path: N agent nodes × 8 NPUs and K dashboards on the panel as production runs it.
 
-    .venv/bin/python bench/fleet.py [--nodes 32] [--viewers 32] [--seconds 20] [--sweep]
+    .venv/bin/python bench/fleet.py [--nodes 32] [--viewers 32] [--windows 3] [--window-s 120] [--sweep]
 
 Starts, on scratch state of its own: a PostgreSQL database on DATABASE_URL's server (bench_fleet_<hex>,
 dropped afterwards), a vhost and panel user on the machine's RabbitMQ (the fleet broker; management API at
 TEST_RABBITMQ_ADMIN_URL, deleted afterwards with every node user), the panel's Redis at REDIS_URL (give the
-bench a database of its own), `python -m panel.web --workers W`, P panel workers and beat. Then one load
-process (bench/fleet_agents.py) joins N nodes through POST /nodes/agent/join/, each with its own join token,
-and plays them through their own broker users and keys: heartbeats, 1 Hz metric batches, the inventory every
+bench a database of its own), `python -m panel.web --workers W` with its access log, P panel workers and
+beat, all at LOG_LEVEL=INFO (logs under the scratch directory the bench names). Then one load process
+(bench/fleet_agents.py) joins N nodes through POST /nodes/agent/join/, each with its own join token, and
+plays them through their own broker users and keys: heartbeats, 1 Hz metric batches, the inventory every
 new node gets, and operations streaming log lines.
 
 Once every node has answered its inventory and the ingest queue drained what the start-up burst left there
-(at most DRAIN_TIMEOUT_S), three windows of --seconds each:
+(at most DRAIN_TIMEOUT_S), --windows windows, each of three phases of --window-s:
   ingest:  no viewers; what the panel pays for the fleet alone;
-  push:    K viewers hold a dashboard's websocket: the fleet summary plus the --on-screen nodes of their
-           page (viewer i sees nodes i·S … i·S+S-1, wrapping), as static/js/dashboard.js subscribes;
+  push:    K viewers hold a dashboard's websocket: the fleet summary plus one page of nodes each, as
+           static/js/dashboard.js subscribes; a page is the dashboard's (panel.core.views.NODES_PER_PAGE,
+           read from the panel at set-up), viewer i sees nodes i·S … i·S+S-1, wrapping round the fleet;
   polling: the same K viewers ask GET /api/v1/metrics/latest/?node=… for their page once a second (the same
            freshness).
-p99_ms: sample time on the agent → frame received, over the push window. lost: samples of on-screen nodes
-the load handed the broker inside the window that a push viewer never got. panel_cpu_cores: CPU of web,
-worker and beat processes (with their children) over the push window. db_rows_per_s: rows inserted, updated
-or deleted in the bench's database (pg_stat_database) over all three windows. sample_hz: samples a second
-per node the load managed to send (below 1 when the machine starves it). push_vs_poll: the web processes'
-CPU per delivered sample, polling ÷ push (delivery is their work; "all_in": the panel's total CPU, ingest
-included, per delivered sample). ingest_cpu_cores: the panel with no viewer. week_rows: metric history rows
-a week of N nodes keeps (one row per NPU and one per host per minute for PANEL_METRICS_MINUTE_DAYS, one an
-hour before that: panel.monitoring.metrics.rollup), retained_rows: what PANEL_METRICS_RETENTION_DAYS keeps;
-week_gb from the bytes per row the downsampler's rows take in PostgreSQL here (null under 20,000 rows: too few
-to tell). ingest_lag_ms: p50 and p99 of agent → panel alone (each node's last sample as the ingester took it
-in, read once after the push window). ingest_backlog: heartbeats and event batches in the broker before the
-first window and after the last.
-Infrastructure CPU (RabbitMQ, Redis, PostgreSQL, the load, the viewers) goes to stderr. Last line: JSON.
+bench/fleet_figures.py says what each window's figures mean and how the windows are combined. The JSON adds
+`on_screen` (what the viewers watch), `broker` (the RabbitMQ settings the run used), `targets` (each judged
+on the worst window) and, per run: week_rows, metric history rows a week of N nodes keeps (one row per NPU
+and one per host per minute for PANEL_METRICS_MINUTE_DAYS, one an hour before that:
+panel.monitoring.metrics.rollup), retained_rows, what PANEL_METRICS_RETENTION_DAYS keeps; week_gb from the
+bytes per row the downsampler's rows take in PostgreSQL here (null under 20,000 rows: too few to tell);
+ingest_backlog, heartbeats and event batches in the broker before the first window and after the last.
+The load's and viewers' CPU go to stderr. Last line: JSON. A publish error of the load or a panel process
+(or the load) that exits during a window fails the run (exit status 1) whatever the figures.
 """
 
 import argparse
@@ -40,8 +37,9 @@ import os
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import httpx
 import psutil
@@ -50,27 +48,27 @@ import psycopg
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench import fleet_agents  # noqa: E402
+from bench import fleet_agents, fleet_figures  # noqa: E402
 from bench.live_viewers import (  # noqa: E402
+    Server,
     Window,
     cpu_line,
     cpu_seconds,
-    delivered,
     latencies,
     measure_window,
     poll_client,
     push_client,
     quantile,
+    spent,
 )
 from panel import web  # noqa: E402
 from panel.run import PYTHON, Supervisor, beat_argv, free_port, panel_worker_argv, wait_for_port  # noqa: E402
 from tests.browser.fake_fleet import NPUS_PER_NODE  # noqa: E402
 from tests.faults.stack import drop_database, own_database  # noqa: E402
-from tests.rabbitmq import scratch_broker  # noqa: E402
+from tests.rabbitmq import AMQP_ADDRESS, scratch_broker  # noqa: E402
 from workers.topology import INGEST_QUEUE  # noqa: E402
 
 SWEEP = (32, 128, 512)
-SHARED_PROCESSES = {"beam.smp": "rabbitmq", "redis-server": "redis", "postgres": "postgres"}
 # What the load's process must not hold: an agent has its join answer and nothing of the panel's.
 AGENT_ENV = {
     name: "" for name in ("DATABASE_URL", "REDIS_URL", "PANEL_SECRETS_KEY", "PANEL_BROKER_ADMIN_URL")
@@ -87,6 +85,7 @@ from django.contrib.auth.models import Group
 from panel.accounts.bootstrap import ensure_role_groups
 from panel.accounts.models import ApiToken
 from panel.accounts.roles import VIEWER
+from panel.core.views import NODES_PER_PAGE
 from panel.nodes.agents.join import issue_join_token
 ensure_role_groups()
 User = get_user_model()
@@ -103,17 +102,9 @@ print(json.dumps({
     "join_tokens": {name: issue_join_token(name) for name in names},
     "retention_days": settings.PANEL_METRICS_RETENTION_DAYS,
     "minute_days": settings.PANEL_METRICS_MINUTE_DAYS,
+    "page_size": NODES_PER_PAGE,  # the dashboard's page: what one viewer has on screen
 }))
 """
-
-
-def history_rows(nodes: int, days: int, minute_days: int) -> int:
-    """Metric history rows `days` of `nodes` leave in the tables: one per NPU and host a minute for the
-    newest `minute_days`, one an hour before that (the hourly prune's fold,
-    panel.monitoring.metrics.rollup)."""
-    series = nodes * (NPUS_PER_NODE + 1)
-    at_minutes = min(days, minute_days)
-    return series * (at_minutes * 24 * 60 + (days - at_minutes) * 24)
 
 
 class Fleet:
@@ -132,7 +123,7 @@ class Fleet:
             os.environ,
             PANEL_MODE="run",  # the local Redis has no password, which production mode refuses
             DEBUG="0",
-            LOG_LEVEL="WARNING",
+            LOG_LEVEL="INFO",  # as production logs: what the panel writes is part of its cost
             PYTHONUNBUFFERED="1",
             PANEL_DATA_DIR=str(self.dir),
             DATABASE_URL=self.db_url,
@@ -158,34 +149,38 @@ class Fleet:
         setup = json.loads(output.strip().splitlines()[-1])  # after whatever start-up printed
         self.token, self.retention_days = setup["token"], setup["retention_days"]
         self.minute_days = setup["minute_days"]
-        self.viewer_tokens = setup["viewer_tokens"]
+        self.viewer_tokens, self.page_size = setup["viewer_tokens"], setup["page_size"]
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
-        argv = [
-            *web.argv("127.0.0.1", self.port, PYTHON),
-            "--workers",
-            str(args.web_workers),
-            "--no-access-log",
-        ]
+        argv = [*web.argv("127.0.0.1", self.port, PYTHON), "--workers", str(args.web_workers)]
         self.panel.append(psutil.Process(self.supervisor.start("web", argv).pid))
         for index in range(args.panel_workers):
-            argv = panel_worker_argv("threads", args.worker_threads, name=f"panel{index}")
+            argv = at_info(panel_worker_argv("threads", args.worker_threads, name=f"panel{index}"))
             self.panel.append(psutil.Process(self.supervisor.start(f"panel-worker-{index}", argv).pid))
-        beat = beat_argv(self.dir / "celerybeat-schedule")
+        beat = at_info(beat_argv(self.dir / "celerybeat-schedule"))
         self.panel.append(psutil.Process(self.supervisor.start("beat", beat).pid))
         wait_for_port(self.port, timeout=120)
         spec = self.dir / "spec.json"
         spec.write_text(json.dumps({"panel": self.base, "tokens": setup["join_tokens"]}))
         spec.chmod(0o600)  # join tokens
-        self.sent = self.dir / "sent.txt"
+        self.sent, self.status = self.dir / "sent.txt", self.dir / "load-status.json"
         load = [
             *(PYTHON, __file__, "--agents", "--spec", str(spec), "--sent", str(self.sent)),
+            *("--status", str(self.status)),
             *("--operations", str(args.operations), "--log-lines", str(args.log_lines)),
             *("--heartbeat-s", str(args.heartbeat_s)),
         ]
         self.load = psutil.Process(
             self.supervisor.start("load", load, env=AGENT_ENV | self.agent_broker()).pid
         )
+        self.servers = [
+            Server("postgres", urlsplit(self.db_url).port or 5432, "postgres", database=self.db_name),
+            Server("rabbitmq", int(AMQP_ADDRESS.rsplit(":", 1)[1]), "beam.smp"),
+            Server("redis", urlsplit(args.redis_url).port or 6379, "redis-server"),
+        ]
+        missing = [server.label for server in self.servers if server.root is None]
+        if missing:
+            print(f"not measured (no listener here): {missing}", file=sys.stderr, flush=True)
         self.wait_settled()
         self.wait_drained()
         return self
@@ -246,45 +241,76 @@ class Fleet:
         raise SystemExit(f"the fleet did not settle within {SETTLE_TIMEOUT_S} s; see {self.dir / 'logs'}")
 
     def snapshot(self) -> dict:
-        """CPU seconds so far: the panel's processes by role, the load, the viewers (this process), and per
-        process the machine's RabbitMQ, Redis and PostgreSQL (shared with whatever else runs here); and the
-        bench database's counters."""
+        """CPU seconds so far: the panel's processes by role, the load, the viewers (this process), the
+        servers the panel stands on (per process); and the bench database's counters."""
         cpu = {"panel": cpu_seconds(self.panel), "web": cpu_seconds(self.panel[:1])}
         cpu["workers+beat"] = cpu["panel"] - cpu["web"]
         cpu["load"] = cpu_seconds([self.load])
         cpu["viewers"] = cpu_seconds([psutil.Process()], children=False)
-        shared = {}
-        for process in psutil.process_iter(["name", "cpu_times"]):
-            label, times = SHARED_PROCESSES.get(process.info["name"]), process.info["cpu_times"]
-            if label and times:
-                shared[(label, process.pid)] = times.user + times.system
+        servers = {key: seconds for server in self.servers for key, seconds in server.seconds().items()}
         with psycopg.connect(self.db_url, autocommit=True) as connection:
-            rows, sessions, commits = connection.execute(
+            counters = connection.execute(
                 "SELECT tup_inserted + tup_updated + tup_deleted, sessions, xact_commit "
                 "FROM pg_stat_database WHERE datname = %s",
                 (self.db_name,),
             ).fetchone()
-        return {"cpu": cpu, "shared": shared, "rows": rows, "sessions": sessions, "commits": commits}
+        assert counters is not None, "the bench's database is gone"
+        rows, sessions, commits = counters
+        return {"cpu": cpu, "servers": servers, "rows": rows, "sessions": sessions, "commits": commits}
+
+    def mark(self) -> dict:
+        """What a window's faults are told from: the living processes of the panel and the load, with their
+        children (uvicorn's, Celery's: pid → "role pid"), and the load's failed publishes so far."""
+        family: dict[int, str] = {}
+        for role, child in self.supervisor.children:
+            try:
+                root = psutil.Process(child.pid)
+                members = [root, *root.children(recursive=True)] if child.poll() is None else []
+            except psutil.NoSuchProcess:
+                continue
+            family |= {member.pid: f"{role} {member.pid}" for member in members}
+        status = json.loads(self.status.read_text()) if self.status.exists() else {"errors": {}}
+        return {"family": family, "errors": status["errors"]}
+
+    def faults(self, before: dict) -> dict:
+        """Since `before` (a mark): publish errors of the load by kind, and the processes that exited."""
+        after = self.mark()
+        errors = {what: n - before["errors"].get(what, 0) for what, n in after["errors"].items()}
+        deaths = [role for pid, role in before["family"].items() if pid not in after["family"]]
+        return {"publish_errors": errors, "deaths": deaths}
 
     def metric_row_bytes(self) -> float | None:
         """Bytes per metric history row in PostgreSQL (table, TOAST and indexes), None before any."""
         with psycopg.connect(self.db_url, autocommit=True) as connection:
-            rows = sum(connection.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in METRIC_TABLES)  # noqa: S608
-            size = sum(
-                connection.execute("SELECT pg_total_relation_size(%s)", (t,)).fetchone()[0]
-                for t in METRIC_TABLES
-            )
+            rows = sum(one(connection, f"SELECT count(*) FROM {t}") for t in METRIC_TABLES)  # noqa: S608
+            size = sum(one(connection, "SELECT pg_total_relation_size(%s)", (t,)) for t in METRIC_TABLES)
         # A few minutes of a small fleet sit in mostly empty pages: too few rows to tell a row's size.
         return size / rows if rows >= MIN_ROWS_FOR_SIZE else None
 
-    def sent_in(self, window: Window) -> dict[str, set[int]]:
-        """Per node, the sequence numbers of the samples taken inside `window` the load handed the broker."""
-        sent: dict[str, set[int]] = {}
+    def sent_samples(self) -> list[tuple[str, int, float]]:
+        """Every metrics batch the broker took from the load so far: (node, seq, sample time)."""
+        found = []
         for line in self.sent.read_text().splitlines():
             parts = line.split()
-            if len(parts) == 3 and window.holds(float(parts[2])):
-                sent.setdefault(parts[0], set()).add(int(parts[1]))
-        return sent
+            if len(parts) == 3:
+                found.append((parts[0], int(parts[1]), float(parts[2])))
+        return found
+
+    def stored(self, window: Window) -> dict[str, set[int]]:
+        """Per node, the sample times (ms) of `window` the panel's live store holds (the ring a dashboard
+        back-fills from, one hour deep): every node, on a screen or not. 1 ms of slack either side: the
+        load writes times rounded to the millisecond."""
+        import orjson
+        import redis
+
+        client = redis.Redis.from_url(self.args.redis_url)
+        pipe = client.pipeline(transaction=False)
+        for name in self.names:
+            pipe.zrangebyscore(f"mon:ring:{name}", window.start - 0.001, window.end + 0.001)
+        return {
+            name: {round(orjson.loads(member)["t"] * 1000) for member in members}
+            for name, members in zip(self.names, pipe.execute(), strict=True)
+        }
 
     def stop(self) -> None:
         try:
@@ -309,10 +335,17 @@ def forget_nodes(redis_url: str, names: list[str]) -> None:
     client.srem("mon:nodes", *names)
 
 
-def screens(names: list[str], viewers: int, on_screen: int) -> list[list[str]]:
-    """The nodes each viewer's dashboard page shows: consecutive pages, wrapping round the fleet."""
-    size = min(on_screen, len(names))
-    return [[names[(i * size + j) % len(names)] for j in range(size)] for i in range(viewers)]
+def one(connection: psycopg.Connection, query: str, params: tuple = ()) -> int:
+    """The single figure a query answers."""
+    row = connection.execute(query, params).fetchone()
+    assert row is not None, query
+    return row[0]
+
+
+def at_info(argv: list[str]) -> list[str]:
+    """A Celery command line (panel.run's, at WARNING) logging at INFO, as a production worker does."""
+    index = argv.index("--loglevel") + 1
+    return [*argv[:index], "INFO", *argv[index + 1 :]]
 
 
 async def phase(fleet: Fleet, kind: str, pages: list[list[str]], seconds: float, warmup: float) -> dict:
@@ -324,16 +357,8 @@ async def phase(fleet: Fleet, kind: str, pages: list[list[str]], seconds: float,
     if kind == "push":
         url = f"ws://127.0.0.1:{fleet.port}/ws/"
         runs = [
-            push_client(
-                url,
-                fleet.viewer_tokens[i],
-                ["fleet", *(f"node.{n}" for n in page)],
-                window,
-                stop,
-                ready[i],
-                received[i],
-            )
-            for i, page in enumerate(pages)
+            push_client(url, fleet.viewer_tokens[i], groups, window, stop, ready[i], received[i])
+            for i, groups in enumerate(["fleet", *(f"node.{n}" for n in page)] for page in pages)
         ]
     elif kind == "polling":
         runs = [
@@ -346,84 +371,84 @@ async def phase(fleet: Fleet, kind: str, pages: list[list[str]], seconds: float,
         kind, runs, ready, window, stop, fleet.snapshot, warmup=warmup, seconds=seconds, ready_within=180
     )
     cpu = {key: after["cpu"][key] - before["cpu"][key] for key in after["cpu"]}
-    for label in sorted(set(SHARED_PROCESSES.values())):  # processes that lived through the window
-        alive = [key for key in after["shared"] if key[0] == label and key in before["shared"]]
-        cpu[label] = sum(after["shared"][key] - before["shared"][key] for key in alive)
+    infra = spent(before["servers"], after["servers"])
+    cpu |= infra
+    cpu["all_in"] = cpu["panel"] + sum(infra.values())
     counters = {key: after[key] - before[key] for key in ("rows", "sessions", "commits")}
     print(f"{kind}: database {counters}", file=sys.stderr)
     print(cpu_line(f"{kind} ({seconds:.0f} s)", cpu), file=sys.stderr)
     return {"received": received, "window": window, "cpu": cpu, **counters}
 
 
-def lost_samples(pages: list[list[str]], push: dict, sent: dict[str, set[int]]) -> int:
-    """Samples of each viewer's on-screen nodes that the load sent inside the window and it never got."""
-    lost = 0
-    for page, got in zip(pages, push["received"], strict=True):
-        for name in page:
-            lost += len(sent.get(name, set()) - set(got.get(name, {})))
-    return lost
-
-
-def per_sample_ratio(push: dict, polling: dict, part: str) -> float:
-    """Polling ÷ push: CPU of the panel's `part` ("web", "panel") per delivered sample."""
-    push_n, poll_n = delivered(push["received"]), delivered(polling["received"])
-    if not push_n or not poll_n or push["cpu"][part] <= 0:
-        return float("nan")
-    return (polling["cpu"][part] / poll_n) / (push["cpu"][part] / push_n)
+async def one_window(fleet: Fleet, pages: list[list[str]], args) -> tuple[dict, dict]:
+    """The three phases of one window, and what was read around them that is not in the phases."""
+    mark = fleet.mark()
+    seconds = args.window_s
+    phases = {"ingest": await phase(fleet, "ingest", [], seconds, args.warmup)}
+    phases["push"] = await phase(fleet, "push", pages, seconds, args.warmup)
+    ingest_lag = fleet.ingest_lag_ms()  # between the phases: the scrape's CPU is in neither
+    phases["polling"] = await phase(fleet, "polling", pages, seconds, args.warmup)
+    polled = latencies(phases["polling"]["received"])
+    print(
+        f"polling: {len(polled)} new samples seen, p99 {quantile(polled, 0.99):.0f} ms; agent → panel p50 "
+        f"{quantile(ingest_lag, 0.5):.0f} ms, p99 {quantile(ingest_lag, 0.99):.0f} ms",
+        file=sys.stderr,
+    )
+    measured = {
+        "nodes": args.nodes,
+        "ingest_lag_ms": [round(quantile(ingest_lag, q), 1) for q in (0.5, 0.99)],
+        "faults": fleet.faults(mark),
+        "load_average": round(os.getloadavg()[0], 1),
+    }
+    return phases, measured
 
 
 async def measure(args) -> dict:
     fleet = Fleet(args)
+    runs: list[tuple[dict, dict]] = []
     try:
         fleet.start()
-        pages = screens(fleet.names, args.viewers, args.on_screen)
+        on_screen = args.on_screen or fleet.page_size
+        pages = fleet_figures.screens(fleet.names, args.viewers, on_screen)
+        broker = fleet_figures.broker_settings(fleet.broker)
         backlog_start = fleet.ingest_backlog()
-        ingest = await phase(fleet, "ingest", [], args.seconds, args.warmup)
-        push = await phase(fleet, "push", pages, args.seconds, args.warmup)
-        ingest_lag = fleet.ingest_lag_ms()  # between the windows: the scrape's CPU is in neither
-        polling = await phase(fleet, "polling", pages, args.seconds, args.warmup)
+        for index in range(args.windows):
+            runs.append(await one_window(fleet, pages, args))
+            print(f"window {index + 1}/{args.windows}: {runs[-1][1]['faults']}", file=sys.stderr, flush=True)
+            if runs[-1][1]["faults"]["deaths"]:
+                break  # the panel is not whole: later windows would measure something else
         backlog_end = fleet.ingest_backlog()
         row_bytes = fleet.metric_row_bytes()
-        sent = fleet.sent_in(push["window"])
-        lost = lost_samples(pages, push, sent)
+        samples = fleet.sent_samples()
+        for phases, measured in runs:
+            measured["sent"] = fleet_figures.sent_in(samples, phases["push"]["window"])
+            measured["stored"] = fleet.stored(phases["push"]["window"])
     finally:
         fleet.stop()
-    lat = latencies(push["received"])
-    ingest_per_s = ingest["cpu"]["panel"] / args.seconds
-    # Delivery is the web processes' work: a frame forwarded to a socket, or a REST answer. The workers'
-    # ingest is the same either way; on a shared machine its noise between two windows swamped the
-    # difference when taken off the panel's total (at 512 nodes that gave a negative figure), so the
-    # headline ratio compares the web processes and "all_in" the panel's total.
-    ratio, all_in = per_sample_ratio(push, polling, "web"), per_sample_ratio(push, polling, "panel")
-    week_rows = history_rows(args.nodes, 7, fleet.minute_days)
-    rows = sum(phase_["rows"] for phase_ in (ingest, push, polling))
-    polled = latencies(polling["received"])
-    print(
-        f"push: {len(lat)} samples delivered, p50 {quantile(lat, 0.5):.0f} ms; polling: {len(polled)} new "
-        f"samples seen, p99 {quantile(polled, 0.99):.0f} ms; ingest alone {ingest_per_s:.2f} cores; load "
-        f"average {os.getloadavg()[0]:.1f}; agent → panel (each node's last sample after the push window) "
-        f"p50 {quantile(ingest_lag, 0.5):.0f} ms, p99 {quantile(ingest_lag, 0.99):.0f} ms",
-        file=sys.stderr,
-    )
+    windows = [fleet_figures.window_figures(args.window_s, p, pages, m) for p, m in runs]
+    week_rows = fleet_figures.history_rows(args.nodes, 7, fleet.minute_days)
+    watched = Counter(name for page in pages for name in page)
     return {
         "nodes": args.nodes,
         "npus": args.nodes * NPUS_PER_NODE,
         "viewers": args.viewers,
-        "p99_ms": round(quantile(lat, 0.99), 1),
-        "lost": lost,
-        # Samples a second per node the load managed to send in the push window (1.0 unless it starved).
-        "sample_hz": round(sum(map(len, sent.values())) / args.nodes / args.seconds, 2),
-        "panel_cpu_cores": round(push["cpu"]["panel"] / args.seconds, 3),
-        "db_rows_per_s": round(rows / (3 * args.seconds), 1),
-        "push_vs_poll": round(ratio, 2),
-        "push_vs_poll_all_in": round(all_in, 2),
-        "ingest_cpu_cores": round(ingest_per_s, 3),
+        "windows": len(windows),
+        "window_s": args.window_s,
+        "on_screen": {
+            "per_viewer": min(on_screen, args.nodes),
+            "page_size": fleet.page_size,
+            "nodes_watched": len(watched),
+            "viewers_per_node": [min(watched.values()), max(watched.values())],
+        },
+        **fleet_figures.across(windows),
+        "targets": fleet_figures.targets(windows),
+        "failures": fleet_figures.failures(windows),
         # Messages in the ingest queue before the first window and after the last: growing means the panel
         # takes in less than the fleet sends.
         "ingest_backlog": [backlog_start, backlog_end],
-        "ingest_lag_ms": [round(quantile(ingest_lag, q), 1) for q in (0.5, 0.99)],
+        "broker": broker,
         "week_rows": week_rows,
-        "retained_rows": history_rows(args.nodes, fleet.retention_days, fleet.minute_days),
+        "retained_rows": fleet_figures.history_rows(args.nodes, fleet.retention_days, fleet.minute_days),
         "week_gb": round(week_rows * row_bytes / 1e9, 1) if row_bytes else None,
     }
 
@@ -432,11 +457,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", type=int, default=32)
     parser.add_argument("--viewers", type=int, default=32)
-    parser.add_argument("--seconds", type=float, default=20, help="measured seconds per window")
+    parser.add_argument(
+        "--windows", type=int, default=3, help="measured windows (each: ingest, push, polling)"
+    )
+    parser.add_argument("--window-s", type=float, default=120, help="seconds of each phase of a window")
     parser.add_argument(
         "--sweep", action="store_true", help=f"one run per size: {' → '.join(map(str, SWEEP))}"
     )
-    parser.add_argument("--on-screen", type=int, default=8, help="nodes on each viewer's dashboard page")
+    parser.add_argument(
+        "--on-screen", type=int, default=0, help="nodes on each viewer's page (default: the dashboard's page)"
+    )
     parser.add_argument(
         "--operations", type=int, default=0, help="nodes streaming an operation (default N/16)"
     )
@@ -455,10 +485,15 @@ def main() -> None:
     if args.agents:
         fleet_agents.play(args)
         return
+    failed = False
     for nodes in SWEEP if args.sweep else (args.nodes,):
         args.nodes = nodes
         args.operations = args.operations if args.operations and not args.sweep else max(1, nodes // 16)
-        print(json.dumps(asyncio.run(measure(args))), flush=True)
+        figures = asyncio.run(measure(args))
+        print(json.dumps(figures), flush=True)
+        failed = failed or bool(figures["failures"])
+    if failed:
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

@@ -14,8 +14,11 @@ What it sends goes through the agent's own code (workers.events, workers.metrics
 What this process does not do that an agent does: ask whether an operation is still wanted before running it
 (workers.asking; one round trip per operation) and sample npu-smi.
 
-Every metrics batch handed to the broker is written to --sent as "node seq epoch" (what the viewers should
-have received). On SIGTERM the running operations end (cancelled), and it exits.
+Each node's connection publishes as an agent's does (workers.celery_app's transport options: on RabbitMQ the
+broker confirms every publish, so a refused one raises instead of vanishing). Every metrics batch the broker
+took is written to --sent as "node seq epoch" (what the panel should store and the viewers receive); what it
+did, and every publish that failed (by kind), is rewritten to --status as JSON each second, which
+bench/fleet.py reads around each window. On SIGTERM the running operations end (cancelled), and it exits.
 """
 
 import argparse
@@ -36,7 +39,7 @@ from kombu import Connection
 
 from tests.browser.fake_fleet import FakeNode
 from workers import __version__, metrics_inbox
-from workers.celery_app import app
+from workers.celery_app import app, ssl_options, transport_options
 from workers.contracts import Heartbeat, utcnow
 from workers.events import EventEmitter, send_to_panel
 from workers.identity import Untrusted, check_task, use_keys
@@ -48,6 +51,7 @@ log = logging.getLogger("fleet-agents")
 JOINS_IN_PARALLEL = 8
 QUEUE_POLL_S = 1.0  # a node waiting for its inventory task looks at its queue this often
 REPORT_S = 10.0
+JOBS = ("metrics", "heartbeat", "poll", "log")
 SENT_FLUSH_S = 1.0
 
 
@@ -56,7 +60,9 @@ class PlayedNode:
 
     def __init__(self, name: str, answer: dict, rng: Random, streams: bool):
         self.name = name
-        self.connection = Connection(answer["broker_url"], connect_timeout=10)
+        url = answer["broker_url"]
+        options, tls = transport_options(url), ssl_options(url, None) or False
+        self.connection = Connection(url, connect_timeout=10, transport_options=options, ssl=tls)
         self.connection.ensure_connection(max_retries=3)
         self.producer = app.amqp.Producer(self.connection, auto_declare=False)
         self.queue = agent_queue(node_queue(name), agent=True).bind(self.connection.default_channel)
@@ -117,11 +123,13 @@ class PlayedNode:
 
     def log_line(self) -> None:
         self.lines += 1
+        assert self.emitter is not None, "only a node whose operation runs streams"
         self.emitter.log(f"[{self.name}] step output line {self.lines}")
         if self.lines % 10 == 0:
             self.emitter.progress(min(99.0, self.lines / 10), "streaming")
 
     def end_operation(self, state: str, **details) -> None:
+        assert self.emitter is not None, "only a running operation ends"
         self.emitter.finish(state, **details)
         self.done, self.running, self.emitter = self.running, [], None
 
@@ -194,17 +202,36 @@ def play(args) -> None:
     print(f"joined {len(nodes)} nodes in {time.monotonic() - started:.1f} s", flush=True)
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
-    counts = {"metrics": 0, "heartbeat": 0, "poll": 0, "log": 0, "errors": 0}
-    schedule = Schedule()
+    tally, schedule = Tally(Path(args.status)), Schedule()
     try:
         with Path(args.sent).open("a") as sent:
-            run_schedule(nodes, schedule, args, counts, sent, stop=lambda: bool(stopping))
+            run_schedule(nodes, schedule, args, tally, sent, stop=lambda: bool(stopping))
     finally:
         for node in nodes:
             if node.emitter is not None:
                 node.end_operation("cancelled", error="the bench ended")
             node.close()
-        print(f"load: {counts}, worst lag {schedule.worst_lag_s * 1000:.0f} ms", file=sys.stderr, flush=True)
+        print(tally.line(schedule), file=sys.stderr, flush=True)
+
+
+class Tally:
+    """What the load did and what failed, by kind of job; rewritten whole to `path` (bench/fleet.py reads it
+    around each window: an error inside one fails the run)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.done = {what: 0 for what in JOBS}
+        self.errors = {what: 0 for what in JOBS}
+
+    def line(self, schedule: "Schedule") -> str:
+        return f"load: done {self.done}, errors {self.errors}, worst lag {schedule.worst_lag_s * 1000:.0f} ms"
+
+    def write(self, schedule: "Schedule") -> None:
+        lag_ms = round(schedule.worst_lag_s * 1000)
+        status = {"done": self.done, "errors": self.errors, "worst_lag_ms": lag_ms}
+        scratch = self.path.with_suffix(".new")
+        scratch.write_text(json.dumps(status))
+        scratch.replace(self.path)  # a reader never sees half a file
 
 
 def next_time(due: float, every: float, now: float) -> float:
@@ -231,7 +258,7 @@ def _play(node: PlayedNode, what: str, second: int, args, sent) -> bool:
     return True
 
 
-def run_schedule(nodes: list[PlayedNode], schedule: Schedule, args, counts: dict, sent, stop) -> None:
+def run_schedule(nodes: list[PlayedNode], schedule: Schedule, args, tally: Tally, sent, stop) -> None:
     """Every node's metrics each second (spread evenly over it), heartbeats, its queue until the inventory
     came, and log lines of the streaming ones, until `stop()`."""
     now, slot = time.monotonic(), 1.0 / len(nodes)
@@ -254,22 +281,22 @@ def run_schedule(nodes: list[PlayedNode], schedule: Schedule, args, counts: dict
                 follow["poll"] = None  # the inventory came: its log streams, or it ended at once
                 if node.streams:
                     schedule.at(due + follow["log"], index, "log")
-            counts[what] += 1
+            tally.done[what] += 1
         except Exception:
-            counts["errors"] += 1
+            tally.errors[what] += 1
             log.exception("%s: %s failed", node.name, what)
         if follow[what] is not None:
             schedule.at(next_time(due, follow[what], time.monotonic()), index, what)
         if time.monotonic() >= next_flush:
             next_flush += SENT_FLUSH_S
             sent.flush()
+            tally.write(schedule)
         if time.monotonic() >= next_report:
             next_report += REPORT_S
-            print(
-                f"load: {counts}, worst lag {schedule.worst_lag_s * 1000:.0f} ms", file=sys.stderr, flush=True
-            )
+            print(tally.line(schedule), file=sys.stderr, flush=True)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--spec", help=argparse.SUPPRESS)  # {"panel": URL, "tokens": {node: join token}}
     parser.add_argument("--sent", help=argparse.SUPPRESS)
+    parser.add_argument("--status", help=argparse.SUPPRESS)

@@ -1,5 +1,6 @@
 """What the live-metrics benches share (bench/metrics_fanout.py, bench/fleet.py): the measured window, viewers
-that hold a websocket or poll the REST endpoint, what they received, and the tallies made of it.
+that hold a websocket or poll the REST endpoint, what they received, the tallies made of it, and the CPU of
+the servers the panel stands on.
 
 A viewer records, per node, the sequence number and the latency (ms, sample time on the agent → message
 received here) of every sample taken inside the window. Samples of a node are its agent's MetricBatch
@@ -8,6 +9,7 @@ received here) of every sample taken inside the window. Samples of a node are it
 
 import asyncio
 import json
+import re
 import statistics
 import sys
 import time
@@ -16,6 +18,7 @@ from datetime import UTC, datetime
 import httpx
 import psutil
 import websockets
+from websockets.typing import Origin
 
 GRACE_S = 3  # after the window, frames of samples taken inside it may still be on their way
 
@@ -40,7 +43,7 @@ async def push_client(
     """A websocket viewer subscribed to `groups`: records, per node, the sequence numbers and latencies (ms)
     of in-window "metrics" frames. `ready` is set once the panel confirmed the subscription (the
     permission checks take a while on a busy machine)."""
-    origin = url.replace("ws://", "http://").removesuffix("/ws/")
+    origin = Origin(url.replace("ws://", "http://").removesuffix("/ws/"))
     headers = {"Authorization": f"Bearer {token}"}
     async with websockets.connect(url, additional_headers=headers, origin=origin, max_size=None) as ws:
         await ws.send(json.dumps({"type": "subscribe", "groups": groups}))
@@ -67,7 +70,7 @@ async def poll_client(
     """A viewer asking GET /api/v1/metrics/latest/ every `every_s` for `nodes` (every node when None, as the
     dashboard's back-fill does); records the latency of each new in-window sample."""
     headers = {"Authorization": f"Bearer {token}"}
-    params = [("node", name) for name in nodes or []]
+    params: list[tuple[str, str | int | float | bool | None]] = [("node", name) for name in nodes or []]
     async with httpx.AsyncClient(base_url=base, headers=headers, timeout=30) as client:
         while not stop.is_set():
             started = time.monotonic()
@@ -128,6 +131,89 @@ def cpu_seconds(processes: list[psutil.Process], *, children: bool = True) -> fl
                 continue
             total += times.user + times.system
     return total
+
+
+def per_sample_ratio(push: tuple[list[dict], dict], polling: tuple[list[dict], dict], part: str) -> float:
+    """Polling ÷ push: CPU seconds of `part` per delivered sample. Each argument is (what the viewers
+    received, CPU seconds by part over the window); NaN when either delivered nothing."""
+    push_n, poll_n = delivered(push[0]), delivered(polling[0])
+    if not push_n or not poll_n or push[1][part] <= 0:
+        return float("nan")
+    return (polling[1][part] / poll_n) / (push[1][part] / push_n)
+
+
+def push_vs_poll(push: tuple[list[dict], dict], polling: tuple[list[dict], dict]) -> dict[str, float]:
+    """The benches' three ratios: per delivered sample, of the web processes (delivery is their work), of
+    the panel's processes (ingest included), and "all_in" (the panel and the servers it stands on)."""
+    return {
+        f"push_vs_poll{suffix}": round(per_sample_ratio(push, polling, part), 2)
+        for suffix, part in (("", "web"), ("_panel", "panel"), ("_all_in", "all_in"))
+    }
+
+
+# A PostgreSQL backend's title: "postgres: [cluster: ]user database client(port) activity".
+BACKEND_TITLE = re.compile(r"postgres: (?:\S+: )?\S+ (\S+) (?:\S+\(\d+\)|\[local\])")
+
+
+class Server:
+    """One server the panel stands on (PostgreSQL, RabbitMQ, Redis): the process listening on its port, its
+    descendants, and what its exited children used (a PostgreSQL backend per connection often starts and
+    ends inside one window; the server reaped it, so its children's times hold that CPU). `database`: count
+    only that database's PostgreSQL backends among the living ones (a shared server's others are not the
+    panel's; exited ones cannot be told apart)."""
+
+    def __init__(self, label: str, port: int, name: str, database: str | None = None):
+        self.label, self.database = label, database
+        self.root = listening(port, name)
+
+    def seconds(self) -> dict[tuple[str, int], float]:
+        """CPU seconds per (label, pid), the reaped children's under pid 0; {} when the server is unknown."""
+        if self.root is None:
+            return {}
+        try:
+            times = self.root.cpu_times()
+            members = [self.root, *self.root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return {}
+        found = {(self.label, 0): times.children_user + times.children_system}
+        for member in members:
+            try:
+                if self.database and not self.ours(member):
+                    continue
+                spent = member.cpu_times()
+            except psutil.Error:
+                continue
+            found[(self.label, member.pid)] = spent.user + spent.system
+        return found
+
+    def ours(self, process: psutil.Process) -> bool:
+        title = " ".join(process.cmdline())
+        backend = BACKEND_TITLE.match(title)
+        return backend is None or backend.group(1) == self.database
+
+
+def listening(port: int, name: str) -> psutil.Process | None:
+    """The process named `name` that listens on `port` (what the bench talks to, not another copy of the
+    same server on this machine), None when there is none (another host, or no right to look)."""
+    try:
+        connections = psutil.net_connections("tcp")
+    except psutil.AccessDenied:
+        return None
+    for connection in connections:
+        if connection.status == psutil.CONN_LISTEN and connection.laddr.port == port and connection.pid:
+            process = psutil.Process(connection.pid)
+            if process.name() == name:
+                return process
+    return None
+
+
+def spent(before: dict, after: dict) -> dict[str, float]:
+    """CPU seconds per label between two `Server.seconds()` maps, over what lived through both."""
+    totals: dict[str, float] = {}
+    for key, seconds in after.items():
+        if key in before:
+            totals[key[0]] = totals.get(key[0], 0.0) + seconds - before[key]
+    return totals
 
 
 def cpu_line(label: str, cpu: dict) -> str:

@@ -17,6 +17,12 @@ sent; each client's missing ones count (a client whose socket dies loses the res
 system seconds of the web and worker processes during each phase, ingest included; "ingest_cpu_s" is the
 same over a phase with no clients, what both ways pay before delivering anything. The bench's own CPU
 (clients, publisher) and redis-server's are reported on stderr, apart. The last line is JSON.
+
+push_vs_poll, push_vs_poll_panel and push_vs_poll_all_in are bench/fleet.py's figures (CPU per delivered
+sample, polling ÷ push: of the web process; of web and worker; of those and redis-server, which is here the
+broker and the channel layer), so the two benches can be read side by side; `panel_cpu_ratio` is the plain
+quotient of the two phases' panel CPU (not per sample), the figure this bench gave before.
+docs/scaling.md ("Two benches, one question") says why their ratios differ.
 """
 
 import argparse
@@ -43,6 +49,7 @@ from bench.live_viewers import (  # noqa: E402
     measure_window,
     poll_client,
     push_client,
+    push_vs_poll,
     quantile,
 )
 from panel import web  # noqa: E402
@@ -111,11 +118,13 @@ class Panel:
         self.publisher = psutil.Process(publisher.pid)
 
     def cpu_seconds(self) -> dict[str, float]:
+        panel, redis = cpu_seconds(self.processes), cpu_seconds([self.redis])
         return {
-            "panel": cpu_seconds(self.processes),
+            "panel": panel,
             "web": cpu_seconds(self.processes[:1]),
             "worker": cpu_seconds(self.processes[1:]),
-            "redis": cpu_seconds([self.redis]),
+            "redis": redis,
+            "all_in": panel + redis,
             "publisher": cpu_seconds([self.publisher]),
             "clients": cpu_seconds([psutil.Process()], children=False),
         }
@@ -216,6 +225,8 @@ async def main_async(args) -> dict:
         "polling_panel_cpu_s": round(polling_cpu["panel"], 2),
         # What both ways pay before any client: storing and alerting on the agents' batches.
         "ingest_cpu_s": round(ingest_only["panel"], 2),
+        "panel_cpu_ratio": round(polling_cpu["panel"] / push_cpu["panel"], 2),
+        **push_vs_poll((push, push_cpu), (polling, polling_cpu)),
     }
 
 
