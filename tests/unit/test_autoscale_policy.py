@@ -190,3 +190,40 @@ def test_min_zero_sleeps_the_last_replica_only_after_a_whole_quiet_window():
     assert decide(zero, clock.series, 2, clock.now, capacity=8).to == 1
     # A replica that reported nothing (asleep, left out by the decider): nothing to decide on.
     assert decide(zero, {}, 1, clock.now, capacity=8).action == HOLD
+
+
+def test_a_queue_that_drains_at_its_own_pace_holds_one_that_does_not_scales():
+    # A burst's backlog served by the engines there: 30 waiting fall to 10 in 30 s, gone in about 15 s more.
+    clock = Clock(2)
+    start = clock.now
+    clock.run(32, lambda t: busy(waiting=15 - (t - start) / 3, running=8))
+    decision = decide(config(), clock.series, 2, clock.now, capacity=8)
+    assert decision.action == HOLD
+    assert english(decision.reason) == "the queue drains: 28.7 → 8.7 waiting in 30 s, gone in about 13 s"
+    # Falling too slowly to be gone within one more window: it still asks for more engines.
+    clock = Clock(2)
+    start = clock.now
+    clock.run(32, lambda t: busy(waiting=15 - (t - start) / 30, running=8))
+    assert decide(config(), clock.series, 2, clock.now, capacity=8).action == UP
+    # Other targets are not a queue: a falling TTFT above its target still scales.
+    clock = Clock(2)
+    start = clock.now
+    clock.run(32, lambda t: {**busy(), "window_ttft_p90": 4.0 - (t - start) / 10})
+    assert decide(config("ttft_p90_ms", 500.0), clock.series, 2, clock.now, capacity=8).action == UP
+
+
+def test_sleeping_rows_count_towards_min_and_max_but_an_up_is_in_serving_engines():
+    # Two of four rows serve (the others sleep) and are busy: up to 4 serving, not past max 4 in rows.
+    clock = Clock(2)
+    clock.run(32, busy())
+    decision = decide(config(hi=4), clock.series, 2, clock.now, capacity=8, asleep=2)
+    assert (decision.action, decision.current, decision.to) == (UP, 2, 3)
+    # Below min only when rows are: one serving and one asleep is min 2.
+    clock = Clock(1)
+    clock.run(62, IDLE)
+    assert decide(config(lo=2), clock.series, 1, clock.now, capacity=8, asleep=1).action == HOLD
+    # No down while one sleeps: fewer engines serve than the rows already.
+    clock = Clock(3)
+    clock.run(62, IDLE)
+    assert decide(config(), clock.series, 3, clock.now, capacity=8).action == DOWN
+    assert decide(config(), clock.series, 3, clock.now, capacity=8, asleep=1).action == HOLD

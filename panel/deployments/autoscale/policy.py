@@ -17,8 +17,16 @@ figures it was taken on and its reason in parts (panel/deployments/reasons.py).
   2-minute burst is half over after three single steps of a cold start and a window each): with
   `waiting_per_replica`, the replicas that hold the lowest load of the window with at most `target` waiting
   on each; with the others, the count times figure / target.
+- A queue that drains on its own holds (`waiting_per_replica`): when the waiting requests fell over the
+  window fast enough to be gone within one more window at that pace, the engines there are catching up with
+  a backlog (a burst's first seconds, before the last step's replicas served), and more replicas would come
+  when it is gone and stay a whole down window for nothing.
 - One step at a time, and none within a window after the last change (cooldown): the next step is decided
   on figures taken with the new count.
+- Engines asleep (`asleep`: rows whose engine sleeps, put there by the idle step, a person or min 0) count
+  towards min and max, as rows, but not in `current` (the engines serving): an up is in serving engines and
+  the decider wakes a sleeper for it before it places a new one (a wake takes seconds, a cold start minutes).
+  No down while one sleeps: the deployment serves on fewer engines than its rows already.
 - Below `min` (at least one replica) or above `max` (the range was just changed) goes there at once, one
   step per tick.
 - `min: 0` (config.py): from one replica, down is to zero, the engine asleep, when no request ran or waited
@@ -67,6 +75,9 @@ DOWN_REASON = {
     ),
 }
 TO_ZERO_REASON = gettext_noop("no request running or waiting for {for_s} s: {from} → 0, asleep (min 0)")
+DRAINING_REASON = gettext_noop(
+    "the queue drains: {first} → {last} waiting in {for_s} s, gone in about {in_s} s"
+)
 
 
 @dataclass(frozen=True)
@@ -95,11 +106,14 @@ def decide(
     last_change: float | None = None,
     capacity: int = 256,
     gap_s: float = 10.0,
+    asleep: int = 0,
 ) -> Decision:
-    """Up, down or hold for a deployment with `current` replicas serving (their `series`, oldest first)."""
-    if current < config.floor:
+    """Up, down or hold for a deployment with `current` replicas serving (their `series`, oldest first) and
+    `asleep` more rows whose engines sleep."""
+    rows = current + asleep
+    if rows < config.floor:
         return _bounds(current, current + 1, gettext_noop("below min {min}: {from} → {to}"), config)
-    if current > config.max:
+    if rows > config.max and current > 0:
         return _bounds(current, current - 1, gettext_noop("above max {max}: {from} → {to}"), config)
     if last_change is not None:
         since = now - last_change
@@ -107,7 +121,7 @@ def decide(
             why = gettext_noop("cooling down: {for_s} s since the last change")
             return _hold(current, why, for_s=round(since))
     up = _try_up(config, series, current, now, last_change, capacity, gap_s)
-    if up.action != HOLD or current <= config.min:
+    if up.action != HOLD or current <= config.min or asleep:
         return up
     if current == 1:  # min 0: the last replica is not removed, it sleeps
         down = _try_zero(config, series, current, now, last_change, gap_s)
@@ -129,8 +143,27 @@ def _try_up(config, series, current, now, last_change, capacity, gap_s) -> Decis
     lowest = min(v for v in values if v is not None)
     if lowest <= config.value:
         return _hold(current, gettext_noop("within target"), value=_round(lowest))
+    if config.target == WAITING_PER_REPLICA and (draining := _draining(moments, window)) is not None:
+        return draining
     to = _up_to(config, moments, current, lowest, capacity)
     return _step(config, UP, current, to, lowest, window, UP_REASON[config.target])
+
+
+def _draining(moments: list[Moment], window: float) -> Decision | None:
+    """A hold when the waiting requests fell over the window at a pace that empties the queue within one more
+    window: the backlog of a burst's start being served by the engines there (its own pace, not a guess)."""
+    first, last = _waiting(moments[0]), _waiting(moments[-1])
+    elapsed = moments[-1].time - moments[0].time
+    if elapsed <= 0 or last >= first:
+        return None
+    gone_in = last * elapsed / (first - last)
+    if gone_in > window:
+        return None
+    current = len(moments[-1].reports)
+    return _hold(
+        current, DRAINING_REASON, first=_round(first), last=_round(last), for_s=round(elapsed),
+        in_s=round(gone_in),
+    )  # fmt: skip
 
 
 def _up_to(config, moments: list[Moment], current: int, lowest: float, capacity: int) -> int:
@@ -269,6 +302,11 @@ def _load(moment: Moment) -> float:
         (_number(report.get("running")) or 0.0) + (_number(report.get("waiting")) or 0.0)
         for report in moment.reports
     )
+
+
+def _waiting(moment: Moment) -> float:
+    """Requests waiting on all replicas."""
+    return sum(_number(report.get("waiting")) or 0.0 for report in moment.reports)
 
 
 def _number(value: Any) -> float | None:
