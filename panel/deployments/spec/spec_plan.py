@@ -11,7 +11,7 @@ from django.utils.translation import gettext as _
 from rest_framework import serializers
 
 from panel.catalog.models import SERVABLE_FORMATS, Model, ModelArtifact
-from panel.core.domain.choices import NpuHealthState
+from panel.core.domain.choices import NodeStatus, NpuHealthState
 from panel.deployments.models import Deployment
 from panel.deployments.placement import placement
 from panel.deployments.placement.planning import DeploymentPlan, plan_request
@@ -108,6 +108,8 @@ def _placement_kept(spec: dict[str, Any], current: Deployment) -> bool:
     """Does the spec's placement describe where the deployment runs now? ("auto" always does.)"""
     if current.npus.filter(health_state=NpuHealthState.FAILED).exists():
         return False  # an NPU of it failed: placed again off it (panel/deployments/failover)
+    if current.nodes.filter(status=NodeStatus.OFFLINE).exists():
+        return False  # its node went silent (lost power): placed again on online nodes (failover)
     wanted = spec.get("placement") or {}
     now = nodes_of(current)
     if wanted.get("node") and [part["node"] for part in now] != [wanted["node"]]:
