@@ -155,6 +155,56 @@ def test_a_cut_with_no_known_cause_names_the_broken_connection(live_gateway, two
     assert "mid-stream" in error["message"]
 
 
+def silent_node_of(deployment):
+    """The node stops heartbeating (a host that lost power) and the heartbeat sweep marks it offline: its
+    receivers publish the excluded instances once that commits, before any reconcile tick."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from panel.nodes.services import mark_silent_nodes_offline
+
+    node = deployment.nodes.get()
+    Node.objects.filter(pk=node.pk).update(
+        status="online", last_heartbeat=timezone.now() - timedelta(minutes=1)
+    )
+    assert mark_silent_nodes_offline() == [node.name]
+
+
+def test_an_instance_on_a_node_gone_offline_gets_no_request_from_the_sweep_on(
+    live_gateway,  # noqa: F811
+    two_replicas,
+    bob,
+):
+    key = key_for(bob)
+    assert chat(live_gateway, key, model="qwen").status_code == 200  # the pool is cached with both now
+    silent_node_of(two_replicas["qwen-a"][0])
+    for _ in range(8):
+        assert chat(live_gateway, key, model="qwen").status_code == 200
+    assert instances_of(drained(9)[:8]) == {"qwen-b/0"}
+
+
+def test_a_stream_cut_when_its_node_went_offline_ends_with_an_error_naming_the_node(
+    live_gateway,  # noqa: F811
+    two_replicas,
+    bob,
+):
+    key = key_for(bob)
+    store.client().zadd(store.inflight_key("qwen-b/0"), {"busy": time.time()})  # qwen-a takes the stream
+    deployment, process = two_replicas["qwen-a"]
+    with live_gateway.client(key) as client:
+        body = {"model": "qwen", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 200}
+        with client.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as response:
+            lines = response.iter_lines()
+            assert next(line for line in lines if line.startswith("data:"))
+            silent_node_of(deployment)
+            process.send_signal(signal.SIGKILL)
+            events = sse_events("\n".join(lines))
+    error = events[-1]["error"]
+    assert (error["type"], error["code"]) == ("server_error", "node_offline")
+    assert "Node node-qwen-a stopped answering" in error["message"]
+
+
 def test_a_retry_away_from_an_instance_is_recorded_once_a_minute_for_an_admin(celery_worker, two_replicas):
     """What the gateway calls after a retry (panel.gateway.proxy.handler._open), here in this process: a
     separate web process publishes to the broker without this test session's queue prefix, so it would not

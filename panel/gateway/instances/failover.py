@@ -1,15 +1,16 @@
 """Failover in the gateway (docs/serving-plane.md §4, §6): which instances are `excluded`, trying a request
 again elsewhere, and the error that ends a stream cut mid-way.
 
-An instance is excluded when an NPU it runs on is `failed` (Npu.health_state) or its node is draining (a
-drain that stops this deployment is under way). The panel decides that from the database and writes the
-excluded instance ids, with why, to one sealed Redis entry (`gw:excluded`) the moment an NPU's health
-changes (`publish`, on commit of the change) and on every reconcile tick (so the entry outlives no change
-by more than a tick and expires on its own). The gateway reads that entry before each pick and only ever
-takes instances *out* of the pool the database built (panel.gateway.instances.pool): an entry that is stale,
-or that someone other than the panel wrote (refused by its seal), can exclude at worst, never add an engine.
-The pool itself also leaves excluded instances out when it is read from the database, so once the pool's own
-cache turns over the database alone keeps them out.
+An instance is excluded when an NPU it runs on is `failed` (Npu.health_state), its node is draining (a drain
+that stops this deployment is under way) or its node is offline (silent past three heartbeats: a host that
+lost power answers nothing, and a request sent there waits for its connect timeout). The panel decides that
+from the database and writes the excluded instance ids, with why, to one sealed Redis entry (`gw:excluded`)
+the moment an NPU's health or a node's status changes (`publish`, on commit) and on every reconcile tick (so
+the entry outlives no change by more than a tick and expires on its own). The gateway reads that entry before
+each pick and only ever takes instances *out* of the pool the database built (panel.gateway.instances.pool):
+an entry that is stale, or that someone other than the panel wrote (refused by its seal), can exclude at
+worst, never add an engine. The pool itself also leaves excluded instances out when it is read from the
+database, so once the pool's own cache turns over the database alone keeps them out.
 
 A request that has not sent a byte to its client is tried on another instance, up to MAX_TRIES in all,
 when the engine could not be reached or answered with a status that says "not now" (5xx, or 401: the
@@ -35,6 +36,7 @@ from panel.core.domain.choices import (
     DecisionKind,
     DecisionOutcome,
     DesiredState,
+    NodeStatus,
     NpuHealthState,
 )
 from panel.deployments import decisions
@@ -56,6 +58,7 @@ RETRY_STATUSES = frozenset({401, 500, 502, 503, 504})
 
 NPU_FAILED = "npu_failed"
 NODE_DRAINING = "node_draining"
+NODE_OFFLINE = "node_offline"
 
 
 def instance_ids(deployment: Deployment) -> list[str]:
@@ -81,6 +84,9 @@ def cause_of(deployment: Deployment) -> dict | None:
     npu = failed.order_by("node__name", "npu_id", "chip_id").first()
     if npu is not None:
         return _npu_cause(npu)
+    offline = deployment.nodes.filter(status=NodeStatus.OFFLINE).order_by("name").first()
+    if offline is not None:
+        return {"cause": NODE_OFFLINE, "node": offline.name}
     for node in deployment.nodes.filter(cordoned=True).order_by("name"):
         if deployment.name in (node.drained or []):  # a drain stops it there (SQLite has no JSON contains)
             return {"cause": NODE_DRAINING, "node": node.name}
@@ -91,7 +97,11 @@ def exclusions() -> dict[str, dict]:
     """Every excluded instance id of a deployment wanted running, with why; from the database."""
     candidates = (
         Deployment.objects.filter(desired_state=DesiredState.RUNNING)
-        .filter(Q(npus__health_state=NpuHealthState.FAILED) | Q(nodes__cordoned=True))
+        .filter(
+            Q(npus__health_state=NpuHealthState.FAILED)
+            | Q(nodes__cordoned=True)
+            | Q(nodes__status=NodeStatus.OFFLINE)
+        )
         .distinct()
         .order_by("pk")
     )
@@ -223,6 +233,12 @@ def _cause_text(cause: dict | None, error: BaseException | None) -> tuple[str, s
             "Send the request again: another replica serves it."
         ).format(node=cause.get("node"))
         return message, NODE_DRAINING
+    if cause is not None and cause.get("cause") == NODE_OFFLINE:
+        message = _(
+            "Node {node} stopped answering (offline: no heartbeat) while this answer was streaming; the "
+            "answer is incomplete. Send the request again: another replica serves it."
+        ).format(node=cause.get("node"))
+        return message, NODE_OFFLINE
     if isinstance(error, httpx.TimeoutException):
         message = _("The engine stopped answering mid-stream (timed out); the answer is incomplete.")
     else:
