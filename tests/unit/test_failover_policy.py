@@ -85,3 +85,23 @@ def test_back_and_forth_counts_a_move_onto_npus_an_earlier_move_left():
     a, b, c = frozenset({"a"}), frozenset({"b"}), frozenset({"c"})
     assert policy.back_and_forth([(a, b), (b, c)]) == 0
     assert policy.back_and_forth([(a, b), (b, a)]) == 1
+
+
+def test_a_node_offline_past_the_bound_is_lost_one_back_in_time_is_not():
+    t = Thresholds(node_offline_s=15)
+    # Heard at 100, offline after 15 s of silence (the sweep), lost 15 s after that.
+    assert not policy.node_lost(False, 100, 10_000, 15, t)  # online: whatever its last word, nothing moves
+    assert not policy.node_lost(True, 100, 129.9, 15, t)
+    assert policy.node_lost(True, 100, 130, 15, t)
+    assert policy.node_lost(True, None, 0, 15, t)  # never heard from, offline
+
+
+def test_a_node_that_came_back_is_no_reason_to_move_anything_back():
+    # The failover moves work off lost nodes only: a node online again is not lost, whatever it missed,
+    # and the moved replicas' new nodes are online, so the next pass moves nothing.
+    t = Thresholds(node_offline_s=15)
+    assert policy.node_lost(True, 100, 200, 15, t)
+    assert not policy.node_lost(False, 199, 200, 15, t)
+    moves = [(frozenset({("a", 0)}), frozenset({("b", 1)}))]
+    assert policy.back_and_forth(moves) == 0
+    assert policy.back_and_forth([*moves, (frozenset({("b", 1)}), frozenset({("a", 0)}))]) == 1

@@ -11,6 +11,11 @@ tested on a fake one.
   signal waits until the link stayed down for `link_confirm_s` (the gateway excludes the instance at once
   either way; only the costly re-placement waits). A deployment is never moved back because its old NPU
   recovered: failover moves work off failed NPUs only, it does not rebalance.
+- A node that lost power (or its network) leaves no signal behind: only its silence. The heartbeat sweep
+  marks it offline after three missed heartbeats (panel.nodes); once it stayed offline `node_offline_s`
+  longer, its replicas are moved off it. The bound lets a short network blip or an agent's restart pass
+  without a move (the gateway leaves its instances out at once either way). A node that comes back finds
+  its old replicas running elsewhere and nothing is moved back to it, for the same reason as above.
 """
 
 from __future__ import annotations
@@ -29,6 +34,11 @@ class Thresholds:
     # MindCluster's rule), which already confirms it: nothing more to wait for by default. Kept as a knob
     # for a health policy that fails links faster.
     link_confirm_s: float = 0.0
+    # How long a node stays offline (after the sweep marked it so) before its replicas move: the panel's
+    # choice, so that with 5 s heartbeats (offline after 15 s) a lost node's replicas start elsewhere about
+    # 30 s after its last word, within the issue's minute, while an agent's restart (back in seconds) and
+    # a blip shorter than that move nothing.
+    node_offline_s: float = 15.0
 
 
 DEFAULT = Thresholds()
@@ -88,6 +98,17 @@ def leave_now(
     if npu.state != "failed":
         return False
     return move_now(signal, failed_since if failed_since is not None else now, now, t)
+
+
+def node_lost(offline: bool, last_heard: float | None, now: float, silent_limit_s: float, t=DEFAULT) -> bool:
+    """Whether the replicas on a node are moved off it now: it is offline (the sweep says so) and has been
+    silent for its silent limit (what made it offline) plus `node_offline_s`; a node never heard from
+    that is offline counts as lost."""
+    if not offline:
+        return False
+    if last_heard is None:
+        return True
+    return now - last_heard >= silent_limit_s + t.node_offline_s
 
 
 def back_and_forth(moves: Iterable[tuple[frozenset, frozenset]]) -> int:

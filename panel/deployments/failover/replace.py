@@ -1,13 +1,18 @@
-"""Re-placement after an NPU failed (docs/serving-plane.md §3, §6; issue 37 item 3), in the reconcile tick on
-the beat leader, under the deployment's change lock.
+"""Re-placement after an NPU failed or a node was lost (docs/serving-plane.md §3, §6; issue 37 item 3), in the
+reconcile tick on the beat leader, under the deployment's change lock.
 
-Each replica wanted running that has an engine on a `failed` NPU is started again on healthy NPUs through
+Each engine row wanted running — of every role: a disaggregated deployment's decode engines as well as its
+prefill ones — that has an engine on a `failed` NPU, or on a node offline past policy.node_lost's bound (a
+host that lost power: its engines died with it and its agent answers nothing), is started again through
 the rolling update's own path (panel/deployments/rollouts/rollouts.py), not a second one: a surge replica
 starts first where free NPUs allow and the gateway pools it before the sick replica is re-planned and
 restarted off the failed NPU, then the surge goes. The spec the rollout carries is the deployment's own, with
-its NPUs given as a count: on the same node where it has enough free healthy NPUs, else on any node holding
-the model's copy (placement tries those first). A multi-node replica is one row: it is re-planned as a
-whole. Each move is a `replica_moved` decision whose reason names the NPU, its node and the signal.
+its NPUs given as a count: on the same node where it has enough free healthy NPUs (never a lost node), else
+on any online node holding the model's copy (placement tries those first). Off a lost node the old engine
+needs no stop: the row's restart goes to its new node, and nothing is sent to the silent one. A multi-node
+replica is one row: it is re-planned as a whole. Each move is a `replica_moved` decision whose reason names
+the NPU, its node and the signal (or the lost node with how long it was silent), with the figures it was
+decided on.
 
 A deployment whose rolling update (or failover) is already under way waits for it: one change at a time.
 When the move cannot be planned (no free healthy NPUs anywhere), that is recorded once, as a failed
@@ -17,27 +22,46 @@ decision, not every tick (decisions.last).
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_noop
 from rest_framework import serializers
 from rest_framework.exceptions import APIException
 
-from panel.core.domain.choices import DecisionKind, DecisionOutcome, DesiredState, NpuHealthState
+from panel.core.domain.choices import (
+    DecisionKind,
+    DecisionOutcome,
+    DesiredState,
+    NodeStatus,
+    NpuHealthState,
+)
 from panel.deployments import decisions, services
 from panel.deployments.decision_models import Decision
 from panel.deployments.failover import policy
 from panel.deployments.models import Deployment
 from panel.deployments.reasons import part
-from panel.deployments.rollouts import replicas, rollouts
-from panel.deployments.spec import spec_model
+from panel.deployments.rollouts import rollouts
+from panel.deployments.spec import role_members, spec_model
 from panel.deployments.spec.spec import parse_spec, spec_of
-from panel.nodes.models import Npu
+from panel.nodes.models import Node, Npu, silent_limit
 
 log = logging.getLogger(__name__)
 RETRY_S = 120.0  # a move that failed is tried again after this long, not every tick
+NODE_LOST = "node_lost"  # the signal of a move off a node offline past policy.Thresholds.node_offline_s
+
+
+@dataclass(frozen=True)
+class Cause:
+    """Why a row leaves where it runs: a failed NPU (`npu`), or its node lost (`npu` None)."""
+
+    node: Node
+    npu: Npu | None
+    signal: str
+    figures: dict
 
 
 def _failed_npu(row: Deployment) -> Npu | None:
@@ -54,25 +78,52 @@ def _signal(npu: Npu) -> str:
     return str(reason.get("signal") or "")
 
 
-def _to_move(rows: list[Deployment], now) -> list[tuple[Deployment, Npu]]:
-    """The rows (with their failed NPU) the policy moves now."""
-    found = []
-    for row in rows:
-        npu = _failed_npu(row)
-        if npu is None:
-            continue
+def _lost_node(row: Deployment, now) -> Cause | None:
+    """The first node of the row that is offline past the bound (policy.node_lost), with the figures."""
+    for node in row.nodes.filter(status=NodeStatus.OFFLINE).order_by("name"):
+        limit = silent_limit(node.heartbeat_interval).total_seconds()
+        heard = node.last_heartbeat.timestamp() if node.last_heartbeat else None
+        if policy.node_lost(True, heard, now.timestamp(), limit):
+            # Figures are numbers (decisions.checked_figures): the node is named in the reason.
+            figures = {
+                "offline_after_s": limit,
+                "moved_after_s": limit + policy.DEFAULT.node_offline_s,
+            }
+            if heard is not None:
+                figures["silent_s"] = round(now.timestamp() - heard, 1)
+            return Cause(node, None, NODE_LOST, figures)
+    return None
+
+
+def _cause(row: Deployment, now) -> Cause | None:
+    """Why the policy moves this row now, or None: a failed NPU first (it names the chip), else a lost
+    node."""
+    npu = _failed_npu(row)
+    if npu is not None:
         since = npu.health_changed_at.timestamp() if npu.health_changed_at else None
         view = policy.NpuView(npu.health_state, since)
         if policy.leave_now(view, _signal(npu), since, now.timestamp()):
-            found.append((row, npu))
+            return Cause(npu.node, npu, _signal(npu), {"npu": npu.npu_id, "chip": npu.chip_id})
+    return _lost_node(row, now)
+
+
+def _to_move(rows: list[Deployment], now) -> list[tuple[Deployment, Cause]]:
+    """The rows (with why) the policy moves now."""
+    found = []
+    for row in rows:
+        cause = _cause(row, now)
+        if cause is not None:
+            found.append((row, cause))
     return found
 
 
 def affected_primaries() -> list[int]:
-    """Primaries with a row wanted running on a failed NPU."""
-    rows = Deployment.objects.filter(
-        desired_state=DesiredState.RUNNING, npus__health_state=NpuHealthState.FAILED
-    ).values_list("pk", "replica_of_id")
+    """Primaries with a row wanted running on a failed NPU or on an offline node."""
+    rows = (
+        Deployment.objects.filter(desired_state=DesiredState.RUNNING)
+        .filter(Q(npus__health_state=NpuHealthState.FAILED) | Q(nodes__status=NodeStatus.OFFLINE))
+        .values_list("pk", "replica_of_id")
+    )
     return sorted({primary or pk for pk, primary in rows})
 
 
@@ -99,7 +150,7 @@ def _step(pk: int, now) -> int:
         return 0  # gone, stopped, or a change under way: the next tick looks again
     if _settled_failed_lately(primary, now):
         return 0
-    rows = [primary, *replicas.members(primary)]
+    rows = engine_rows(primary)
     if any(services.active_operations(row).exists() for row in rows):
         return 0
     moving = _to_move(rows, now)
@@ -108,10 +159,19 @@ def _step(pk: int, now) -> int:
     user = primary.created_by
     spec = _spec_for_move(primary, moving, user)
     rollout = rollouts.begin(primary, spec, [row.name for row, _npu in moving], user)
-    for row, npu in moving:
-        decisions.record(row, DecisionKind.REPLICA_MOVED, reason=_reason(row, npu), figures=_figures(npu))
+    for row, cause in moving:
+        decisions.record(
+            row, DecisionKind.REPLICA_MOVED, reason=_reason(row, cause), figures=cause.figures, role=row.role
+        )
     log.info("failover of %s: rollout %s moves %s", primary.name, rollout.pk, [r.name for r, _n in moving])
     return 1
+
+
+def engine_rows(primary: Deployment) -> list[Deployment]:
+    """Every engine of the deployment, of every role (a disaggregated one's decode engines, `<name>-d<j>`,
+    are no plain replicas), the primary first; rows being deleted left out."""
+    others = primary.replicas.exclude(desired_state=DesiredState.DELETED).exclude(pk=primary.pk)
+    return [primary, *others.order_by("pk")]
 
 
 def settle_moves(primary: Deployment) -> None:
@@ -138,7 +198,22 @@ def _settled_failed_lately(primary: Deployment, now) -> bool:
     )
 
 
-def _reason(row: Deployment, npu: Npu) -> list[dict]:
+def _reason(row: Deployment, cause: Cause) -> list[dict]:
+    if cause.npu is None:
+        return [
+            part(
+                gettext_noop(
+                    "{name} ran on {node}, which has been silent for {silent} s (offline after {limit} s, "
+                    "moved after {bound} s): started again on another node with free NPUs and the model's "
+                    "copy. Nothing moves back when the node returns."
+                ),
+                name=row.name,
+                node=cause.node.name,
+                silent=cause.figures.get("silent_s", "-"),
+                limit=round(cause.figures["offline_after_s"]),
+                bound=round(cause.figures["moved_after_s"]),
+            )
+        ]
     return [
         part(
             gettext_noop(
@@ -146,46 +221,63 @@ def _reason(row: Deployment, npu: Npu) -> list[dict]:
                 "a surge replica first where free NPUs allow."
             ),
             name=row.name,
-            npu=npu.npu_id,
-            node=npu.node.name,
-            signal=_signal(npu) or "-",
+            npu=cause.npu.npu_id,
+            node=cause.node.name,
+            signal=cause.signal or "-",
         )
     ]
 
 
-def _figures(npu: Npu) -> dict:
-    return {"npu": npu.npu_id, "chip": npu.chip_id}
-
-
-def _count_placement(spec: dict[str, Any], node: str | None) -> dict[str, Any]:
-    """The spec with its NPUs as a count (ids would pin the failed one), on `node` or on any node."""
-    placement = dict(spec.get("placement") or {})
+def _as_count(placement: dict[str, Any], nodes: list, node: str | None) -> dict[str, Any]:
+    """A placement with its NPUs as a count (ids would pin the failed one), on `node` or on any node."""
     npus = placement.get("npus")
-    nodes = spec.get("nodes") or []
     count = len(npus) if isinstance(npus, list) else npus
     if nodes and len(nodes) == 1:
         count = len(nodes[0]["npus"])
-    placed = {"npus": count} if node is None else {"node": node, "npus": count}
+    return {"npus": count} if node is None else {"node": node, "npus": count}
+
+
+def _count_placement(spec: dict[str, Any], node: str | None) -> dict[str, Any]:
+    """The spec with its NPUs as a count, on `node` or on any node; a disaggregated spec's roles alike
+    (each engine of a role is planned from its role's placement)."""
+    nodes = spec.get("nodes") or []
+    placed = _as_count(dict(spec.get("placement") or {}), nodes, node)
     moved = {**spec, "nodes": [] if len(nodes) <= 1 else nodes, "placement": placed}
+    if spec.get("roles"):
+        moved["roles"] = {
+            role: {**entry, "placement": _as_count(entry.get("placement") or placed, [], node)}
+            for role, entry in spec["roles"].items()
+        }
     if node is None:
         # Another node: the model's copy there, not this one's (placement tries nodes holding one first).
         moved = {**moved, "artifact": None, "path": ""}
     return moved
 
 
+def _surge_fits(primary: Deployment, candidate: dict[str, Any], role: str, user) -> bool:
+    model, artifact = spec_model.resolve_model(candidate, user, dry_run=True)
+    if candidate.get("roles"):
+        index = role_members.next_index(primary, role)
+        role_members.plan_engine(candidate, model, artifact, user, role, index, None)
+        return True
+    return rollouts.why_no_surge(primary, candidate, model, artifact, user) is None
+
+
 def _spec_for_move(primary: Deployment, moving, user) -> dict[str, Any]:
-    """The spec for the rollout: a surge on the same node where it fits, else on any node with the model;
-    where none fits, the rollout replaces in place, re-planning the row off the failed NPU (its failure,
-    if that cannot be planned either, settles the decisions)."""
+    """The spec for the rollout: a surge on the same node where it fits (not when that node is lost), else
+    on any node with the model; where none fits, the rollout replaces in place, re-planning the row off the
+    failed NPU or the lost node (its failure, if that cannot be planned either, settles the decisions)."""
     spec = parse_spec(spec_of(primary), primary.name)
     if len(spec.get("nodes") or []) > 1:
         return spec  # a multi-node replica is re-planned as a whole with its own nodes' healthy NPUs
-    node = moving[0][1].node.name
-    for candidate in (_count_placement(spec, node), _count_placement(spec, None)):
+    row, cause = moving[0]
+    candidates = [_count_placement(spec, None)]
+    if cause.npu is not None:
+        candidates.insert(0, _count_placement(spec, cause.node.name))
+    for candidate in candidates:
         try:
-            model, artifact = spec_model.resolve_model(candidate, user, dry_run=True)
-            if rollouts.why_no_surge(primary, candidate, model, artifact, user) is None:
+            if _surge_fits(primary, candidate, row.role, user):
                 return candidate
         except (serializers.ValidationError, APIException):
             continue
-    return _count_placement(spec, None)
+    return candidates[-1]
