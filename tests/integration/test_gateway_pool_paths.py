@@ -123,9 +123,10 @@ def test_a_prefill_goes_to_the_prefill_with_the_least_prompt_in_flight(engines):
     assert sorted(m for m in counted if m.startswith("new-")) == [f"new-{i}-prefill~2" for i in range(3)]
 
 
-def test_a_pd_request_ends_its_prefills_count_with_the_decodes_pick(live_gateway, engines, bob):  # noqa: F811
-    """The prefill is counted while it computes and no longer once the decode is picked (the two in one
-    round trip): nothing stays counted on either after the request, which a drain would wait for."""
+def test_a_pd_requests_counts_end_on_its_prefill_and_its_decode(live_gateway, engines, bob):  # noqa: F811
+    """The prefill and the decode are picked in one round trip; the prefill's count ends once it answered
+    (beside the decode's start), the decode's with the request: nothing stays counted on either after the
+    request, which a drain would wait for."""
     model = Model.objects.create(name="pd-count-model")
     names = [("pdc", "prefill"), ("pdc-r2", "prefill"), ("pdc-d1", "decode")]
     primary = None

@@ -187,3 +187,33 @@ async def test_a_session_sticks_to_its_instance_until_the_load_bound(redis, sett
     # r1 and r2 stay (its load 1, then 2, against the other's 0: within 0 + 2); at r3 it has 3: the other.
     assert picked[:2] == [first.id] * 2
     assert picked[2] != first.id
+
+
+async def test_a_prefill_and_a_routed_decode_are_picked_and_counted_in_one_round_trip(
+    redis, settings, monkeypatch
+):
+    settings.PANEL_GATEWAY_ROUTING_MARGIN, settings.PANEL_GATEWAY_ROUTING_MARGIN_RATIO = 2, 0.25
+    prefills, decodes = instances(2), instances(4)[2:]
+    client = store.client()
+    client.zadd(store.inflight_key(prefills[0].id), {"old~50": 9e9})  # a long prompt in flight on i0
+    routes, _ages = routing.route_keys("qwen")
+    client.hset(routes, "k1", decodes[1].id)  # i3 served this prefix
+    route = routing.Route("prefix", "qwen", ("k1", "k2"))
+    rounds = []
+    aclient = redis()
+    pipeline_type = type(aclient.pipeline())
+    execute = pipeline_type.execute
+
+    async def counted(pipeline, *args, **kwargs):
+        rounds.append(len(pipeline.command_stack))
+        return await execute(pipeline, *args, **kwargs)
+
+    monkeypatch.setattr(pipeline_type, "execute", counted)
+    prefill, decode = await pools.acquire_each(
+        aclient, [pools.Pick(prefills, "r-prefill~3", weighed=True), pools.Pick(decodes, "r", route)]
+    )
+    assert rounds == [2]  # both scripts went in one pipeline
+    assert (prefill.id, decode.id) == (prefills[1].id, decodes[1].id)
+    assert client.zscore(store.inflight_key(prefill.id), "r-prefill~3") is not None
+    assert client.zscore(store.inflight_key(decode.id), "r") is not None
+    assert client.hmget(routes, ["k1", "k2"]) == [decode.id, decode.id]

@@ -180,33 +180,53 @@ def weighed_id(request_id: str, body_bytes: int) -> str:
     return f"{request_id}~{max(1, body_bytes // WEIGHT_UNIT_BYTES)}"
 
 
+@dataclass(frozen=True)
+class Pick:
+    """One choice of an instance: among `instances`, counted as `request_id`, by `route` (panel.gateway.
+    instances.routing) or by the least outstanding requests (`weighed`: the least outstanding weight,
+    `weighed_id`)."""
+
+    instances: list[Instance]
+    request_id: str
+    route: routing.Route | None = None
+    weighed: bool = False
+
+    def command(self) -> tuple:
+        """The EVAL arguments that choose an instance and count the request against it, in one step."""
+        instances = self.instances
+        keys = (
+            [store.inflight_key(i.id) for i in instances]
+            + [store.suspect_key(i.id) for i in instances]
+            + [store.picked_key(i.id) for i in instances]
+        )
+        now = time.time()
+        ttl = settings.PANEL_GATEWAY_INFLIGHT_TTL_S
+        rotation = random.randrange(len(instances))
+        args = [now, now - ttl, self.request_id, rotation, int(ttl) + 60, SUSPECT_PENALTY, PICKED_S]
+        if self.route is not None:
+            return routing.pick_command(self.route, [i.id for i in instances], keys, args)
+        weighing = "weighed" if self.weighed else "counted"
+        return (PICK_LEAST_OUTSTANDING, len(keys), *keys, *args, weighing)
+
+
 async def acquire(
-    redis, instances: list[Instance], request_id: str, route=None, *, weighed: bool = False, before=None
+    redis, instances: list[Instance], request_id: str, route=None, *, weighed: bool = False
 ) -> Instance:
     """Count `request_id` against the instance with the fewest outstanding requests (`weighed`: the least
     outstanding weight, `weighed_id`) and return it, or the one its `route` (panel.gateway.instances.routing)
     prefers within the load bound. The choice and the count happen together in Redis, so racing web processes
-    spread out. `before(pipeline)` queues commands that go in the same round trip, ahead of the pick."""
-    keys = (
-        [store.inflight_key(i.id) for i in instances]
-        + [store.suspect_key(i.id) for i in instances]
-        + [store.picked_key(i.id) for i in instances]
-    )
-    now = time.time()
-    ttl = settings.PANEL_GATEWAY_INFLIGHT_TTL_S
-    rotation = random.randrange(len(instances))
-    args = [now, now - ttl, request_id, rotation, int(ttl) + 60, SUSPECT_PENALTY, PICKED_S]
-    if route is not None:
-        return instances[await routing.pick(redis, route, [i.id for i in instances], keys, args, before)]
-    weighing = "weighed" if weighed else "counted"
-    if before is None:
-        index = await redis.eval(PICK_LEAST_OUTSTANDING, len(keys), *keys, *args, weighing)
-    else:
-        async with redis.pipeline(transaction=False) as pipeline:
-            before(pipeline)
-            pipeline.eval(PICK_LEAST_OUTSTANDING, len(keys), *keys, *args, weighing)
-            index = (await pipeline.execute())[-1]
-    return instances[int(index)]
+    spread out."""
+    pick = Pick(instances, request_id, route, weighed)
+    return instances[int(await redis.eval(*pick.command()))]
+
+
+async def acquire_each(redis, picks: list[Pick]) -> list[Instance]:
+    """`acquire` for each of `picks`, in one round trip (a disaggregated request's prefill and decode)."""
+    async with redis.pipeline(transaction=False) as pipeline:
+        for pick in picks:
+            pipeline.eval(*pick.command())
+        chosen = await pipeline.execute()
+    return [pick.instances[int(index)] for pick, index in zip(picks, chosen, strict=True)]
 
 
 def release(pipeline, instance: Instance, request_id: str) -> None:

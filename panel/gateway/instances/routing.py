@@ -163,11 +163,26 @@ def route_keys(served_name: str) -> tuple[str, str]:
 
 # KEYS: the instances' in-flight sets, suspect flags and last-picked flags (as pool.PICK_LEAST_OUTSTANDING),
 # then the route hash and its age set. ARGV 1-7 as pool.PICK_LEAST_OUTSTANDING's; 8 margin, 9 ratio,
-# 10 how long an entry is kept, 11 how many entries at most; then each instance's held length, each
-# instance's id, and the request's keys. `choose` in Lua; then the chosen instance is recorded for each key.
+# 10 how long an entry is kept, 11 how many entries at most; then each instance's id, and the request's keys.
+# Each instance's held length (`held_lengths`) is read from the route hash here, in the same step as the
+# pick: a read before it cost each routed request a round trip of its own, and a racing request could
+# record other holders in between. Then `choose`; then the chosen instance is recorded for each key.
 PICK_ROUTED = """
 local n = (#KEYS - 2) / 3
 local now = tonumber(ARGV[1])
+local first = 12 + n
+local held, where = {}, {}
+for j = 1, n do
+  held[j] = 0
+  where[ARGV[11 + j]] = j
+end
+if first <= #ARGV then
+  local holders = redis.call('HMGET', KEYS[3 * n + 1], unpack(ARGV, first, #ARGV))
+  for k = 1, #holders do
+    local j = holders[k] and where[holders[k]]
+    if j then held[j] = k end
+  end
+end
 local loads = {}
 local least_index, least = 0, nil
 for i = 1, n do
@@ -181,18 +196,16 @@ end
 local bound = least + math.max(tonumber(ARGV[8]), math.floor(least * tonumber(ARGV[9])))
 local best = 0
 for j = 1, n do
-  local held = tonumber(ARGV[11 + j])
-  if held > 0 and loads[j] <= bound then
-    local best_held = best > 0 and tonumber(ARGV[11 + best]) or 0
-    if best == 0 or held > best_held or (held == best_held and loads[j] < loads[best]) then best = j end
+  if held[j] > 0 and loads[j] <= bound then
+    local best_held = best > 0 and held[best] or 0
+    if best == 0 or held[j] > best_held or (held[j] == best_held and loads[j] < loads[best]) then best = j end
   end
 end
 if best == 0 then best = least_index end
 redis.call('ZADD', KEYS[best], now, ARGV[3])
 redis.call('EXPIRE', KEYS[best], ARGV[5])
 redis.call('SET', KEYS[2 * n + best], '1', 'EX', ARGV[7])
-local chosen = ARGV[11 + n + best]
-local first = 12 + 2 * n
+local chosen = ARGV[11 + best]
 if first <= #ARGV then
   local routes, ages = KEYS[3 * n + 1], KEYS[3 * n + 2]
   local fields, scored = {}, {}
@@ -223,22 +236,11 @@ return best - 1
 """
 
 
-async def pick(redis, route: Route, instance_ids: list[str], keys: list[str], args: list, before=None) -> int:
-    """The index of the instance `route` goes to, counted against it (panel.gateway.instances.pool.acquire's
-    `keys`,
-    `args` and `before`, which this takes as pool's least-outstanding script does)."""
+def pick_command(route: Route, instance_ids: list[str], keys: list[str], args: list) -> tuple:
+    """The EVAL arguments of PICK_ROUTED for `route` (panel.gateway.instances.pool.Pick.command's `keys` and
+    `args`, as its least-outstanding script takes them)."""
     routes, ages = route_keys(route.served_name)
-    if before is None:
-        holders = await redis.hmget(routes, list(route.keys)) if route.keys else []
-    else:  # the commands queued by `before` ride with the holders' read
-        async with redis.pipeline(transaction=False) as pipeline:
-            before(pipeline)
-            if route.keys:
-                pipeline.hmget(routes, list(route.keys))
-            done = await pipeline.execute()
-        holders = done[-1] if route.keys else []
-    held = held_lengths(holders, instance_ids)
-    index = await redis.eval(
+    return (
         PICK_ROUTED,
         len(keys) + 2,
         *keys,
@@ -249,8 +251,6 @@ async def pick(redis, route: Route, instance_ids: list[str], keys: list[str], ar
         settings.PANEL_GATEWAY_ROUTING_MARGIN_RATIO,
         int(settings.PANEL_GATEWAY_PREFIX_TTL_S),
         settings.PANEL_GATEWAY_PREFIX_ENTRIES,
-        *held,
         *instance_ids,
         *route.keys,
     )
-    return int(index)

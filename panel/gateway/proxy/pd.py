@@ -6,8 +6,9 @@ least-loaded prefill instance (the least prompt in flight on it: a prefill's wor
 the prefills are weighed by the KiB of prompt each is computing, panel.gateway.instances.pool.weighed_id) as a
 non-streamed request for one token, with `kv_transfer_params` asking for
 a remote decode; the prefill answers the params a decode needs to pull the prompt's KV cache (engine id,
-block ids, host, port); then the client's own request, with those params, goes to the least-loaded decode
-instance, whose answer (streamed or not) is the client's.
+block ids, host, port); then the client's own request, with those params, goes to the decode instance
+chosen with the prefill (in the same Redis round trip, by the deployment's routing), whose answer (streamed
+or not) is the client's.
 
 - A prefill that cannot be reached, answers 5xx, or answers params that do not hold up is tried on another
   prefill. A decode that fails before its first byte is tried on another decode, after a new prefill (the
@@ -115,83 +116,80 @@ async def open_pair(call, redis, candidates: list[pools.Instance], route: str, c
     prefills = [i for i in candidates if i.role == PREFILL]
     decodes = [i for i in candidates if i.role == DECODE]
     asked = orjson.dumps(prefill_body(body))
-    for _attempt in range(failover.MAX_TRIES):
+    for attempt in range(failover.MAX_TRIES):
         if not prefills or not decodes:
             return None
-        prefilled = await _prefill(call, redis, prefills, route, asked)
-        if not isinstance(prefilled, tuple):
-            return prefilled  # None, or the prefill's answer to a request it refused
-        params, counted = prefilled
-        decode_body = orjson.dumps({**body, "kv_transfer_params": params})
+        # An id per attempt: the last attempt's count may still be ending (`_release_later`).
+        prefill_id = pools.weighed_id(f"{call.request_id}-prefill{attempt}", len(asked))
+        # The prefill and the decode are chosen in one round trip, as vLLM's proxy picks both up front: the
+        # decode is counted from now, for the request it will take once the prefill is done. (Picked after
+        # the prefill, its round trip stood between the prefill's answer and the decode's start.) The decode
+        # pool is routed by the deployment's policy: a prefix it holds is KV it need not pull.
+        asking = pools.Pick(prefills, prefill_id, weighed=True)
+        picks = [asking, pools.Pick(decodes, call.request_id, call.route)]
+        prefill, decode = await pools.acquire_each(redis, picks)
         try:
-            upstream = await _decode(call, redis, decodes, route, decode_body, counted)
-        except BaseException:
-            # The decode's pick ends the prefill's count; should it not have run (the client left, Redis
-            # failed), the count must end anyway, or a drain of that prefill waits for it (ZREM twice is
-            # harmless).
-            await asyncio.shield(_release(redis, *counted))
+            prefilled = await _prefill(call, redis, prefills, prefill, prefill_id, route, asked)
+        except BaseException:  # the client left: neither is counted any more
+            await asyncio.shield(_release(redis, decode, call.request_id))
             raise
+        if not isinstance(prefilled, tuple):
+            await _release(redis, decode, call.request_id)
+            return prefilled  # None, or the prefill's answer to a request it refused
+        params, done = prefilled
+        # The prefill's work is over: its count ends beside the decode's start rather than before it.
+        _release_later(redis, done, prefill_id)
+        decode_body = orjson.dumps({**body, "kv_transfer_params": params})
+        upstream = await _decode(call, redis, decodes, decode, route, decode_body)
         if upstream is not None:
             return upstream
     return None
 
 
-async def _prefill(call, redis, prefills: list[pools.Instance], route: str, content: bytes):
-    """(the params of the first prefill that answers good ones, that prefill and the id its count is held
-    by: the decode's pick ends it), a client error response, or None. Failed prefills are taken out of
-    `prefills` (and avoided for a few seconds by every web process)."""
+async def _prefill(call, redis, prefills: list, instance: pools.Instance, request_id: str, route: str, body):
+    """(the params of the first prefill that answers good ones, that prefill), a client error response, or
+    None. `instance`: the prefill chosen first, counted as `request_id`; failed prefills are taken out of
+    `prefills` (and avoided for a few seconds by every web process) and the next one chosen."""
     http = relay.client()
-    request_id = pools.weighed_id(f"{call.request_id}-prefill", len(content))
-    while prefills:
-        instance = await pools.acquire(redis, prefills, request_id, weighed=True)
+    while True:
         call.attempts += 1
         headers = {
             **instance.headers(), "Content-Type": "application/json", "Accept-Encoding": "identity",
             "X-Request-Id": call.request_id,
         }  # fmt: skip
         try:
-            answer = await http.post(f"{instance.base_url}/{route}", content=content, headers=headers)
+            answer = await http.post(f"{instance.base_url}/{route}", content=body, headers=headers)
         except asyncio.CancelledError:  # the client left: this prefill is no longer counted
             await asyncio.shield(_release(redis, instance, request_id))
             raise
         except httpx.HTTPError as failure:
             log.warning("prefill %s failed: %s", instance.id, failure)
-            await _drop(redis, prefills, instance, request_id)
-            continue
-        if failover.retryable(answer.status_code):
-            await _drop(redis, prefills, instance, request_id)
-            continue
-        if answer.status_code >= 400:
-            await _release(redis, instance, request_id)
-            call.instance = instance
-            return answer
-        try:
-            found = orjson.loads(answer.content)
-        except orjson.JSONDecodeError:
-            found = None
-        params = found.get("kv_transfer_params") if isinstance(found, dict) else None
-        problem = check_params(params, found if isinstance(found, dict) else {}, instance)
-        if problem is None:
-            return params, (instance, request_id)
-        log.warning("prefill %s: %s; trying another prefill", instance.id, problem)
+            answer = None
+        if answer is not None and not failover.retryable(answer.status_code):
+            if answer.status_code >= 400:
+                await _release(redis, instance, request_id)
+                call.instance = instance
+                return answer
+            try:
+                found = orjson.loads(answer.content)
+            except orjson.JSONDecodeError:
+                found = None
+            params = found.get("kv_transfer_params") if isinstance(found, dict) else None
+            problem = check_params(params, found if isinstance(found, dict) else {}, instance)
+            if problem is None:
+                return params, instance
+            log.warning("prefill %s: %s; trying another prefill", instance.id, problem)
         await _drop(redis, prefills, instance, request_id)
-    return None
+        if not prefills:
+            return None
+        instance = await pools.acquire(redis, prefills, request_id, weighed=True)
 
 
-async def _decode(call, redis, decodes: list[pools.Instance], route: str, content: bytes, prefilled):
-    """The response of one decode that started answering; None after a decode failed before its first byte
-    (it is taken out of `decodes`: the caller prefills again and tries the next). `prefilled`: the prefill
-    (instance, counted id) whose work is done, no longer counted in the same round trip as the pick."""
+async def _decode(call, redis, decodes: list[pools.Instance], instance: pools.Instance, route: str, content):
+    """The response of `instance` (a decode, counted as the call's request) once it started answering; None
+    after it failed before its first byte (it is taken out of `decodes`: the caller prefills again and tries
+    the next)."""
     http = relay.client()
-    prefill, prefill_id = prefilled
-    # The decode pool is routed by the deployment's policy (a prefix it holds is KV it need not pull).
-    instance = await pools.acquire(
-        redis,
-        decodes,
-        call.request_id,
-        call.route,
-        before=lambda queue: pools.release(queue, prefill, prefill_id),
-    )
     call.attempts += 1
     call.instance = instance
     headers = {
@@ -230,3 +228,22 @@ async def _release(redis, instance: pools.Instance, request_id: str) -> None:
     async with redis.pipeline(transaction=False) as pipeline:
         pools.release(pipeline, instance, request_id)
         await pipeline.execute()
+
+
+# Prefill counts ending beside their decodes (held here: the event loop keeps tasks only weakly).
+_releasing: set[asyncio.Future] = set()
+
+
+def _release_later(redis, instance: pools.Instance, request_id: str) -> None:
+    """End a prefill's count without the decode waiting for the round trip; should it fail, the count
+    expires with the in-flight TTL (PANEL_GATEWAY_INFLIGHT_TTL_S) as a dead web process's would."""
+    task = asyncio.ensure_future(_release_logged(redis, instance, request_id))
+    _releasing.add(task)
+    task.add_done_callback(_releasing.discard)
+
+
+async def _release_logged(redis, instance: pools.Instance, request_id: str) -> None:
+    try:
+        await _release(redis, instance, request_id)
+    except Exception:  # the decode is under way; a count left behind only weighs the prefill until its TTL
+        log.exception("could not end the count of prefill %s", instance.id)
