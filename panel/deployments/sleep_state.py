@@ -7,7 +7,8 @@
   sleep:waking:<deployment id>     held while one wake runs (value: the waker's token): concurrent first
                                    requests, in any web process, wait for that wake instead of starting theirs
   sleep:wake-failed:<deployment id>  for a few seconds after a wake failed: its error, so the requests that
-                                   waited for it answer it too
+                                   waited for it answer it too (NO_ROOM_MARK first when it had no
+                                   room to wake: it stays asleep and is not restarted)
 
 The gateway (a layer above) reads and writes these names with its own asynchronous client; the keys are the
 deployments' because the leader's idle step and the page read them too. A stale `asleep` can only cost a
@@ -22,6 +23,8 @@ from panel.core.infra.panel_redis import client
 
 PREFIX = "sleep:"
 WAKE_FAILED_TTL_S = 10
+# Starts a wake-failed value when the engine had no room to wake (left asleep, not restarted).
+NO_ROOM_MARK = "no-room: "
 LAST_TTL_S = 30 * 24 * 3600
 
 

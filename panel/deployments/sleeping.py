@@ -36,9 +36,12 @@ from panel.core.domain.choices import (
     DeploymentState,
     DesiredState,
 )
+from panel.core.domain.translated import in_language
 from panel.deployments import decisions, reasons, services, sleep_state
 from panel.deployments.conflicts import DeploymentConflict
+from panel.deployments.decision_models import Decision
 from panel.deployments.models import Deployment
+from panel.deployments.placement import hbm
 from panel.deployments.rollouts.drain import still_served
 from panel.deployments.sleep_state import can_sleep
 from panel.deployments.spec.spec import idle_of
@@ -119,27 +122,39 @@ def sleep(
     return False
 
 
-def wake(deployment: Deployment, *, reason: list[dict], actor: str = DecisionActor.USER, user=None) -> float:
+def wake(
+    deployment: Deployment,
+    *,
+    reason: list[dict],
+    actor: str = DecisionActor.USER,
+    user=None,
+    figures: dict | None = None,
+) -> float:
     """Wake the engine and wait until vLLM says it is awake; the seconds it took. Raises DeploymentConflict
-    when it is not asleep or cannot be woken (the `wake_failed` decision says why)."""
+    when it is not asleep or cannot be woken (the `wake_failed` decision says why). A level-2 sleeper whose
+    NPUs have no room for it any more is not asked at all (`no_room`)."""
     with transaction.atomic():
         locked = Deployment.objects.select_for_update().get(pk=deployment.pk)
         _refuse_unless_serving(locked)
         if sleep_state.asleep_level(locked.pk) is None:
             raise DeploymentConflict(_("{name} is awake.").format(name=locked.name))
+    crowded = no_room(deployment, actor=actor, user=user)
+    if crowded is not None:
+        raise DeploymentConflict(_("{name} did not wake: {why}").format(name=deployment.name, why=crowded))
     started = time.monotonic()
     failure = wake_engine(engine_root(deployment), wake_timeout_s())
     took = round(time.monotonic() - started, 3)
+    figures = {**(figures or {}), "wake_s": took}
     with transaction.atomic():
         if failure is not None:
             decisions.record(
-                deployment, DecisionKind.WAKE_FAILED, reason=failure, figures={"wake_s": took},
+                deployment, DecisionKind.WAKE_FAILED, reason=failure, figures=figures,
                 actor=actor, user=user, outcome=DecisionOutcome.FAILED,
             )  # fmt: skip
         else:
             sleep_state.mark_awake(deployment.pk)
             decisions.record(
-                deployment, DecisionKind.WAKE, reason=reason, figures={"wake_s": took},
+                deployment, DecisionKind.WAKE, reason=reason, figures=figures,
                 actor=actor, user=user, outcome=DecisionOutcome.DONE,
             )  # fmt: skip
     if failure is not None:
@@ -147,6 +162,51 @@ def wake(deployment: Deployment, *, reason: list[dict], actor: str = DecisionAct
             _("{name} did not wake: {why}").format(name=deployment.name, why=reasons.english(failure))
         )
     return took
+
+
+def no_room(deployment: Deployment, *, actor: str = DecisionActor.GATEWAY, user=None) -> str | None:
+    """Why a level-2 sleeper cannot wake now (another deployment took its HBM: placement/hbm.py `wake_room`),
+    in the request's language, or None when it may. The `wake_failed` it is recorded as is written once, not
+    for each request or tick that finds the same: not again while the engine's last wake decision is that
+    same refusal. The engine is left asleep, not restarted: a restart would need the same room."""
+    why = hbm.wake_room(deployment)
+    if why is None:
+        return None
+    with transaction.atomic():
+        Deployment.objects.select_for_update().filter(pk=deployment.pk).first()  # one writer at a time
+        if _last_wake_decision_said(deployment, why) is False:
+            decisions.record(
+                deployment, DecisionKind.WAKE_FAILED, reason=why, figures={"level": hbm.RELEASED_AT_LEVEL},
+                actor=actor, user=user, outcome=DecisionOutcome.FAILED,
+            )  # fmt: skip
+    return in_language(why)
+
+
+def _last_wake_decision_said(deployment: Deployment, why: list[dict]) -> bool:
+    """Whether this engine's newest sleep, wake or wake_failed decision is a wake_failed saying `why`."""
+    primary = deployment.replica_of or deployment
+    replica = "" if primary.pk == deployment.pk else deployment.name
+    newest = (
+        Decision.objects.filter(
+            deployment=primary,
+            replica=replica,
+            kind__in=(DecisionKind.SLEEP, DecisionKind.WAKE, DecisionKind.WAKE_FAILED),
+        )
+        .order_by("-time", "-id")
+        .first()
+    )
+    return (
+        newest is not None
+        and newest.kind == DecisionKind.WAKE_FAILED
+        and _refusal(newest.reason_parts) == _refusal(why)
+    )
+
+
+def _refusal(parts: list[dict]) -> list[tuple]:
+    """What makes two refusals the same: which NPUs and who holds them, not the free figure of the moment
+    (each sample moves it a little)."""
+    keys = ("node", "id", "holders")
+    return [(part["text"], *(part["params"].get(key) for key in keys)) for part in parts]
 
 
 def wake_engine(root: str, timeout_s: float) -> list[dict] | None:

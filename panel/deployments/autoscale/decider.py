@@ -15,7 +15,8 @@ until the count it asked for serves (done) or a new replica failed (failed).
 With `min: 0` the step from one replica to zero puts the engine to sleep (panel/deployments/sleeping.py, a
 `sleep` decision with the autoscaler's reason), once no request was routed to it for `down_after_s` either;
 the first request wakes it through the gateway's hold. An engine asleep (by this step, the idle step or a
-person) is left out of the figures: it serves nothing, and its zeros would hide the load on the others.
+person) is left out of the figures: it serves nothing, and its zeros would hide the load on the others. A
+scale-up wakes such an engine before it places a new one (waking.py): seconds instead of a cold start.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from rest_framework import serializers
 from panel.accounts.roles import OPERATOR, has_role
 from panel.core.domain.choices import DecisionKind, DecisionOutcome, DeploymentState, DesiredState
 from panel.deployments import decisions, metrics_history, reasons, services, sleep_state, sleeping
+from panel.deployments.autoscale import waking
 from panel.deployments.autoscale.config import Autoscale, capacity_of
 from panel.deployments.autoscale.policy import HOLD, UP, Decision, decide
 from panel.deployments.conflicts import DeploymentConflict
@@ -71,11 +73,9 @@ def step(primary: Deployment, now: datetime) -> str:
         return HOLD
     rows = [primary, *replicas.members(primary)]
     _settle_pending(primary, rows)
-    serving = [
-        row
-        for row in rows
-        if row.observed_state == DeploymentState.RUNNING and sleep_state.asleep_level(row.pk) is None
-    ]
+    running = [row for row in rows if row.observed_state == DeploymentState.RUNNING]
+    asleep = [row for row in running if sleep_state.asleep_level(row.pk) is not None]
+    serving = [row for row in running if row not in asleep]
     window = max(config.up_after_s, config.down_after_s) + gap_s()
     series = {
         row.name: [(p["time"], p["metrics"]) for p in metrics_history.read(row.name, now, since_s=window)]
@@ -84,11 +84,12 @@ def step(primary: Deployment, now: datetime) -> str:
     decision = decide(
         config,
         series,
-        primary.replicas_wanted,
+        primary.replicas_wanted - len(asleep),
         now.timestamp(),
         last_change=_last_change(primary),
         capacity=capacity_of(primary.spec or {}),
         gap_s=gap_s(),
+        asleep=len(asleep),
     )
     if decision.action == HOLD:
         return HOLD
@@ -97,6 +98,8 @@ def step(primary: Deployment, now: datetime) -> str:
         return "deferred"
     if decision.to == 0:
         return _to_zero(primary, decision, config, now)
+    if decision.action == UP and asleep:
+        return waking.wake_first(primary, decision, asleep, lambda more: _act(primary, more))
     return _act(primary, decision)
 
 

@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 
 import redis
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 
 from panel.core.domain.choices import DesiredState
-from panel.deployments import sleep_state
+from panel.deployments import reasons, sleep_state
 from panel.deployments.models import Deployment
 from panel.deployments.placement.npus import MIB, chip_of, live_figures
 from panel.nodes.models import Node, Npu
@@ -31,6 +32,14 @@ from workers.engine.planner.memory import DRIVER_RESERVED_BYTES, GIB, engine_sha
 
 log = logging.getLogger(__name__)
 RELEASED_AT_LEVEL = 2  # the sleep level whose engine gives its HBM back (see the module docstring)
+WAKE_NO_ROOM_TAKEN_BY = gettext_noop(
+    "NPU {id} on {node} has {free} GiB free of {total} GiB; {name} needs {need} GiB to wake "
+    "(gpu_memory_utilization {utilization}): {holders} took its HBM while it slept at level 2."
+)
+WAKE_NO_ROOM = gettext_noop(
+    "NPU {id} on {node} has {free} GiB free of {total} GiB; {name} needs {need} GiB to wake "
+    "(gpu_memory_utilization {utilization}): processes outside the panel took its HBM while it slept."
+)
 
 
 def gib(mb: float) -> str:
@@ -222,3 +231,37 @@ def left_notes(rows: list[NpuHbm], utilization: float) -> list[dict[str, str]]:
             }
         )
     return notes
+
+
+def wake_room(deployment: Deployment) -> list[dict] | None:
+    """Why `deployment`, asleep at level 2, has no room to wake on its NPUs now, as reason parts (one per NPU
+    short of room); None when it fits or it does not sleep at level 2. Its level-2 sleep gave its HBM back to
+    the ledger, so a sharing deployment may have taken it since: vLLM's wake would then fail to allocate
+    (after reloading), and a restart could not start either."""
+    if _sleep_level(deployment) != RELEASED_AT_LEVEL:
+        return None
+    held = list(deployment.npus.select_related("node"))
+    found = []
+    for node in {npu.node for npu in held}:
+        for row in ledger(node, [npu for npu in held if npu.node_id == node.pk]):
+            need = row.share_mb(utilization_of(deployment))
+            if need <= row.free_mb:
+                continue
+            others = [
+                tenant.name for tenant in row.tenants if tenant.counted and tenant.name != deployment.name
+            ]
+            template = WAKE_NO_ROOM_TAKEN_BY if others else WAKE_NO_ROOM
+            found.append(
+                reasons.part(
+                    template,
+                    id=row.logic_id,
+                    node=row.node,
+                    free=gib(row.free_mb),
+                    total=gib(row.total_mb),
+                    name=deployment.name,
+                    need=gib(need),
+                    utilization=utilization_of(deployment),
+                    holders=", ".join(others),
+                )  # fmt: skip
+            )
+    return found or None
