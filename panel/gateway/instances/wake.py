@@ -27,7 +27,8 @@ from django.utils.translation import gettext_noop
 
 from panel.core.domain.choices import DecisionActor, DecisionKind, DecisionOutcome
 from panel.deployments import decisions, reasons, sleep_state
-from panel.deployments.sleeping import POLL_S, wake_timeout_s
+from panel.deployments.models import Deployment
+from panel.deployments.sleeping import POLL_S, no_room, wake_timeout_s
 from panel.deployments.tasks import restart_after_failed_wake
 from panel.gateway.instances.pool import Instance
 from panel.gateway.proxy.errors import Answer, error
@@ -70,6 +71,11 @@ async def hold(
     if woken:
         return [instance for instance in instances if instance.deployment_id in woken], None
     why = next(failure for failure in outcomes if failure)
+    if why.startswith(sleep_state.NO_ROOM_MARK):  # left asleep, not restarted: no retry helps until room
+        message = _("`{model}` is asleep and has no room to wake: {why}").format(
+            model=model, why=why.removeprefix(sleep_state.NO_ROOM_MARK)
+        )
+        return [], error(503, message, "server_error", "wake_failed")
     message = _("`{model}` was asleep and did not wake: {why} It is being restarted; retry shortly.").format(
         model=model, why=why
     )
@@ -114,11 +120,18 @@ async def _wait_for_wake(redis, deployment_id: int, deadline: float) -> str | No
 
 
 async def _wake(redis, instance: Instance, model: str, timeout: float) -> str | None:
+    deployment_id = instance.deployment_id
+    # A level-2 sleeper's HBM may have gone to another deployment: then it is not asked to wake (nor
+    # restarted); the refusal, recorded once by the panel's side, answers this request and its waiters.
+    crowded = await asyncio.to_thread(_no_room, deployment_id)
+    if crowded is not None:
+        text = sleep_state.NO_ROOM_MARK + crowded
+        await redis.set(sleep_state.wake_failed_key(deployment_id), text, ex=sleep_state.WAKE_FAILED_TTL_S)
+        return text
     root = instance.base_url.removesuffix("/v1")
     started = time.monotonic()
     failure = await _wake_engine(root, timeout)
     took = round(time.monotonic() - started, 3)
-    deployment_id = instance.deployment_id
     if failure is None:
         await redis.delete(sleep_state.asleep_key(deployment_id))
         why = [reasons.part(gettext_noop("A request for {model} came while it slept"), model=model)]
@@ -132,6 +145,11 @@ async def _wake(redis, instance: Instance, model: str, timeout: float) -> str | 
     await redis.set(sleep_state.wake_failed_key(deployment_id), text, ex=sleep_state.WAKE_FAILED_TTL_S)
     await asyncio.to_thread(_queue_restart, restart_after_failed_wake, deployment_id, failure, took)
     return text
+
+
+def _no_room(deployment_id: int) -> str | None:
+    deployment = Deployment.objects.filter(pk=deployment_id).first()
+    return None if deployment is None else no_room(deployment)
 
 
 def _queue_restart(task, deployment_id: int, failure: list[dict], took: float) -> None:
