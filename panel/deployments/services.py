@@ -49,7 +49,9 @@ from panel.core.rest.exceptions import unique_violation
 from panel.deployments import alerting, metrics_history, reasons
 from panel.deployments.conflicts import DeploymentConflict
 from panel.deployments.launch.engine_keys import ensure_engine_key, sealed_for_node
+from panel.deployments.launch.pd_fabric import gate_pd_launch
 from panel.deployments.models import Benchmark, Deployment
+from panel.deployments.placement import hbm
 from panel.deployments.placement.planned_rows import fill_from_plan
 from panel.deployments.placement.planning import DeploymentPlan
 from panel.deployments.rollouts.drain import holds_stop
@@ -201,7 +203,8 @@ def launch(deployment: Deployment, user=None) -> None:
     deployment.runtime = {"nodes": {}}
     ensure_engine_key(deployment)
     # Several nodes: their NPU network is checked first; the check sends the launches when it passes.
-    waits_for_fabric = gate_launch(deployment, user)
+    # An engine of a disaggregated deployment: the network to the other role's hosts is checked first.
+    waits_for_fabric = gate_launch(deployment, user) or gate_pd_launch(deployment, user)
     if waits_for_fabric:
         move(
             deployment,
@@ -226,7 +229,7 @@ def send_launches(deployment: Deployment, user=None) -> None:
             params={"role": part["role"]},
             payload={
                 "name": deployment.name,
-                "spec": part["launch"],
+                "spec": hbm.launch_payload(deployment, part),
                 **_runtime_of(deployment, part),
                 "engine_key": sealed_for_node(deployment, nodes[part["node"]]),
                 "start_timeout_s": settings.PANEL_DEPLOY_START_TIMEOUT_S,

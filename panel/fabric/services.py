@@ -48,9 +48,11 @@ def _known_ips(node, devices: list[int]) -> list[str | None]:
 
 def _request(check: FabricCheck, node, plan: dict, addresses: dict[str, list]) -> dict:
     devices = plan["devices"][node.name]
+    # A plan may pair nodes (a disaggregated engine's host with the other role's only); else all ping all.
+    names = (plan.get("peers") or {}).get(node.name, check.node_names)
     peers = [
         {"node": other, "host_ip": plan["interfaces"][other][0], "npu_ips": addresses[other]}
-        for other in check.node_names
+        for other in names
         if other != node.name
     ]
     if_ip, ifname = plan["interfaces"][node.name]
@@ -76,12 +78,23 @@ def _send_round(check: FabricCheck, nodes: dict, plan: dict, addresses: dict[str
     check.save()
 
 
-def start_check(nodes, *, user=None, deployment=None, interfaces: dict | None = None) -> FabricCheck:
+def start_check(
+    nodes,
+    *,
+    user=None,
+    deployment=None,
+    interfaces: dict | None = None,
+    devices: dict[str, list[int]] | None = None,
+    peers: dict[str, list[str]] | None = None,
+) -> FabricCheck:
     """Check the NPU network of `nodes` (together when several). `interfaces` gives each node's
-    (HCCL_IF_IP, interface name); by default the node's address and the interface that holds it."""
+    (HCCL_IF_IP, interface name); by default the node's address and the interface that holds it. `devices`
+    ({node: logic ids}) and `peers` ({node: the nodes it pings}) narrow the check; by default the NPUs the
+    deployment holds on each node, every node pinging every other."""
     nodes = {node.name: node for node in nodes}
-    devices = {name: devices_of(node, deployment) for name, node in nodes.items()}
+    devices = devices or {name: devices_of(node, deployment) for name, node in nodes.items()}
     plan = {
+        **({"peers": peers} if peers else {}),
         "devices": devices,
         "interfaces": {
             name: tuple((interfaces or {}).get(name) or (node.address or None, None))

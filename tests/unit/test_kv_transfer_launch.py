@@ -142,3 +142,38 @@ def test_a_user_cannot_pass_the_kv_transfer_config_as_an_extra_flag():
     )  # fmt: skip
     with pytest.raises((LaunchSpecError, ValueError)):
         build_launch(spec)
+
+
+@pytest.mark.parametrize("version", ["0.11.0rc1", "0.13.0", "0.18.0", "0.25.1rc1"])
+def test_mooncake_refuses_a_prefill_tp_below_the_decode_tp_on_every_version_naming_both(version):
+    from workers.engine.launch.kv_transfer import KVSplitError
+
+    with pytest.raises(KVSplitError) as refused:
+        render_kv_transfer("mooncake", "decode", Stack(vllm_ascend=version), chip="910b", engine_id="chat-d1",
+                           port=8000, parallel={"prefill": (1, 1), "decode": (2, 1)})  # fmt: skip
+    message = str(refused.value)
+    assert f"vllm-ascend {version}'s MooncakeConnectorV1 needs the prefill TP at least the decode" in message
+    assert "prefill TP 1 and decode TP 2" in message
+    assert "mooncake_connector.py" in message
+    assert refused.value.args[0].params["decode_tp"] == 2  # the panel translates it with its values
+
+
+@pytest.mark.parametrize(("prefill", "decode"), [((2, 1), (2, 4)), ((4, 2), (1, 8)), ((8, 1), (4, 1))])
+def test_mooncake_runs_a_prefill_tp_at_or_above_the_decode_tp(prefill, decode):
+    rendered = render_kv_transfer("mooncake", "prefill", ASCEND, chip="910b", engine_id="chat", port=8000,
+                                  parallel={"prefill": prefill, "decode": decode})  # fmt: skip
+    extra = rendered.config["kv_connector_extra_config"]
+    assert extra["decode"] == {"tp_size": decode[0], "dp_size": decode[1]}
+
+
+def test_nixl_on_vllm_cpu_has_no_tp_rule_of_the_mooncake_kind():
+    rendered = render_kv_transfer("nixl", "decode", Stack(vllm="0.32.0"), chip="cpu", engine_id="d",
+                                  port=8000, parallel={"prefill": (1, 1), "decode": (2, 1)})  # fmt: skip
+    assert rendered.config["kv_role"] == "kv_consumer"
+
+
+def test_the_mooncake_row_says_it_needs_no_config_file_and_why():
+    (row,) = [row for row in load()["kv_connectors"] if row["connector"] == "mooncake"]
+    assert "config_file" in row
+    assert row["config_file"] is None
+    assert row["split"]["sources"]

@@ -1,6 +1,7 @@
 """A multi-node launch on NPUs waits for its NPU network check (panel.fabric.services.gate_launch): when the
 check ends, the launches go out (it passed or only warned) or the deployment stops, failed, with the first
-failure and its fix as the reason."""
+failure and its fix as the reason. An engine of a disaggregated deployment waits the same way for the check
+of its host and the other role's hosts (panel/deployments/launch/pd_fabric.py)."""
 
 from django.utils.translation import gettext_noop
 
@@ -30,8 +31,14 @@ def after_gate(check: FabricCheck) -> None:
         return
     templates = problem.get("templates") or {}
     params = problem.get("params") or {}
+    # An engine of a disaggregated deployment was checked against the other role's hosts (pd_fabric).
+    heading = (
+        gettext_noop("The NPU network between the prefill and decode hosts failed its check:")
+        if deployment.role
+        else gettext_noop("The NPU network check failed:")
+    )
     reason = [
-        reasons.part(gettext_noop("The NPU network check failed:")),
+        reasons.part(heading),
         reasons.part(templates.get("detail") or problem["detail"], **params),
         reasons.part("—"),
         reasons.part(templates.get("fix") or problem["fix"], **params),

@@ -26,7 +26,7 @@ from panel.deployments.spec.roles_spec import ROLES, role_member_name, role_rows
 from panel.deployments.spec.spec_plan import build_request, flat_errors, plan_for, refuse
 from panel.operations.texts import agent_text
 from workers.engine.launch.command import LaunchSpecError
-from workers.engine.launch.kv_transfer import KVTransferError, render_kv_transfer
+from workers.engine.launch.kv_transfer import KVSplitError, KVTransferError, render_kv_transfer
 from workers.i18n import message_of
 
 # The key of a rollout's spec that carries each role's (TP, DP) every engine's KV config names.
@@ -115,6 +115,8 @@ def with_kv_transfer(planned: DeploymentPlan, connector: str, role: str, engine_
                 port=part.payload["port"], parallel={key: tuple(value) for key, value in parallel.items()},
                 node_ip=part.node.address or "", ifname=(part.node.facts or {}).get("hccl_ifname") or "eth0",
             )  # fmt: skip
+        except KVSplitError as error:
+            refuse("roles", agent_text(message_of(error)))
         except KVTransferError as error:
             refuse(
                 "kv_connector",

@@ -17,6 +17,7 @@ from django.db import transaction
 
 from panel.core.domain.choices import DesiredState
 from panel.deployments import revisions, services
+from panel.deployments.launch import pd_fabric
 from panel.deployments.models import Deployment
 from panel.deployments.placement.planning import DeploymentPlan
 from panel.deployments.spec import role_members, topology_change
@@ -48,11 +49,7 @@ def _create(spec, model, artifact, user, *, dry_run: bool, wanted: dict[str, int
         try:
             with transaction.atomic():
                 primary, made = _create_rows(spec, model, artifact, user)
-                raise _RolledBack(
-                    spec_of(primary),
-                    role_members.warnings_of(planned for _role, _row, planned in made),
-                    made[0][2],
-                )
+                raise _RolledBack(spec_of(primary), _warnings(made), made[0][2])
         except _RolledBack as done:
             return {**outcome, "spec": done.after, "warnings": done.warnings, "planned": done.planned}
     with transaction.atomic():
@@ -65,9 +62,15 @@ def _create(spec, model, artifact, user, *, dry_run: bool, wanted: dict[str, int
     return {
         **outcome,
         "deployment": created,
-        "warnings": role_members.warnings_of(planned for _role, _row, planned in made),
+        "warnings": _warnings(made),
         "planned": made[0][2],
     }
+
+
+def _warnings(made) -> list[dict[str, Any]]:
+    """The plans' warnings, then what the last checks say of the network between the roles' hosts."""
+    plans = [(role, planned) for role, _row, planned in made]
+    return [*role_members.warnings_of(planned for _role, planned in plans), *pd_fabric.last_known(plans)]
 
 
 def _create_rows(

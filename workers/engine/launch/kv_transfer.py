@@ -32,6 +32,10 @@ class KVTransferError(ValueError):
     it translated) names the version and the choices."""
 
 
+class KVSplitError(KVTransferError):
+    """The roles' TP split is one this version's connector refuses to run (the matrix row's `split`)."""
+
+
 @dataclass(frozen=True)
 class KVTransfer:
     config: dict[str, Any]  # --kv-transfer-config, as vLLM's KVTransferConfig reads it
@@ -76,6 +80,27 @@ def connector_row(connector: str, stack: Stack, chip: str) -> dict[str, Any]:
     )
 
 
+def check_split(row: dict[str, Any], stack: Stack, parallel: dict[str, tuple[int, int]]) -> None:
+    """KVSplitError when the roles' TP/DP (`parallel`: {role: (TP, DP)}) break the row's `split` rules."""
+    rules = row.get("split") or {}
+    if not rules.get("prefill_tp_at_least_decode_tp") or not {"prefill", "decode"} <= set(parallel):
+        return
+    prefill_tp, decode_tp = parallel["prefill"][0], parallel["decode"][0]
+    if prefill_tp >= decode_tp:
+        return
+    version = stack.vllm if row["engine"] == "vllm-cpu" else stack.vllm_ascend
+    raise KVSplitError(
+        _(
+            "{engine} {version}'s {kv_connector} needs the prefill TP at least the decode TP, and this split "
+            "has prefill TP {prefill_tp} and decode TP {decode_tp}: give each prefill engine TP {decode_tp} "
+            "or more (as many NPUs), or the decode engines TP {prefill_tp} or less (sources: {sources})"
+        ).format(
+            engine=row["engine"], version=version, kv_connector=row["kv_connector"], prefill_tp=prefill_tp,
+            decode_tp=decode_tp, sources=", ".join(rules.get("sources") or ()),
+        )
+    )  # fmt: skip
+
+
 def kv_port(connector: str, port: int) -> int:
     if connector == "nixl":
         return port + NIXL_PORT_OFFSET
@@ -106,6 +131,7 @@ def render_kv_transfer(
             _("unknown role {role}; a disaggregated engine is prefill or decode").format(role=repr(role))
         )
     row = connector_row(connector, stack, chip)
+    check_split(row, stack, parallel)
     port_kv = kv_port(connector, port)
     config: dict[str, Any] = {
         "kv_connector": row["kv_connector"],
