@@ -7,9 +7,11 @@ schema, and the view holds itself to it (undocumented query parameters are refus
 """
 
 import json
+import logging
 
 import httpx
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
 from django.middleware.csrf import CsrfViewMiddleware
 from django.utils.decorators import method_decorator
@@ -28,8 +30,19 @@ from panel.core.rest.schema import ERROR_DESCRIPTIONS
 from panel.deployments.launch.engine_keys import auth_headers
 from panel.deployments.models import Deployment
 from panel.deployments.services import engine_url, served_name_of
+from panel.gateway.proxy.transport import EngineTransport
+
+log = logging.getLogger(__name__)
 
 ENGINE_TIMEOUT = httpx.Timeout(600.0, connect=5.0)
+
+
+def _engine_client() -> httpx.AsyncClient:
+    # The engine is an input like any other (docs/trust-model.md): the gateway's transport refuses a status
+    # outside 100-599, a Content-Length that is not a number and an answer past the gateway's bound, so a
+    # hostile answer fails this request instead of growing the web process.
+    transport = EngineTransport(max_idle_per_engine=0, max_body_bytes=settings.PANEL_GATEWAY_MAX_ANSWER_BYTES)
+    return httpx.AsyncClient(timeout=ENGINE_TIMEOUT, trust_env=False, transport=transport)
 
 
 def _error(status: int, detail: str) -> JsonResponse:
@@ -96,7 +109,7 @@ async def chat(request, ref: str):
     if not isinstance(body, dict):
         return _error(400, _("The body must be a JSON object."))
     body.setdefault("model", served_name_of(deployment))
-    client = httpx.AsyncClient(timeout=ENGINE_TIMEOUT, trust_env=False)
+    client = _engine_client()
     try:
         upstream = await client.send(
             client.build_request("POST", url, json=body, headers=headers), stream=True
@@ -106,15 +119,21 @@ async def chat(request, ref: str):
         return _error(502, _("The engine did not answer: {error}").format(error=exc))
     content_type = upstream.headers.get("content-type", "application/json")
     if not body.get("stream"):
-        content = await upstream.aread()
-        await upstream.aclose()
-        await client.aclose()
+        try:
+            content = await upstream.aread()
+        except httpx.HTTPError as exc:
+            return _error(502, _("The engine did not answer: {error}").format(error=exc))
+        finally:
+            await upstream.aclose()
+            await client.aclose()
         return HttpResponse(content, status=upstream.status_code, content_type=content_type)
 
     async def relay():
         try:
             async for chunk in upstream.aiter_raw():
                 yield chunk
+        except httpx.HTTPError as exc:  # past the bound mid-stream: this stream ends, nothing else does
+            log.warning("playground stream of %s ended: %s", deployment.name, exc)
         finally:
             await upstream.aclose()
             await client.aclose()
