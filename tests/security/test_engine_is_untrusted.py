@@ -224,3 +224,33 @@ def test_a_hostile_engine_costs_its_own_request_only(behaviour, engines, other_c
     assert hostile.get().completion_tokens <= 1
     assert len(body) <= 2 * 1024 * 1024
     other_callers.assert_served()
+
+
+PLAYGROUND_HOSTILE = ("answer-past-the-bound", "status-40000", "content-length-not-a-number")
+
+
+@pytest.mark.attack("hostile-engine")
+@pytest.mark.parametrize("behaviour", PLAYGROUND_HOSTILE)
+def test_a_hostile_engine_answering_the_playground_costs_that_request_only(
+    behaviour, engines, other_callers, bob
+):
+    """The playground (POST /api/v1/deployments/<name>/chat/) reads the engine's answer in the web process
+    too: past the gateway's bound, or framed as no engine should, it is a 502 for that request; the same
+    process serves the admin API and another node's callers after it."""
+    from django.test import Client
+
+    from panel.accounts.models import ApiToken
+
+    deployment_on("attacker-node", "hostile-playground", engines.serve(HOSTILE[behaviour]))
+    _token, raw = ApiToken.issue(bob, "playground")
+    answer = Client().post(
+        "/api/v1/deployments/hostile-playground/chat/",
+        orjson.loads(CHAT),
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {raw}",
+    )
+
+    assert answer.status_code == 502, answer.content[:200]
+    assert len(answer.content) < 4096  # an error of the panel's, not the engine's answer
+    assert Client().get("/api/v1/nodes/", HTTP_AUTHORIZATION=f"Bearer {raw}").status_code == 200
+    other_callers.assert_served()
