@@ -79,3 +79,18 @@ def test_the_gateway_records_no_tokens_for_usage_out_of_range_and_charges_none(b
 
     row = UsageRecord.objects.get(request_id=call.request_id)
     assert (row.prompt_tokens, row.completion_tokens, row.error) == (0, 0, "engine_usage_invalid")
+
+
+def test_a_record_the_database_refuses_is_skipped_alone_and_the_rest_of_its_batch_stored(bob):
+    """A figure no range check covers (attempts, a positive column) that the database refuses: the batch's
+    one transaction fails, each record is then stored alone, and only the refused one is skipped."""
+    token, _raw = ApiToken.issue(bob, "app", scopes=["inference"])
+    before = refusals.state_counts(store.client()).get("gateway-usage", 0)
+    pushed_as_written(
+        [finished(token, "good-1"), finished(token, "refused", attempts=-1), finished(token, "good-2")]
+    )
+
+    assert usage.drain() == 3
+    assert set(UsageRecord.objects.values_list("request_id", flat=True)) == {"good-1", "good-2"}
+    assert refusals.state_counts(store.client()).get("gateway-usage", 0) == before + 1
+    assert store.client().llen(store.USAGE_QUEUE) == 0
