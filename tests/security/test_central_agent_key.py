@@ -95,35 +95,54 @@ def test_the_central_agents_broker_user_reads_only_ssh_runner_and_writes_only_in
         channel.basic_get("panel")
 
 
-@pytest.mark.attack("impersonation")
-@pytest.mark.attacks_panel
-def test_a_panel_task_signed_with_the_central_key_runs_nothing(stolen, panel_worker):
+def forged_prune(stolen) -> tuple[str, dict, int]:
+    """(task id, kwargs, id of an audit entry pruning would delete): `panel.audit.prune` signed with the
+    central key as if it were the panel-task key."""
     from panel.audit.models import AuditEntry
 
     entry = AuditEntry.objects.create(action="node.added", target="kept")
     AuditEntry.objects.filter(pk=entry.pk).update(time="2000-01-01T00:00:00Z")
     task_id = str(uuid.uuid4())
     stamp = new_stamp(60)
-    forged = {
-        AUTH_KWARG: {
-            "stamp": stamp,
-            "sig": signature(stolen.key, *panel_tasks._parts(stamp, "panel.audit.prune", task_id, [], {})),
-        }
-    }
-    signature_before = refused("panel_task", "signature")
+    sig = signature(stolen.key, *panel_tasks._parts(stamp, "panel.audit.prune", task_id, [], {}))
+    return task_id, {AUTH_KWARG: {"stamp": stamp, "sig": sig}}, entry.pk
+
+
+@pytest.mark.attack("impersonation")
+@pytest.mark.attacks_panel
+def test_a_panel_task_signed_with_the_central_key_runs_nothing(stolen, panel_worker):
+    from panel.audit.models import AuditEntry
+
+    task_id, forged, entry = forged_prune(stolen)
     ingest_refusals = refusals.rejected_counts().get("ingest-task", 0)
-    # Through the one exchange its broker user may write to, and (had the broker let it) onto the panel's
-    # queue: the ingest guard refuses a panel task name, the panel task's check refuses the signature.
-    as_the_central_agent(stolen, "panel.audit.prune", kwargs=dict(forged), task_id=task_id)
-    with as_a_node():
-        app.send_task("panel.audit.prune", kwargs=dict(forged), task_id=task_id, queue=PANEL_QUEUE)
+
+    # Through the one exchange its broker user may write to: the ingest guard refuses a panel task's name.
+    as_the_central_agent(stolen, "panel.audit.prune", kwargs=forged, task_id=task_id)
 
     wait_for(
         lambda: refusals.rejected_counts().get("ingest-task", 0) > ingest_refusals,
         "the ingest guard's refusal",
     )
+    assert AuditEntry.objects.filter(pk=entry).exists()
+
+
+@pytest.mark.attacks_panel
+def test_the_panel_task_check_refuses_the_central_keys_signature_on_the_panels_own_queue(
+    stolen, panel_worker
+):
+    """Not an attack (bench/attacks.py counts it apart): the central agent's broker user cannot publish to
+    the panel's queue, so this uses the panel's own user, to show the panel task's own check would refuse
+    the signature had the broker let it through."""
+    from panel.audit.models import AuditEntry
+
+    task_id, forged, entry = forged_prune(stolen)
+    signature_before = refused("panel_task", "signature")
+
+    with as_a_node():
+        app.send_task("panel.audit.prune", kwargs=forged, task_id=task_id, queue=PANEL_QUEUE)
+
     wait_for(lambda: refused("panel_task", "signature") > signature_before, "the panel task's refusal")
-    assert AuditEntry.objects.filter(pk=entry.pk).exists()
+    assert AuditEntry.objects.filter(pk=entry).exists()
 
 
 @pytest.mark.reaches_other_node
