@@ -119,3 +119,18 @@ def test_a_decode_engine_on_a_failed_npu_is_moved_too(client, tiny, versions):
     assert moved["chat-d1"].role == "decode"
     assert sick.logic_id not in held(moved["chat-d1"])
     assert moved["chat-d1"].spec["parts"][0]["launch"]["kv_transfer_config"]["kv_role"] == "kv_consumer"
+
+
+def test_a_move_with_nowhere_to_go_is_recorded_once_as_failed(client, tiny, npu_node):
+    assert put(client, "chat", spec(placement={"node": "npu-a", "npus": 1})).status_code == 201
+    settle()
+    silent(npu_node, 40)  # lost, and no other node holds the model
+    assert replace.step_all() == 0
+    decision = Decision.objects.get(kind=DecisionKind.REPLICA_MOVED)
+    assert decision.outcome == "failed"
+    assert decision.outcome_parts[0]["text"].startswith("The move cannot be placed now")
+    assert "No online node" in decision.outcome_parts[0]["params"]["why"]
+    assert not Rollout.objects.exists()
+    assert replace.step_all() == 0  # within RETRY_S: not again
+    assert Decision.objects.filter(kind=DecisionKind.REPLICA_MOVED).count() == 1
+    assert list(rows("chat")["chat"].nodes.values_list("name", flat=True)) == ["npu-a"]

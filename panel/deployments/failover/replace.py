@@ -47,6 +47,7 @@ from panel.deployments.reasons import part
 from panel.deployments.rollouts import rollouts
 from panel.deployments.spec import role_members, spec_model
 from panel.deployments.spec.spec import parse_spec, spec_of
+from panel.deployments.spec.spec_plan import flat_errors
 from panel.nodes.models import Node, Npu, silent_limit
 
 log = logging.getLogger(__name__)
@@ -158,13 +159,32 @@ def _step(pk: int, now) -> int:
         return 0
     user = primary.created_by
     spec = _spec_for_move(primary, moving, user)
-    rollout = rollouts.begin(primary, spec, [row.name for row, _npu in moving], user)
+    try:
+        with transaction.atomic():  # a rollout that cannot even begin leaves nothing behind
+            rollout = rollouts.begin(primary, spec, [row.name for row, _npu in moving], user)
+    except (serializers.ValidationError, APIException, services.DeploymentConflict) as error:
+        # Nowhere to go (no online node with free NPUs and the model's copy): said once, tried again after
+        # RETRY_S, the replicas left where they are.
+        why = [part(gettext_noop("The move cannot be placed now: {why}"), why=_text(error))]
+        for row, cause in moving:
+            decisions.settle(_record(row, cause), DecisionOutcome.FAILED, why)
+        log.warning("failover of %s cannot be placed: %s", primary.name, error)
+        return 0
     for row, cause in moving:
-        decisions.record(
-            row, DecisionKind.REPLICA_MOVED, reason=_reason(row, cause), figures=cause.figures, role=row.role
-        )
+        _record(row, cause)
     log.info("failover of %s: rollout %s moves %s", primary.name, rollout.pk, [r.name for r, _n in moving])
     return 1
+
+
+def _record(row: Deployment, cause: Cause) -> Decision:
+    return decisions.record(
+        row, DecisionKind.REPLICA_MOVED, reason=_reason(row, cause), figures=cause.figures, role=row.role
+    )
+
+
+def _text(error: Exception) -> str:
+    detail = getattr(error, "detail", None)
+    return flat_errors(detail) if detail is not None else str(error)
 
 
 def engine_rows(primary: Deployment) -> list[Deployment]:
