@@ -31,3 +31,25 @@ def test_missed_probes_take_an_engine_out_unless_every_engine_missed_them(client
     assert members("chat") == ["chat-r2/0", "chat/0"]  # all in doubt: all of them, not none
     Deployment.objects.filter(name="chat-r2").update(observed_state="unhealthy")
     assert members("chat") == ["chat/0"]  # the dead one stays out
+
+
+def test_an_engine_on_a_failed_npu_an_offline_or_a_draining_node_is_out_of_the_pool(client, tiny):
+    """The pool asks failover.cause_of only of the engines one query finds could be excluded; what it
+    leaves out is what cause_of says, and a cordoned node that does not drain this engine keeps it in."""
+    from panel.deployments.models import Deployment
+    from panel.nodes.models import Node, Npu
+
+    put(client, "chat", one_npu(replicas=3))
+    settle()
+    assert members("chat") == ["chat-r2/0", "chat-r3/0", "chat/0"]
+    rows = {d.name: d for d in Deployment.objects.filter(name__startswith="chat")}
+    (node,) = rows["chat"].nodes.all()
+    Node.objects.filter(pk=node.pk).update(cordoned=True, drained=["someone-else"])
+    assert members("chat") == ["chat-r2/0", "chat-r3/0", "chat/0"]  # cordoned, but draining none of them
+    failed = Npu.objects.create(node=node, npu_id=99, health_state="failed")
+    rows["chat-r2"].npus.add(failed)
+    assert members("chat") == ["chat-r3/0", "chat/0"]
+    Node.objects.filter(pk=node.pk).update(drained=["chat-r3"])
+    assert members("chat") == ["chat/0"]
+    Node.objects.filter(pk=node.pk).update(cordoned=False, status="offline")
+    assert members("chat") == []  # every engine's node is offline: none serves
