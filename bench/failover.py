@@ -15,15 +15,26 @@ agent's metrics carry it to the health policy, which marks the NPU failed; the g
 and the leader re-places it (a surge replica first). Capacity restored: from the fault to the moment a row of
 fo-a runs on an NPU that is not the failed one (seconds, measured from the API every 0.5 s). Then the sim
 fault is cleared; the failed NPU stays out (the policy holds it until an admin says otherwise).
-Node power-off is not in the sim hosts' faults yet: it is listed under "skipped".
+
+The node power-off scenario runs first, while fo-a is on sim-a2 and fo-b on sim-duo: `fault --power-off`
+(workers/sim/power.py) kills sim-a2's engines at once and stops its agent (no heartbeat, no answer). The
+heartbeat sweep marks the node offline after three missed heartbeats and the gateway leaves fo-a out; once the
+node stayed offline past the failover's bound (panel/deployments/failover/policy.py, node_offline_s) the
+leader re-places fo-a on sim-duo (free NPUs and the model's copy). Capacity restored: from the power cut to a
+row of fo-a running on another node. Then the power comes back (`--power-on`: the agent boots again), the
+bench waits for the node to be online and HYSTERESIS_S more, and counts a move back if fo-a left sim-duo by
+itself. Then the bench, as an admin would, applies fo-a's spec to put it on sim-a2 again (a rolling update,
+not a failover move, so it is not counted), where the NPU scenarios find it.
 
 Per request the clients record: answered whole ([DONE]); failed before its first byte (a non-200, or a 200
 with no data: "failed_unstarted_requests"); cut after its first byte ("cut_streams"), and whether the cut
-ended with an OpenAI error event ("cut_streams_with_error"). "moved_back_and_forth" counts moves of fo-a onto
-NPUs an earlier move took it off (panel/deployments/failover/policy.py).
+ended with an OpenAI error event a client can read ("cut_streams_with_error": `{"error": {"message", "code"}}`
+with both given; "cut_causes" counts their codes, e.g. upstream_broken when an engine died mid-answer).
+"moved_back_and_forth" counts moves of fo-a onto NPUs an earlier move took it off
+(panel/deployments/failover/policy.py).
 
 Last line JSON: {"scenarios", "recovered", "capacity_restored_s_max", "failed_unstarted_requests",
-"cut_streams", "cut_streams_with_error", "moved_back_and_forth", "per_scenario", "requests", "skipped",
+"cut_streams", "cut_streams_with_error", "moved_back_and_forth", "per_scenario", "cut_causes", "requests",
 "load_1m"} (the machine's 1-minute load average when the bench started and ended).
 Targets: capacity_restored_s_max <= 60, failed_unstarted_requests 0, cut_streams_with_error == cut_streams.
 """
@@ -54,12 +65,16 @@ from panel.deployments.failover.policy import back_and_forth  # noqa: E402  (pur
 SERVED = "fo"
 SICK, HEALTHY = ("fo-a", "sim-a2"), ("fo-b", "sim-duo")
 RESTORE_TIMEOUT_S = 180
+HYSTERESIS_S = 20  # after the node is back: long enough for several reconcile ticks to move anything back
+ONLINE_TIMEOUT_S = 120
 SCENARIOS = {
+    "node_power_off": ["--power-off"],  # first: it needs fo-a and fo-b on different nodes
     "critical": ["--health", "Critical"],
     "ecc_burst": ["--ecc-burst", "64"],
     "link_down": ["--link-down"],
     "chip_gone": ["--chip-gone"],
 }
+NODE_FAULTS = {"node_power_off": ["--power-on"]}  # the whole host's faults, and how each ends
 PROMPT = [{"role": "user", "content": "Tell me about NPU failover."}]
 
 
@@ -72,6 +87,7 @@ class Clients(threading.Thread):
         self.url, self.headers, self.clients, self.tokens = url, headers, clients, tokens
         self.model = model  # the served model name (tests/faults/failover_scenarios.py asks its own)
         self.counts = {"whole": 0, "unstarted": 0, "cut": 0, "cut_with_error": 0}
+        self.causes: dict[str, int] = {}  # the error codes cut streams ended with
         self.samples: list[str] = []
         self.stopping = threading.Event()
 
@@ -87,9 +103,24 @@ class Clients(threading.Thread):
     async def _one_client(self, client: httpx.AsyncClient) -> None:
         while not self.stopping.is_set():
             kind, sample = await self._one(client)
+            if kind == "cut_with_error":
+                kind = self._readable(sample)
             self.counts[kind] += 1
             if kind != "whole" and len(self.samples) < 20:
                 self.samples.append(f"{kind}: {sample[-300:]}")
+
+    def _readable(self, event: str) -> str:
+        """cut_with_error when the event is OpenAI's error shape with a message and a code naming the cause
+        (what an SDK raises and a person can act on), else cut."""
+        try:
+            error = json.loads(event)["error"]
+            message, code = error["message"], error["code"]
+        except (ValueError, KeyError, TypeError):
+            return "cut"
+        if not (isinstance(message, str) and message and isinstance(code, str) and code):
+            return "cut"
+        self.causes[code] = self.causes.get(code, 0) + 1
+        return "cut_with_error"
 
     async def _one(self, client: httpx.AsyncClient) -> tuple[str, str]:
         body = {"model": self.model, "messages": PROMPT, "max_tokens": self.tokens, "stream": True}
@@ -130,18 +161,28 @@ def rows_of(panel: Panel, name: str) -> list[dict]:
     return rows
 
 
-def restored(panel: Panel, sick: tuple[str, int]) -> bool:
-    """Whether a row of fo-a runs off the failed NPU."""
+def restored(panel: Panel, gone) -> bool:
+    """Whether a row of fo-a runs off what failed (`gone(npus)`: the row's NPUs still touch it)."""
     for row in rows_of(panel, SICK[0]):
         held = {(npu["node"], npu["npu_id"]) for npu in row.get("npus") or []}
-        if row["status"] == "running" and held and sick not in held:
+        if row["status"] == "running" and held and not gone(held):
             return True
     return False
 
 
-def sim_fault(scratch: Path, node: str, npu: int, flags: list[str]) -> None:
+def node_status(panel: Panel, name: str) -> str:
+    answer = panel.client.get("/nodes/", params={"name": name})
+    answer.raise_for_status()
+    body = answer.json()
+    found = [n for n in (body.get("results", body) if isinstance(body, dict) else body) if n["name"] == name]
+    return found[0]["status"] if found else "missing"
+
+
+def sim_fault(scratch: Path, node: str, npu: int | None, flags: list[str]) -> None:
+    """A fault of one chip (`npu`), or of the whole host (npu None)."""
     root = scratch / "sim" / node
-    command = [sys.executable, "-m", "workers.sim", "fault", "--root", str(root), "--npu", str(npu), *flags]
+    chip = [] if npu is None else ["--npu", str(npu)]
+    command = [sys.executable, "-m", "workers.sim", "fault", "--root", str(root), *chip, *flags]
     subprocess.run(command, cwd=REPO, check=True, capture_output=True, timeout=60)
 
 
@@ -155,41 +196,88 @@ def scenario(panel: Panel, scratch: Path, name: str, flags: list[str], moves: li
     panel.settled(SICK[0])
     before = npus_of(panel, SICK[0])
     (node, npu_id) = sorted(before)[0]
+    whole_node = name in NODE_FAULTS
+    if whole_node:
+        gone = lambda held: any(where == node for where, _npu in held)  # noqa: E731
+    else:
+        gone = lambda held: (node, npu_id) in held  # noqa: E731
     started, wall = time.monotonic(), time.time()
-    sim_fault(scratch, node, npu_id, flags)
     took = None
-    while time.monotonic() - started < RESTORE_TIMEOUT_S:
-        if restored(panel, (node, npu_id)):
-            took = time.monotonic() - started
-            break
-        time.sleep(0.5)
-    sim_clear(scratch, node)
     try:
-        panel.settled(SICK[0])  # the surge gone, fo-a running off the failed NPU
-    except SystemExit as error:
-        print(f"{name}: {error}", file=sys.stderr)
+        sim_fault(scratch, node, None if whole_node else npu_id, flags)
+        while time.monotonic() - started < RESTORE_TIMEOUT_S:
+            if restored(panel, gone):
+                took = time.monotonic() - started
+                break
+            time.sleep(0.5)
+        try:
+            panel.settled(SICK[0])  # the surge gone, fo-a running off what failed
+        except SystemExit as error:
+            print(f"{name}: {error}", file=sys.stderr)
+    finally:
+        if whole_node:
+            sim_fault(scratch, node, None, NODE_FAULTS[name])  # the power comes back whatever happened
+        else:
+            sim_clear(scratch, node)
     after = npus_of(panel, SICK[0])
     if after != before:
         moves.append((before, after))
+    if whole_node:
+        back_in = hysteresis(panel, node, after, moves)
     events = panel.client.get(f"/deployments/{SICK[0]}/events/").json()
     kinds = ("replica_moved", "npu_failed")
     recent = [e for e in (events.get("results") or []) if e.get("kind") in kinds][:3]
-    print(f"{name}: {node} NPU {npu_id} -> restored in {took} s; {before} -> {after}", file=sys.stderr)
+    what = node if whole_node else f"{node} NPU {npu_id}"
+    print(f"{name}: {what} -> restored in {took} s; {before} -> {after}", file=sys.stderr)
     for event in recent:
         print(f"  {event.get('kind')} {event.get('outcome')}: {event.get('reason')}", file=sys.stderr)
-    # How much of it was the health policy seeing the fault (fault -> NPU failed) and how much the move.
-    failed = [
-        e for e in recent if e.get("kind") == "npu_failed" and f"NPU {npu_id}/" in (e.get("reason") or "")
-    ]
+    # How much of it was seeing the fault (fault -> NPU failed, or -> the move off a silent node) and how
+    # much the move itself.
+    if whole_node:
+        seen = [e for e in recent if e.get("kind") == "replica_moved" and node in (e.get("reason") or "")]
+    else:
+        seen = [
+            e for e in recent if e.get("kind") == "npu_failed" and f"NPU {npu_id}/" in (e.get("reason") or "")
+        ]
     detected = None
-    if failed:
-        detected = round(datetime.fromisoformat(failed[0]["time"]).timestamp() - wall, 1)
-    return {
+    if seen:
+        detected = round(datetime.fromisoformat(seen[0]["time"]).timestamp() - wall, 1)
+    found = {
         "name": name,
-        "npu": f"{node}:{npu_id}",
+        "npu": node if whole_node else f"{node}:{npu_id}",
         "restored_s": None if took is None else round(took, 1),
         "detected_s": detected,
     }
+    if whole_node:
+        found["node_online_again_s"] = back_in
+        put_back(panel)
+    return found
+
+
+def hysteresis(panel: Panel, node: str, after: frozenset, moves: list) -> float | None:
+    """The node is back: wait for it to be online, then HYSTERESIS_S; a move fo-a makes meanwhile (by the
+    failover: nobody else changes it) is recorded, so a move back onto the node counts. Returns how long
+    the node took to come online after the power-on (None: it did not)."""
+    began = time.monotonic()
+    online = None
+    while time.monotonic() - began < ONLINE_TIMEOUT_S:
+        if node_status(panel, node) == "online":
+            online = round(time.monotonic() - began, 1)
+            break
+        time.sleep(1)
+    time.sleep(HYSTERESIS_S)
+    later = npus_of(panel, SICK[0])
+    if later != after:
+        moves.append((after, later))
+        print(f"  after the power came back fo-a moved {after} -> {later}", file=sys.stderr)
+    return online
+
+
+def put_back(panel: Panel) -> None:
+    """An admin's apply puts fo-a on its node again for the NPU scenarios (a rolling update, not failover)."""
+    panel.client.put(f"/deployments/{SICK[0]}/", json=spec(*SICK)).raise_for_status()
+    time.sleep(2)  # the rollout begins with the apply; settled() then waits for it to end
+    panel.settled(SICK[0])
 
 
 def spec(name: str, node: str) -> dict:
@@ -222,7 +310,8 @@ def main() -> int:
     os.environ.update({"SIM_ENGINE_TOKEN_DELAY": str(args.token_delay), "SIM_ENGINE_START_DELAY": "0.5"})
     load_at_start = round(os.getloadavg()[0], 1)  # a shared machine: figures mean little without it
     process, url = start_panel(scratch)
-    results, moves = [], []
+    results: list[dict] = []
+    moves: list[tuple[frozenset, frozenset]] = []
     try:
         panel = Panel(url, sign_in(url))
         wait_for_model(panel)
@@ -256,8 +345,8 @@ def main() -> int:
                 "cut_streams_with_error": counts["cut_with_error"],
                 "moved_back_and_forth": back_and_forth(moves),
                 "per_scenario": results,
+                "cut_causes": clients.causes,
                 "requests": sum(counts.values()),
-                "skipped": {"node_power_off": "no such fault in the sim hosts yet"},
                 "load_1m": {"start": load_at_start, "end": round(os.getloadavg()[0], 1)},
             }
         )
