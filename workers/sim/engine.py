@@ -134,15 +134,22 @@ class Engine:
         self.stats_tokens = (0, 0)
 
     def _plan_memory(self) -> tuple[int, int]:
-        """HBM per chip like vLLM: gpu_memory_utilization of the chip minus what was already in use."""
-        total_mb, base_mb = 65536, 3340
+        """HBM per chip as vllm-ascend sizes it: gpu_memory_utilization of the chip minus everything already
+        allocated on it, other engines' included (NPUWorker.determine_available_memory counts them in its
+        `non_torch_allocations`): beside others the flag caps the whole chip."""
+        total_mb, base_mb, others_mb = 65536, 3340, 0
         if self.sim_root:
             state = sim_state.load(self.sim_root)
             profile = get_profile(state["profile"])
             self._check_sim_host(state, profile)
             chip = profile.chip_by_logic_id(self.logic_ids[0])
             total_mb, base_mb = chip.memory_total_mb, chip.memory_base_mb
-        target = max(0, int(total_mb * self.args.gpu_memory_utilization) - base_mb)
+            others_mb = sum(
+                holder["hbm_mb_per_chip"]
+                for holder in sim_state.live_holders(state)
+                if self.logic_ids[0] in holder["logic_ids"] and holder["pid"] != self.pid
+            )
+        target = max(0, int(total_mb * self.args.gpu_memory_utilization) - base_mb - others_mb)
         # Weights split evenly over the tensor-parallel ranks (default 15 GB: a 7B model in bf16).
         weights_gb = float(os.environ.get("SIM_ENGINE_WEIGHTS_GB", "15"))
         weights = int(weights_gb * 1024 / self.args.tensor_parallel_size)
