@@ -26,7 +26,7 @@ a row restart an engine.
 
 Last line JSON: {"slo_attainment": {"fixed_max", "fixed_min", "autoscaled"}, "npu_seconds": {...},
 "wake_s_p50": null, "cold_start_s_p50": s, "failed": n, "failures": {phase: {"status code": n}},
-"requests": {...}, "replicas_max_seen": {...},
+"requests": {...}, "replicas_max_seen": {...}, "load_1m": [at start, at end],
 "targets": {"slo_vs_fixed_max": a/b, "npu_seconds_vs_fixed_max": c/d}}. Targets: autoscaled SLO attainment
 >= 0.98 x fixed_max's with <= 0.6 x its NPU-seconds, failed 0.
 """
@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
 import shutil
 import signal
@@ -256,6 +257,7 @@ def main() -> int:
         # misses in a row restarted every engine at once, and the bench measured the machine, not scaling.
         "PANEL_DEPLOY_UNHEALTHY_AFTER": str(args.unhealthy_after),
     }
+    load_at_start = os.getloadavg()[0]  # the machine is shared: its load moves the figures as much as policy
     process, url = start_panel(scratch, extra_env=engine_env)
     # A SIGTERM (a timeout's) ends the bench through `finally`, which stops the panel and its sim engines.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -286,6 +288,7 @@ def main() -> int:
                 },
                 "requests": {label: result["requests"] for label, result in figures.items()},
                 "replicas_max_seen": {label: result["most"] for label, result in figures.items()},
+                "load_1m": [round(load_at_start, 1), round(os.getloadavg()[0], 1)],
                 "targets": {
                     "slo_vs_fixed_max": round(slo["autoscaled"] / slo["fixed_max"], 3)
                     if slo["fixed_max"]
