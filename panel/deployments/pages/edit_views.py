@@ -45,6 +45,7 @@ from panel.deployments.pages.idle_form import (
 )
 from panel.deployments.pages.scale_roles import counts_text, has_roles, role_scale_rows
 from panel.deployments.pages.topology_form import (
+    ROLE_PARALLEL,
     SPLIT,
     TOPOLOGY_SPEC_TO_FORM,
     connector_offers,
@@ -241,16 +242,25 @@ def spec_from_form(deployment: Deployment, data: dict[str, Any]) -> dict[str, An
 
 
 def _with_roles(spec: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
-    """Prefill and decode pools as the form says; a role whose NPUs per engine stay keeps its TP and DP
-    (each role's follow its own NPUs, so the shared engine settings carry none). No autoscaling per role."""
+    """Prefill and decode pools as the form says, each role's TP and DP from its fields (the shared engine
+    settings carry none). A TP or DP left empty, or left as it ran while the role's NPUs per engine changed,
+    is the planner's to pick for the new NPUs. No autoscaling per role."""
     running = spec.get("roles") or {}
     roles = roles_from(data)
     for role in ROLES:
         before = running.get(role) or {}
-        if (before.get("placement") or {}).get("npus") == roles[role]["placement"]["npus"] and before.get(
-            "engine"
-        ):
-            roles[role]["engine"] = before["engine"]
+        engine = dict(before.get("engine") or {})
+        asked = roles[role].get("engine") or {}
+        moved = (before.get("placement") or {}).get("npus") != roles[role]["placement"]["npus"]
+        for setting in ROLE_PARALLEL.values():
+            given = asked.get(setting)
+            if given is None or (moved and given == engine.get(setting)):
+                engine.pop(setting, None)
+            else:
+                engine[setting] = given
+        roles[role].pop("engine", None)
+        if engine:
+            roles[role]["engine"] = engine
     for key in ("placement", "nodes", "replicas", "autoscale"):
         spec.pop(key, None)
     for key in ("tensor_parallel_size", "data_parallel_size"):

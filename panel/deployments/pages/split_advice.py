@@ -59,11 +59,13 @@ def split_advice(
 
 
 def advised_fields(advice: SplitAdvice) -> dict[str, int]:
-    """The role fields the advice fills: engines and NPUs per engine of each role."""
+    """The role fields the advice fills: engines, NPUs per engine, TP and DP of each role."""
     fields: dict[str, int] = {}
     for role in ROLES:
         entry = advice.roles.get(role)
         if entry is not None:
             fields[f"{role}_replicas"] = entry["replicas"]
             fields[f"{role}_npus"] = entry["npus_per_replica"]
+            fields[f"{role}_tp"] = entry["tensor_parallel_size"]
+            fields[f"{role}_dp"] = entry["data_parallel_size"]
     return fields

@@ -46,7 +46,11 @@ TOPOLOGY_SPEC_TO_FORM = {
     **{f"roles.{role}.replicas": role_field(role, "replicas") for role in ROLES},
     **{f"roles.{role}.placement.node": role_field(role, "node") for role in ROLES},
     **{f"roles.{role}.placement.npus": role_field(role, "npus") for role in ROLES},
+    **{f"roles.{role}.engine.tensor_parallel_size": role_field(role, "tp") for role in ROLES},
+    **{f"roles.{role}.engine.data_parallel_size": role_field(role, "dp") for role in ROLES},
 }
+# A role's own engine settings the step takes (the spec's names); empty: the planner picks them.
+ROLE_PARALLEL = {"tp": "tensor_parallel_size", "dp": "data_parallel_size"}
 
 
 @dataclass
@@ -126,6 +130,20 @@ class TopologyFields(forms.Form):
                 required=False,
                 help_text=_("Empty: as many as the planner needs for the model."),
             )
+            self.fields[role_field(role, "tp")] = forms.IntegerField(
+                label=_("TP"),
+                required=False,
+                min_value=1,
+                max_value=64,
+                help_text=_("Tensor parallel size of each engine; empty: the planner picks it."),
+            )
+            self.fields[role_field(role, "dp")] = forms.IntegerField(
+                label=_("DP"),
+                required=False,
+                min_value=1,
+                max_value=64,
+                help_text=_("Data parallel size of each engine (TP x DP NPUs); empty: the planner picks it."),
+            )
 
     def clean_topology(self) -> str:
         return self.cleaned_data.get("topology") or POOL
@@ -161,6 +179,13 @@ def roles_from(data: dict[str, Any]) -> dict[str, Any]:
             "node": data.get(role_field(role, "node")) or "",
             "npus": npus if npus is not None else "auto",
         }
+        engine = {
+            setting: data[role_field(role, name)]
+            for name, setting in ROLE_PARALLEL.items()
+            if data.get(role_field(role, name)) is not None
+        }
+        if engine:
+            entry["engine"] = engine
         roles[role] = entry
     return roles
 
@@ -179,4 +204,7 @@ def topology_initial(state: dict[str, Any], default_node: str) -> dict[str, Any]
         initial[role_field(role, "replicas")] = entry.get("replicas", 1)
         initial[role_field(role, "node")] = placement.get("node") or default_node
         initial[role_field(role, "npus")] = npus if isinstance(npus, int) else None
+        engine = entry.get("engine") or {}
+        for name, setting in ROLE_PARALLEL.items():
+            initial[role_field(role, name)] = engine.get(setting)
     return initial

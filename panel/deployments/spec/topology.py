@@ -68,9 +68,12 @@ def _create(spec, model, artifact, user, *, dry_run: bool, wanted: dict[str, int
 
 
 def _warnings(made) -> list[dict[str, Any]]:
-    """The plans' warnings, then what the last checks say of the network between the roles' hosts."""
+    """The plans' warnings with what the last checks say of the network between the roles' hosts (on the
+    first plan too: the wizard's review shows that plan's)."""
     plans = [(role, planned) for role, _row, planned in made]
-    return [*role_members.warnings_of(planned for _role, planned in plans), *pd_fabric.last_known(plans)]
+    first = plans[0][1]
+    first.warnings = [*first.warnings, *pd_fabric.last_known(plans)]
+    return role_members.warnings_of(planned for _role, planned in plans)
 
 
 def _create_rows(
