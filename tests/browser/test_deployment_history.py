@@ -1,9 +1,13 @@
 """A deployment's History tab in a real browser, in English and Chinese: every applied spec is a numbered
 revision with who, the change and its outcome, and "Roll back to this" goes back to one (a new revision).
-And the Edit page's downtime confirmation: a change of a serving deployment that has no room for a surge
-replica says it stops serving for about N s, is refused until its box is ticked, then applies."""
+Roll back of a serving deployment with room for a surge keeps it serving: no downtime box, a surge replica
+serves before the only one restarts. And the Edit page's downtime confirmation: a change of a serving
+deployment that has no room for a surge replica says it stops serving for about N s, is refused until its
+box is ticked, then applies."""
 
 import re
+import threading
+import time
 
 import pytest
 from playwright.sync_api import expect
@@ -75,6 +79,79 @@ def test_the_history_tab_lists_revisions_and_rolls_back_to_one(
     assert _max_model_len(live_panel, name) == 1024
     page.goto(f"/deployments/{name}/history/")
     expect(page.get_by_test_id("revisions").locator('tr[data-revision="3"]')).to_contain_text(words["back"])
+
+
+class ServingWatch(threading.Thread):
+    """Reads the deployment through the API every 0.2 s: how often no row of it ran, and whether one other
+    than the primary (the surge) ran at some point."""
+
+    def __init__(self, live_panel, name: str):
+        super().__init__(daemon=True)
+        self.live_panel, self.name = live_panel, name
+        self.reads, self.surge_served = 0, False
+        self.not_serving: list[str] = []
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        with self.live_panel.api("alice") as api:
+            while not self.stopping.is_set():
+                answer = api.get(f"/api/v1/deployments/{self.name}/").json()
+                others = [r for r in answer["replicas"] if r["status"] == "running"]
+                self.reads += 1
+                self.surge_served = self.surge_served or bool(others)
+                if answer["status"] != "running" and not others:
+                    self.not_serving.append(answer["status"])
+                time.sleep(0.2)
+
+
+def _settled(live_panel, name: str) -> bool:
+    with live_panel.api("alice") as api:
+        answer = api.get(f"/api/v1/deployments/{name}/").json()
+    rollout = answer["rollout"] or {}
+    return answer["status"] == "running" and rollout.get("status") != "running" and not answer["replicas"]
+
+
+def _runs_with(live_panel, name: str, max_model_len: int) -> bool:
+    return _settled(live_panel, name) and _max_model_len(live_panel, name) == max_model_len
+
+
+@pytest.mark.parametrize(
+    ("locale", "words"),
+    [("en", {"back": "Rolled back", "ok": "Succeeded"}), ("zh-hans", {"back": "已回滚", "ok": "成功"})],
+)
+def test_roll_back_of_a_serving_deployment_surges_and_never_stops_serving(
+    deployments, panel_page, live_panel, locale, words
+):
+    """`rollout undo` once restarted the only replica in place ("No free NPUs for a surge replica" with 7
+    free): going back is a rolling update like any change, the old replica serving until the surge does."""
+    assert _free_npus(live_panel) >= 2, "this test needs room for a surge replica"
+    name = deployments(f"undo-{locale}", spec(state="running"))
+    wait_until(lambda: _settled(live_panel, name), 120, f"{name} runs")
+    deployments(name, spec(state="running", max_model_len=2048))
+    wait_until(lambda: _runs_with(live_panel, name, 2048), 180, f"{name} takes 2048")
+
+    page = panel_page("bob", locale)
+    page.goto(f"/deployments/{name}/")
+    page.get_by_test_id("action-rollback").click()
+    page.wait_for_url(re.compile(rf"/deployments/{name}/rollback/$"))
+    expect(page.get_by_test_id("apply-diff")).to_have_attribute("data-effect", "rolling")
+    expect(page.get_by_test_id("downtime-confirm")).to_have_count(0)  # nothing to confirm: it surges
+    watch = ServingWatch(live_panel, name)
+    watch.start()
+    try:
+        page.get_by_test_id("rollback-apply").click()
+        page.wait_for_url(re.compile(rf"/deployments/{name}/$"))
+        wait_until(lambda: _runs_with(live_panel, name, 1024), 180, f"{name} rolled back")
+    finally:
+        watch.stopping.set()
+        watch.join(10)
+    assert watch.not_serving == [], f"not serving in {len(watch.not_serving)} of {watch.reads} reads"
+    assert watch.surge_served, "no surge replica ran: the only replica was restarted in place"
+
+    page.goto(f"/deployments/{name}/history/")
+    newest = page.get_by_test_id("revisions").locator('tr[data-revision="3"]')
+    expect(newest).to_contain_text(words["back"])
+    expect(newest).to_contain_text(words["ok"])
 
 
 def _free_npus(live_panel) -> int:
