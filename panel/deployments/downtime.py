@@ -7,6 +7,11 @@ alone, that replica restarts in place and nothing serves meanwhile: the dry run 
 (409, `errors.allow_downtime`) unless confirmed: `allow_downtime=true` in the API, `--allow-downtime` in
 the CLI, the checkbox on the Edit page. N is how long this deployment's last start took (its launch
 operation), or DEFAULT_START_S when it has none.
+
+A change that finds no room for a surge because another change began meanwhile (its surge took the free
+NPUs, or the next replica name) is refused for that other change, not for downtime: parallel pipelines saw
+"stops serving ... confirm" while a rollout was what stood in the way, and `--wait-for-lock` does not retry
+a refusal that asks for a confirmation.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 from django.utils.translation import gettext as _
 
 from panel.core.domain.choices import DeploymentState, OperationKind, OperationStatus
+from panel.deployments import revisions
 from panel.deployments.conflicts import DeploymentConflict
 from panel.deployments.models import Deployment
 from panel.deployments.rollouts import replicas
@@ -68,13 +74,19 @@ def warning(primary: Deployment, seconds: int, why_no_surge: str) -> dict:
     return {"code": CODE, "level": "warning", "message": message, "seconds": seconds}
 
 
-def check(primary: Deployment, why_no_surge: str | None, *, allowed: bool, dry_run: bool) -> dict | None:
+def check(
+    primary: Deployment, why_no_surge: str | None, *, allowed: bool, dry_run: bool, seen: int | None = None
+) -> dict | None:
     """The downtime warning of a change (None when it keeps serving); raises DowntimeNotAllowed for a
-    real change that would stop serving and was not confirmed."""
+    real change that would stop serving and was not confirmed, unless another change (a rollout under way,
+    or a revision after `seen`, the newest the change read) came first: that one is named instead."""
     seconds = stops_serving(primary, why_no_surge)
     if seconds is None or why_no_surge is None:
         return None
     said = warning(primary, seconds, why_no_surge)
     if not allowed and not dry_run:
+        revisions.check_no_rollout(primary)
+        if seen is not None:
+            revisions.check_still(primary, seen)
         raise DowntimeNotAllowed(said["message"])
     return said

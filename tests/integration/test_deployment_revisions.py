@@ -95,6 +95,40 @@ def test_a_change_made_meanwhile_by_another_request_makes_this_one_a_409(client,
     assert not rows("chat")["chat"].rollouts.exists()
 
 
+def test_a_change_whose_surge_room_another_change_took_meanwhile_names_that_change(
+    client, tiny, alice, monkeypatch
+):
+    """Alice's rolling change lands between Bob's reading and his planning, and her surge takes the last
+    free NPU: Bob's change has no room for a surge now, but what stands in his way is her rollout (a 409
+    that `--wait-for-lock` waits out), not downtime to confirm (which it does not retry). bench/api_race.py
+    saw 19 of 20 parallel applies refused with "stops serving ... confirm"."""
+    from panel.deployments.spec import apply as apply_module
+    from panel.deployments.spec.spec import parse_spec
+
+    put(client, "other", spec())  # 2 of the node's 4 NPUs; chat takes 1: one left, for one surge
+    put(client, "chat", one_npu())
+    settle()
+    real = apply_module.plan_for
+    other = {"done": False}
+
+    def alice_applies_first(*args, **kwargs):
+        if not other["done"]:
+            other["done"] = True
+            raw = one_npu(engine={"max_model_len": 1024})
+            assert apply_module.apply("chat", parse_spec(raw, "chat"), alice).effect == "rolling"
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(apply_module, "plan_for", alice_applies_first)
+    refused = put(client, "chat", one_npu(engine={"max_model_len": 4096}))
+    assert refused.status_code == 409, refused.json()
+    assert "allow_downtime" not in refused.json().get("errors", {}), refused.json()
+    assert "A rolling update of chat is under way (revision 2" in refused.json()["detail"]
+    assert "by alice" in refused.json()["detail"]
+    assert [r["number"] for r in revisions(client)] == [2, 1]
+    assert roll_to_the_end().status == "succeeded"
+    assert rows("chat")["chat"].spec["max_model_len"] == 1024
+
+
 def test_undo_of_a_spec_naming_its_npus_surges_beside_them(client, tiny):
     """`rollout undo` restarted the only replica in place ("No free NPUs for a surge replica" with 7 free):
     the spec kept for it names NPU 0, which the surge may not take."""

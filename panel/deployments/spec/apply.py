@@ -241,7 +241,7 @@ def _apply_to(
     outcome.replicas = {"wanted": wanted, "now": now}
     if effect == "rolling":
         why = rollouts.why_no_surge(current, spec, model, artifact, user)
-        said = downtime.check(current, why, allowed=change.allow_downtime, dry_run=dry_run)
+        said = downtime.check(current, why, allowed=change.allow_downtime, dry_run=dry_run, seen=change.seen)
         if said is not None:
             outcome.warnings = [*outcome.warnings, said]
     if not dry_run:
