@@ -14,7 +14,9 @@ Races (default): each round, for each N in --sizes,
   - N parallel creates (PUT) of one new name: one 201, the rest 409 (or 200 unchanged once it exists), no
     5xx; then it is deleted.
 Last line: {"rounds", "server_errors", "accepted_changes_per_round_max", "final_is_last_accepted",
-"rollouts_started_per_round_max"}.
+"rollouts_started_per_round_max", "conflicts"}: `conflicts` counts the applies' 409s by what they said
+("turn": another change under way or made meanwhile, which `--wait-for-lock` waits out; "downtime": a
+confirmation asked for, which a race should never be answered with).
 
 --serving: a one-replica deployment with room for a surge, a steady client (--rps chat completions a
 second through the panel's /v1 gateway) while it is edited (a new max_model_len), rolled back (rollout
@@ -182,6 +184,11 @@ def unexpected(answers) -> list[str]:
     return said[:3]
 
 
+def conflict_kind(answer: httpx.Response) -> str:
+    """What a 409 stood on: "downtime" when it asks for allow_downtime, else "turn" (another change)."""
+    return "downtime" if "allow_downtime" in (answer.json().get("errors") or {}) else "turn"
+
+
 def race_applies(panel: Panel, name: str, size: int, base: int) -> dict:
     values = [base + 8 * i for i in range(size)]
     answers = in_parallel(panel, [(name, spec(name, value)) for value in values])
@@ -192,6 +199,7 @@ def race_applies(panel: Panel, name: str, size: int, base: int) -> dict:
         if isinstance(answer, httpx.Response) and answer.status_code in (201, 202)
     ]
     rollouts = {a["rollout"]["id"] for _v, a in taken if a.get("rollout")}
+    refused = [a for a in answers if isinstance(a, httpx.Response) and a.status_code == 409]
     panel.settled(name)
     final = panel.client.get(f"/deployments/{name}/", params={"format": "spec"}).json()
     final_value = final["engine"]["max_model_len"]
@@ -202,10 +210,8 @@ def race_applies(panel: Panel, name: str, size: int, base: int) -> dict:
         "rollouts": len(rollouts),
         "final_is_last_accepted": len(taken) == 1 and final_value == taken[0][0],
         "unexpected": unexpected(answers),
-        "conflict_says": next(
-            (a.json()["detail"] for a in answers if isinstance(a, httpx.Response) and a.status_code == 409),
-            "",
-        ),
+        "conflicts": dict(Counter(conflict_kind(a) for a in refused)),
+        "conflict_says": refused[0].json()["detail"] if refused else "",
     }
 
 
@@ -228,6 +234,7 @@ def races(panel: Panel, rounds: int, sizes: list[int]) -> dict:
     panel.client.put(f"/deployments/{name}/", json=spec(name)).raise_for_status()
     panel.settled(name)
     errors, accepted_max, rollouts_max, final_ok = 0, 0, 0, True
+    conflicts: Counter = Counter()
     base = 512
     for round_number in range(1, rounds + 1):
         for size in sizes:
@@ -238,6 +245,7 @@ def races(panel: Panel, rounds: int, sizes: list[int]) -> dict:
             errors += applied["server_errors"] + created["server_errors"]
             accepted_max = max(accepted_max, applied["accepted"], created["accepted"])
             rollouts_max = max(rollouts_max, applied["rollouts"])
+            conflicts.update(applied["conflicts"])
             final_ok = final_ok and applied["final_is_last_accepted"] and created["accepted"] == 1
     panel.client.delete(f"/deployments/{name}/")
     return {
@@ -246,6 +254,7 @@ def races(panel: Panel, rounds: int, sizes: list[int]) -> dict:
         "accepted_changes_per_round_max": accepted_max,
         "final_is_last_accepted": final_ok,
         "rollouts_started_per_round_max": rollouts_max,
+        "conflicts": dict(conflicts),
     }
 
 
@@ -255,7 +264,8 @@ class SteadyClient(threading.Thread):
     def __init__(self, url: str, headers: dict, served: str, rps: float):
         super().__init__(daemon=True)
         self.url, self.headers, self.served, self.pause = url, headers, served, 1 / rps
-        self.sent, self.failed, self.failures = 0, 0, []
+        self.sent, self.failed = 0, 0
+        self.failures: list[str] = []
         self.stopping = threading.Event()
 
     def run(self) -> None:

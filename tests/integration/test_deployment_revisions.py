@@ -100,8 +100,8 @@ def test_a_change_whose_surge_room_another_change_took_meanwhile_names_that_chan
 ):
     """Alice's rolling change lands between Bob's reading and his planning, and her surge takes the last
     free NPU: Bob's change has no room for a surge now, but what stands in his way is her rollout (a 409
-    that `--wait-for-lock` waits out), not downtime to confirm (which it does not retry). bench/api_race.py
-    saw 19 of 20 parallel applies refused with "stops serving ... confirm"."""
+    that `--wait-for-lock` waits out), not downtime to confirm (which it does not retry). In bench/api_race.py
+    a round of 20 parallel applies answered its losers "stops serving ... confirm"."""
     from panel.deployments.spec import apply as apply_module
     from panel.deployments.spec.spec import parse_spec
 
