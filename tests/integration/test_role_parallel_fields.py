@@ -110,3 +110,21 @@ def test_the_edit_page_refuses_a_decode_tp_above_the_prefill_tp(bob, client, tin
     page = page_client(bob).post("/deployments/chat/edit/", {**fields, "preview": "1"}).content.decode()
     assert "needs the prefill TP at least the decode TP" in page
     assert 'data-testid="edit-apply"' not in page
+
+
+def test_the_review_says_the_network_between_the_roles_hosts_is_checked_before_the_launch(bob, qwen):
+    from panel.catalog.models import ModelArtifact
+    from tests.integration.test_wizard_topology import a2_node
+
+    other = a2_node("a2-other", {"vllm-ascend": "0.13.0", "vllm": "0.13.0"}, address="10.9.0.2")
+    ModelArtifact.objects.create(model=qwen.model, node=other, path="/models/qwen", ready=True)
+    client = client_for(bob)
+    start(client, qwen)
+    answer = client.post("/deployments/new/placement/", split_fields(decode_node="a2-other"))
+    assert answer.status_code == 302, answer.content.decode()[:3000]
+    assert client.post("/deployments/new/engine/", engine_fields(max_model_len="1024")).status_code == 302
+    review = client.get("/deployments/new/review/").content.decode()
+    assert "a2-node and a2-other hold prefill and decode engines" in review
+    client.cookies["django_language"] = "zh-hans"
+    review = client.get("/deployments/new/review/").content.decode()
+    assert "a2-node 与 a2-other 上分别运行预填充和解码引擎" in review
