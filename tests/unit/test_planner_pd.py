@@ -169,3 +169,36 @@ def test_a_chip_without_figures_gets_no_split_and_says_why():
     assert not result.worth_it
     assert codes(result) == ["pd_no_chip_figures"]
     assert result.reasons[0].params == {"chip": "950"}
+
+
+def test_a_decode_layout_with_a_tp_above_the_prefills_is_never_proposed(monkeypatch):
+    """Mooncake refuses it in every vllm-ascend release (the launch matrix's `split` rule)."""
+    from workers.engine.planner import plan_pd
+
+    real_spread = plan_pd._spread
+    wider_tp = []
+
+    def spread_with_a_wider_tp(facts, request, nodes):
+        found = real_spread(facts, request, nodes)
+        if found is None:
+            return None
+        bent = replace(found, tensor_parallel_size=found.tensor_parallel_size * 2,
+                       data_parallel_size=max(found.data_parallel_size // 2, 1))  # fmt: skip
+        wider_tp.append(bent)
+        return bent
+
+    monkeypatch.setattr(plan_pd, "_spread", spread_with_a_wider_tp)
+    result = split(R1, a3_nodes(4, quantization="ascend"), LONG, "0.23.0")
+    assert wider_tp  # the wider layouts were offered...
+    assert result.decode.plan.tensor_parallel_size <= result.prefill.plan.tensor_parallel_size  # ...and left
+
+
+@pytest.mark.parametrize(
+    ("facts", "request_"),
+    [(R1, a3_nodes(4, quantization="ascend")), (R1, a3_nodes(2, quantization="ascend")),
+     (QWEN25_72B, a2_node(nodes=2))],
+)  # fmt: skip
+def test_every_proposed_split_keeps_the_decode_tp_at_or_below_the_prefill_tp(facts, request_):
+    result = split(facts, request_, LONG, "0.23.0")
+    if result.worth_it:
+        assert result.decode.plan.tensor_parallel_size <= result.prefill.plan.tensor_parallel_size

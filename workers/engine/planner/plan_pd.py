@@ -130,6 +130,9 @@ def split(
         first = max(smallest.nodes, 1)
         wider = range(first + 1, request.nodes - first + 1)  # leave the prefill instance its nodes
         decode_sizes += [p for n in wider if (p := _spread(facts, sized, n))]
+    # Mooncake's connector refuses a decode TP above the prefill TP in every vllm-ascend release (launch
+    # matrix, kv_connectors mooncake `split`): such a decode layout is never proposed.
+    decode_sizes = [p for p in decode_sizes if p.tensor_parallel_size <= smallest.tensor_parallel_size]
     tpot = workload.tpot_ms / 1000
     best: tuple[float, int, int, int, Plan] | None = None
     smallest_npus = smallest.tensor_parallel_size * smallest.data_parallel_size
