@@ -96,6 +96,12 @@ SCENARIOS += [
     Scenario(
         "npu-critical-failover", "npu", "failover", "an NPU goes Critical under load: its replica moves"
     ),
+    Scenario(
+        "node-power-off-failover",
+        "node",
+        "power-off",
+        "a node loses power under load: its replica starts on another node, nothing moves back",
+    ),
 ]
 BY_NAME = {s.name: s for s in SCENARIOS}
 
@@ -344,6 +350,12 @@ def npu_failover(stack: FaultStack, scenario: Scenario, node: str, outcome: Outc
     npu_critical(stack, scenario, node, outcome)
 
 
+def power_off_failover(stack: FaultStack, scenario: Scenario, node: str, outcome: Outcome) -> None:
+    from tests.faults.failover_scenarios import node_power_off
+
+    node_power_off(stack, scenario, node, outcome)
+
+
 PHASES = {
     "install": during_install,
     "deploy": during_deploy,
@@ -357,6 +369,7 @@ PHASES = {
     "scale-up": elastic_scale_up,
     "asleep": elastic_asleep,
     "failover": npu_failover,
+    "power-off": power_off_failover,
 }
 
 
@@ -395,4 +408,5 @@ def clean_up(stack: FaultStack, node: str) -> None:
 
 
 def all_nodes() -> list[str]:
-    return [node_for(s) for s in SCENARIOS]
+    # node-power-off-failover moves its replica to a second node (tests/faults/failover_scenarios.py).
+    return [node_for(s) for s in SCENARIOS] + ["f-power-spare"]
