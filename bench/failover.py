@@ -278,6 +278,9 @@ def put_back(panel: Panel) -> None:
     panel.client.put(f"/deployments/{SICK[0]}/", json=spec(*SICK)).raise_for_status()
     time.sleep(2)  # the rollout begins with the apply; settled() then waits for it to end
     panel.settled(SICK[0])
+    where = {node for node, _npu in npus_of(panel, SICK[0])}
+    if where != {SICK[1]}:
+        raise SystemExit(f"{SICK[0]} is on {sorted(where)} after the apply, not {SICK[1]}")
 
 
 def spec(name: str, node: str) -> dict:
