@@ -16,6 +16,8 @@ a refusal that asks for a confirmation.
 
 from __future__ import annotations
 
+from typing import NoReturn
+
 from django.utils.translation import gettext as _
 
 from panel.core.domain.choices import DeploymentState, OperationKind, OperationStatus
@@ -85,8 +87,14 @@ def check(
         return None
     said = warning(primary, seconds, why_no_surge)
     if not allowed and not dry_run:
-        revisions.check_no_rollout(primary)
-        if seen is not None:
-            revisions.check_still(primary, seen)
-        raise DowntimeNotAllowed(said["message"])
+        refuse(primary, said, seen=seen)
     return said
+
+
+def refuse(primary: Deployment, said: dict, *, seen: int | None = None) -> NoReturn:
+    """Raise for a change that would stop serving and was not confirmed: the other change that came first
+    (a rollout under way, a revision after `seen`) when there is one, else DowntimeNotAllowed."""
+    revisions.check_no_rollout(primary)
+    if seen is not None:
+        revisions.check_still(primary, seen)
+    raise DowntimeNotAllowed(said["message"])

@@ -129,6 +129,24 @@ def test_a_change_whose_surge_room_another_change_took_meanwhile_names_that_chan
     assert rows("chat")["chat"].spec["max_model_len"] == 1024
 
 
+def test_a_disaggregated_change_that_would_stop_serving_names_a_rollout_under_way_first(client, tiny):
+    """The prefill/decode path asks for its downtime confirmation through the same refusal."""
+    from panel.deployments.conflicts import DeploymentConflict
+    from panel.deployments.downtime import DowntimeNotAllowed
+    from panel.deployments.spec.topology_change import confirmed_downtime
+
+    put(client, "chat", one_npu())
+    settle()
+    primary = rows("chat")["chat"]
+    assert confirmed_downtime(primary, "no room", allowed=False, dry_run=True)["code"] == "downtime"
+    with pytest.raises(DowntimeNotAllowed):
+        confirmed_downtime(primary, "no room", allowed=False, dry_run=False)
+    assert put(client, "chat", one_npu(engine={"max_model_len": 4096})).json()["effect"] == "rolling"
+    with pytest.raises(DeploymentConflict, match="A rolling update of chat is under way") as refused:
+        confirmed_downtime(primary, "no room", allowed=False, dry_run=False)
+    assert not isinstance(refused.value, DowntimeNotAllowed)
+
+
 def test_undo_of_a_spec_naming_its_npus_surges_beside_them(client, tiny):
     """`rollout undo` restarted the only replica in place ("No free NPUs for a surge replica" with 7 free):
     the spec kept for it names NPU 0, which the surge may not take."""

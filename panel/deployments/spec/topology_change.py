@@ -380,7 +380,7 @@ def confirmed_downtime(primary: Deployment, why: str | None, *, allowed: bool, d
         return None
     said = downtime.warning(primary, downtime.start_seconds(primary), why)
     if not allowed and not dry_run:
-        raise downtime.DowntimeNotAllowed(said["message"])
+        downtime.refuse(primary, said)
     return said
 
 
