@@ -169,3 +169,13 @@ def test_a_dry_run_says_when_the_hosts_were_never_checked_together_and_what_fail
     assert warned, answer.json()["warnings"]
     assert "failed its last check on pd-d: pd-d: the NIC link of NPU 0 is not UP" in warned[0]["message"]
     assert "hccn_tool -i <N> -link -g must say UP" in warned[0]["message"]
+
+
+def test_a_change_that_moves_decode_to_another_host_says_the_network_will_be_checked(pd_hosts, bob):
+    assert put(bob, split(decode_node="pd-p")).status_code == 201
+    answer = put(bob, split(), dry_run="true")
+    assert answer.status_code == 202, answer.json()
+    assert answer.json()["effect"] == "rolling"
+    said = [w["message"] for w in answer.json()["warnings"] if w["code"] == "pd_fabric"]
+    assert said
+    assert "pd-d and pd-p hold prefill and decode engines" in said[0]

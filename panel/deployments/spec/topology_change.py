@@ -28,6 +28,7 @@ from rest_framework import serializers
 
 from panel.core.domain.choices import DeploymentState, DesiredState
 from panel.deployments import downtime, revisions, services
+from panel.deployments.launch import pd_fabric
 from panel.deployments.models import Deployment, Rollout
 from panel.deployments.placement.planning import DeploymentPlan
 from panel.deployments.rollouts import replicas, rollouts
@@ -333,6 +334,9 @@ def _warnings(layout: Layout, steps, stops_first: bool) -> list[dict[str, Any]]:
     warnings = role_members.warnings_of(layout.plans.values())
     if not steps:
         return warnings
+    # Engines will launch: what the last checks saw between the roles' hosts, where they are on several.
+    planned = [(role, layout.plans[name]) for role, _i, name in layout.targets if name in layout.plans]
+    warnings += pd_fabric.last_known(planned)
 
     def names(action):
         return ", ".join(step["name"] for step in steps if step["action"] == action) or "-"
