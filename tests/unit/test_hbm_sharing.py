@@ -69,8 +69,9 @@ def test_the_review_says_what_each_shared_npu_keeps_free():
     note, ascend = left_notes([npu(first), npu(logic_id=4)], 0.4)  # NPU 4 is not shared: nothing to say
     assert note["level"] == "info"
     assert note["message"] == "NPU 3 on sim-a2 is shared with qwen-a: 12.2 GiB of 64.0 GiB stay free."
-    # vllm-ascend's worker counts the other engines' HBM against the flag: the review warns of it.
-    assert (ascend["code"], ascend["level"]) == ("hbm_shared_vllm_ascend", "warning")
+    # vllm-ascend's worker counts the other engines' HBM against the flag: the review says the launch adds it.
+    assert (ascend["code"], ascend["level"]) == ("hbm_shared_vllm_ascend", "info")
+    assert "adds the shares of the engines awake beside it" in ascend["message"]
     assert left_notes([npu(logic_id=4)], 0.4) == []
 
 

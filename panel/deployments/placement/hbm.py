@@ -223,17 +223,15 @@ def left_notes(rows: list[NpuHbm], utilization: float) -> list[dict[str, str]]:
                 }
             )
     if any(row.tenants for row in rows) and rows[0].chip != "cpu":
-        # vllm-ascend's NPUWorker.determine_available_memory takes everything allocated on the device (other
-        # engines too) from total x gpu_memory_utilization, where vLLM's own worker takes only its own: on
-        # vllm-ascend the flag is a cap for the whole NPU (vllm-ascend#7308, #5917).
+        # vllm-ascend's flag caps the whole NPU (launch_payload below): the command shown is the planned
+        # share, the launch adds the shares of the engines awake beside it at that moment.
         notes.append(
             {
                 "code": "hbm_shared_vllm_ascend",
-                "level": "warning",
+                "level": "info",
                 "message": _(
                     "vllm-ascend counts what other engines hold on an NPU against gpu_memory_utilization: "
-                    "an engine that starts beside others needs their shares added to its own, or it finds no "
-                    "room for its KV cache."
+                    "each launch of this engine adds the shares of the engines awake beside it to its own."
                 ),
             }
         )
