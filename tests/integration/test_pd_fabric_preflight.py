@@ -179,3 +179,17 @@ def test_a_change_that_moves_decode_to_another_host_says_the_network_will_be_che
     said = [w["message"] for w in answer.json()["warnings"] if w["code"] == "pd_fabric"]
     assert said
     assert "pd-d and pd-p hold prefill and decode engines" in said[0]
+
+
+def test_a_host_whose_engine_env_names_no_hccl_address_is_checked_on_the_nodes_own(pd_hosts, bob):
+    from panel.deployments.launch.pd_fabric import pd_plan
+    from panel.deployments.models import Deployment
+
+    assert put(bob, split(), dry_run="false").status_code == 201
+    decode = Deployment.objects.get(name="chat-d1")
+    decode.spec["parts"][0]["launch"]["env"] = {}
+    decode.save(update_fields=["spec"])
+    plan = pd_plan(Deployment.objects.get(name="chat"))
+    assert plan is not None
+    assert plan["interfaces"] == {"pd-p": ("10.3.0.1", "eth0")}  # pd-d: the check's default, its address
+    assert plan["peers"] == {"pd-p": ["pd-d"], "pd-d": ["pd-p"]}

@@ -64,9 +64,8 @@ def pd_plan(row: Deployment) -> dict[str, Any] | None:
         launch = part["launch"]
         devices.setdefault(part["node"], set()).update(int(i) for i in launch["logic_ids"])
         env = launch.get("env") or {}
-        interfaces.setdefault(
-            part["node"], (env.get("HCCL_IF_IP") or None, env.get("HCCL_SOCKET_IFNAME") or None)
-        )
+        if env.get("HCCL_IF_IP"):  # else the check takes the node's address and the interface holding it
+            interfaces.setdefault(part["node"], (env["HCCL_IF_IP"], env.get("HCCL_SOCKET_IFNAME") or None))
 
     home = own[0]["node"]
     take(own[0])
