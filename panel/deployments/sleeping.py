@@ -153,6 +153,7 @@ def wake(
             )  # fmt: skip
         else:
             sleep_state.mark_awake(deployment.pk)
+            sleep_state.touch(deployment.pk)  # its idle clock starts again: woken to serve, not to sleep
             decisions.record(
                 deployment, DecisionKind.WAKE, reason=reason, figures=figures,
                 actor=actor, user=user, outcome=DecisionOutcome.DONE,

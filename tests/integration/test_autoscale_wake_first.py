@@ -6,6 +6,7 @@ OpenAI-shaped 503 naming the NPU and who holds it."""
 
 import asyncio
 import json
+import time
 from datetime import timedelta
 
 import httpx
@@ -96,6 +97,7 @@ def test_a_scale_up_wakes_the_sleeping_replica_instead_of_a_cold_start(two_rows)
 
     assert httpx.get(f"{url}/is_sleeping").json() == {"is_sleeping": False}
     assert sleep_state.asleep_level(second.pk) is None
+    assert sleep_state.last_request(second.pk) >= time.time() - 30  # the idle step does not put it back
     assert pending("deploy") == []  # no cold replica was placed
     assert Deployment.objects.get(name="elastic").replicas_wanted == 2
     assert decisions("scale_up") == []
