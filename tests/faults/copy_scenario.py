@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import subprocess
+from pathlib import Path
 
 from panel.run import BASE_DIR, PYTHON
 from tests.faults.stack import FaultStack, StackError
@@ -42,7 +43,6 @@ print(json.dumps({"operation": str(start_copy(source, target, user, target_user=
 def copy_target(stack: FaultStack):
     """A loopback sshd for the copy's target; yields the tests.sshd.SshdServer."""
     import tempfile
-    from pathlib import Path
 
     from tests import sshd
 
@@ -54,11 +54,30 @@ def copy_target(stack: FaultStack):
         sshd._end(process)
 
 
+def copy_path(stack: FaultStack, node: str) -> str:
+    """The model's path on both nodes: under the source's sim root, and as is on the loopback target."""
+    return f"{stack.env['PANEL_MODELS_ROOT']}/copy-{node}"
+
+
+def folder_bytes(folder: Path) -> int:
+    """Bytes under `folder`, rsync's hidden temporary files (the file being written) included."""
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) if folder.is_dir() else 0
+
+
+def model_bytes(stack: FaultStack, node: str) -> int:
+    return folder_bytes(stack.sim_roots[node] / copy_path(stack, node).lstrip("/"))
+
+
+def copied_bytes(stack: FaultStack, node: str) -> int:
+    """What rsync has written on the target so far: the copy's own progress, read where it happens."""
+    return folder_bytes(Path(copy_path(stack, node)))
+
+
 def start_copy(stack: FaultStack, node: str, server) -> str:
     """Write the model under the source's sim root and start its copy to the sshd node; the operation id."""
     from workers.models.tiny import make_tiny_model
 
-    path = f"{stack.env['PANEL_MODELS_ROOT']}/copy-{node}"
+    path = copy_path(stack, node)
     make_tiny_model(stack.sim_roots[node] / path.lstrip("/"), arch="qwen2", target_mb=COPY_MB)
     spec = {"node": node, "path": path, "port": server.port, "user": server.username}
     out = subprocess.run(

@@ -16,6 +16,7 @@ import signal
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tests.faults.checks import (
@@ -115,7 +116,11 @@ def agent(node: str) -> str:
 
 
 def kill_and_restart(
-    stack: FaultStack, scenario: Scenario, node: str, engine_pid: int | None = None
+    stack: FaultStack,
+    scenario: Scenario,
+    node: str,
+    engine_pid: int | None = None,
+    while_down: Callable[[], None] | None = None,
 ) -> float:
     """SIGKILL the scenario's target; restart it unless it is the engine. Returns when the kill happened."""
     if scenario.target == "engine":
@@ -123,14 +128,18 @@ def kill_and_restart(
             raise StackError("no engine pid to kill")
         os.kill(engine_pid, signal.SIGKILL)
         return time.monotonic()
-    return kill_then_restart(stack, agent(node) if scenario.target == "agent" else scenario.target)
+    name = agent(node) if scenario.target == "agent" else scenario.target
+    return kill_then_restart(stack, name, while_down)
 
 
-def kill_then_restart(stack: FaultStack, name: str) -> float:
+def kill_then_restart(stack: FaultStack, name: str, while_down: Callable[[], None] | None = None) -> float:
     """SIGKILL the program (or replica group) `name` and start it again a moment later, as systemd would.
-    Returns when the kill happened (time.monotonic)."""
+    `while_down` runs right after the kill (what the kill met, read before the restart). Returns when the
+    kill happened (time.monotonic)."""
     stack.kill(name)
     killed_at = time.monotonic()
+    if while_down is not None:
+        while_down()
     time.sleep(1.0)  # down for a moment, as a crashed unit is before systemd's restart
     stack.restart(name)
     return killed_at
@@ -298,18 +307,33 @@ def during_create(stack: FaultStack, scenario: Scenario, node: str, outcome: Out
 
 
 def during_copy(stack: FaultStack, scenario: Scenario, node: str, outcome: Outcome) -> None:
-    from tests.faults.copy_scenario import copy_target, start_copy
+    from tests.faults.copy_scenario import copied_bytes, copy_target, model_bytes, start_copy
 
     with copy_target(stack) as server:
         stack.stop_program(agent(node))  # the agent logs in to the target with the sshd's client key
-        # Capped at 16 MiB/s: over loopback the 300 MB copy would end within rsync's first progress redraw,
-        # before the kill could land mid-copy; at 50 MiB/s (6 s) the progress the kill waits for reached the
-        # panel after the copy had ended, once, on a quiet machine.
+        # Capped at 16 MiB/s (about 19 s for the 300 MB): over loopback the copy would end within rsync's
+        # first progress redraw, before any kill could land.
         limit = {"ASCEND_PANEL_COPY_BWLIMIT_KIB_S": "16384"}
         stack.start_agent(node, {"ASCEND_PANEL_SSH_KEY": str(server.workdir / "client_key"), **limit})
         operation_id = start_copy(stack, node, server)
-        wait_running(stack, operation_id, outcome, progress_above=1)
-        killed_at = kill_and_restart(stack, scenario, node)
+        total = model_bytes(stack, node)
+        # Mid-copy is judged where the copy happens, the bytes rsync has written on the (loopback) target,
+        # not by the panel's view of the operation: that view is the agent's progress events after rsync's
+        # redraw, the spool, the broker and the ingest, and on a loaded machine it reached the panel only
+        # after a 6 s copy had ended, so the kill that waited for it met a finished copy.
+        wait_until(
+            lambda: copied_bytes(stack, node) > 0 or operation(stack, operation_id)["status"] in TERMINAL,
+            60,
+            f"rsync of operation {operation_id} to write on the target",
+        )
+        at_kill: dict[str, int] = {}
+        killed_at = kill_and_restart(
+            stack, scenario, node, while_down=lambda: at_kill.update(copied=copied_bytes(stack, node))
+        )
+        # Read after the kill returned (the agent is dead): fewer bytes than the model means rsync, which the
+        # agent ran, had not finished when the kill landed.
+        outcome.hit_mid = 0 < at_kill["copied"] < total
+        outcome.details["copied_at_kill"] = f"{at_kill['copied']} of {total} bytes"
         settle(stack, node, outcome, killed_at)
         outcome.details["copy"] = operation(stack, operation_id)["status"]
 
