@@ -373,12 +373,16 @@ class Relay:
         await self.call.end(self.redis, status, code, self.watch.usage, self.watch.ttft_ms)
 
     async def aclose(self) -> None:
-        """Wait for the record of a stream that ran its course; record one never read (its client left
-        first) as such."""
+        """Wait for the record of a stream that ran its course; record one its client left as such, unless
+        [DONE] had gone out: a cancel that lands in the ASGI edge (sending the last chunk) rather than in
+        `_chunks` reaches only this, and a complete answer was recorded as 499."""
         if self.recording is not None:
             await asyncio.shield(self.recording)
             return
-        await self._end(CLIENT_CLOSED, "client_closed")
+        if self.watch.done:
+            await self._end(200, "")
+        else:
+            await self._end(CLIENT_CLOSED, "client_closed")
 
 
 async def _models(request: Request) -> Answer:
