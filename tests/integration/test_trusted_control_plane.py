@@ -193,7 +193,9 @@ def test_a_lost_attempt_is_sent_again_and_its_log_keeps_both_attempts_in_order(c
     assert [seq for seq, _, _ in events] == list(range(1, len(events) + 1))  # one contiguous log
     assert events[:2] == [(1, 1, 1), (2, 1, 2)]
     second = [agent_seq for _, attempt, agent_seq in events if attempt == 2]
-    assert second == list(range(1, len(second) + 1))
+    # Every event of attempt 2 stored once, none lost. Not in the agent's order: its batches leave from
+    # several threads, and `seq` is the order of arrival (panel.operations.ordering reads the agent's order).
+    assert sorted(second) == list(range(1, len(second) + 1))
     assert operation.final_seq == operation.last_seq
     assert OperationLease(str(operation.id))._record()["finished"] == "succeeded"
 
