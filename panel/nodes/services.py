@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from panel.core.domain.choices import NodeStatus, NodeTransport, NpuHealth
 from panel.core.models import one_or_none
+from panel.nodes.health import health_state
 from panel.nodes.models import Node, Npu, silent_limit
 from panel.nodes.signals import node_not_inventoried, node_offline, node_online
 from panel.realtime.broadcast import FLEET, broadcast, node_group
@@ -234,6 +235,7 @@ def apply_inventory(node: Node, result: dict) -> dict:
     node.npu_smi_info = result.get("npu_smi_info") or ""
     node.save(update_fields=["facts", "versions", "npu_smi_info", "updated"])
     seen = set()
+    added = False
     for chip in result.get("npus") or []:
         key = (int(chip["npu_id"]), int(chip.get("chip_id") or 0))
         seen.add(key)
@@ -243,7 +245,11 @@ def apply_inventory(node: Node, result: dict) -> dict:
         values["name"] = values.get("name") or ""
         npu, created = Npu.objects.update_or_create(node=node, npu_id=key[0], chip_id=key[1], defaults=values)
         if created:
+            added = True
             changes.setdefault("npus_added", []).append(f"{key[0]}/{key[1]}")
+    if added:  # the health policy watches them from the next sample on
+        name = node.name
+        transaction.on_commit(lambda: health_state.chips_added(name))
     gone = [npu for npu in node.npus.all() if (npu.npu_id, npu.chip_id) not in seen]
     if gone and result.get("npus") is not None:
         changes["npus_removed"] = [f"{n.npu_id}/{n.chip_id}" for n in gone]

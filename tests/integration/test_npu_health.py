@@ -199,16 +199,16 @@ def test_states_come_back_from_the_database_when_redis_lost_the_memory_and_an_ov
     assert Npu.objects.get(node=node, npu_id=0).health_state == "ok"
 
 
-def test_npus_inventoried_after_the_first_samples_are_watched_too(node, monkeypatch):
-    from panel.nodes.health import health_state
+def test_npus_inventoried_after_the_first_samples_are_watched_from_the_next_sample(node):
+    # Every panel start and every new node: samples come before the inventory has made the NPU rows. The
+    # chips were looked up again only every RECHECK_S (30 s), and a Critical chip was failed that late.
     from panel.nodes.models import Npu
+    from panel.nodes.services import apply_inventory
 
-    monkeypatch.setattr(health_state, "RECHECK_S", 0)
     rows = list(Npu.objects.filter(node=node).values("npu_id", "logic_id", "name", "hbm_total_mb"))
     Npu.objects.filter(node=node).delete()
     ingest(node, {"health": "OK"}, {"health": "OK"})  # a node not inventoried yet: nothing to keep
-    for row in rows:
-        Npu.objects.create(node=node, **row)
+    apply_inventory(node, {"npus": [{**row, "chip_id": 0, "health": "OK"} for row in rows]})
     ingest(node, {"health": "Critical"}, {"health": "OK"})
     assert Npu.objects.get(node=node, npu_id=0).health_state == "failed"
 

@@ -99,9 +99,18 @@ def observe_batches(items: list[tuple[int, str, list[list[dict]]]], now: float |
     writes.execute()
 
 
+def chips_added(node_name: str) -> None:
+    """An inventory added NPU rows to the node: its next sample reads their states from the database, not
+    at the hash's next look in up to RECHECK_S. Until a chip is in the hash its samples are skipped, so a
+    node whose first samples came before its inventory (every panel start, every new node) had a Critical
+    chip marked failed only at that look (17.7 s in bench/failover.py, up to 30 s)."""
+    panel_redis.client().hdel(memory_key(node_name), RECHECK)
+
+
 def _due(entries: dict, samples: list[list[dict]], now: float) -> bool:
     """Whether a node's states are to be read from the database: the first time (or after Redis lost them),
-    and when the hash lacks chips a sample has (an inventory added their rows), at most every RECHECK_S."""
+    after an inventory added chips (`chips_added`), and when the hash lacks chips a sample has (chips the
+    database does not have) at most every RECHECK_S."""
     if LOADED not in entries:
         return True
     missing = any(
