@@ -139,34 +139,40 @@ async def test_the_first_line_arrives_before_the_program_ends(runner):
     assert (await task).stdout == "first\nsecond\n"
 
 
-async def test_each_redraw_of_a_progress_line_arrives_while_the_program_runs(runner):
-    # rsync --info=progress2 and other meters redraw one line, each redraw starting with \r, and print \n
-    # only when done; the redraws must reach the callback (the operation's progress) as they happen.
+async def test_each_redraw_of_a_progress_line_arrives_while_the_program_runs(runner, tmp_path):
+    # rsync --info=progress2 and other meters redraw one line, each redraw starting with \r and none ending
+    # it, and print \n only when done; each redraw must reach the callback (the operation's progress) as it
+    # is drawn, not when the next one ends it: the program draws 50% and waits until the test saw it.
     lines = []
-    first_redraw_seen = asyncio.Event()
+    last_redraw_seen = asyncio.Event()
+    seen = tmp_path / "seen"
 
     def on_line(stream, line):
         lines.append(line)
-        if line == "10%":
-            first_redraw_seen.set()
+        if line == "50%":
+            last_redraw_seen.set()
 
     task = asyncio.create_task(
         runner.run(
-            python("""
-                import sys, time
+            python(f"""
+                import os, sys, time
                 sys.stdout.write("\\r10%\\r50%")
                 sys.stdout.flush()
-                time.sleep(1.5)
+                while not os.path.exists({str(seen)!r}):
+                    time.sleep(0.05)
                 sys.stdout.write("\\r100%\\n")
             """),
             on_line=on_line,
+            timeout=30,
         )
     )
-    await asyncio.wait_for(first_redraw_seen.wait(), timeout=5)
+    try:
+        await asyncio.wait_for(last_redraw_seen.wait(), timeout=10)
+    finally:
+        seen.touch()
 
-    assert not task.done()
     assert (await task).stdout == "\r10%\r50%\r100%\n"
-    assert lines == ["", "10%", "50%", "100%"]
+    assert lines == ["", "10%", "50%", "100%"]  # each redraw once
 
 
 async def test_lines_reach_the_callback_in_order_per_stream(runner):

@@ -30,6 +30,7 @@ class LineCollector:
         self.on_line = on_line
         self._parts: list[str] = []
         self._pending = b""
+        self._shown: bytes | None = None  # the pending redraw, handed to the callback before its end came
 
     @property
     def text(self) -> str:
@@ -47,6 +48,12 @@ class LineCollector:
         if len(self._pending) > MAX_LINE_BYTES:
             self._emit(self._pending, b"")
             self._pending = b""
+        elif self._pending and start and buffer[start - 1 : start] == b"\r" and not buffer.endswith(b"\r"):
+            # A redraw (rsync's progress starts each with \r and ends none): handed on now, not when the
+            # next redraw ends it a second later, so the operation's progress is the meter's latest.
+            self._shown = self._pending
+            if self.on_line is not None:
+                self.on_line(self.stream, self._pending.decode("utf-8", errors="replace"))
 
     def finish(self) -> None:
         if self._pending:
@@ -54,9 +61,10 @@ class LineCollector:
             self._pending = b""
 
     def _emit(self, raw: bytes, ending: bytes) -> None:
+        shown, self._shown = self._shown, None
         line = raw.decode("utf-8", errors="replace")
         self._parts.append(line + ending.decode())
-        if self.on_line is not None:
+        if self.on_line is not None and raw != shown:  # a redraw handed on already is not handed on twice
             self.on_line(self.stream, line.removesuffix("\r"))  # a \r held back when the stream ended
 
     async def pump(self, read: Callable[[int], Awaitable[bytes]]) -> None:
