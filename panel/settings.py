@@ -90,6 +90,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "panel.accounts.middleware.TemporaryPasswordMiddleware",
     "panel.core.web.middleware.NotFoundPageMiddleware",
+    "panel.core.web.middleware.ConflictPageMiddleware",  # a lost unique insert on a page: 409, not 500
     "panel.audit.middleware.AuditRequestMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",

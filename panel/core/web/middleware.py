@@ -8,13 +8,15 @@ done, so a `?wait=` or `?watch=true` (panel/core/rest/streams.py) would hold tha
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
+from django.db import IntegrityError
 from django.http import Http404, HttpResponseBadRequest, JsonResponse
+from django.shortcuts import render
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.defaults import page_not_found
 from whitenoise.middleware import WhiteNoiseMiddleware
 
-from panel.core.rest.exceptions import is_api, not_found_text
+from panel.core.rest.exceptions import conflict_text, is_api, not_found_text, unique_violation
 
 # The sentence for an error answer that reached the edge without one (Django's own pages), by status.
 GENERIC_DETAILS = {
@@ -189,3 +191,23 @@ class NotFoundPageMiddleware(SyncAndAsyncMiddleware):
         if not response.get("Content-Type", "").startswith("text/html"):
             return response
         return page_not_found(request, Http404())
+
+
+class ConflictPageMiddleware(SyncAndAsyncMiddleware):
+    """A page form that passed its own "is the name free" check and then lost the insert to another request
+    (two admins, or a page and a pipeline, at once) answers 409 with what happened, as the API does
+    (panel.core.rest.exceptions), never a 500. Any other integrity error stays the panel's own bug."""
+
+    def handle(self, request):
+        return self.get_response(request)
+
+    async def __acall__(self, request):
+        return await self.get_response(request)
+
+    def process_exception(self, request, exception):
+        if is_api(request) or not isinstance(exception, IntegrityError):
+            return None
+        columns = unique_violation(exception)
+        if columns is None:
+            return None
+        return render(request, "409.html", {"detail": conflict_text(columns)}, status=409)
