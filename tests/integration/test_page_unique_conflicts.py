@@ -1,5 +1,6 @@
 """A page form that loses its insert to another request made at the same moment answers 409 with what
-happened, in the panel's layout and the reader's language, as the API does; other integrity errors stay 500."""
+happened, in the panel's layout and the reader's language, as the API does; other integrity errors
+stay 500."""
 
 import pytest
 from django.db import IntegrityError
