@@ -23,6 +23,7 @@ import signal
 import time
 from pathlib import Path
 
+from workers.engine.running import runtime
 from workers.sim import state as sim_state
 
 AGENT_MODULE = "workers.agent"
@@ -45,8 +46,6 @@ def _processes_of(roots: set[Path]) -> list[tuple[int, str]]:
 
 def _engine_groups(root: Path) -> list[int]:
     """The process groups of the engines the host records (each engine runs in a group of its own)."""
-    from workers.engine.running import runtime
-
     groups = []
     for record_file in runtime.state_dir(str(root)).glob("*.json"):
         record = runtime.load_record(str(root), record_file.stem)
