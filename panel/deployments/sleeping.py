@@ -17,6 +17,7 @@ launch gives only engines on loopback (docs/trust-model.md).
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from datetime import datetime
@@ -50,6 +51,9 @@ log = logging.getLogger(__name__)
 
 SLEEP_TIMEOUT_S = 120.0  # level 2 drops the weights at once; level 1 copies them to host memory first
 POLL_S = 0.2
+# /sleep, /wake_up and /is_sleeping answer a few bytes. The engine is an input (docs/trust-model.md): what it
+# sends past this is not read, so a hostile answer costs its own call and never the process's memory.
+ANSWER_LIMIT = 64 * 1024
 
 
 def wake_timeout_s() -> float:
@@ -210,6 +214,43 @@ def _refusal(parts: list[dict]) -> list[tuple]:
     return [(part["text"], *(part["params"].get(key) for key in keys)) for part in parts]
 
 
+def read_bounded(answer: httpx.Response) -> bytes:
+    """An engine's streamed answer, at most ANSWER_LIMIT bytes of it."""
+    body = bytearray()
+    for chunk in answer.iter_bytes():
+        body += chunk[: ANSWER_LIMIT - len(body)]
+        if len(body) >= ANSWER_LIMIT:
+            break
+    return bytes(body)
+
+
+async def aread_bounded(answer: httpx.Response) -> bytes:
+    body = bytearray()
+    async for chunk in answer.aiter_bytes():
+        body += chunk[: ANSWER_LIMIT - len(body)]
+        if len(body) >= ANSWER_LIMIT:
+            break
+    return bytes(body)
+
+
+def says_awake(status: int, body: bytes) -> bool:
+    """An /is_sleeping answer that says the engine is awake; anything else (a junk body too) is not yet."""
+    try:
+        return status == 200 and json.loads(body).get("is_sleeping") is False
+    except (ValueError, AttributeError):
+        return False
+
+
+def answered_with(status: int, body: bytes) -> list[dict]:
+    return [
+        reasons.part(
+            gettext_noop("The engine answered {status}: {text}"),
+            status=status,
+            text=body[:200].decode(errors="replace"),
+        )
+    ]
+
+
 def wake_engine(root: str, timeout_s: float) -> list[dict] | None:
     """POST /wake_up, then GET /is_sleeping until it says false; None when awake, else why not (parts)."""
     deadline = time.monotonic() + timeout_s
@@ -219,10 +260,10 @@ def wake_engine(root: str, timeout_s: float) -> list[dict] | None:
             return failure
         while time.monotonic() < deadline:
             try:
-                answer = http.get(f"{root}/is_sleeping")
-                if answer.status_code == 200 and answer.json().get("is_sleeping") is False:
-                    return None
-            except (httpx.HTTPError, ValueError, AttributeError):
+                with http.stream("GET", f"{root}/is_sleeping") as answer:
+                    if says_awake(answer.status_code, read_bounded(answer)):
+                        return None
+            except httpx.HTTPError:
                 pass
             time.sleep(POLL_S)
     return [
@@ -238,18 +279,11 @@ def _ask(deployment: Deployment, method: str, path: str, params: dict | None, ti
 def _answer_failure(http: httpx.Client, method: str, url: str, params: dict | None) -> list[dict] | None:
     """None when the engine answered 200, else why not (parts)."""
     try:
-        answer = http.request(method, url, params=params)
+        with http.stream(method, url, params=params) as answer:
+            status, body = answer.status_code, read_bounded(answer)
     except httpx.HTTPError as error:
         return [reasons.part(gettext_noop("The engine did not answer: {error}"), error=str(error)[:200])]
-    if answer.status_code != 200:
-        return [
-            reasons.part(
-                gettext_noop("The engine answered {status}: {text}"),
-                status=answer.status_code,
-                text=answer.text[:200],
-            )
-        ]
-    return None
+    return answered_with(status, body) if status != 200 else None
 
 
 def idle_step(now: datetime | None = None) -> int:

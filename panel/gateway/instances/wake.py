@@ -28,7 +28,14 @@ from django.utils.translation import gettext_noop
 from panel.core.domain.choices import DecisionActor, DecisionKind, DecisionOutcome
 from panel.deployments import decisions, reasons, sleep_state
 from panel.deployments.models import Deployment
-from panel.deployments.sleeping import POLL_S, no_room, wake_timeout_s
+from panel.deployments.sleeping import (
+    POLL_S,
+    answered_with,
+    aread_bounded,
+    no_room,
+    says_awake,
+    wake_timeout_s,
+)
 from panel.deployments.tasks import restart_after_failed_wake
 from panel.gateway.instances.pool import Instance
 from panel.gateway.proxy.errors import Answer, error
@@ -163,25 +170,20 @@ async def _wake_engine(root: str, timeout: float) -> list[dict] | None:
     deadline = time.monotonic() + timeout
     async with httpx.AsyncClient(timeout=httpx.Timeout(min(timeout, 60.0), connect=5.0)) as http:
         try:
-            answer = await http.post(f"{root}/wake_up")
+            async with http.stream("POST", f"{root}/wake_up") as answer:
+                status, body = answer.status_code, await aread_bounded(answer)
         except httpx.HTTPError as failure:
             return [
                 reasons.part(gettext_noop("The engine did not answer: {error}"), error=str(failure)[:200])
             ]
-        if answer.status_code != 200:
-            return [
-                reasons.part(
-                    gettext_noop("The engine answered {status}: {text}"),
-                    status=answer.status_code,
-                    text=answer.text[:200],
-                )
-            ]
+        if status != 200:
+            return answered_with(status, body)
         while time.monotonic() < deadline:
             try:
-                answer = await http.get(f"{root}/is_sleeping")
-                if answer.status_code == 200 and answer.json().get("is_sleeping") is False:
-                    return None
-            except (httpx.HTTPError, ValueError, AttributeError):
+                async with http.stream("GET", f"{root}/is_sleeping") as answer:
+                    if says_awake(answer.status_code, await aread_bounded(answer)):
+                        return None
+            except httpx.HTTPError:
                 pass
             await asyncio.sleep(POLL_S)
     return [reasons.part(gettext_noop("The engine still sleeps after {seconds} s."), seconds=round(timeout))]
