@@ -113,24 +113,28 @@ def test_a_request_whose_engine_is_gone_before_its_first_byte_is_answered_by_the
     assert (first.instance, first.attempts, first.status) == ("qwen-b/0", 2, 200)
 
 
-def test_a_stream_cut_mid_way_ends_with_an_error_naming_the_failed_npu(
-    live_gateway,  # noqa: F811
-    two_replicas,
-    bob,
-):
-    key = key_for(bob)
+def stream_cut_by(gateway, key: str, two_replicas, cause) -> list:
+    """A stream that qwen-a serves, cut after its first token: `cause(deployment)` marks why (a failed NPU,
+    a silent node), then its engine dies. The stream's events as the client read them."""
     store.client().zadd(store.inflight_key("qwen-b/0"), {"busy": time.time()})  # qwen-a takes the stream
     deployment, process = two_replicas["qwen-a"]
-    with live_gateway.client(key) as client:
+    with gateway.client(key) as client:
         body = {"model": "qwen", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 200}
         with client.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as response:
             assert response.status_code == 200
             lines = response.iter_lines()
             assert next(line for line in lines if line.startswith("data:"))  # the first token arrived
-            fail_npu_of(deployment)
+            cause(deployment)
             process.send_signal(signal.SIGKILL)
-            rest = "\n".join(lines)
-    events = sse_events(rest)
+            return sse_events("\n".join(lines))
+
+
+def test_a_stream_cut_mid_way_ends_with_an_error_naming_the_failed_npu(
+    live_gateway,  # noqa: F811
+    two_replicas,
+    bob,
+):
+    events = stream_cut_by(live_gateway, key_for(bob), two_replicas, fail_npu_of)
     assert events[-1] != "[DONE]"
     error = events[-1]["error"]
     assert (error["type"], error["code"]) == ("server_error", "npu_failed")
@@ -189,17 +193,7 @@ def test_a_stream_cut_when_its_node_went_offline_ends_with_an_error_naming_the_n
     two_replicas,
     bob,
 ):
-    key = key_for(bob)
-    store.client().zadd(store.inflight_key("qwen-b/0"), {"busy": time.time()})  # qwen-a takes the stream
-    deployment, process = two_replicas["qwen-a"]
-    with live_gateway.client(key) as client:
-        body = {"model": "qwen", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 200}
-        with client.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as response:
-            lines = response.iter_lines()
-            assert next(line for line in lines if line.startswith("data:"))
-            silent_node_of(deployment)
-            process.send_signal(signal.SIGKILL)
-            events = sse_events("\n".join(lines))
+    events = stream_cut_by(live_gateway, key_for(bob), two_replicas, silent_node_of)
     error = events[-1]["error"]
     assert (error["type"], error["code"]) == ("server_error", "node_offline")
     assert "Node node-qwen-a stopped answering" in error["message"]
