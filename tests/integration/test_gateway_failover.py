@@ -113,9 +113,10 @@ def test_a_request_whose_engine_is_gone_before_its_first_byte_is_answered_by_the
     assert (first.instance, first.attempts, first.status) == ("qwen-b/0", 2, 200)
 
 
-def stream_cut_by(gateway, key: str, two_replicas, cause) -> list:
+def stream_cut_by(gateway, key: str, two_replicas, cause, sent=signal.SIGKILL) -> list:
     """A stream that qwen-a serves, cut after its first token: `cause(deployment)` marks why (a failed NPU,
-    a silent node), then its engine dies. The stream's events as the client read them."""
+    a silent node), then its engine gets `sent` (dies, or SIGSTOP: frozen with its connection open, as a host
+    that lost power leaves it). The stream's events as the client read them."""
     store.client().zadd(store.inflight_key("qwen-b/0"), {"busy": time.time()})  # qwen-a takes the stream
     deployment, process = two_replicas["qwen-a"]
     with gateway.client(key) as client:
@@ -125,7 +126,7 @@ def stream_cut_by(gateway, key: str, two_replicas, cause) -> list:
             lines = response.iter_lines()
             assert next(line for line in lines if line.startswith("data:"))  # the first token arrived
             cause(deployment)
-            process.send_signal(signal.SIGKILL)
+            process.send_signal(sent)
             return sse_events("\n".join(lines))
 
 
@@ -197,6 +198,57 @@ def test_a_stream_cut_when_its_node_went_offline_ends_with_an_error_naming_the_n
     error = events[-1]["error"]
     assert (error["type"], error["code"]) == ("server_error", "node_offline")
     assert "Node node-qwen-a stopped answering" in error["message"]
+
+
+def test_a_stream_whose_node_lost_power_ends_naming_the_node_without_waiting_for_the_gap_bound(
+    live_gateway,  # noqa: F811
+    two_replicas,
+    bob,
+):
+    """No reset arrives from a frozen engine: only the panel's word that its node is offline ends the wait
+    (panel.gateway.instances.silence), seconds after, not at PANEL_GATEWAY_MAX_EVENT_GAP_S (600 s)."""
+    process = two_replicas["qwen-a"][1]
+    began = time.monotonic()
+    try:
+        events = stream_cut_by(live_gateway, key_for(bob), two_replicas, silent_node_of, signal.SIGSTOP)
+        took = time.monotonic() - began
+    finally:
+        process.send_signal(signal.SIGCONT)
+    assert events[-1] != "[DONE]"
+    error = events[-1]["error"]
+    assert (error["type"], error["code"]) == ("server_error", "node_offline")
+    assert "Node node-qwen-a stopped answering" in error["message"]
+    assert took < 30, took  # a behaviour check on a loaded machine: the bound it would have waited is 600 s
+    row = drained(1)[0]
+    assert (row.instance, row.status, row.error) == ("qwen-a/0", 502, "node_offline")
+
+
+def test_a_whole_answer_awaited_from_a_node_that_lost_power_is_answered_by_the_other(
+    live_gateway,  # noqa: F811
+    two_replicas,
+    bob,
+):
+    """A request that has no byte of its answer yet when its engine freezes and its node is marked offline is
+    sent to the other replica, seconds after, not at the read timeout."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    (qwen_a, process) = two_replicas["qwen-a"]
+    store.client().zadd(store.inflight_key("qwen-b/0"), {"busy": time.time()})  # qwen-a takes it first
+    began = time.monotonic()
+    try:
+        with ThreadPoolExecutor(1) as pool_of_one:
+            answer = pool_of_one.submit(chat, live_gateway, key_for(bob), model="qwen", max_tokens=100)
+            time.sleep(1)  # it is being generated (0.05 s a token) when the host goes
+            process.send_signal(signal.SIGSTOP)
+            silent_node_of(qwen_a)
+            response = answer.result(60)
+        took = time.monotonic() - began
+    finally:
+        process.send_signal(signal.SIGCONT)
+    assert response.status_code == 200, response.text
+    assert took < 30, took
+    row = drained(1)[0]
+    assert (row.instance, row.attempts, row.status) == ("qwen-b/0", 2, 200)
 
 
 def test_a_retry_away_from_an_instance_is_recorded_once_a_minute_for_an_admin(celery_worker, two_replicas):

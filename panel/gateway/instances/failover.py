@@ -249,6 +249,11 @@ def _cause_text(cause: dict | None, error: BaseException | None) -> tuple[str, s
     return message, "upstream_broken"
 
 
+def cut_error(cause: dict) -> tuple[str, str]:
+    """(message, code) for a request given up because its instance was excluded for `cause`."""
+    return _cause_text(cause, None)
+
+
 def cut_event(cause: dict | None, error: BaseException | None = None) -> tuple[bytes, str]:
     """The SSE event that ends a stream cut mid-way, in OpenAI's error shape (the SDKs raise it), and its
     code for the usage record."""

@@ -24,7 +24,7 @@ from django.utils.translation import gettext as _
 from panel.gateway import store
 from panel.gateway.access import identity, limits
 from panel.gateway.accounting import usage
-from panel.gateway.instances import failover, routing, wake
+from panel.gateway.instances import failover, routing, silence, wake
 from panel.gateway.instances import pool as pools
 from panel.gateway.proxy import pd, relay
 from panel.gateway.proxy.errors import INVALID_REQUEST, Answer, as_openai_error, error
@@ -76,6 +76,7 @@ class Call:
         self.attempts = 0
         self.instance: pools.Instance | None = None
         self.route: routing.Route | None = None  # what the deployment's routing policy routes it by
+        self.excluded: dict | None = None  # why an instance was given up while its engine was silent
 
     async def end(self, redis, status: int, code: str = "", usage_found=None, ttft_ms=None) -> None:
         tokens = relay.tokens_of(usage_found)
@@ -176,6 +177,9 @@ async def _proxy(request: Request, route: str) -> Answer:
     except asyncio.CancelledError:
         await call.end(redis, CLIENT_CLOSED, "client_closed")
         raise
+    if upstream is None and call.excluded is not None:
+        message, code = failover.cut_error(call.excluded)
+        return await call.refuse(redis, 502, message, "server_error", code)
     if upstream is None:
         message = _("No replica of `{model}` answered; retry shortly.").format(model=call.model)
         return await call.refuse(redis, 503, message, "server_error", "no_healthy_replica", Retry_After="5")
@@ -232,11 +236,12 @@ async def _open(
         call.instance = instance
         headers = {**instance.headers(), "Content-Type": "application/json", "Accept-Encoding": "identity"}
         try:
-            upstream = await http.send(
-                http.build_request("POST", f"{instance.base_url}/{route}", content=content, headers=headers),
-                stream=True,
-            )
-        except httpx.TransportError:
+            url = f"{instance.base_url}/{route}"
+            sent = http.build_request("POST", url, content=content, headers=headers)
+            upstream = await silence.guarded(redis, instance, http.send(sent, stream=True))
+        except httpx.TransportError as failure:
+            if isinstance(failure, silence.Excluded):
+                call.excluded = failure.cause
             await pools.failed(redis, instance, call.request_id)
             candidates.remove(instance)
             failed.append(instance)
@@ -249,7 +254,7 @@ async def _open(
             candidates.remove(instance)
             failed.append(instance)
             continue
-        if call.stream and upstream.status_code == 200 and not await failover.started(upstream):
+        if call.stream and upstream.status_code == 200 and not await _started(call, redis, upstream):
             await pools.failed(redis, instance, call.request_id)  # cut before its first byte: try again
             candidates.remove(instance)
             failed.append(instance)
@@ -261,13 +266,30 @@ async def _open(
     return None
 
 
+async def _started(call: Call, redis, upstream: httpx.Response) -> bool:
+    """failover.started, given up (False) when the engine stays silent and its instance is taken out."""
+    try:
+        return await silence.guarded(redis, call.instance, failover.started(upstream))
+    except silence.Excluded as failure:
+        await upstream.aclose()
+        call.excluded = failure.cause
+        return False
+
+
 async def _whole(call: Call, redis, upstream: httpx.Response) -> Answer:
     try:
-        content = await upstream.aread()
+        content = await silence.guarded(redis, call.instance, upstream.aread())
     except asyncio.CancelledError:
         await upstream.aclose()
         await call.end(redis, CLIENT_CLOSED, "client_closed")
         raise
+    except silence.Excluded as failure:
+        # Its engine went silent and the panel took it out (its node offline, its NPU failed): say so now
+        # rather than after the read timeout.
+        await upstream.aclose()
+        message, code = failover.cut_error(failure.cause)
+        await call.end(redis, 502, code)
+        return error(502, message, "server_error", code)
     except httpx.HTTPError:
         await upstream.aclose()
         await call.end(redis, 502, "upstream_broken")
@@ -330,6 +352,10 @@ class Relay:
         completed = False
         renewed = time.monotonic()
         call, watch = self.call, self.watch
+        # An engine silent past silence.SILENT_S whose instance the panel took out has its connection closed
+        # (a host that lost power sends no reset): the read below breaks and the stream ends naming the cause.
+        dog = silence.Watchdog(self.redis, call.instance, lambda: watch.last_event, self.upstream.aclose)
+        dog.start()
         try:
             # The response's own byte stream rather than aiter_raw(): the chunks pass unchanged either way,
             # and this is one layer less per chunk (panel.gateway.proxy.transport).
@@ -348,7 +374,8 @@ class Relay:
             # Bytes already went out, so it cannot be retried: the stream ends with an error event naming
             # the cause (panel.gateway.instances.failover), which the OpenAI SDKs raise, instead of stopping
             # short without [DONE] as if it had finished.
-            event, code = failover.cut_event(await failover.cause_for(self.redis, call.instance), cut)
+            cause = dog.cause or await failover.cause_for(self.redis, call.instance)
+            event, code = failover.cut_event(cause, cut)
             status = 502
             yield event
         except asyncio.CancelledError:
@@ -358,6 +385,7 @@ class Relay:
                 status, code = CLIENT_CLOSED, "client_closed"
             raise
         finally:
+            dog.stop()
             if completed:
                 self.recording = asyncio.ensure_future(self._end(status, code))
                 _recording.add(self.recording)
