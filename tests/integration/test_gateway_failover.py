@@ -251,6 +251,32 @@ def test_a_whole_answer_awaited_from_a_node_that_lost_power_is_answered_by_the_o
     assert (row.instance, row.attempts, row.status) == ("qwen-b/0", 2, 200)
 
 
+def test_a_whole_answer_from_the_last_replica_when_its_node_lost_power_is_a_502_naming_the_node(
+    live_gateway,  # noqa: F811
+    two_replicas,
+    bob,
+):
+    from concurrent.futures import ThreadPoolExecutor
+
+    fail_npu_of(two_replicas["qwen-b"][0])  # only qwen-a serves
+    (qwen_a, process) = two_replicas["qwen-a"]
+    try:
+        with ThreadPoolExecutor(1) as pool_of_one:
+            answer = pool_of_one.submit(chat, live_gateway, key_for(bob), model="qwen", max_tokens=100)
+            time.sleep(1)
+            process.send_signal(signal.SIGSTOP)
+            silent_node_of(qwen_a)
+            response = answer.result(60)
+    finally:
+        process.send_signal(signal.SIGCONT)
+    assert response.status_code == 502, response.text
+    error = response.json()["error"]
+    assert (error["type"], error["code"]) == ("server_error", "node_offline")
+    assert "Node node-qwen-a stopped answering" in error["message"]
+    row = drained(1)[0]
+    assert (row.instance, row.status, row.error) == ("qwen-a/0", 502, "node_offline")
+
+
 def test_a_retry_away_from_an_instance_is_recorded_once_a_minute_for_an_admin(celery_worker, two_replicas):
     """What the gateway calls after a retry (panel.gateway.proxy.handler._open), here in this process: a
     separate web process publishes to the broker without this test session's queue prefix, so it would not

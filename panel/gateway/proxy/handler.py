@@ -76,7 +76,8 @@ class Call:
         self.attempts = 0
         self.instance: pools.Instance | None = None
         self.route: routing.Route | None = None  # what the deployment's routing policy routes it by
-        self.excluded: dict | None = None  # why an instance was given up while its engine was silent
+        # The instance given up while its engine was silent, and why (panel.gateway.instances.silence).
+        self.excluded: tuple[pools.Instance, dict] | None = None
 
     async def end(self, redis, status: int, code: str = "", usage_found=None, ttft_ms=None) -> None:
         tokens = relay.tokens_of(usage_found)
@@ -178,7 +179,8 @@ async def _proxy(request: Request, route: str) -> Answer:
         await call.end(redis, CLIENT_CLOSED, "client_closed")
         raise
     if upstream is None and call.excluded is not None:
-        message, code = failover.cut_error(call.excluded)
+        call.instance, cause = call.excluded  # its row names the instance, as a cut stream's does
+        message, code = failover.cut_error(cause)
         return await call.refuse(redis, 502, message, "server_error", code)
     if upstream is None:
         message = _("No replica of `{model}` answered; retry shortly.").format(model=call.model)
@@ -241,7 +243,7 @@ async def _open(
             upstream = await silence.guarded(redis, instance, http.send(sent, stream=True))
         except httpx.TransportError as failure:
             if isinstance(failure, silence.Excluded):
-                call.excluded = failure.cause
+                call.excluded = (instance, failure.cause)
             await pools.failed(redis, instance, call.request_id)
             candidates.remove(instance)
             failed.append(instance)
@@ -272,7 +274,8 @@ async def _started(call: Call, redis, upstream: httpx.Response) -> bool:
         return await silence.guarded(redis, call.instance, failover.started(upstream))
     except silence.Excluded as failure:
         await upstream.aclose()
-        call.excluded = failure.cause
+        assert call.instance is not None, "a stream is started on the instance it was sent to"
+        call.excluded = (call.instance, failure.cause)
         return False
 
 
