@@ -37,7 +37,9 @@ def onnx_artifact(node, bob, celery_worker):
 
 
 def log_lines(operation) -> list[tuple[datetime.datetime, str]]:
-    events = operation.events.filter(kind="log").order_by("seq")
+    # The agent's order: its event batches leave from several threads, and `seq` is the order of arrival
+    # (panel.operations.ordering); under load the closing line arrived before the one printed ahead of it.
+    events = operation.events.filter(kind="log").order_by("attempt", "agent_seq")
     return [(event.time, event.payload["line"]) for event in events]
 
 
