@@ -2,11 +2,13 @@
 Celery worker for integration tests (never eager mode); simulated Ascend hosts."""
 
 import concurrent.futures
+import contextlib
 import os
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -81,6 +83,31 @@ def _models_roots_with_temp_dirs():
     from django.conf import settings
 
     settings.PANEL_MODELS_ROOTS = TEST_MODELS_ROOTS
+
+
+def _flush_outwaits_background_work(sender, connection, **kwargs):
+    """A transactional test ends with a TRUNCATE of every table (pytest-django's flush), on this process's
+    main thread. A task the in-process worker still runs for the test (a reconcile holding a deployment row,
+    then asking for its operations) can lock the same tables in the other order; PostgreSQL then aborts the
+    one whose deadlock check fires first, the flush (it waited first), and the next test found the last one's
+    rows (e2e, CI's PostgreSQL). The main thread's connections wait longer before they check, so the
+    background query is the one aborted: it is retried or moot once its test is over."""
+    if connection.vendor != "postgresql" or threading.current_thread() is not threading.main_thread():
+        return
+    from django.db import DatabaseError
+
+    with contextlib.suppress(DatabaseError), connection.cursor() as cursor:  # a role that may not set it
+        cursor.execute("SET deadlock_timeout = '20s'")
+
+
+def _connect_before_any_connection():
+    # At import, before pytest-django opens the first connection of the session.
+    from django.db.backends.signals import connection_created
+
+    connection_created.connect(_flush_outwaits_background_work, weak=False)
+
+
+_connect_before_any_connection()
 
 
 @pytest.fixture(scope="session")
