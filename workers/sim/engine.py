@@ -16,7 +16,8 @@ Capacity as vLLM's: --max-num-seqs sequences run at once, the rest wait; --block
 --enable-prefix-caching (on by default, as in vLLM V1) shape the prefix cache, so a repeated prompt's first
 token comes sooner (workers/sim/engine_prefix.py). --enable-sleep-mode with VLLM_SERVER_DEV_MODE=1 gives
 vLLM's /sleep, /wake_up and /is_sleeping (workers/sim/engine_sleep.py); --kv-transfer-config plays a
-prefill or decode engine of a disaggregated deployment (workers/sim/engine_kv.py).
+prefill or decode engine of a disaggregated deployment (workers/sim/engine_kv.py). `serve --headless` plays
+a multi-node follower: it loads and holds its chips but listens on no port, as vLLM's.
 
 Before start-up completes every route answers 503; afterwards GET /health answers 200. With the sim fault
 engine_dies_on_first_request the first completion request logs vLLM's EngineCore death, answers 500 and
@@ -69,6 +70,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--enable-sleep-mode", action="store_true")
     parser.add_argument("--kv-transfer-config")
+    # A multi-node follower (`vllm serve --headless`) runs its DP ranks and opens no API server: the head
+    # serves, on the same port of another host (on one machine, sim hosts share the port numbers).
+    parser.add_argument("--headless", action="store_true")
     # vllm takes many more flags; the panel may pass any of them, so unknown ones are accepted.
     args, _ignored = parser.parse_known_args([a for a in argv if a != "serve"])
     args.model = args.model or args.model_tag
@@ -222,7 +226,7 @@ class Engine:
         print(f"vllm.v1.engine.exceptions.EngineDeadError: {ENGINE_DEAD_MESSAGE}", flush=True)
         self.stop.set()
 
-    def start_up(self, delay: float) -> None:
+    def start_up(self, delay: float, headless: bool = False) -> None:
         """Print vLLM's start-up lines, taking `delay` seconds; returns early when asked to stop."""
         args = self.args
         log("INFO", "api_server.py:1287", f"vLLM API server version {VLLM_VERSION}")
@@ -275,6 +279,10 @@ class Engine:
         )
         if self.stop.wait(delay * (0.2 if args.enforce_eager else 0.0)):
             return
+        if headless:
+            log("INFO", "serve.py:147", "Launching data parallel engines in headless mode")
+            self.ready = True
+            return
         log("INFO", "api_server.py:1349", f"Starting vLLM API server 0 on http://{args.host}:{args.port}")
         log("INFO", "launcher.py:29", "Available routes are:")
         for route, methods in ROUTES + (SLEEP_ROUTES if dev_mode() else ()):
@@ -321,6 +329,8 @@ def serve(args: argparse.Namespace) -> int:
         print(error, flush=True)
         return 1
 
+    if args.headless:
+        return _serve_headless(engine)
     handler = type("EngineHandler", (Handler,), {"engine": engine})
     try:
         server = Server((args.host, args.port), handler)
@@ -346,7 +356,9 @@ def serve(args: argparse.Namespace) -> int:
     stop = engine.stop
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
+    threading.Thread(
+        target=server.serve_forever, args=(engine_kv.SHUTDOWN_POLL_S,), name="http", daemon=True
+    ).start()
     try:
         engine.start_up(float(os.environ.get("SIM_ENGINE_START_DELAY", "2")))
         interval = float(os.environ.get("SIM_ENGINE_STATS_INTERVAL", "10"))
@@ -363,6 +375,18 @@ def serve(args: argparse.Namespace) -> int:
         uvicorn("Application shutdown complete.")
         uvicorn(f"Finished server process [{engine.pid}]")
     return 1 if engine.died else 0
+
+
+def _serve_headless(engine: Engine) -> int:
+    """A follower: it loads, holds its chips' HBM and runs until stopped, listening nowhere."""
+    signal.signal(signal.SIGTERM, lambda *_: engine.stop.set())
+    signal.signal(signal.SIGINT, lambda *_: engine.stop.set())
+    try:
+        engine.start_up(float(os.environ.get("SIM_ENGINE_START_DELAY", "2")), headless=True)
+        engine.stop.wait()
+    finally:
+        engine.release()
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

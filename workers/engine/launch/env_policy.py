@@ -45,6 +45,7 @@ ENGINE_ENV = {
     "VLLM_CPU_OMP_THREADS_BIND": "vllm-cpu's thread binding, CPU numbers",
     "VLLM_HOST_IP": "the address vLLM announces to its peers",
     "VLLM_NIXL_SIDE_CHANNEL_PORT": "the port NIXL's KV side channel listens on (a disaggregated engine)",
+    "VLLM_NIXL_SIDE_CHANNEL_HOST": "the address NIXL's KV side channel listens on and names to decodes",
     "DYNAMIC_EPLB": "vllm-ascend's dynamic expert load balancing switch (the launch sets it with EPLB)",
 }
 ENGINE_ENV_FAMILIES = {

@@ -14,12 +14,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from workers.ascend.compat import cpu_profile
 from workers.engine.launch.launch_matrix import Stack, load, within
 from workers.i18n import gettext_noop as _
 
 KV_ROLES = {"prefill": "kv_producer", "decode": "kv_consumer"}
 CONNECTORS = ("mooncake", "nixl")
-# Ports a NIXL side channel takes: one per engine, above the engine's own pair (port, port + 1).
+# The port a NIXL side channel takes: the second of the pair the panel holds for each engine (port, port + 1;
+# panel.deployments.placement.ports), which only a multi-node head's DP RPC uses, and NIXL runs on one node.
 NIXL_PORT_OFFSET = 1
 # Mooncake's transfer engine takes kv_port + rank for each TP x DP rank of the engine; ranks of one engine
 # stay inside a window of this many ports, one window per API port of the node.
@@ -71,6 +73,8 @@ def connector_row(connector: str, stack: Stack, chip: str) -> dict[str, Any]:
     for row in usable:
         since = row.get("vllm_since") if engine == "vllm-cpu" else row.get("vllm_ascend_since")
         if within(version, since, row.get("until")):
+            if row.get("needs_nixl") and not stack.nixl:
+                raise KVTransferError(_no_nixl(row))
             return row
     firsts = ", ".join(str(row.get("vllm_since") or row.get("vllm_ascend_since")) for row in usable)
     raise KVTransferError(
@@ -80,15 +84,29 @@ def connector_row(connector: str, stack: Stack, chip: str) -> dict[str, Any]:
     )
 
 
+def _no_nixl(row: dict[str, Any]):
+    pins = cpu_profile().nixl_pins
+    return _(
+        "{kv_connector} (vLLM) imports the nixl package, and the inventory of this node lists none: install "
+        "the CPU stack of the node again (the install puts in {packages} beside vllm-cpu), or, if NIXL was "
+        "installed by hand, run the inventory of the node"
+    ).format(
+        kv_connector=row["kv_connector"],
+        packages=", ".join(f"{package} {version}" for package, version in pins.items()),
+    )  # no apostrophe: an API error clips text between two quote marks (panel.core.rest.safe_input.short)
+
+
 def check_split(row: dict[str, Any], stack: Stack, parallel: dict[str, tuple[int, int]]) -> None:
     """KVSplitError when the roles' TP/DP (`parallel`: {role: (TP, DP)}) break the row's `split` rules."""
     rules = row.get("split") or {}
+    version = stack.vllm if row["engine"] == "vllm-cpu" else stack.vllm_ascend
+    if rules.get("one_dp_rank_per_engine"):
+        _check_one_dp_rank(row, version, parallel)
     if not rules.get("prefill_tp_at_least_decode_tp") or not {"prefill", "decode"} <= set(parallel):
         return
     prefill_tp, decode_tp = parallel["prefill"][0], parallel["decode"][0]
     if prefill_tp >= decode_tp:
         return
-    version = stack.vllm if row["engine"] == "vllm-cpu" else stack.vllm_ascend
     raise KVSplitError(
         _(
             "{engine} {version}'s {kv_connector} needs the prefill TP at least the decode TP, and this split "
@@ -99,6 +117,24 @@ def check_split(row: dict[str, Any], stack: Stack, parallel: dict[str, tuple[int
             decode_tp=decode_tp, sources=", ".join(rules.get("sources") or ()),
         )
     )  # fmt: skip
+
+
+def _check_one_dp_rank(
+    row: dict[str, Any], version: str | None, parallel: dict[str, tuple[int, int]]
+) -> None:
+    for role, (_tp, dp) in sorted(parallel.items()):
+        if dp <= 1:
+            continue
+        raise KVSplitError(
+            _(
+                "{engine} {version}'s {kv_connector} listens on one side-channel port per DP rank and the "
+                "panel holds one for each engine, so each {role} engine runs one DP rank (it has {dp}): give "
+                "the role {dp} times the replicas instead (sources: {sources})"
+            ).format(
+                engine=row["engine"], version=version, kv_connector=row["kv_connector"], role=role, dp=dp,
+                sources=", ".join((row.get("split") or {}).get("sources") or ()),
+            )
+        )  # fmt: skip
 
 
 def kv_port(connector: str, port: int) -> int:
@@ -150,3 +186,20 @@ def render_kv_transfer(
     values = {"node_ip": node_ip or "127.0.0.1", "ifname": ifname, "kv_port": str(port_kv)}
     env = {name: str(value).format(**values) for name, value in (row.get("env") or {}).items()}
     return KVTransfer(config=config, env=env, sources=tuple(row.get("sources") or ()))
+
+
+def follow_port(
+    config: dict[str, Any], env: dict[str, str], port: int
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """An engine's rendered KV config and env after the panel moved its API port to `port` (the host refused
+    the first): its KV port moves with it, and so does every variable of the row that names the KV port (a
+    NIXL side channel left on the old port would take another engine's)."""
+    rows = [
+        row for row in load().get("kv_connectors") or [] if row["kv_connector"] == config.get("kv_connector")
+    ]
+    if not rows or "kv_port" not in config:
+        return config, env
+    old, new = str(config["kv_port"]), kv_port(rows[0]["connector"], port)
+    naming = {name for name, value in (rows[0].get("env") or {}).items() if "{kv_port}" in str(value)}
+    moved = {name: value.replace(old, str(new)) if name in naming else value for name, value in env.items()}
+    return {**config, "kv_port": new}, moved

