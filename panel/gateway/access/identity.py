@@ -85,6 +85,7 @@ class Resolved:
     refusal: Refusal | None = None
     held: Any = None  # what `resolve_cached`'s guard answered when it kept the key from the database
     also: tuple = ()  # the raw values of `resolve_cached`'s `also` keys, read in the same round trip
+    picked: tuple = ()  # what `resolve_cached`'s `ahead` commands answered, in the same round trip
 
 
 def unknown_key() -> Refusal:
@@ -181,12 +182,15 @@ async def resolve_cached(
     served_name: str | None,
     guard: Callable[[], Awaitable[Any]] | None = None,
     also: tuple[str, ...] = (),
+    ahead: list[tuple] | None = None,
 ) -> Resolved:
     """The caller and, when `served_name` is given, the pool it may use, or why not: from Redis when it
     can be, else from the database (and then kept in Redis). A key the cache does not know is looked up only
     if `guard()` answers None; else the answer is `Resolved(held=<what it answered>)`. Keys that called
     recently never reach the guard, so it costs the steady state nothing. The `also` keys are read in the
-    same round trip and handed back raw with a resolved pool (a request's next read, one trip fewer)."""
+    same round trip and handed back raw with a resolved pool (a request's next read, one trip fewer); the
+    `ahead` scripts (EVAL arguments, panel.gateway.instances.ahead) run in it too, their answers in
+    `picked` whatever the answer (a caller that does not use them takes them back)."""
     redis = store.aclient()
     key_hash = hash_token(raw)
     keys = [caller_key(key_hash)] + ([pool_key(served_name)] if served_name else [])
@@ -194,7 +198,17 @@ async def resolve_cached(
         pipeline.mget(keys + list(also))
         for key in keys:
             pipeline.pttl(key)
-        fetched, *left_ms = await pipeline.execute()
+        for command in ahead or ():
+            pipeline.eval(*command)
+        fetched, *answers = await pipeline.execute()
+    left_ms, picked = answers[: len(keys)], tuple(answers[len(keys) :])
+    return replace(
+        await _resolved(redis, key_hash, served_name, keys, fetched, left_ms, guard), picked=picked
+    )
+
+
+async def _resolved(redis, key_hash: str, served_name, keys: list[str], fetched, left_ms, guard) -> Resolved:
+    """`resolve_cached`'s answer from what its round trip read."""
     fetched = cast("list[str | None]", fetched)  # decode_responses: str, not bytes
     cached, extra = fetched[: len(keys)], tuple(fetched[len(keys) :])
     caller_entry = await _opened(redis, keys[0], cached[0], "gateway-caller")

@@ -219,26 +219,31 @@ def retryable(status: int) -> bool:
     return status in RETRY_STATUSES
 
 
+# What a stream cut by a known cause says, by that cause (its code in the error); filled from the cause.
+CUT_TEXTS = {
+    NPU_FAILED: gettext_noop(
+        "NPU {npu} on node {node} failed ({signal}) while this answer was streaming; the answer is "
+        "incomplete. Send the request again: another replica serves it."
+    ),
+    NODE_DRAINING: gettext_noop(
+        "Node {node} is being drained and its engine stopped mid-stream; the answer is incomplete. "
+        "Send the request again: another replica serves it."
+    ),
+    NODE_OFFLINE: gettext_noop(
+        "Node {node} stopped answering (offline: no heartbeat) while this answer was streaming; the "
+        "answer is incomplete. Send the request again: another replica serves it."
+    ),
+}
+
+
 def _cause_text(cause: dict | None, error: BaseException | None) -> tuple[str, str]:
     """(message, code) for a stream cut mid-way."""
-    if cause is not None and cause.get("cause") == NPU_FAILED:
-        message = _(
-            "NPU {npu} on node {node} failed ({signal}) while this answer was streaming; the answer is "
-            "incomplete. Send the request again: another replica serves it."
-        ).format(npu=cause.get("npu"), node=cause.get("node"), signal=cause.get("signal") or "-")
-        return message, NPU_FAILED
-    if cause is not None and cause.get("cause") == NODE_DRAINING:
-        message = _(
-            "Node {node} is being drained and its engine stopped mid-stream; the answer is incomplete. "
-            "Send the request again: another replica serves it."
-        ).format(node=cause.get("node"))
-        return message, NODE_DRAINING
-    if cause is not None and cause.get("cause") == NODE_OFFLINE:
-        message = _(
-            "Node {node} stopped answering (offline: no heartbeat) while this answer was streaming; the "
-            "answer is incomplete. Send the request again: another replica serves it."
-        ).format(node=cause.get("node"))
-        return message, NODE_OFFLINE
+    if cause is not None and cause.get("cause") in CUT_TEXTS:
+        code = cause["cause"]
+        message = _(CUT_TEXTS[code]).format(
+            npu=cause.get("npu"), node=cause.get("node"), signal=cause.get("signal") or "-"
+        )
+        return message, code
     if isinstance(error, httpx.TimeoutException):
         message = _("The engine stopped answering mid-stream (timed out); the answer is incomplete.")
     else:

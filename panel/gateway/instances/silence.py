@@ -10,6 +10,9 @@ that means the engine cannot answer (`cuts`) it aborts the wait. The request the
 an error naming the cause, or, before a byte went to the client, a try on another instance.
 
 A draining node is not such a cause: its engine still serves, and the drain waits for its requests.
+
+The watchdog is one small task per request, woken every SILENT_S. PANEL_GATEWAY_SILENCE_WATCHDOG=0 leaves it
+out, only so that bench/gateway.py --watchdog can measure what it costs (docs/serving-plane.md §6).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 import httpx
+from django.conf import settings
 
 from panel.gateway.instances import failover
 
@@ -59,7 +63,8 @@ class Watchdog:
         self._task: asyncio.Task | None = None
 
     def start(self) -> Watchdog:
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        if settings.PANEL_GATEWAY_SILENCE_WATCHDOG:
+            self._task = asyncio.get_running_loop().create_task(self._run())
         return self
 
     def stop(self) -> None:
@@ -87,6 +92,8 @@ async def guarded(redis, instance, waiting: Awaitable):
     """`waiting`'s result (a wait on `instance`'s engine in this task), or Excluded when the engine stays
     silent and the panel takes the instance out meanwhile: the task is cancelled out of the wait, as
     asyncio.timeout does, and that cancel is taken back."""
+    if not settings.PANEL_GATEWAY_SILENCE_WATCHDOG:
+        return await waiting
     task = asyncio.current_task()
     assert task is not None, "guarded runs in a task"
     since = time.monotonic()

@@ -21,7 +21,6 @@ import logging
 import time
 import uuid
 
-import httpx
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
@@ -30,10 +29,8 @@ from panel.deployments import decisions, reasons, sleep_state
 from panel.deployments.models import Deployment
 from panel.deployments.sleeping import (
     POLL_S,
-    answered_with,
-    aread_bounded,
     no_room,
-    says_awake,
+    wake_engine,
     wake_timeout_s,
 )
 from panel.deployments.tasks import restart_after_failed_wake
@@ -41,14 +38,6 @@ from panel.gateway.instances.pool import Instance
 from panel.gateway.proxy.errors import Answer, error
 
 log = logging.getLogger(__name__)
-
-# Release the waking lock only while it is still ours.
-_RELEASE = """
-if redis.call('get', KEYS[1]) == ARGV[1] then
-  return redis.call('del', KEYS[1])
-end
-return 0
-"""
 
 
 async def hold(
@@ -100,7 +89,7 @@ async def wake_one(redis, instance: Instance, model: str) -> str | None:
             try:
                 return await _wake(redis, instance, model, timeout)
             finally:
-                await redis.eval(_RELEASE, 1, lock, token)
+                await redis.eval(sleep_state.RELEASE, 1, lock, token)
         outcome = await _wait_for_wake(redis, deployment_id, deadline)
         if outcome != "again":
             return outcome
@@ -137,7 +126,7 @@ async def _wake(redis, instance: Instance, model: str, timeout: float) -> str | 
         return text
     root = instance.base_url.removesuffix("/v1")
     started = time.monotonic()
-    failure = await _wake_engine(root, timeout)
+    failure = await wake_engine(root, timeout)
     took = round(time.monotonic() - started, 3)
     if failure is None:
         await redis.delete(sleep_state.asleep_key(deployment_id))
@@ -164,26 +153,3 @@ def _queue_restart(task, deployment_id: int, failure: list[dict], took: float) -
         task.delay(deployment_id, failure, took)
     except Exception:  # a broker that does not take it: logged; the leader's probes still see the engine
         log.exception("restart after the failed wake of deployment %s not queued", deployment_id)
-
-
-async def _wake_engine(root: str, timeout: float) -> list[dict] | None:
-    deadline = time.monotonic() + timeout
-    async with httpx.AsyncClient(timeout=httpx.Timeout(min(timeout, 60.0), connect=5.0)) as http:
-        try:
-            async with http.stream("POST", f"{root}/wake_up") as answer:
-                status, body = answer.status_code, await aread_bounded(answer)
-        except httpx.HTTPError as failure:
-            return [
-                reasons.part(gettext_noop("The engine did not answer: {error}"), error=str(failure)[:200])
-            ]
-        if status != 200:
-            return answered_with(status, body)
-        while time.monotonic() < deadline:
-            try:
-                async with http.stream("GET", f"{root}/is_sleeping") as answer:
-                    if says_awake(answer.status_code, await aread_bounded(answer)):
-                        return None
-            except httpx.HTTPError:
-                pass
-            await asyncio.sleep(POLL_S)
-    return [reasons.part(gettext_noop("The engine still sleeps after {seconds} s."), seconds=round(timeout))]

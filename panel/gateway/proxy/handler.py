@@ -24,7 +24,7 @@ from django.utils.translation import gettext as _
 from panel.gateway import store
 from panel.gateway.access import identity, limits
 from panel.gateway.accounting import usage
-from panel.gateway.instances import failover, routing, silence, wake
+from panel.gateway.instances import ahead, failover, routing, silence, wake
 from panel.gateway.instances import pool as pools
 from panel.gateway.proxy import pd, relay
 from panel.gateway.proxy.errors import INVALID_REQUEST, Answer, as_openai_error, error
@@ -65,14 +65,16 @@ async def handle(request: Request) -> Answer:
 class Call:
     """One request's bookkeeping, from arrival to its usage record."""
 
-    def __init__(self, caller: identity.Caller, model: str, endpoint: str, stream: bool):
+    def __init__(
+        self, caller: identity.Caller, model: str, endpoint: str, stream: bool, request_id: str | None = None
+    ):
         self.started = time.perf_counter()
         self.arrived = timezone.now()
         self.caller = caller
         self.model = model
         self.endpoint = endpoint
         self.stream = stream
-        self.request_id = uuid.uuid4().hex
+        self.request_id = request_id or uuid.uuid4().hex
         self.attempts = 0
         self.instance: pools.Instance | None = None
         self.route: routing.Route | None = None  # what the deployment's routing policy routes it by
@@ -112,8 +114,9 @@ class Call:
         return error(status, message, kind, code, **headers).header("x-request-id", self.request_id)
 
 
-async def _caller(request: Request, model: str | None, also: tuple[str, ...] = ()):
-    """(resolved, error answer) for the request's key; `also`: keys read in the same round trip."""
+async def _caller(request: Request, model: str | None, also: tuple[str, ...] = (), ahead=None):
+    """(resolved, error answer) for the request's key; `also`: keys read in the same round trip, `ahead`:
+    scripts run in it (identity.resolve_cached). `resolved` is None only when no key was sent."""
     raw = request.bearer()
     if not raw:
         message = _("Send an API key with the inference scope: Authorization: Bearer <key>.")
@@ -122,18 +125,18 @@ async def _caller(request: Request, model: str | None, also: tuple[str, ...] = (
     # Checked only for keys the cache does not know (each would cost the database a read): keys that called
     # recently go on, so one broken client does not block its neighbours behind the same address.
     resolved = await identity.resolve_cached(
-        raw, model, guard=lambda: limits.guessing(redis, request.client), also=also
+        raw, model, guard=lambda: limits.guessing(redis, request.client), also=also, ahead=ahead
     )
     if resolved.held is not None:
         over = resolved.held
         answer = error(429, over.message, over.kind, "too_many_unknown_keys")
-        return None, answer.header("Retry-After", str(over.retry_after))
+        return resolved, answer.header("Retry-After", str(over.retry_after))
     if resolved.caller is None:
         refusal = resolved.refusal
         assert refusal is not None, "a key resolved to no caller carries its refusal"
         if refusal.code == "invalid_api_key":
             await limits.unknown_key_sent(redis, request.client)
-        return None, error(refusal.status, refusal.message, refusal.kind, refusal.code)
+        return resolved, error(refusal.status, refusal.message, refusal.kind, refusal.code)
     return resolved, None
 
 
@@ -145,14 +148,43 @@ async def _proxy(request: Request, route: str) -> Answer:
     except orjson.JSONDecodeError:
         body = None
     model = body.get("model") if isinstance(body, dict) else None
-    # The excluded instances (panel.gateway.instances.failover) come with the key and the pool: one round
-    # trip.
+    # The excluded instances (panel.gateway.instances.failover) come with the key and the pool, and the
+    # instance is picked ahead by the pool last read (panel.gateway.instances.ahead): one round trip.
     named = model if isinstance(model, str) and model else None
-    resolved, refused = await _caller(request, named, also=(failover.EXCLUDED_KEY,))
-    if refused is not None:
-        return refused
+    request_id = uuid.uuid4().hex
+    planned = _plan_ahead(request, named, body, request_id)
+    redis = store.aclient()
+    try:
+        resolved, refused = await _caller(
+            request, named, also=(failover.EXCLUDED_KEY,), ahead=planned and planned.commands()
+        )
+    except BaseException:
+        if planned is not None:
+            ahead.take_back(redis, planned, None)
+        raise
+    pending = ahead.Pending(redis, planned, resolved.picked if resolved is not None else None)
+    try:
+        if refused is not None:
+            return refused
+        return await _serve(request, route, body, resolved, pending, request_id)
+    finally:
+        await pending.drop()  # picks made ahead and not used (a refusal, a client gone)
+
+
+def _plan_ahead(request: Request, named: str | None, body, request_id: str) -> ahead.Ahead | None:
+    """The picks to make with the key's read (panel.gateway.instances.ahead), for a request that reads it."""
+    if not request.bearer() or not isinstance(body, dict):
+        return None
+    return ahead.plan(named, request_id, lambda: pd.prefill_id(request_id, 0, pd.prefill_request(body)))
+
+
+async def _serve(
+    request: Request, route: str, body, resolved, pending: ahead.Pending, request_id: str
+) -> Answer:
+    """A request whose key resolved: refused (and recorded), or sent to an engine."""
+    model = body.get("model") if isinstance(body, dict) else None
     stream = route != "embeddings" and isinstance(body, dict) and body.get("stream") is True
-    call = Call(resolved.caller, model if isinstance(model, str) else "", route, stream)
+    call = Call(resolved.caller, model if isinstance(model, str) else "", route, stream, request_id)
     redis = store.aclient()
     refused = await _refused_call(call, redis, body, resolved)
     if refused is not None:
@@ -173,8 +205,10 @@ async def _proxy(request: Request, route: str) -> Answer:
         return unwoken.header("x-request-id", call.request_id)
     # Read again where a wake may have held the request for minutes since.
     excluded = await (failover.excluded(redis) if pool.idle else failover.excluded(redis, resolved.also[0]))
+    ahead.remember(call.model, pool, excluded)
+    first = await pending.claim(pool, failover.usable(instances, excluded))
     try:
-        upstream = await _open(call, redis, instances, route, content, excluded)
+        upstream = await _open(call, redis, instances, route, body, content, excluded, first)
     except asyncio.CancelledError:
         await call.end(redis, CLIENT_CLOSED, "client_closed")
         raise
@@ -220,27 +254,38 @@ async def _refused_call(call: Call, redis, body, resolved) -> Answer | None:
 
 
 async def _open(
-    call: Call, redis, candidates: list[pools.Instance], route: str, content: bytes, excluded: dict
+    call: Call,
+    redis,
+    candidates: list[pools.Instance],
+    route: str,
+    body: dict,
+    content: bytes,
+    excluded: dict,
+    first: tuple[pools.Instance, ...] | None = None,
 ):
     """The engine's response, its headers read; tried on another instance while one fails before answering
     (panel.gateway.instances.failover: the `excluded` instances are left out first). None when no instance
-    answered."""
+    answered. `body`, `content`: the request's body as the engine gets it, parsed and as JSON (a
+    disaggregated request builds its prefill's and its decode's from the parsed one). `first`: the instance
+    (disaggregated: the prefill and the decode) picked and counted ahead for the first try
+    (panel.gateway.instances.ahead)."""
     candidates = failover.usable(candidates, excluded)
     if pd.disaggregated(candidates):  # prefill first, then decode with its KV (docs/serving-plane.md §4)
-        return await pd.open_pair(call, redis, candidates, route, content)
-    http = relay.client()
+        return await pd.open_pair(call, redis, candidates, route, body, first)
     failed: list[pools.Instance] = []  # what failed it before its first byte (recorded for an admin)
     for attempt in range(failover.MAX_TRIES):
         if not candidates:
             return None
-        instance = await pools.acquire(redis, candidates, call.request_id, call.route)
+        if attempt == 0 and first:
+            instance = first[0]
+        else:
+            instance = await pools.acquire(redis, candidates, call.request_id, call.route)
         call.attempts = attempt + 1
         call.instance = instance
         headers = {**instance.headers(), "Content-Type": "application/json", "Accept-Encoding": "identity"}
         try:
             url = f"{instance.base_url}/{route}"
-            sent = http.build_request("POST", url, content=content, headers=headers)
-            upstream = await silence.guarded(redis, instance, http.send(sent, stream=True))
+            upstream = await silence.guarded(redis, instance, relay.post(url, content, headers, stream=True))
         except httpx.TransportError as failure:
             if isinstance(failure, silence.Excluded):
                 call.excluded = (instance, failure.cause)

@@ -107,29 +107,44 @@ def prefill_body(body: dict) -> dict:
     return asked
 
 
-async def open_pair(call, redis, candidates: list[pools.Instance], route: str, content: bytes):
+def prefill_request(body: dict) -> bytes:
+    """The prefill's request body for the client's `body` (`prefill_body`, as JSON)."""
+    return orjson.dumps(prefill_body(body))
+
+
+def prefill_id(request_id: str, attempt: int, asked: bytes) -> str:
+    """What the prefill of a request's `attempt` is counted as: an id per attempt (the last attempt's count
+    may still be ending, `_release_later`), weighed by its prompt (pool.weighed_id)."""
+    return pools.weighed_id(f"{request_id}-prefill{attempt}", len(asked))
+
+
+async def open_pair(call, redis, candidates: list[pools.Instance], route: str, body: dict, first=None):
     """The decode's response (headers read; a stream past its first byte), or the prefill's own client
-    error, or None when no prefill or no decode answered. `candidates`: the pool without its excluded
-    instances (panel.gateway.instances.failover)."""
-    body = orjson.loads(content)
-    body.pop("kv_transfer_params", None)  # never a client's: wrong params kill a decode engine
+    error, or None when no prefill or no decode answered. `body`: the request's body as the handler parsed
+    it (not parsed again: a long prompt is tens of KB); a client's kv_transfer_params in it reach neither
+    engine (wrong params kill a decode engine): the prefill's body is built without them and the decode's
+    carries the prefill's. `candidates`: the pool without its excluded instances
+    (panel.gateway.instances.failover); `first`: the prefill and the decode picked and counted ahead for
+    the first attempt (panel.gateway.instances.ahead, `prefill_id` of attempt 0)."""
     prefills = [i for i in candidates if i.role == PREFILL]
     decodes = [i for i in candidates if i.role == DECODE]
-    asked = orjson.dumps(prefill_body(body))
+    asked = prefill_request(body)
     for attempt in range(failover.MAX_TRIES):
         if not prefills or not decodes:
             return None
-        # An id per attempt: the last attempt's count may still be ending (`_release_later`).
-        prefill_id = pools.weighed_id(f"{call.request_id}-prefill{attempt}", len(asked))
-        # The prefill and the decode are chosen in one round trip, as vLLM's proxy picks both up front: the
-        # decode is counted from now, for the request it will take once the prefill is done. (Picked after
-        # the prefill, its round trip stood between the prefill's answer and the decode's start.) The decode
-        # pool is routed by the deployment's policy: a prefix it holds is KV it need not pull.
-        asking = pools.Pick(prefills, prefill_id, weighed=True)
-        picks = [asking, pools.Pick(decodes, call.request_id, call.route)]
-        prefill, decode = await pools.acquire_each(redis, picks)
+        prefill_counted = prefill_id(call.request_id, attempt, asked)
+        if attempt == 0 and first:
+            prefill, decode = first
+        else:
+            # The prefill and the decode are chosen in one round trip, as vLLM's proxy picks both up front:
+            # the decode is counted from now, for the request it will take once the prefill is done. (Picked
+            # after the prefill, its round trip stood between the prefill's answer and the decode's start.)
+            # The decode pool is routed by the deployment's policy: a prefix it holds is KV it need not pull.
+            asking = pools.Pick(prefills, prefill_counted, weighed=True)
+            picks = [asking, pools.Pick(decodes, call.request_id, call.route)]
+            prefill, decode = await pools.acquire_each(redis, picks)
         try:
-            prefilled = await _prefill(call, redis, prefills, prefill, prefill_id, route, asked)
+            prefilled = await _prefill(call, redis, prefills, prefill, prefill_counted, route, asked)
         except BaseException:  # the client left: neither is counted any more
             await asyncio.shield(_release(redis, decode, call.request_id))
             raise
@@ -138,7 +153,7 @@ async def open_pair(call, redis, candidates: list[pools.Instance], route: str, c
             return prefilled  # None, or the prefill's answer to a request it refused
         params, done = prefilled
         # The prefill's work is over: its count ends beside the decode's start rather than before it.
-        _release_later(redis, done, prefill_id)
+        _release_later(redis, done, prefill_counted)
         decode_body = orjson.dumps({**body, "kv_transfer_params": params})
         upstream = await _decode(call, redis, decodes, decode, route, decode_body)
         if upstream is not None:
@@ -150,7 +165,6 @@ async def _prefill(call, redis, prefills: list, instance: pools.Instance, reques
     """(the params of the first prefill that answers good ones, that prefill), a client error response, or
     None. `instance`: the prefill chosen first, counted as `request_id`; failed prefills are taken out of
     `prefills` (and avoided for a few seconds by every web process) and the next one chosen."""
-    http = relay.client()
     while True:
         call.attempts += 1
         headers = {
@@ -158,7 +172,7 @@ async def _prefill(call, redis, prefills: list, instance: pools.Instance, reques
             "X-Request-Id": call.request_id,
         }  # fmt: skip
         try:
-            answer = await http.post(f"{instance.base_url}/{route}", content=body, headers=headers)
+            answer = await relay.post(f"{instance.base_url}/{route}", body, headers)
         except asyncio.CancelledError:  # the client left: this prefill is no longer counted
             await asyncio.shield(_release(redis, instance, request_id))
             raise
@@ -189,7 +203,6 @@ async def _decode(call, redis, decodes: list[pools.Instance], instance: pools.In
     """The response of `instance` (a decode, counted as the call's request) once it started answering; None
     after it failed before its first byte (it is taken out of `decodes`: the caller prefills again and tries
     the next)."""
-    http = relay.client()
     call.attempts += 1
     call.instance = instance
     headers = {
@@ -197,10 +210,7 @@ async def _decode(call, redis, decodes: list[pools.Instance], instance: pools.In
         "X-Request-Id": call.request_id,
     }  # fmt: skip
     try:
-        upstream = await http.send(
-            http.build_request("POST", f"{instance.base_url}/{route}", content=content, headers=headers),
-            stream=True,
-        )
+        upstream = await relay.post(f"{instance.base_url}/{route}", content, headers, stream=True)
     except httpx.TransportError as failure:
         log.warning("decode %s failed: %s", instance.id, failure)
         await _drop(redis, decodes, instance, call.request_id)

@@ -1,4 +1,4 @@
-"""The engine side of a request: one shared HTTP client per process, and the SSE relay.
+"""The engine side of a request: one engine transport per process (`post`), and the SSE relay.
 
 Chunks go to the client as they arrive. The relay holds back only an incomplete event (bytes after the last
 blank line), so it can read the few events it must: the first generated token (time to first token) and the
@@ -26,27 +26,31 @@ EVENT_END = b"\n\n"
 DATA = b"data:"
 DONE = b"data: [DONE]"
 
-_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
+_transports: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, EngineTransport] = (
     weakref.WeakKeyDictionary()
 )
 
 
-def client() -> httpx.AsyncClient:
-    """This process's (event loop's) client: kept-alive connections to the engines
-    (panel.gateway.proxy.transport), no limit on how many (a limit would queue streams inside the gateway)."""
+def _transport() -> EngineTransport:
+    """This process's (event loop's) kept-alive connections to the engines, no limit on how many (a limit
+    would queue streams inside the gateway)."""
     loop = asyncio.get_running_loop()
-    found = _clients.get(loop)
+    found = _transports.get(loop)
     if found is None:
-        found = _clients[loop] = httpx.AsyncClient(
-            transport=EngineTransport(max_body_bytes=settings.PANEL_GATEWAY_MAX_ANSWER_BYTES),
-            timeout=httpx.Timeout(
-                settings.PANEL_GATEWAY_READ_TIMEOUT_S,
-                connect=settings.PANEL_GATEWAY_CONNECT_TIMEOUT_S,
-                pool=None,
-            ),
-            trust_env=False,
-        )
+        found = _transports[loop] = EngineTransport(max_body_bytes=settings.PANEL_GATEWAY_MAX_ANSWER_BYTES)
     return found
+
+
+async def post(url: str, content: bytes, headers: dict[str, str], *, stream: bool = False) -> httpx.Response:
+    """POST `content` to an engine on this process's connections, within the gateway's timeouts
+    (EngineTransport.post: no httpx.AsyncClient's work per call)."""
+    timeouts = {
+        "connect": settings.PANEL_GATEWAY_CONNECT_TIMEOUT_S,
+        "read": settings.PANEL_GATEWAY_READ_TIMEOUT_S,
+        "write": settings.PANEL_GATEWAY_READ_TIMEOUT_S,
+        "pool": None,
+    }
+    return await _transport().post(url, content, headers, timeouts, stream=stream)
 
 
 class EngineMisbehaved(httpx.RemoteProtocolError):

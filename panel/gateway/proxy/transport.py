@@ -10,7 +10,10 @@ timer rather than a task.
 
 An engine is an input like any other: a status outside 100-599, a Content-Length that is not a number, a
 head past MAX_HEAD_BYTES or a body past the transport's `max_body_bytes` is a protocol error (that request
-fails, the connection is dropped), so a broken or hostile engine cannot grow a web process without end.
+fails, the connection is dropped), so a broken or hostile engine cannot grow a web process without end. A
+chunk's size line and the trailers after the last chunk are bounded as a head is (h11, under httpx's default
+transport, bounded them the same way): a size line without end, or trailer lines without end, which no
+body bound counts, fail the request too.
 """
 
 from __future__ import annotations
@@ -23,6 +26,11 @@ from collections.abc import AsyncIterator
 import httpx
 
 MAX_HEAD_BYTES = 64 * 1024
+# How far a connection reads ahead of its reader: past this the socket is left unread until the reader asks
+# for more, so an engine that sends faster than the gateway's client takes waits in TCP rather than growing
+# the buffer (httpx's default transport read 64 KiB when asked, no more). asyncio reads up to 256 KiB at a
+# time, so a buffer holds at most about twice this.
+READ_AHEAD_BYTES = 256 * 1024
 
 
 class _Connection(asyncio.Protocol):
@@ -40,6 +48,9 @@ class _Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data
+        if len(self.buffer) > READ_AHEAD_BYTES:
+            assert self.transport is not None, "bytes come on a connection made"
+            self.transport.pause_reading()  # resumed by `more`, once the reader took what is here
         self._wake()
 
     def eof_received(self) -> bool:
@@ -69,6 +80,7 @@ class _Connection(asyncio.Protocol):
         """Wait until more bytes arrived (or the engine closed); httpx.ReadTimeout after `timeout`."""
         if self.closed:
             raise httpx.RemoteProtocolError("the engine closed the connection mid-answer", request=request)
+        self.read_on()
         loop = asyncio.get_running_loop()
         waiter = self.waiter = loop.create_future()
         timer = loop.call_later(timeout, _expire, waiter, timeout, request) if timeout is not None else None
@@ -78,6 +90,11 @@ class _Connection(asyncio.Protocol):
             if timer is not None:
                 timer.cancel()
             self.waiter = None
+
+    def read_on(self) -> None:
+        """Read the socket again if data_received paused it: the reader took what it could."""
+        if self.transport is not None:
+            self.transport.resume_reading()
 
     def close(self) -> None:
         self.closed = True
@@ -103,6 +120,8 @@ class _Body(httpx.AsyncByteStream):
         self._framing = framing  # ("chunked", None) | ("length", n) | ("close", None)
         self._timeout = timeout
         self._done = False
+        self._chunk_left: int | None = None  # chunked: the data left of the chunk being read, or a line next
+        self._trailers: int | None = None  # chunked: after the last chunk, the bytes of its trailers so far
 
     def __aiter__(self) -> AsyncIterator[bytes]:
         return self._bounded(self._pieces())
@@ -154,41 +173,71 @@ class _Body(httpx.AsyncByteStream):
                 await connection.more(self._timeout, self._request)
 
     async def _chunked(self):
-        """Chunked transfer coding (RFC 9112 7.1); each chunk's data is passed on as soon as it is here."""
-        connection = self._connection
-        buffer = connection.buffer
+        """Chunked transfer coding (RFC 9112 7.1). The data of every chunk the buffer holds goes on as one
+        piece, and a chunk's data as soon as it is here: an engine writes its last events and the end of its
+        answer at once, and passed on one by one they reached the client as a write each, a wake-up each of
+        the client that reads them (on a quiet machine the end of an answer came 1.3 ms after its last token
+        through the gateway, 0.4 ms straight from the engine)."""
         while True:
-            while (end := buffer.find(b"\r\n")) < 0:
-                await self._need_more()
-            size_text = bytes(buffer[:end]).split(b";", 1)[0].strip()
-            try:
-                size = int(size_text, 16)
-            except ValueError:
-                raise httpx.RemoteProtocolError(
-                    f"bad chunk size {size_text!r}", request=self._request
-                ) from None
-            del buffer[: end + 2]
-            if size == 0:
-                # Trailers (none from uvicorn) end with an empty line.
-                while (end := buffer.find(b"\r\n")) != 0:
-                    if end > 0:
-                        del buffer[: end + 2]
-                        continue
-                    await self._need_more()
-                del buffer[:2]
-                self._done = True
+            data = self._take_chunks()
+            if data:
+                yield data
+            if self._done:
                 return
-            while size > 0:
+            await self._need_more()
+
+    def _take_chunks(self) -> bytes:
+        """The chunk data in the buffer now, taken out of it with its framing; `_done` once the last chunk
+        and its trailers (none from uvicorn) are read."""
+        buffer = self._connection.buffer
+        taken = []
+        while not self._done:
+            if self._chunk_left is None:  # a chunk's size line, or after the last chunk a trailer line
+                end = buffer.find(b"\r\n")
+                if end < 0:
+                    if len(buffer) > MAX_HEAD_BYTES:
+                        raise httpx.RemoteProtocolError(
+                            "the engine's chunk size line is too long", request=self._request
+                        )
+                    break
+                line = bytes(buffer[:end])
+                del buffer[: end + 2]
+                self._read_line(line)
+            elif self._chunk_left > 0:
                 if not buffer:
-                    await self._need_more()
-                piece = bytes(buffer[:size])
+                    break
+                piece = bytes(buffer[: self._chunk_left])
                 del buffer[: len(piece)]
-                size -= len(piece)
-                if piece:
-                    yield piece
-            while len(buffer) < 2:
-                await self._need_more()
-            del buffer[:2]
+                self._chunk_left -= len(piece)
+                taken.append(piece)
+            else:  # the CRLF after a chunk's data
+                if len(buffer) < 2:
+                    break
+                del buffer[:2]
+                self._chunk_left = None
+        return b"".join(taken)
+
+    def _read_line(self, line: bytes) -> None:
+        """A chunk's size line, or after the last chunk a trailer line (an empty one ends the body)."""
+        if self._trailers is not None:
+            self._trailers += len(line) + 2
+            if self._trailers > MAX_HEAD_BYTES:
+                raise httpx.RemoteProtocolError("the engine's trailers are too long", request=self._request)
+            self._done = not line
+            return
+        size_text = line.split(b";", 1)[0].strip()
+        try:
+            size = int(size_text, 16)
+            if size < 0:
+                raise ValueError(size)
+        except ValueError:
+            raise httpx.RemoteProtocolError(
+                f"bad chunk size {size_text[:40]!r}", request=self._request
+            ) from None
+        if size == 0:
+            self._trailers = 0
+        else:
+            self._chunk_left = size
 
     async def _need_more(self) -> None:
         before = len(self._connection.buffer)
@@ -213,6 +262,26 @@ class EngineTransport(httpx.AsyncBaseTransport):
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
         self._max_idle = max_idle_per_engine
         self.max_body_bytes = max_body_bytes
+
+    async def post(
+        self, url: str, content: bytes, headers: dict[str, str], timeouts: dict, *, stream: bool = False
+    ) -> httpx.Response:
+        """POST `content` to `url`: the response with its head read, and its body too unless `stream`.
+        `timeouts`: httpx's (connect, read, write, pool) in seconds.
+
+        Straight to this transport rather than through an httpx.AsyncClient: what a client adds per request
+        (auth and redirect flows, a cookie jar, a timer around the body, an INFO log line) is nothing an
+        engine call needs, and it cost ~80 us of CPU per call on the way to the first byte (a disaggregated
+        request makes two)."""
+        extensions = {"timeout": timeouts}
+        request = httpx.Request("POST", url, content=content, headers=headers, extensions=extensions)
+        response = await self.handle_async_request(request)
+        if not stream:
+            try:
+                await response.aread()
+            finally:
+                await response.aclose()
+        return response
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         if request.url.scheme != "http":
@@ -256,31 +325,27 @@ class EngineTransport(httpx.AsyncBaseTransport):
         return connection
 
     async def _read_head(self, connection: _Connection, timeout, request) -> tuple[int, list]:
-        buffer = connection.buffer
-        while (end := buffer.find(b"\r\n\r\n")) < 0:
-            if len(buffer) > MAX_HEAD_BYTES:
+        """The status and headers of the answer; interim (100) answers before it are read past, all of its
+        heads together within MAX_HEAD_BYTES."""
+        buffer, read, status = connection.buffer, 0, 100
+        while status == 100:  # an interim answer: the real one follows
+            while (end := buffer.find(b"\r\n\r\n")) < 0 and read + len(buffer) <= MAX_HEAD_BYTES:
+                before = len(buffer)
+                await connection.more(timeout, request)
+                if len(buffer) == before:
+                    raise httpx.RemoteProtocolError(
+                        "the engine closed the connection before answering", request=request
+                    )
+            read += end + 4
+            if end < 0 or read > MAX_HEAD_BYTES:
                 raise httpx.RemoteProtocolError("the engine's answer head is too long", request=request)
-            before = len(buffer)
-            await connection.more(timeout, request)
-            if len(buffer) == before:
-                raise httpx.RemoteProtocolError(
-                    "the engine closed the connection before answering", request=request
-                )
-        head = bytes(buffer[:end]).split(b"\r\n")
-        del buffer[: end + 4]
-        try:
-            _version, code, *_reason = head[0].split(b" ", 2)
-            status = int(code)
-            if not 100 <= status <= 599:
-                raise ValueError(status)
-        except ValueError:
-            raise httpx.RemoteProtocolError(f"bad status line {head[0][:80]!r}", request=request) from None
+            head = bytes(buffer[:end]).split(b"\r\n")
+            del buffer[: end + 4]
+            status = _status(head[0], request)
         headers = []
         for line in head[1:]:
             name, _, value = line.partition(b":")
             headers.append((name.strip().lower(), value.strip()))
-        if status == 100:  # an interim answer; the real one follows
-            return await self._read_head(connection, timeout, request)
         return status, headers
 
     def _release(self, key, connection: _Connection) -> None:
@@ -291,6 +356,7 @@ class EngineTransport(httpx.AsyncBaseTransport):
         if len(idle) >= self._max_idle:
             connection.close()
         else:
+            connection.read_on()  # idle, its answer read: an EOF or stray bytes must be seen before reuse
             idle.append(connection)
 
     async def aclose(self) -> None:
@@ -299,6 +365,17 @@ class EngineTransport(httpx.AsyncBaseTransport):
                 with contextlib.suppress(Exception):
                     connection.close()
         self._idle.clear()
+
+
+def _status(line: bytes, request: httpx.Request) -> int:
+    try:
+        _version, code, *_reason = line.split(b" ", 2)
+        status = int(code)
+        if not 100 <= status <= 599:
+            raise ValueError(status)
+    except ValueError:
+        raise httpx.RemoteProtocolError(f"bad status line {line[:80]!r}", request=request) from None
+    return status
 
 
 def _head(request: httpx.Request) -> bytes:
