@@ -2,11 +2,13 @@
 
 from panel.core.domain.choices import OperationKind, OperationStatus
 from panel.deployments import npu_health_decisions
+from panel.deployments.failover import fence
 from panel.deployments.launch import images
 from panel.deployments.launch.fabric_gate import after_gate
 from panel.deployments.logs import log_start_events
 from panel.deployments.rollouts.reconcile import on_operation_terminal
 from panel.fabric.signals import fabric_check_finished
+from panel.nodes.signals import node_online
 from panel.operations.signals import events_stored, operation_ended
 
 
@@ -15,6 +17,8 @@ def connect() -> None:
     events_stored.connect(_events_stored, dispatch_uid="deployments-events-stored")
     fabric_check_finished.connect(_fabric_check_finished, dispatch_uid="deployments-fabric-check-finished")
     npu_health_decisions.connect()
+    # A node back from silence: the engines of rows moved off it meanwhile are stopped there.
+    node_online.connect(fence.on_node_online, dispatch_uid="deployments-fence-on-node-online")
 
 
 def _operation_ended(sender, operation, **kwargs) -> None:

@@ -39,6 +39,7 @@ import logging
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
 
@@ -48,6 +49,7 @@ from panel.core.domain.choices import DeploymentState, DesiredState, OperationKi
 from panel.core.rest.exceptions import unique_violation
 from panel.deployments import alerting, metrics_history, reasons
 from panel.deployments.conflicts import DeploymentConflict
+from panel.deployments.failover import fence
 from panel.deployments.launch.engine_keys import ensure_engine_key, sealed_for_node
 from panel.deployments.launch.pd_fabric import gate_pd_launch
 from panel.deployments.models import Benchmark, Deployment
@@ -131,7 +133,12 @@ def served_name_of(deployment: Deployment) -> str:
 
 
 def take_plan(deployment: Deployment, planned: DeploymentPlan) -> None:
-    """Give the deployment what was planned: model, copy, launch per node, NPUs. Saves it."""
+    """Give the deployment what was planned: model, copy, launch per node, NPUs. Saves it. The engine it may
+    run on a node the plan leaves is stopped there (failover.fence: now, or when a silent node returns)."""
+    if deployment.pk is not None:
+        going = [part.node for part in planned.parts]
+        leaving = [node for node in deployment.nodes.all() if node not in going]
+        fence.left(deployment, leaving, [node.name for node in going])
     fill_from_plan(deployment, planned)
     deployment.save()
     deployment.nodes.set([part.node for part in planned.parts])
@@ -186,12 +193,16 @@ def parts_of(deployment: Deployment) -> list[dict]:
 
 
 def active_operations(deployment: Deployment):
-    return Operation.objects.filter(
+    # A launch waiting for its NPU network check (panel.fabric) is busy too, also when the check it waits
+    # for was started for another engine of its deployment (pd_fabric: one check for their NPU pairs).
+    mine = Q(
         target=deployment.name,
-        # A launch waiting for its NPU network check (panel.fabric) is busy too.
         kind__in=[OperationKind.DEPLOY, OperationKind.STOP, OperationKind.FABRIC_CHECK],
-        status__in=ACTIVE,
     )
+    check = (deployment.runtime or {}).get("fabric_check")
+    if check is not None:
+        mine |= Q(kind=OperationKind.FABRIC_CHECK, params__fabric_check=check)
+    return Operation.objects.filter(mine, status__in=ACTIVE)
 
 
 def launch(deployment: Deployment, user=None) -> None:

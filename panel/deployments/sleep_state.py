@@ -18,6 +18,7 @@ deployments' because the leader's idle step and the page read them too. A stale 
 from __future__ import annotations
 
 import time
+import uuid
 
 from panel.core.infra.panel_redis import client
 
@@ -26,6 +27,13 @@ WAKE_FAILED_TTL_S = 10
 # Starts a wake-failed value when the engine had no room to wake (left asleep, not restarted).
 NO_ROOM_MARK = "no-room: "
 LAST_TTL_S = 30 * 24 * 3600
+# Release the waking lock only while it is still the caller's (the panel's release and the gateway's).
+RELEASE = """
+if redis.call('get', KEYS[1]) == ARGV[1] then
+  return redis.call('del', KEYS[1])
+end
+return 0
+"""
 
 
 def asleep_key(deployment_id: int) -> str:
@@ -81,3 +89,24 @@ def can_sleep(deployment) -> bool:
     """Whether its engine was started able to sleep (an `idle:` deployment, launched with sleep mode). Here,
     below the sleep actions, so the gateway's pool reads it without importing them (they reach the pool)."""
     return bool((deployment.spec or {}).get("enable_sleep_mode"))
+
+
+def claim_wake(deployment_id: int, ttl_s: float) -> str | None:
+    """Take the waking lock the gateway's requests wait on (one wake per engine at a time): its token, or
+    None when a wake (the gateway's or another) already runs."""
+    token = uuid.uuid4().hex
+    return token if client().set(waking_key(deployment_id), token, nx=True, px=int(ttl_s * 1000)) else None
+
+
+def release_wake(deployment_id: int, token: str) -> None:
+    client().eval(RELEASE, 1, waking_key(deployment_id), token)
+
+
+def waking(deployment_id: int) -> bool:
+    """Whether a wake of the engine runs now (someone holds the waking lock)."""
+    return bool(client().exists(waking_key(deployment_id)))
+
+
+def failed_wake(deployment_id: int, why: str) -> None:
+    """The requests that wait for this wake answer `why` too (they read it for a few seconds)."""
+    client().set(wake_failed_key(deployment_id), why, ex=WAKE_FAILED_TTL_S)

@@ -17,6 +17,7 @@ launch gives only engines on loopback (docs/trust-model.md).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -24,6 +25,7 @@ from datetime import datetime
 from typing import Any
 
 import httpx
+from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
@@ -117,7 +119,8 @@ def sleep(
         # Marked first: a request that comes while the engine goes to sleep waits for a wake, not for an
         # engine that holds it unanswered.
         sleep_state.mark_asleep(locked.pk, level)
-        failure = _ask(locked, "POST", "/sleep", {"level": level}, timeout=SLEEP_TIMEOUT_S)
+        url = f"{engine_root(locked)}/sleep"  # read here: the database is not for the event loop's thread
+        failure = async_to_sync(_ask)("POST", url, {"level": level}, timeout=SLEEP_TIMEOUT_S)
         if failure is None:
             decisions.settle(decision, DecisionOutcome.DONE)
             return True
@@ -146,7 +149,7 @@ def wake(
     if crowded is not None:
         raise DeploymentConflict(_("{name} did not wake: {why}").format(name=deployment.name, why=crowded))
     started = time.monotonic()
-    failure = wake_engine(engine_root(deployment), wake_timeout_s())
+    failure = async_to_sync(wake_engine)(engine_root(deployment), wake_timeout_s())
     took = round(time.monotonic() - started, 3)
     figures = {**(figures or {}), "wake_s": took}
     with transaction.atomic():
@@ -214,17 +217,8 @@ def _refusal(parts: list[dict]) -> list[tuple]:
     return [(part["text"], *(part["params"].get(key) for key in keys)) for part in parts]
 
 
-def read_bounded(answer: httpx.Response) -> bytes:
-    """An engine's streamed answer, at most ANSWER_LIMIT bytes of it."""
-    body = bytearray()
-    for chunk in answer.iter_bytes():
-        body += chunk[: ANSWER_LIMIT - len(body)]
-        if len(body) >= ANSWER_LIMIT:
-            break
-    return bytes(body)
-
-
 async def aread_bounded(answer: httpx.Response) -> bytes:
+    """An engine's streamed answer, at most ANSWER_LIMIT bytes of it."""
     body = bytearray()
     async for chunk in answer.aiter_bytes():
         body += chunk[: ANSWER_LIMIT - len(body)]
@@ -251,36 +245,40 @@ def answered_with(status: int, body: bytes) -> list[dict]:
     ]
 
 
-def wake_engine(root: str, timeout_s: float) -> list[dict] | None:
-    """POST /wake_up, then GET /is_sleeping until it says false; None when awake, else why not (parts)."""
+async def wake_engine(root: str, timeout_s: float) -> list[dict] | None:
+    """POST /wake_up, then GET /is_sleeping until it says false; None when awake, else why not (parts).
+    One wake for both callers: the gateway awaits it in its event loop, `wake` (a page, the API, the
+    autoscaler) runs it through async_to_sync."""
     deadline = time.monotonic() + timeout_s
-    with httpx.Client(timeout=httpx.Timeout(min(timeout_s, 60.0), connect=5.0)) as http:
-        failure = _answer_failure(http, "POST", f"{root}/wake_up", None)
+    async with httpx.AsyncClient(timeout=httpx.Timeout(min(timeout_s, 60.0), connect=5.0)) as http:
+        failure = await _answer_failure(http, "POST", f"{root}/wake_up", None)
         if failure is not None:
             return failure
         while time.monotonic() < deadline:
             try:
-                with http.stream("GET", f"{root}/is_sleeping") as answer:
-                    if says_awake(answer.status_code, read_bounded(answer)):
+                async with http.stream("GET", f"{root}/is_sleeping") as answer:
+                    if says_awake(answer.status_code, await aread_bounded(answer)):
                         return None
             except httpx.HTTPError:
                 pass
-            time.sleep(POLL_S)
+            await asyncio.sleep(POLL_S)
     return [
         reasons.part(gettext_noop("The engine still sleeps after {seconds} s."), seconds=round(timeout_s))
     ]
 
 
-def _ask(deployment: Deployment, method: str, path: str, params: dict | None, timeout: float):
-    with httpx.Client(timeout=httpx.Timeout(timeout, connect=5.0)) as http:
-        return _answer_failure(http, method, f"{engine_root(deployment)}{path}", params)
+async def _ask(method: str, url: str, params: dict | None, timeout: float):
+    async with httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=5.0)) as http:
+        return await _answer_failure(http, method, url, params)
 
 
-def _answer_failure(http: httpx.Client, method: str, url: str, params: dict | None) -> list[dict] | None:
+async def _answer_failure(
+    http: httpx.AsyncClient, method: str, url: str, params: dict | None
+) -> list[dict] | None:
     """None when the engine answered 200, else why not (parts)."""
     try:
-        with http.stream(method, url, params=params) as answer:
-            status, body = answer.status_code, read_bounded(answer)
+        async with http.stream(method, url, params=params) as answer:
+            status, body = answer.status_code, await aread_bounded(answer)
     except httpx.HTTPError as error:
         return [reasons.part(gettext_noop("The engine did not answer: {error}"), error=str(error)[:200])]
     return answered_with(status, body) if status != 200 else None
@@ -348,11 +346,16 @@ def restart_after_failed_wake(deployment_id: int, why: list[dict], wake_s: float
             deployment, DecisionKind.WAKE_FAILED, reason=why, figures={"wake_s": wake_s},
             actor=DecisionActor.GATEWAY, outcome=DecisionOutcome.FAILED,
         )  # fmt: skip
-        sleep_state.forget(deployment.pk)
-        if (
-            deployment.desired_state == DesiredState.RUNNING
-            and not services.active_operations(deployment).exists()
-        ):
-            services.restart(
-                deployment, reason=[reasons.part(gettext_noop("Restarted: its engine did not wake"))]
-            )
+        restart_unwoken(deployment)
+
+
+def restart_unwoken(deployment: Deployment) -> None:
+    """An engine that did not wake is restarted (it comes up awake), unless it is being stopped or started."""
+    sleep_state.forget(deployment.pk)
+    if (
+        deployment.desired_state == DesiredState.RUNNING
+        and not services.active_operations(deployment).exists()
+    ):
+        services.restart(
+            deployment, reason=[reasons.part(gettext_noop("Restarted: its engine did not wake"))]
+        )

@@ -296,9 +296,10 @@ def result_line(name: str, answer: dict) -> str:
 
 
 def change_field(change: dict) -> str:
-    """`replicas`, or `decode replicas` for a line about one role of a disaggregated deployment."""
+    """`replicas`, or `decode replicas` (`decode autoscale`) for a line about one role of a disaggregated
+    deployment; a field that names its role already (`roles.decode.engine.max_model_len`) as it is."""
     field = change.get("field", "?")
-    return f"{change['role']} {field}" if change.get("role") and field == "replicas" else field
+    return f"{change['role']} {field}" if change.get("role") and not field.startswith("roles.") else field
 
 
 def _value(value) -> str:

@@ -137,6 +137,7 @@ def deployment_lines(d: dict, spec: dict, operations: list[str]) -> list[str]:
     lines += section("Placement", placement_lines(d))
     lines += section("Engine plan", plan_lines((d.get("plan") or {}).get("plan") or {}))
     lines += replica_lines(d)
+    lines += fields([("Autoscaling", autoscale_text(spec))])
     lines += section(
         "Planner warnings", [f"  {output.message_of(w)}" for w in (d.get("plan") or {}).get("warnings") or []]
     )
@@ -217,6 +218,25 @@ def replica_lines(d: dict) -> list[str]:
         message = rollout.get("message_display") or rollout.get("message")
         lines += fields([("Rollout", f"{state}: {message}" if message else state)])
     return lines
+
+
+def autoscale_text(spec: dict) -> str:
+    """What the autoscaler owns, from the spec: `1-4 replicas on waiting_per_replica 4 (up after 30 s, down
+    after 300 s)`, or per role `prefill …; decode …`; "" when no count scales."""
+
+    def one(scale: dict) -> str:
+        target = ", ".join(f"{name} {value:g}" for name, value in (scale.get("target") or {}).items())
+        return (
+            f"{scale.get('min')}-{scale.get('max')} replicas on {target} "
+            f"(up after {scale.get('up_after_s')} s, down after {scale.get('down_after_s')} s)"
+        )
+
+    if spec.get("autoscale"):
+        return one(spec["autoscale"])
+    roles = spec.get("roles") or {}
+    return "; ".join(
+        f"{role} {one(entry['autoscale'])}" for role, entry in roles.items() if entry.get("autoscale")
+    )
 
 
 def findings_lines(findings: dict) -> list[str]:

@@ -13,8 +13,9 @@ examples:
 
 A deployment with prefill and decode roles is scaled one role at a time: --role is needed for it, and
 refused for a plain one (exit 1 with the panel's sentence). New engines start at once; scaling down
-removes the highest ones of that role. A deployment whose count the autoscaler owns is refused: change its
-min and max instead. The dry run prints what would change and what each engine would do."""
+removes the highest ones of that role. A count the autoscaler owns (the deployment's, or that role's
+roles.<role>.autoscale) is refused: change its min and max instead. The dry run prints what would change
+and what each engine would do."""
 
 
 def register(commands) -> None:

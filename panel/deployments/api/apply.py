@@ -14,8 +14,9 @@ SPEC_ONLY_KEYS = ("engine", "placement", "replicas", "state", "labels", "autosca
 
 class ChangeSerializer(serializers.Serializer):
     field = serializers.CharField(
-        help_text="e.g. engine.max_model_len, placement, model, state; with roles also replicas (with its "
-        "role), roles.decode.engine.max_model_len, roles (plain <-> prefill/decode), kv_connector"
+        help_text="e.g. engine.max_model_len, placement, model, state; with roles also replicas, autoscale "
+        "and `replicas (autoscaler)` (each with its role), roles.decode.engine.max_model_len, roles (plain "
+        "<-> prefill/decode), kv_connector"
     )
     role = serializers.ChoiceField(
         ["", "prefill", "decode"],
@@ -76,14 +77,18 @@ class SpecAnswerSerializer(serializers.Serializer):
         child=serializers.CharField(allow_blank=True), required=False, help_text="When it has any."
     )
     autoscale = serializers.DictField(
-        required=False, help_text="When set: {min, max, target: {one figure}, up_after_s, down_after_s}."
+        required=False,
+        help_text="When set: {min, max, target: {one figure}, up_after_s, down_after_s}. Plain replicas "
+        "only: with roles each role carries its own.",
     )
     routing = serializers.CharField(required=False, help_text="When not least_outstanding.")
     idle = serializers.DictField(required=False, help_text="When set: {sleep_after_s, level}.")
     kv_connector = serializers.CharField(required=False, help_text="With roles: mooncake or nixl.")
     roles = serializers.DictField(
         required=False,
-        help_text="A disaggregated deployment's {prefill: {replicas, placement, engine}, decode: {...}}.",
+        help_text="A disaggregated deployment's {prefill: {replicas, placement, engine, autoscale}, decode: "
+        "{...}}; a role's autoscale only when its count follows the load (prefill on ttft_p90_ms or "
+        "waiting_per_replica, decode on waiting_per_replica or kv_usage).",
     )
 
 

@@ -245,7 +245,8 @@ class DeploymentViewSet(StreamsMixin, mixins.ListModelMixin, mixins.RetrieveMode
         description="Set the replica count, of one role (prefill or decode) for a deployment with roles: its "
         "spec with that count, applied as apply does (cause scale; a scale up or down decision naming the "
         "role). 400 `role` when a plain deployment is given a role or one with roles is not; 400 `replicas` "
-        "when the autoscaler owns the count.",
+        "when the autoscaler owns the count (the deployment's `autoscale:`, or that role's "
+        "`roles.<role>.autoscale`).",
     )
     @action(detail=True, methods=["post"])
     @idempotent

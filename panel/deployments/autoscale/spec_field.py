@@ -1,5 +1,7 @@
 """The spec's `autoscale:` block, checked at the edge (panel/deployments/autoscale/config.py says what it
-means), and what it does to `replicas` while it is set: the count is the autoscaler's, within [min, max]."""
+means), and what it does to `replicas` while it is set: the count is the autoscaler's, within [min, max].
+The same block under a role of a disaggregated deployment (`roles.decode.autoscale`) owns that role's count,
+on the targets that fit the role (config.ROLE_TARGETS)."""
 
 from __future__ import annotations
 
@@ -12,12 +14,16 @@ from panel.deployments.autoscale.config import (
     DEFAULT_DOWN_AFTER_S,
     DEFAULT_UP_AFTER_S,
     MAX_REPLICAS,
+    PREFILL,
+    ROLE_TARGETS,
     TARGET_BOUNDS,
     WINDOW_BOUNDS_S,
 )
 
 FIELD = "autoscale"
 OWNED = "replicas (autoscaler)"  # a diff's field when the count is the autoscaler's
+# The diff's lines of an `autoscale:` block: they change who owns a count, nothing that runs.
+LINES = (FIELD, OWNED)
 
 
 def _target_field(name: str) -> serializers.FloatField:
@@ -117,20 +123,63 @@ def owned_replicas(attrs: dict[str, Any], given: bool) -> dict[str, Any]:
             }
         )
     if given and not scale["min"] <= attrs["replicas"] <= scale["max"]:
-        raise serializers.ValidationError(
-            {
-                "replicas": [
-                    _(
-                        "replicas {n} is outside autoscale's range {min}..{max}: while autoscale is set the "
-                        "autoscaler owns the count. Leave replicas out, give one within the range, or "
-                        "change min and max."
-                    ).format(n=attrs["replicas"], min=scale["min"], max=scale["max"])
-                ]
-            }
-        )
+        raise serializers.ValidationError({"replicas": [_outside_range(attrs["replicas"], scale)]})
     if not given:
         attrs["replicas"] = floor_of(scale)
     return attrs
+
+
+def owned_role_replicas(role: str, entry: dict[str, Any], given: bool, most: int) -> None:
+    """A role's `autoscale:` (roles_spec.py calls it for each role): a target that fits the role, min at
+    least 1 (every request needs a prefill and a decode), max at most `most` engines, and the role's
+    `replicas` within [min, max] when given, else min. Errors name `roles.<role>.…`."""
+    scale = entry.get(FIELD)
+    if not scale:
+        return
+    ((target, _value),) = scale["target"].items()
+    if target not in ROLE_TARGETS[role]:
+        _refuse_role(role, FIELD, "target", text=_role_target_refused(role, target))
+    if scale["min"] < 1:
+        text = _(
+            "A role keeps at least one engine: every request needs a prefill and a decode, so min is 1 or "
+            "more (scale-to-zero is for plain replicas)."
+        )
+        _refuse_role(role, FIELD, "min", text=text)
+    if scale["max"] > most:
+        _refuse_role(role, FIELD, "max", text=_("A role runs at most {n} engines.").format(n=most))
+    if given and not scale["min"] <= entry["replicas"] <= scale["max"]:
+        _refuse_role(role, "replicas", text=_outside_range(entry["replicas"], scale))
+    if not given:
+        entry["replicas"] = floor_of(scale)
+
+
+def _outside_range(replicas: int, scale: dict[str, Any]) -> str:
+    return _(
+        "replicas {n} is outside autoscale's range {min}..{max}: while autoscale is set the autoscaler owns "
+        "the count. Leave replicas out, give one within the range, or change min and max."
+    ).format(n=replicas, min=scale["min"], max=scale["max"])
+
+
+def _role_target_refused(role: str, target: str) -> str:
+    """Why `role` does not scale on `target` (config.py's docstring has the sources)."""
+    if role == PREFILL:
+        return _(
+            "prefill scales on ttft_p90_ms or waiting_per_replica, not {target}: a prefill engine keeps a "
+            "request's KV cache only until decode has pulled it, so its KV usage measures the hand-over, "
+            "not its load."
+        ).format(target=target)
+    return _(
+        "decode scales on waiting_per_replica or kv_usage, not {target}: the time to first token is mostly "
+        "the prefill and the KV hand-over, which more decode engines do not shorten."
+    ).format(target=target)
+
+
+def _refuse_role(role: str, *path: str, text: str):
+    """A 400 on `roles.<role>.<path>`."""
+    error: Any = [text]
+    for key in reversed(("roles", role, *path)):
+        error = {key: error}
+    raise serializers.ValidationError(error)
 
 
 def floor_of(scale: dict[str, Any]) -> int:
@@ -138,28 +187,41 @@ def floor_of(scale: dict[str, Any]) -> int:
     return max(1, scale["min"])
 
 
-def count_for(spec: dict[str, Any], now: int) -> int:
-    """The replicas an apply wants: the spec's, or with autoscale the count there is now, moved into the
-    range (the autoscaler owns it; a new range moves it at once)."""
-    scale = spec.get(FIELD)
+def count_for(scale: dict[str, Any] | None, asked: int, now: int) -> int:
+    """The replicas (of a role) an apply wants: `asked`, or with autoscale the count there is `now`, moved
+    into the range (the autoscaler owns it; a new range moves it at once)."""
     if not scale or now <= 0:
-        return spec["replicas"]
+        return asked
     return max(floor_of(scale), min(scale["max"], now))
 
 
-def changes(current_autoscale: dict[str, Any] | None, spec: dict[str, Any], now: int) -> list[dict]:
-    """The diff's lines for `autoscale:` and, while it is set, who owns the count."""
-    found = []
-    wanted = spec.get(FIELD) or None
-    if (current_autoscale or None) != wanted:
-        found.append({"field": FIELD, "from": current_autoscale or None, "to": wanted})
-    if wanted and not current_autoscale:
+def keep_owned_counts(spec: dict[str, Any], replicas_now: int, roles_now: dict[str, int]) -> None:
+    """A person's apply leaves every count the autoscaler owns as it is (moved into its range): the plain
+    `replicas`, or each autoscaled role's."""
+    if not spec.get("roles"):
+        spec["replicas"] = count_for(spec.get(FIELD), spec["replicas"], replicas_now)
+        return
+    for role, entry in spec["roles"].items():
+        entry["replicas"] = count_for(entry.get(FIELD), entry["replicas"], int(roles_now.get(role) or 0))
+
+
+def changes(
+    before: dict[str, Any] | None, after: dict[str, Any] | None, asked: int, now: int, role: str = ""
+) -> list[dict]:
+    """The diff's lines for an `autoscale:` block (of `role`, named on each line) and, once it is set, who
+    owns the count."""
+    found: list[dict[str, Any]] = []
+    where = {"role": role} if role else {}
+    if (before or None) != (after or None):
+        found.append({"field": FIELD, **where, "from": before or None, "to": after or None})
+    if after and not before:
         found.append(
             {
                 "field": OWNED,
+                **where,
                 "from": now,
                 "to": _("{n}, then the autoscaler's within {min}..{max}").format(
-                    n=spec["replicas"], min=wanted["min"], max=wanted["max"]
+                    n=asked, min=after["min"], max=after["max"]
                 ),
             }
         )

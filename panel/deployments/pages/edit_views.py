@@ -15,17 +15,18 @@ from django.contrib import messages
 from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
-from rest_framework import serializers
 
 from panel.accounts.roles import OPERATOR
 from panel.catalog.models import SERVABLE_FORMATS, ModelArtifact
-from panel.core.domain.errors import InvalidInput
+from panel.core.domain.errors import InvalidInput, NotAllowed
 from panel.core.views import TRANSITION, role_required
 from panel.deployments import downtime, revisions, services
+from panel.deployments.autoscale.config import block_of
 from panel.deployments.launch.launch_tuning import AdminOnlyEnv
 from panel.deployments.models import Deployment
 from panel.deployments.pages.autoscale_form import (
     AUTOSCALE_SPEC_TO_FORM,
+    ROLE_AUTOSCALE_SPEC_TO_FORM,
     autoscale_from_form,
     autoscale_initial,
 )
@@ -92,6 +93,7 @@ SPEC_FIELD_TO_FORM = {
     "path": "artifact",
     **TOPOLOGY_SPEC_TO_FORM,
     **AUTOSCALE_SPEC_TO_FORM,
+    **ROLE_AUTOSCALE_SPEC_TO_FORM,
     **IDLE_SPEC_TO_FORM,
 }
 
@@ -112,7 +114,7 @@ def run(name: str, raw: dict[str, Any], user, *, dry_run: bool, change: Change |
         raise Refused({"engine.extra_flags": [str(error.detail)]}) from None
     except AdminOnlyEnv as error:
         raise Refused({"engine.env": [str(error.detail)]}) from None
-    except serializers.ValidationError as error:
+    except InvalidInput as error:
         detail = error.detail if isinstance(error.detail, dict) else {"": error.detail}
         raise Refused(_by_dotted_field(detail)) from None
     except services.DeploymentConflict as error:
@@ -157,7 +159,7 @@ def _artifacts(user, deployment: Deployment):
 def _npu_choices(user, deployment: Deployment) -> list[tuple[str, str]]:
     """Every NPU the deployment may take: its own and the free ones (none with replicas or autoscaling: see
     EditForm)."""
-    if deployment.replicas_wanted > 1 or (deployment.autoscale or {}).get("max", 1) > 1:
+    if deployment.replicas_wanted > 1 or (block_of(deployment, "") or {}).get("max", 1) > 1:
         return []
     holders = held_npus(ignore=deployment)
     choices = []
@@ -244,7 +246,8 @@ def spec_from_form(deployment: Deployment, data: dict[str, Any]) -> dict[str, An
 def _with_roles(spec: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
     """Prefill and decode pools as the form says, each role's TP and DP from its fields (the shared engine
     settings carry none). A TP or DP left empty, or left as it ran while the role's NPUs per engine changed,
-    is the planner's to pick for the new NPUs. No autoscaling per role."""
+    is the planner's to pick for the new NPUs. A role that scales with the load takes its `autoscale:`
+    from its fields, and its count stays the autoscaler's."""
     running = spec.get("roles") or {}
     roles = roles_from(data)
     for role in ROLES:
@@ -261,6 +264,10 @@ def _with_roles(spec: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
         roles[role].pop("engine", None)
         if engine:
             roles[role]["engine"] = engine
+        scale = autoscale_from_form(data, role)
+        if scale is not None:
+            roles[role]["autoscale"] = scale
+            roles[role].pop("replicas", None)  # the autoscaler's: the count there is stays, moved into range
     for key in ("placement", "nodes", "replicas", "autoscale"):
         spec.pop(key, None)
     for key in ("tensor_parallel_size", "data_parallel_size"):
@@ -361,15 +368,9 @@ def _applied(request, deployment: Deployment, outcome: Outcome):
     return redirect("deployments:detail", name=deployment.name)
 
 
-# Refusals of a change made from a page: each names its fields (InvalidInput, a spec's own check) or the
-# whole change (a conflict).
-REFUSALS = (
-    serializers.ValidationError,
-    InvalidInput,
-    AdminOnlyFlag,
-    AdminOnlyEnv,
-    services.DeploymentConflict,
-)
+# Refusals of a change made from a page: each names its fields (InvalidInput) or the whole change (a flag
+# or variable only an admin may set, a conflict).
+REFUSALS = (InvalidInput, NotAllowed, services.DeploymentConflict)
 
 
 @role_required(OPERATOR)
@@ -384,7 +385,7 @@ def deployment_scale(request, name):
         if not primary.roles_wanted:
             return redirect("deployments:detail", name=name)
         return _scale_page(request, deployment, primary)
-    if primary.autoscale and not primary.roles_wanted:
+    if block_of(primary, ""):  # a plain deployment's count; a role's is refused on its own count
         messages.error(request, autoscaled_message(primary))
         return redirect("deployments:detail", name=name)
     wanted = request.POST.get("replicas", "")
@@ -412,7 +413,7 @@ def _scale_page(request, deployment, primary, refused=None, asked=None, status=2
 
 
 def autoscaled_message(primary: Deployment) -> str:
-    scale = primary.autoscale or {}  # (shown only for an autoscaled deployment)
+    scale = block_of(primary, "") or {}  # (shown only for an autoscaled deployment)
     return _(
         "{name} scales with the load between {min} and {max} replicas: the autoscaler owns the count. Change "
         "min and max on Edit, or turn autoscaling off there."

@@ -10,7 +10,7 @@ from django.utils.translation import gettext_lazy as _
 from panel.catalog.models import ModelArtifact
 from panel.core.domain.choices import RoutingPolicy
 from panel.core.domain.names import DEPLOYMENT_NAME, NameFormField
-from panel.deployments.pages.autoscale_form import AutoscaleFields
+from panel.deployments.pages.autoscale_form import AutoscaleFields, RoleAutoscaleFields
 from panel.deployments.pages.idle_form import IdleFields
 from panel.deployments.pages.topology_form import NPUS_REQUIRED, TopologyFields
 from workers.engine.launch.flags import ALLOWED_FLAGS, parse_flag_text
@@ -249,20 +249,21 @@ class EngineStepForm(forms.Form):
         return self.cleaned_data.get("routing") or RoutingPolicy.LEAST_OUTSTANDING
 
 
-class WizardEngineForm(IdleFields, AutoscaleFields, EngineStepForm):
-    """The wizard's engine step: the engine settings, and how the deployment scales and sleeps."""
+class WizardEngineForm(IdleFields, RoleAutoscaleFields, AutoscaleFields, EngineStepForm):
+    """The wizard's engine step: the engine settings, and how the deployment (or each of its roles) scales
+    and sleeps."""
 
     def api_data(self) -> dict:
         data = super().api_data()
-        for name in [*AutoscaleFields.base_fields, *IdleFields.base_fields]:
+        for name in [*AutoscaleFields.base_fields, *RoleAutoscaleFields.base_fields, *IdleFields.base_fields]:
             data.pop(name, None)
         return data
 
 
-class EditForm(IdleFields, AutoscaleFields, TopologyFields, EngineStepForm):
+class EditForm(IdleFields, RoleAutoscaleFields, AutoscaleFields, TopologyFields, EngineStepForm):
     """A deployment page's Edit: the wizard's model copy, topology, NPUs and engine settings on one page, and
-    its autoscaling and sleep. Without NPU choices (a deployment with replicas, where each takes NPUs of its
-    own) the NPUs stay as they are."""
+    its autoscaling (each role's, with roles) and sleep. Without NPU choices (a deployment with replicas,
+    where each takes NPUs of its own) the NPUs stay as they are."""
 
     artifact = forms.ModelChoiceField(
         queryset=ModelArtifact.objects.none(), label=_("Model copy"), empty_label=None

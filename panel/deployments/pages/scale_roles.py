@@ -1,6 +1,7 @@
 """What the Scale form and the Roll back page show of a disaggregated deployment's roles
 (docs/serving-plane.md §1): one count per role, since `scale()` changes one role at a time, and a spec's
-counts as one line ("prefill 1 · decode 2") so a revision of such a deployment reads by its pools."""
+counts as one line ("prefill 1 · decode 2") so a revision of such a deployment reads by its pools. A role
+whose count the autoscaler owns shows its range instead of a count to set."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 from django.utils.translation import ngettext, pgettext
 
 from panel.core.domain.choices import DeploymentRole
+from panel.deployments.autoscale.config import block_of
 from panel.deployments.models import Deployment
 from panel.deployments.spec.roles_spec import MAX_ROLE_REPLICAS, ROLES
 
@@ -31,6 +33,7 @@ def role_scale_rows(
             "count": asked.get(role, int(wanted.get(role) or 0)),
             "max": MAX_ROLE_REPLICAS,
             "errors": refused.get(role, []),
+            "autoscale": block_of(primary, role),
         }
         for role in ROLES
     ]

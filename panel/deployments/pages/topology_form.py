@@ -80,6 +80,11 @@ def connector_offers(node) -> list[ConnectorOffer]:
     return offers
 
 
+def _parallel_size(label, help_text) -> forms.IntegerField:
+    """A role's TP or DP field: 1 to 64 (the spec's roles.<role>.engine bounds), empty for the planner's."""
+    return forms.IntegerField(label=label, required=False, min_value=1, max_value=64, help_text=help_text)
+
+
 class TopologyFields(forms.Form):
     topology = forms.ChoiceField(
         label=_("Topology"),
@@ -130,19 +135,11 @@ class TopologyFields(forms.Form):
                 required=False,
                 help_text=_("Empty: as many as the planner needs for the model."),
             )
-            self.fields[role_field(role, "tp")] = forms.IntegerField(
-                label=_("TP"),
-                required=False,
-                min_value=1,
-                max_value=64,
-                help_text=_("Tensor parallel size of each engine; empty: the planner picks it."),
+            self.fields[role_field(role, "tp")] = _parallel_size(
+                _("TP"), _("Tensor parallel size of each engine; empty: the planner picks it.")
             )
-            self.fields[role_field(role, "dp")] = forms.IntegerField(
-                label=_("DP"),
-                required=False,
-                min_value=1,
-                max_value=64,
-                help_text=_("Data parallel size of each engine (TP x DP NPUs); empty: the planner picks it."),
+            self.fields[role_field(role, "dp")] = _parallel_size(
+                _("DP"), _("Data parallel size of each engine (TP x DP NPUs); empty: the planner picks it.")
             )
 
     def clean_topology(self) -> str:

@@ -24,6 +24,7 @@ from panel.core.domain.choices import (
 from panel.core.views import TRANSITION, role_required
 from panel.deployments import commands, downtime, services
 from panel.deployments.api.serializers import BenchmarkRequestSerializer
+from panel.deployments.autoscale.config import block_of
 from panel.deployments.filtersets import BenchmarkFilterSet, DeploymentFilterSet
 from panel.deployments.launch.findings import findings_of
 from panel.deployments.models import Benchmark, Deployment
@@ -165,7 +166,7 @@ def deployment_detail(request, name):
         "replica_set": _replica_set(deployment),
         "replica_count": (deployment.replica_of or deployment).replicas_wanted,
         "scale_roles": role_scale_rows(deployment.replica_of or deployment),
-        "autoscale": (deployment.replica_of or deployment).autoscale,
+        "autoscale": block_of(deployment.replica_of or deployment, ""),  # a role's: on its Scale row
         "routing": _routing(deployment),
         "benchmark_form": BenchmarkForm(),
         "confirm_texts": _confirm_texts(deployment),

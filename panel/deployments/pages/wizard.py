@@ -20,7 +20,11 @@ from panel.core.views import role_required
 from panel.deployments.launch.containers import offer
 from panel.deployments.launch.sleep_launch import sleep_problems
 from panel.deployments.models import Deployment
-from panel.deployments.pages.autoscale_form import autoscale_from_form
+from panel.deployments.pages.autoscale_form import (
+    autoscale_from_form,
+    roles_with_autoscale,
+    wizard_autoscale_initial,
+)
 from panel.deployments.pages.forms import (
     ALLOWED_FLAG_NAMES,
     ModelStepForm,
@@ -256,12 +260,13 @@ def _placed(state: dict, form: PlacementStepForm, artifact) -> dict:
         if key not in ("engine", "nodes", "replicas", "roles", "kv_connector", "artifact_node")
     }  # TP and DP follow the NPUs: settings are planned again
     if form.cleaned_data["topology"] == SPLIT:
-        candidate.update(
-            roles=form.roles(),
-            kv_connector=form.cleaned_data["kv_connector"],
-            artifact_node=artifact.node.name,
-        )
-        candidate.pop("autoscale", None)  # per role autoscaling is not built: see the engine step
+        roles = form.roles()
+        for role, entry in (state.get("roles") or {}).items():  # its autoscaling, from the engine step
+            if entry.get("autoscale") and role in roles:
+                roles[role]["autoscale"] = entry["autoscale"]
+        connector = form.cleaned_data["kv_connector"]
+        candidate.update(roles=roles, kv_connector=connector, artifact_node=artifact.node.name)
+        candidate.pop("autoscale", None)  # the plain one: each role has its own
     else:
         candidate.update(nodes=form.nodes(), replicas=form.cleaned_data.get("replicas") or 1)
     return candidate
@@ -306,26 +311,13 @@ def _engine_initial(state: dict, user) -> dict:
 
 
 def _scaling_initial(state: dict) -> dict:
-    scale, idle = state.get("autoscale"), state.get("idle")
-    replicas = state.get("replicas") or 1
+    idle = state.get("idle")
     initial = {
-        "autoscale": bool(scale),
-        "autoscale_min": replicas,
-        "autoscale_max": max(replicas, 2),
+        **wizard_autoscale_initial(state),
         "idle": bool(idle),
         "idle_sleep_after_s": 600,
         "idle_level": 1,
     }
-    if scale:
-        ((target, value),) = scale["target"].items()
-        initial.update(
-            autoscale_min=scale["min"],
-            autoscale_max=scale["max"],
-            autoscale_target=target,
-            autoscale_value=value,
-            autoscale_up_after_s=scale.get("up_after_s"),
-            autoscale_down_after_s=scale.get("down_after_s"),
-        )
     if idle:
         initial.update(idle_sleep_after_s=idle["sleep_after_s"], idle_level=idle["level"])
     return initial
@@ -336,6 +328,8 @@ def _with_scaling(state: dict, form: WizardEngineForm) -> dict:
     data = form.cleaned_data
     candidate = {**state, "engine": form.api_data(), "routing": data["routing"]}
     candidate["autoscale"] = None if is_split(state) else autoscale_from_form(data)
+    if is_split(state):
+        candidate["roles"] = roles_with_autoscale(state["roles"], data)
     candidate["idle"] = idle_from_form(data)
     return candidate
 

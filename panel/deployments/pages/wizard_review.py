@@ -103,14 +103,21 @@ def role_rows(spec: dict) -> list[dict]:
 
 
 def scaling_rows(state: dict) -> dict:
-    """Routing, autoscale and idle as the review shows them."""
+    """Routing, autoscale (each role's, with roles) and idle as the review shows them."""
     scale = state.get("autoscale")
     target = next(iter((scale or {}).get("target", {}).items()), None)
     routing = state.get("routing") or RoutingPolicy.LEAST_OUTSTANDING
+    roles = state.get("roles") or {}
     return {
         "routing_label": RoutingPolicy(routing).label,
         "autoscale": scale,
         "target": target,
         "target_label": dict(TARGET_CHOICES).get(target[0], target[0]) if target else "",
+        "role_autoscale": [
+            {"role": role, "label": DeploymentRole(role).label, "scale": roles[role]["autoscale"]}
+            for role in ROLES
+            if (roles.get(role) or {}).get("autoscale")
+        ],
+        "split": bool(roles),
         "idle": state.get("idle"),
     }

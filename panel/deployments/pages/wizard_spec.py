@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from panel.deployments.pages.autoscale_form import AUTOSCALE_SPEC_TO_FORM
+from panel.deployments.pages.autoscale_form import AUTOSCALE_SPEC_TO_FORM, ROLE_AUTOSCALE_SPEC_TO_FORM
 from panel.deployments.pages.edit_views import Refused, run
 from panel.deployments.pages.idle_form import IDLE_SPEC_TO_FORM
 from panel.deployments.pages.topology_form import TOPOLOGY_SPEC_TO_FORM
@@ -20,6 +20,7 @@ SPEC_TO_WIZARD = {
     **{key: "nodes" for key in PLACEMENT_KEYS},
     **TOPOLOGY_SPEC_TO_FORM,
     **AUTOSCALE_SPEC_TO_FORM,
+    **ROLE_AUTOSCALE_SPEC_TO_FORM,
     **IDLE_SPEC_TO_FORM,
     "": "non_field_errors",
 }
@@ -69,11 +70,15 @@ def spec_of_state(state: dict[str, Any], engine: dict[str, Any] | None = None) -
 
 def _split_spec(spec: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
     """Prefill and decode: each role's TP and DP follow its own NPUs, so the engine step's do not apply;
-    the chosen copy is named only when every role runs on its node (elsewhere each node's own copy)."""
+    the chosen copy is named only when every role runs on its node (elsewhere each node's own copy). A role
+    that scales with the load starts at its min (its count is the autoscaler's, as a plain one's)."""
     for key in ("tensor_parallel_size", "data_parallel_size"):
         spec["engine"].pop(key, None)
     spec["kv_connector"] = state.get("kv_connector")
-    spec["roles"] = state["roles"]
+    spec["roles"] = {
+        role: {key: value for key, value in entry.items() if key != "replicas" or not entry.get("autoscale")}
+        for role, entry in state["roles"].items()
+    }
     nodes = {(entry.get("placement") or {}).get("node") or "" for entry in state["roles"].values()}
     if nodes <= {"", state.get("artifact_node") or ""}:
         spec["artifact"] = state["artifact"]

@@ -9,8 +9,8 @@ step and the deployment page show of a plan.
 from __future__ import annotations
 
 from django.utils.translation import gettext_lazy
-from rest_framework import serializers
 
+from panel.core.domain.errors import InvalidInput
 from panel.deployments.launch.launch_review import launch_context
 from panel.deployments.launch.launch_tuning import AdminOnlyEnv
 from panel.deployments.pages.forms import WizardEngineForm
@@ -116,7 +116,7 @@ def planned(state: dict, engine: dict | None = None, *, user):
         return None, {"extra_flags": [str(error.detail)]}
     except AdminOnlyEnv as error:
         return None, {"env": [str(error.detail)]}
-    except serializers.ValidationError as error:
+    except InvalidInput as error:
         detail = error.detail if isinstance(error.detail, dict) else {"non_field_errors": error.detail}
         return None, detail
 

@@ -3,6 +3,10 @@
 A count or "auto" takes free, healthy NPUs on one NUMA node where it can, the way the wizard suggests them:
 "auto" is the planner's smallest tensor-parallel layout that fits. Without a node, every node the user may
 deploy to is tried, the one holding the model's copy first.
+
+`spread: N` (not a spec key: the failover's re-placement of a multi-node replica, panel/deployments/failover/
+replace.py, writes it) asks for N online nodes with the count of NPUs each, the head first: the nodes it runs
+on now that still fit first, then those holding the model's copy.
 """
 
 from __future__ import annotations
@@ -11,9 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.utils.translation import gettext as _
-from rest_framework import serializers
 
 from panel.core.domain.choices import NodeStatus, NodeTransport, NpuHealthState
+from panel.core.domain.errors import InvalidInput
 from panel.deployments.models import Deployment
 from panel.deployments.placement import hbm
 from panel.deployments.placement.npus import (
@@ -32,7 +36,7 @@ from workers.engine.planner.plan_cli import with_config_extras
 
 
 def _fail(message: str):
-    raise serializers.ValidationError({"placement": [message]})
+    raise InvalidInput({"placement": [message]})
 
 
 def _usable(block: NodeBlock, own: set[int]):
@@ -196,6 +200,9 @@ def resolve(
     blocks.sort(key=lambda block: (block.node.pk not in model_node_ids, block.node.pk not in current))
     reasons = []
     sharing = Sharing(name, utilization, served or name) if placement.get("share") else None
+    spread = int(placement.get("spread") or 1)
+    if spread > 1:
+        return _spread(blocks, wanted, facts, own, current, spread)
     for block in blocks:
         ids, why = _choose_on(block, wanted, facts, own, sharing, replacing)
         if ids is not None:
@@ -204,4 +211,21 @@ def resolve(
     if not blocks:
         _fail(_("No online node to deploy to."))
     _fail(" ".join(reasons))
+    return []
+
+
+def _spread(blocks: list[NodeBlock], wanted, facts: dict, own: set[int], current: set[int], spread: int):
+    """`spread` nodes with `wanted` NPUs each (a multi-node replica), its current nodes first."""
+    blocks = sorted(blocks, key=lambda block: block.node.pk not in current)  # stable: model's copy next
+    chosen, reasons = [], []
+    for block in blocks:
+        ids, why = _choose_on(block, wanted, facts, own)
+        if ids is None:
+            reasons.append(why)
+            continue
+        chosen.append({"node": block.node.name, "npus": ids})
+        if len(chosen) == spread:
+            return chosen
+    found = _("{found} of the {wanted} nodes a multi-node replica needs have the NPUs free.")
+    _fail(" ".join([found.format(found=len(chosen), wanted=spread), *reasons]))
     return []

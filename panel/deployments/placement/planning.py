@@ -12,11 +12,11 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.utils.translation import gettext as _
-from rest_framework import serializers
 
 from panel.catalog.models import SERVABLE_FORMATS, Model, ModelArtifact
 from panel.catalog.planning import reason_text
 from panel.core.domain.choices import DesiredState
+from panel.core.domain.errors import InvalidInput
 from panel.deployments.launch import containers
 from panel.deployments.launch.launch_tuning import node_stack, planner_inputs, tune_parts
 from panel.deployments.launch.sleep_launch import sleep_problems, sleep_warnings
@@ -129,18 +129,19 @@ def guess_venv(node: Node, chip: str) -> str:
 
 
 def _fail(errors: dict[str, list[str]]):
-    raise serializers.ValidationError(errors)
+    raise InvalidInput(errors)
 
 
 def plan_request(
     raw: dict[str, Any], user=None, replacing: Deployment | None = None, port_pinned: bool | None = None
 ) -> DeploymentPlan:
-    """Validate and plan for `user`; raises ValidationError with field errors (the planner's reasons among
+    """Validate and plan for `user`; raises InvalidInput with field errors (the planner's reasons among
     them), or AdminOnlyFlag when a non-admin (or no user) sets a code-loading flag. `replacing`: the
     deployment an apply changes (its name and NPUs are its own). `port_pinned`: whether the request's port
     is the user's (default: whenever it has one); an apply passes a port it only keeps as not pinned."""
     serializer = DeploymentRequestSerializer(data=raw, context={"replacing": replacing})
-    serializer.is_valid(raise_exception=True)
+    if not serializer.is_valid():
+        raise InvalidInput(serializer.errors)
     data = serializer.validated_data
     refuse_admin_only_flags(data["extra_flags"], user)
     parts = _node_parts(data, replacing)

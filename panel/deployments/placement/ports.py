@@ -15,11 +15,12 @@ from collections.abc import Iterable
 
 from django.conf import settings
 from django.utils.translation import gettext as _
-from rest_framework import serializers
 
 from panel.core.domain.choices import DesiredState
+from panel.core.domain.errors import InvalidInput
 from panel.deployments.models import Deployment
 from panel.nodes.models import Node
+from workers.engine.launch.kv_transfer import follow_port
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 THIS_MACHINE = "loopback"
@@ -82,7 +83,7 @@ def choose(port: int | None, nodes: list[Node], replacing, port_pinned: bool | N
         return free_port(nodes, replacing), False
     holder = holder_of(port, nodes, replacing)
     if holder is not None and pinned:
-        raise serializers.ValidationError({"port": [clash_message(port, holder)]})
+        raise InvalidInput({"port": [clash_message(port, holder)]})
     if holder is not None:
         return free_port(nodes, replacing), False
     return port, pinned
@@ -114,7 +115,8 @@ def move_after_refusal(deployment: Deployment, refused: int) -> int | None:
 
 
 def set_port(deployment: Deployment, port: int) -> None:
-    """Give every node's launch the new port (and the head's RPC port beside it). Saves nothing."""
+    """Give every node's launch the new port (and the head's RPC port beside it, a disaggregated engine's KV
+    port after it). Saves nothing."""
     spec = dict(deployment.spec or {})
     spec["port"] = port
     parts = []
@@ -122,6 +124,10 @@ def set_port(deployment: Deployment, port: int) -> None:
         launch = {**part.get("launch", {}), "port": port}
         if launch.get("multi_node"):
             launch["multi_node"] = {**launch["multi_node"], "data_parallel_rpc_port": port + 1}
+        if launch.get("kv_transfer_config"):
+            launch["kv_transfer_config"], launch["env"] = follow_port(
+                launch["kv_transfer_config"], launch.get("env") or {}, port
+            )
         parts.append({**part, "launch": launch})
     spec["parts"] = parts
     deployment.spec = spec

@@ -374,6 +374,10 @@ def tick(now: datetime | None = None) -> dict:
     now = now or timezone.now()
     # Rollouts first: a surge that failed its launch is removed before this pass would relaunch it.
     done: dict[str, Any] = {"rollouts": rollouts.advance_all(), "probes": 0, "launches": 0, "stops": 0}
+    # Then the failover, before this pass relaunches anything: a replica on a failed NPU whose restart is
+    # due would be started in place again, on that NPU, and its move would wait for that launch to end (nor
+    # is one whose move is under way started in place below).
+    done["failover"] = replace.step_all(now)  # replicas on failed NPUs started again elsewhere
     probes: dict[str, list[dict]] = {}
     for deployment in Deployment.objects.exclude(observed_state=DeploymentState.STOPPED).order_by("pk"):
         with transaction.atomic():
@@ -388,11 +392,14 @@ def tick(now: datetime | None = None) -> dict:
                 continue
             if deployment.desired_state == DesiredState.RUNNING and not busy:
                 due = deployment.next_restart_at is None or deployment.next_restart_at <= now
-                if deployment.observed_state == DeploymentState.PENDING or (
-                    deployment.observed_state == DeploymentState.UNHEALTHY
-                    and due
-                    and deployment.next_restart_at
-                ):
+                if (
+                    deployment.observed_state == DeploymentState.PENDING
+                    or (
+                        deployment.observed_state == DeploymentState.UNHEALTHY
+                        and due
+                        and deployment.next_restart_at
+                    )
+                ) and not replace.being_moved(deployment):
                     services.launch(deployment)
                     done["launches"] += 1
                     continue
@@ -424,7 +431,6 @@ def tick(now: datetime | None = None) -> dict:
         request_probe(node, deployments)
         done["probes"] += 1
     done["autoscale"] = decider.step_all(now)  # on the figures the probes brought so far
-    done["failover"] = replace.step_all(now)  # replicas on failed NPUs started again elsewhere
     return done
 
 

@@ -14,9 +14,9 @@ import re
 from typing import Any
 
 from django.utils.translation import gettext as _
-from rest_framework import serializers
 
 from panel.core.domain.choices import DesiredState
+from panel.core.domain.errors import InvalidInput
 from panel.deployments.models import Deployment
 
 # "-r64" must still fit the 63-character name of a deployment.
@@ -71,7 +71,7 @@ def check(spec: dict[str, Any], name: str) -> None:
 
 
 def _fail(field_name: str, message: str):
-    raise serializers.ValidationError({field_name: [message]})
+    raise InvalidInput({field_name: [message]})
 
 
 def served_name(spec: dict[str, Any], primary: Deployment | None) -> str:

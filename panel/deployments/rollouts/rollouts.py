@@ -25,8 +25,6 @@ from typing import Any
 from django.db import transaction
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
-from rest_framework import serializers
-from rest_framework.exceptions import APIException
 
 from panel.core.domain.choices import (
     DecisionActor,
@@ -35,6 +33,7 @@ from panel.core.domain.choices import (
     DeploymentState,
     DesiredState,
 )
+from panel.core.domain.errors import InvalidInput, NotAllowed
 from panel.core.domain.translated import in_language
 from panel.deployments import alerting, decisions, reasons, services
 from panel.deployments.models import Deployment, Rollout
@@ -90,7 +89,7 @@ def advance_all() -> int:
                 continue
             try:
                 _step(rollout)
-            except (APIException, services.DeploymentConflict) as error:
+            except (InvalidInput, NotAllowed, services.DeploymentConflict) as error:
                 # Permanent: the spec no longer plans (a 400/403 now) or the deployment is going.
                 _fail(rollout, [part(gettext_noop("The rollout cannot go on: {why}"), why=_text(error))])
             rollout.save()
@@ -158,7 +157,10 @@ def _next(rollout: Rollout) -> None:
         )
         return
     rollout.current = rollout.todo[rollout.done]
-    surge, why_not = _start_surge(rollout)
+    surge: Deployment | None = None
+    why_not: dict | None = part(gettext_noop("No room for a surge replica beside the move."))
+    if rollout.spec.get("surge") is not False:  # False: the failover found no room for one beside the move
+        surge, why_not = _start_surge(rollout)
     if surge is not None:
         rollout.surge, rollout.phase = surge.name, SURGE
         rollout.set_message(
@@ -192,7 +194,7 @@ def _start_surge(rollout: Rollout) -> tuple[Deployment | None, dict | None]:
             )
         else:
             planned = plan_member(spec, model, artifact, rollout.created_by, index, served, None)
-    except serializers.ValidationError as error:
+    except InvalidInput as error:
         return None, part(gettext_noop("No free NPUs for a surge replica ({why})."), why=_text(error))
     surge = services.create_deployment(planned, user=rollout.created_by, replica_of=primary)
     if role:
@@ -214,7 +216,7 @@ def why_no_surge(primary: Deployment, spec: dict[str, Any], model, artifact, use
         return _("The name is too long for a surge replica.")
     try:
         plan_member(spec, model, artifact, user, index, replicas.served_name(spec, primary), None)
-    except serializers.ValidationError as error:
+    except InvalidInput as error:
         return _("No free NPUs for a surge replica ({why}).").format(why=_text(error))
     return None
 

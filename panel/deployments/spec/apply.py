@@ -16,14 +16,15 @@ from typing import Any
 from django.db import transaction
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_noop
-from rest_framework import serializers
 
 from panel.audit import actions as audit
 from panel.audit.services import record
 from panel.catalog.models import Model, ModelArtifact
 from panel.core.domain.choices import DesiredState
+from panel.core.domain.errors import InvalidInput
 from panel.deployments import downtime, reasons, revisions, services
 from panel.deployments.autoscale import spec_field as autoscale_field
+from panel.deployments.autoscale.config import CAUSE, block_of
 from panel.deployments.models import Deployment, Rollout
 from panel.deployments.placement.planned_rows import spec_after
 from panel.deployments.placement.planning import DeploymentPlan
@@ -35,7 +36,7 @@ from panel.deployments.spec.spec_plan import build_request, flat_errors, plan_fo
 
 TUNING = ("env", "mtp_tokens")  # kept as the user gave them; the launch's env adds the chip recipe
 # The primary's own settings that change nothing that runs (the count they lead to is a `replicas` change).
-ROW_ONLY = ("labels", "routing", autoscale_field.FIELD, autoscale_field.OWNED)
+ROW_ONLY = ("labels", "routing", *autoscale_field.LINES)
 
 
 @dataclass
@@ -135,7 +136,7 @@ def _effect(changes: list[dict], stale: list[Deployment], state: str, current: D
 def apply(
     name: str, spec: dict[str, Any], user, *, dry_run: bool = False, change: Change | None = None
 ) -> Outcome:
-    """Plan the spec and, unless `dry_run`, make it so. Raises ValidationError (400), AdminOnlyFlag (403)
+    """Plan the spec and, unless `dry_run`, make it so. Raises InvalidInput (400), AdminOnlyFlag (403)
     and services.DeploymentConflict (409: a start, stop or rollout is under way, another change came
     first, the change would stop serving without `change.allow_downtime`, or the deployment is going)."""
     current = Deployment.objects.visible_to(user).filter(name=name).first()
@@ -150,9 +151,10 @@ def apply(
         )
     if current is not None and current.desired_state == DesiredState.DELETED:
         raise services.DeploymentConflict(_("This deployment is being deleted; apply again once it is gone."))
-    if current is not None and change.cause != "autoscale":
-        # With autoscale the count is the autoscaler's: the one there is, moved into [min, max].
-        spec["replicas"] = autoscale_field.count_for(spec, current.replicas_wanted)
+    if current is not None and change.cause != CAUSE:
+        # With autoscale the count (of each autoscaled role) is the autoscaler's: the one there is, moved
+        # into [min, max].
+        autoscale_field.keep_owned_counts(spec, current.replicas_wanted, current.roles_wanted or {})
     replicas.check(spec, name)
     if current is not None:
         revisions.check_no_rollout(current)
@@ -182,7 +184,7 @@ def apply(
     request = build_request(spec, model, artifact, user, current)
     try:
         planned = plan_for(request, spec, user, current)
-    except serializers.ValidationError as error:
+    except InvalidInput as error:
         if current is None and Deployment.objects.filter(name=name).exists():
             # Another pipeline created it after this one looked: a race, not a bad spec.
             raise services.DeploymentConflict(
@@ -233,7 +235,7 @@ def _apply_to(
         changes.append({"field": "launch", "from": None, "to": None})  # a replica's launch differs
     now = 1 + len(others)
     changes += _row_changes(current, spec, now)
-    changes += autoscale_field.changes(current.autoscale, spec, now)
+    changes += autoscale_field.changes(block_of(current, ""), spec.get("autoscale"), spec["replicas"], now)
     effect = _effect(changes, stale, spec["state"], current)
     outcome = Outcome(
         "changed" if changes else "unchanged", effect, changes, planned, current, planned.warnings
@@ -310,7 +312,7 @@ def _link_copies(plans: dict[int, DeploymentPlan], rows: list[Deployment]) -> No
             row.artifact = chosen
 
 
-def _as_spec_fields(error: serializers.ValidationError, spec: dict[str, Any]) -> serializers.ValidationError:
+def _as_spec_fields(error: InvalidInput, spec: dict[str, Any]) -> InvalidInput:
     """The planner names the request's fields; a spec that wrote `placement` and `engine:` reads its errors
     under those names (`placement.npus`, `engine.max_model_len`)."""
     if not isinstance(error.detail, dict):
@@ -322,7 +324,7 @@ def _as_spec_fields(error: serializers.ValidationError, spec: dict[str, Any]) ->
         elif name in ENGINE_SETTINGS:
             name = f"engine.{name}"
         renamed.setdefault(name, []).extend(messages if isinstance(messages, list) else [messages])
-    return serializers.ValidationError(renamed)
+    return InvalidInput(renamed)
 
 
 def _create(
@@ -366,7 +368,7 @@ def _scale(primary: Deployment, spec, model, artifact, user, served: str) -> Non
             )
         try:
             planned = plan_member(spec, model, artifact, user, index, served, None)
-        except serializers.ValidationError as error:
+        except InvalidInput as error:
             refuse(
                 "replicas",
                 _("Replica {i} does not fit: {why}").format(i=index, why=flat_errors(error.detail)),

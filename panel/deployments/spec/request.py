@@ -8,13 +8,15 @@ from __future__ import annotations
 from typing import Any
 
 from django.utils.translation import gettext as _
-from rest_framework import exceptions, serializers
+from rest_framework import serializers
 
 from panel.accounts.roles import ADMIN, has_role
 from panel.catalog.models import Model, ModelArtifact
 from panel.core.domain.choices import DesiredState
-from panel.core.domain.names import DEPLOYMENT_NAME, NameField
-from panel.deployments.launch.launch_tuning import TuningFields
+from panel.core.domain.errors import NotAllowed
+from panel.core.domain.names import DEPLOYMENT_NAME
+from panel.core.rest.names import NameField
+from panel.deployments.launch.launch_tuning import MAX_MTP_TOKENS, env_problems
 from panel.deployments.models import Deployment
 from workers.engine.launch.flags import FlagError, code_loading_flags, flag_arguments
 
@@ -32,6 +34,23 @@ class IdleSerializer(serializers.Serializer):
         min_value=60, max_value=7 * 24 * 3600, help_text="Seconds without a request before it sleeps."
     )
     level = serializers.ChoiceField([1, 2], default=1, help_text="vLLM's sleep level: 1 or 2.")
+
+
+class TuningFields(serializers.Serializer):
+    """Request fields for the launch's tuning (panel.deployments.launch.launch_tuning), shared by the wizard
+    and the API."""
+
+    env = serializers.DictField(
+        child=serializers.CharField(allow_blank=True, max_length=4096, trim_whitespace=False),
+        required=False,
+        default=dict,
+    )
+    mtp_tokens = serializers.IntegerField(required=False, default=0, min_value=0, max_value=MAX_MTP_TOKENS)
+
+    def validate_env(self, value):
+        if problems := env_problems(value):
+            raise serializers.ValidationError(problems)
+        return value
 
 
 class EngineSettingsSerializer(TuningFields):
@@ -98,7 +117,7 @@ class DeploymentRequestSerializer(EngineSettingsSerializer):
         return value
 
 
-class AdminOnlyFlag(exceptions.PermissionDenied):
+class AdminOnlyFlag(NotAllowed):
     """403: the request sets a flag that loads code or files on the node, and the user is not an admin."""
 
 

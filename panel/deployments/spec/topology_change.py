@@ -24,10 +24,12 @@ from typing import Any
 
 from django.db import transaction
 from django.utils.translation import gettext as _
-from rest_framework import serializers
 
 from panel.core.domain.choices import DeploymentState, DesiredState
+from panel.core.domain.errors import InvalidInput
 from panel.deployments import downtime, revisions, services
+from panel.deployments.autoscale import spec_field as autoscale_field
+from panel.deployments.autoscale.config import blocks_in, blocks_of, stored_of
 from panel.deployments.launch import pd_fabric
 from panel.deployments.models import Deployment, Rollout
 from panel.deployments.placement.planning import DeploymentPlan
@@ -187,7 +189,7 @@ def _why_no_surge(spec, model, artifact, user, primary: Deployment, role: str, s
             )
         else:
             plan_member(spec, model, artifact, user, replicas.next_free_index(primary), served, None)
-    except serializers.ValidationError as error:
+    except InvalidInput as error:
         return _("No free NPUs for a surge replica ({why}).").format(why=flat_errors(error.detail))
     return None
 
@@ -211,7 +213,7 @@ def _set_primary_fields(primary: Deployment, spec) -> None:
         "roles_wanted": {role: roles[role]["replicas"] for role in ROLES} if roles else {},
         "replicas_wanted": 1 if roles else spec["replicas"],
         "labels": spec["labels"],
-        "autoscale": spec.get("autoscale"),  # none with roles (refused): the autoscaler moves one count
+        "autoscale": stored_of(spec),  # with roles, each role's block (autoscale/config.py)
         "routing": spec["routing"],
     }
     for name, value in fields.items():
@@ -235,6 +237,7 @@ def changes_of(current: Deployment, spec, layout: Layout) -> list[dict[str, Any]
             if now[role] != asked[role]:
                 changes.append({"field": "replicas", "role": role, "from": now[role], "to": asked[role]})
     changes += layout.lines
+    changes += _autoscale_lines(current, spec, now, asked)
     if current.desired_state != spec["state"]:
         changes.append({"field": "state", "from": current.desired_state, "to": spec["state"]})
     if (current.labels or {}) != spec["labels"]:
@@ -242,6 +245,18 @@ def changes_of(current: Deployment, spec, layout: Layout) -> list[dict[str, Any]
     if current.routing != spec["routing"]:
         changes.append({"field": "routing", "from": current.routing, "to": spec["routing"]})
     return changes
+
+
+def _autoscale_lines(current: Deployment, spec, now: dict[str, int], asked: dict[str, int]) -> list[dict]:
+    """Each count's `autoscale:` that changes (a role's lines name it), and who owns a count from now on."""
+    before = blocks_of(current)
+    after = blocks_in(stored_of(spec))
+    lines = []
+    for role in ("", *ROLES):  # a count without a block before or after gives no line
+        lines += autoscale_field.changes(
+            before.get(role), after.get(role), asked.get(role, 0), now.get(role, 0), role
+        )
+    return lines
 
 
 def _counts(current: Deployment) -> dict[str, int]:
@@ -303,7 +318,7 @@ def apply_change(
 
 
 def _effect(changes, layout: Layout, serving: bool, regrown: bool, state: str) -> str:
-    fields = {change["field"] for change in changes} - {"labels", "routing"}
+    fields = {change["field"] for change in changes} - {"labels", "routing", *autoscale_field.LINES}
     if not fields:
         return "none"
     if not serving:  # the rows keep their new launch for later; a new state goes to every row
