@@ -454,6 +454,10 @@ PANEL_GATEWAY_READ_TIMEOUT_S = env.float("PANEL_GATEWAY_READ_TIMEOUT_S", default
 PANEL_GATEWAY_MAX_ANSWER_BYTES = env.int("PANEL_GATEWAY_MAX_ANSWER_BYTES", default=64 * 1024 * 1024)
 PANEL_GATEWAY_MAX_EVENT_BYTES = env.int("PANEL_GATEWAY_MAX_EVENT_BYTES", default=1024 * 1024)
 PANEL_GATEWAY_MAX_EVENT_GAP_S = env.float("PANEL_GATEWAY_MAX_EVENT_GAP_S", default=600.0)
+# Whether each request waiting on an engine has a watchdog that gives up on an engine gone silent once the
+# panel takes its instance out (panel/gateway/instances/silence.py). Off only to measure what it costs
+# (bench/gateway.py --watchdog): without it a powered-off host's streams wait for the gap above.
+PANEL_GATEWAY_SILENCE_WATCHDOG = env.bool("PANEL_GATEWAY_SILENCE_WATCHDOG", default=True)
 # A request a web process counts as outstanding is forgotten after this long without news (a process that
 # died mid-stream); streams renew theirs every minute.
 PANEL_GATEWAY_INFLIGHT_TTL_S = env.float("PANEL_GATEWAY_INFLIGHT_TTL_S", default=900.0)

@@ -8,7 +8,7 @@ from django.views.decorators.http import require_safe
 
 from panel.accounts.roles import VIEWER, has_role
 from panel.core.web.dashboard import card_texts, first_summary, node_tiles, page_labels
-from panel.nodes.filtersets import NodeFilterSet
+from panel.nodes.filtersets import NODES_PER_PAGE, NodeFilterSet
 from panel.nodes.models import Node
 
 # extra_tags of a flash message that tells of a change under way ("… is starting"): base.html marks it
@@ -31,9 +31,6 @@ def role_required(role: str):
         return wrapper
 
     return decorator
-
-
-NODES_PER_PAGE = 50
 
 
 @role_required(VIEWER)

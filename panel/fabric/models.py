@@ -30,7 +30,8 @@ class FabricCheck(TimestampedModel):
 
     node_names = models.JSONField(_("nodes"), default=list)
     deployment = models.CharField(_("deployment"), max_length=63, blank=True, db_index=True)
-    # Round 1 pings with the NPU addresses the panel knew; round 2 runs when they turned out to differ.
+    # Round 1 pings with the NPU addresses the panel knew; round 2 runs when they turned out to differ, and
+    # only pings: round 1's reads wait in verdict["read"] until the verdict replaces them.
     round = models.PositiveSmallIntegerField(default=1)
     # {node: request sent to its agent this round}
     requests = models.JSONField(default=dict, blank=True)
@@ -66,7 +67,7 @@ class NodeFabric(TimestampedModel):
     npus = models.JSONField(default=list, blank=True)
     interface = models.JSONField(null=True, blank=True)
     checklist = models.JSONField(default=list, blank=True)
-    report = models.JSONField(default=dict, blank=True)  # the agent's raw report
+    report = models.JSONField(default=dict, blank=True)  # the agent's report, as the panel read it
 
     def __str__(self):
         return f"{self.node} NPU network ({self.status})"

@@ -9,12 +9,16 @@ UPDATE of the last heartbeat of every node heard from meanwhile — not per node
 connection set-up stay off the 1 Hz path."""
 
 import logging
+import math
 import threading
 import time
+from datetime import UTC, datetime
+from typing import cast
 
 import orjson
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from panel.core.domain.choices import NodeStatus, NodeTransport
@@ -117,13 +121,16 @@ def ingest_batches(batches: list[MetricBatch]) -> list[dict]:
         return []
     received = time.time()
     pipe = store.client().pipeline(transaction=False)
-    alert_reads = []  # where in the pipeline's answers each batch's open alerts are
+    alert_reads, health_reads = [], []  # where in the pipeline's answers each batch's alerts and chips are
     for node, batch, message in taken:
         _queue_store(pipe, node["name"], batch, message, received)
         alert_reads.append(len(pipe))
         pipe.smembers(store.alerts_key(node["name"]))
+        # The chips' health memory rides this round trip instead of one of its own per drain.
+        health_reads.append(len(pipe))
+        pipe.hgetall(health_state.memory_key(node["name"]))
     pipe.sadd(store.NODES, *{node["name"] for node, _, _ in taken})
-    pipe.sadd(store.HEARTBEATS_DUE, *{node["id"] for node, _, _ in taken})
+    pipe.zadd(store.HEARTBEATS_DUE, {node["id"]: received for node, _, _ in taken})
     pipe.set(store.HEARTBEATS_WRITE, "1", nx=True, ex=HEARTBEAT_EVERY_S)
     pipe.set(store.FLEET_DUE, "1", nx=True, px=FLEET_EVERY_MS)
     # Last, so a browser that gets a frame can already read the same figures over REST.
@@ -141,7 +148,7 @@ def ingest_batches(batches: list[MetricBatch]) -> list[dict]:
     )
     for (node, _batch, message), keys in zip(taken, known, strict=True):
         alerts.reconcile_sample(node["id"], node["name"], message, keys)
-    _observe_npu_health(taken)
+    _observe_npu_health(taken, [answers[at] for at in health_reads])
     silent = [node for node, _, _ in taken if node["status"] != NodeStatus.ONLINE]
     if silent:
         back = _first_in_a_while(silent)
@@ -155,8 +162,9 @@ def ingest_batches(batches: list[MetricBatch]) -> list[dict]:
     return [message for _, _, message in taken]
 
 
-def _observe_npu_health(taken: list[tuple[dict, MetricBatch, dict]]) -> None:
-    """Every sample's chips through the NPU health policy (panel.nodes.health.health_state), oldest first."""
+def _observe_npu_health(taken: list[tuple[dict, MetricBatch, dict]], memories: list) -> None:
+    """Every sample's chips through the NPU health policy (panel.nodes.health.health_state), oldest first;
+    `memories`: each node's health memory as the drain's round trip read it."""
     items = [
         (
             node["id"],
@@ -167,7 +175,7 @@ def _observe_npu_health(taken: list[tuple[dict, MetricBatch, dict]]) -> None:
         for node, batch, message in taken
     ]
     try:
-        health_state.observe_batches(items)
+        health_state.observe_batches(items, memories=memories)
     except Exception:  # the figures are stored already; a health update is tried again with the next batch
         log.exception("NPU health not updated for this drain")
 
@@ -202,12 +210,15 @@ def _latest_json(message: dict, received: float) -> bytes:
 
 
 def write_heartbeats() -> None:
-    """One UPDATE for the last heartbeat of every node whose metrics arrived since the last write; those the
-    database does not have online (the sweeper marked them offline meanwhile) come back with it."""
-    ids = [int(i) for i in store.client().spop(store.HEARTBEATS_DUE, HEARTBEATS_PER_WRITE) or []]
-    if not ids:
+    """The last heartbeat of every node whose metrics arrived since the last write, as when they arrived (to
+    the second: an UPDATE per second of the few the write covers); those the database does not have online
+    (the sweeper marked them offline meanwhile) come back with it. Stamped with the write's own time, a
+    node's last word counted up to HEARTBEAT_EVERY_S late, and a lost node was moved that much later."""
+    popped = cast(list, store.client().zpopmin(store.HEARTBEATS_DUE, HEARTBEATS_PER_WRITE) or [])
+    heard = {int(member): float(at) for member, at in popped}
+    if not heard:
         return
-    touch_heartbeats(ids)
+    touch_heartbeats(list(heard), heard)
 
 
 def _first_in_a_while(silent: list[dict]) -> list[dict]:
@@ -219,14 +230,18 @@ def _first_in_a_while(silent: list[dict]) -> list[dict]:
     return [node for node, first in zip(silent, pipe.execute(), strict=True) if first]
 
 
-def touch_heartbeats(ids: list[int]) -> None:
-    """Metrics batches are signs of life: record them for the nodes `ids` in one UPDATE, and bring those the
-    database does not have online back in the same transaction, with one announcement for all of them. Per
-    node, a burst of hundreds coming back (a switch up again) cost a transaction, four channel-layer trips and
-    a reload of the node cache each, and put the ingest minutes behind."""
+def touch_heartbeats(ids: list[int], heard: dict[int, float] | None = None) -> None:
+    """Metrics batches are signs of life: record them for the nodes `ids` (`heard`: when each one's came,
+    Unix seconds; else now), an UPDATE per second they name, never moving a heartbeat back, and bring those
+    the database does not have online back in the same transaction, with one announcement for all of them.
+    Per node, a burst of hundreds coming back (a switch up again) cost a transaction, four channel-layer
+    trips and a reload of the node cache each, and put the ingest minutes behind."""
     if not ids:
         return
     now = timezone.now()
+    seconds: dict[float, list[int]] = {}
+    for pk in ids:
+        seconds.setdefault(math.floor((heard or {}).get(pk, now.timestamp())), []).append(pk)
     with transaction.atomic():
         back = list(
             Node.objects.select_for_update()
@@ -234,10 +249,16 @@ def touch_heartbeats(ids: list[int]) -> None:
             .exclude(status=NodeStatus.ONLINE)
             .order_by("pk")
         )
-        Node.objects.filter(pk__in=ids).update(status=NodeStatus.ONLINE, last_heartbeat=now)
+        Node.objects.filter(pk__in=[node.pk for node in back]).update(status=NodeStatus.ONLINE)
+        stamped: dict[int, datetime] = {}
+        for second, pks in seconds.items():
+            at = datetime.fromtimestamp(second, tz=UTC)
+            stamped |= dict.fromkeys(pks, at)
+            earlier = Q(last_heartbeat__lt=at) | Q(last_heartbeat__isnull=True)
+            Node.objects.filter(earlier, pk__in=pks).update(last_heartbeat=at)
         statuses = []
         for node in back:
-            node.status, node.last_heartbeat = NodeStatus.ONLINE, now
+            node.status, node.last_heartbeat = NodeStatus.ONLINE, stamped[node.pk]
             status = node_status_message(node)
             statuses += [(node_group(node.name), status), (FLEET, status)]
         if back:

@@ -10,6 +10,9 @@ from panel.monitoring.metrics.fleet import UNHEALTHY
 from panel.monitoring.models import Alert
 from panel.nodes.models import Node, Npu
 
+# One page of nodes, on the node list and on the dashboard alike: one size, so the two pages agree.
+NODES_PER_PAGE = 50
+
 
 class NodeFilterSet(django_filters.FilterSet):
     name = django_filters.CharFilter(lookup_expr="icontains", label=_("Name"))

@@ -98,6 +98,10 @@ class Node(TimestampedModel):
     cordoned = models.BooleanField(_("cordoned"), default=False)
     # Names of the deployments a drain stopped, to start again once the work it made room for is done.
     drained = models.JSONField(default=list, blank=True)
+    # Engines the failover moved off this node while it was silent ({name, runtime_kind, moved_to, at}), which
+    # may still run here (a node cut off, not powered off): stopped when it heartbeats again
+    # (panel/deployments/failover/fence.py).
+    left_engines = models.JSONField(default=list, blank=True)
     last_heartbeat = models.DateTimeField(_("last heartbeat"), null=True, blank=True)
     heartbeat_interval = models.FloatField(default=5.0)
     agent_version = models.CharField(max_length=32, blank=True)

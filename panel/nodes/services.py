@@ -2,11 +2,11 @@
 nodes are in panel.nodes.lifecycle."""
 
 import logging
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Case, JSONField, Q, Value, When
+from django.db.models import Case, F, Field, Q, Value, When
 from django.utils import timezone
 
 from panel.core.domain.choices import NodeStatus, NodeTransport, NpuHealth
@@ -141,30 +141,38 @@ def _is_steady_agent(node: Node) -> bool:
     )
 
 
+# What a steady heartbeat may change besides its times: each column, and how the beat says it.
+BEAT_FIELDS = (
+    ("heartbeat_interval", lambda beat: beat.interval_s),
+    ("agent_version", lambda beat: beat.agent_version),
+    ("agent_running", lambda beat: beat.running),
+    ("agent_done", lambda beat: beat.done),
+)
+
+
 def _beat_all_in_place(steady: dict) -> list[tuple[Heartbeat, Node]]:
-    """One conditional UPDATE for `steady` ({pk: (heartbeat, node)}); returns the pairs whose row no longer
-    matched (the offline sweep or a removal came between), for the locked path."""
+    """One conditional UPDATE for `steady` ({pk: (heartbeat, node as read for its check)}); returns the pairs
+    whose row no longer matched (the offline sweep or a removal came between), for the locked path.
+
+    A field goes into the UPDATE only for the nodes whose beat changed it from the row just read (a CASE over
+    those, the rest keep theirs): steady beats repeat their interval, version and operation lists, and
+    building a CASE of every node for each of the four took more than half of the ingester's time on
+    heartbeats (py-spy, 128 nodes)."""
     now = timezone.now()
-
-    def per_node(value_of, output_field=None):
+    changes: dict[str, Any] = {"last_heartbeat": now, "agent_reported_at": now, "updated": now}
+    for field, value_of in BEAT_FIELDS:
+        column = cast(Field, Node._meta.get_field(field))
         whens = [
-            When(pk=pk, then=Value(value_of(beat), output_field=output_field))
-            for pk, (beat, _) in steady.items()
+            When(pk=pk, then=Value(value_of(beat), output_field=column))
+            for pk, (beat, node) in steady.items()
+            if value_of(beat) != getattr(node, field)
         ]
-        return Case(*whens, output_field=output_field)
-
+        if whens:
+            changes[field] = Case(*whens, default=F(field), output_field=column)
     still_steady = Node.objects.filter(
         pk__in=steady, status=NodeStatus.ONLINE, transport=NodeTransport.AGENT, inventoried_at__isnull=False
     )
-    written = still_steady.update(
-        last_heartbeat=now,
-        agent_reported_at=now,
-        updated=now,
-        heartbeat_interval=per_node(lambda beat: beat.interval_s, Node._meta.get_field("heartbeat_interval")),
-        agent_version=per_node(lambda beat: beat.agent_version, Node._meta.get_field("agent_version")),
-        agent_running=per_node(lambda beat: beat.running, JSONField()),
-        agent_done=per_node(lambda beat: beat.done, JSONField()),
-    )
+    written = still_steady.update(**changes)
     if written == len(steady):
         return []
     recorded = set(Node.objects.filter(pk__in=steady, last_heartbeat=now).values_list("pk", flat=True))

@@ -23,7 +23,7 @@ from panel.nodes.agents.broker_admin import BrokerAdminError, broker_ca_pem
 from panel.nodes.agents.join import JoinRefused, agent_broker, agent_broker_url, exchange_join_token
 from panel.nodes.agents.ssh import host_key_fingerprint
 from panel.nodes.agents.trust import refuse
-from panel.nodes.filtersets import NodeFilterSet
+from panel.nodes.filtersets import NODES_PER_PAGE, NodeFilterSet
 from panel.nodes.forms import NodeAddForm, NodeSettingsForm
 from panel.nodes.health_views import health_context
 from panel.nodes.image_views import images_context
@@ -33,8 +33,6 @@ from panel.operations import node_operations
 from panel.operations.node_operations import start_install_agent, start_inventory
 
 log = logging.getLogger(__name__)
-
-NODES_PER_PAGE = 50
 
 
 def _node(request, name):

@@ -3,7 +3,8 @@ from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
 from panel.accounts.models import SCOPES, ApiToken
-from panel.core.domain.names import TOKEN_NAME, NameField
+from panel.core.domain.names import TOKEN_NAME
+from panel.core.rest.names import NameField
 from workers.engine.launch.command import SERVED_NAME_PATTERN
 
 

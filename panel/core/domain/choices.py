@@ -181,6 +181,7 @@ class DecisionKind(ColouredChoices):
     NPU_RECOVERED = "npu_recovered", _("NPU recovered")
     REPLICA_MOVED = "replica_moved", _("Replica moved")
     REQUEST_RETRIED = "request_retried", _("Request retried")
+    ENGINE_FENCED = "engine_fenced", _("Old engine stopped")
     ROLLOUT = "rollout", pgettext_lazy("decision", "Rollout")
     REVISION = "revision", pgettext_lazy("decision", "Revision")
     RESTART = "restart", pgettext_lazy("decision", "Restart")
@@ -201,6 +202,7 @@ DecisionKind.COLOURS = {
     "npu_recovered": COLOUR_OK,
     "replica_moved": COLOUR_WARNING,
     "request_retried": COLOUR_WARNING,
+    "engine_fenced": COLOUR_WARNING,
     "rollout": COLOUR_RUNNING,
     "revision": COLOUR_RUNNING,
     "restart": COLOUR_WARNING,

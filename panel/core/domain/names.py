@@ -3,8 +3,8 @@ API and services.
 
 A name that breaks its rule is refused with a message that names the field, its limit and the characters
 it may hold; it is never cut to fit. That is why forms built here render no `maxlength` (a browser would
-cut a pasted name silently) and why the DRF field keeps `max_length` for the schema only, with the rule's
-own message in place of DRF's "no more than N characters".
+cut a pasted name silently) and why the API's field (panel.core.rest.names) keeps `max_length` for the
+schema only, with the rule's own message in place of DRF's "no more than N characters".
 """
 
 import re
@@ -12,12 +12,9 @@ from dataclasses import dataclass
 
 from django import forms
 from django.core.exceptions import ValidationError
-from django.core.validators import MaxLengthValidator, RegexValidator
 from django.utils.functional import Promise, lazy
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
-from rest_framework import serializers
-from rest_framework.exceptions import ValidationError as ApiValidationError
 
 
 @dataclass(frozen=True)
@@ -84,39 +81,3 @@ class NameFormField(forms.CharField):
         attrs = super().widget_attrs(widget)
         attrs.pop("maxlength", None)
         return attrs
-
-
-class _DocumentedLimit(MaxLengthValidator):
-    """The limit as the schema generator reads it (maxLength); the rule's own check refuses, with its message,
-    so DRF's "no more than N characters" does not come beside it."""
-
-    def __call__(self, value):
-        return None
-
-
-class _DocumentedPattern(RegexValidator):
-    """The characters as the schema generator reads them (pattern); the rule's own check refuses."""
-
-    def __call__(self, value):
-        return None
-
-
-class NameField(serializers.CharField):
-    """An API field for a rule's name; the schema shows the limit and, where a JSON Schema pattern can say
-    it, the characters; a bad name gets the rule's message."""
-
-    def __init__(self, rule: NameRule, **kwargs):
-        self.rule = rule
-        kwargs.setdefault("help_text", rule.help_text)
-        super().__init__(**kwargs)
-        self.max_length = rule.limit
-        self.validators.extend([_DocumentedLimit(rule.limit), self._check])
-        # JSON Schema's patterns are ECMA-262, where \w means ASCII only: a rule that takes any letter
-        # (Python's \w) would be documented narrower than it is, so such a rule states its characters in
-        # its help text only.
-        if "\\w" not in rule.pattern.pattern:
-            self.validators.append(_DocumentedPattern(f"^{rule.pattern.pattern}$"))
-
-    def _check(self, value: str) -> None:
-        if (problem := self.rule.problem(value)) is not None:
-            raise ApiValidationError(problem, code="name")

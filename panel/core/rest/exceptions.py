@@ -19,7 +19,7 @@ from rest_framework.settings import api_settings
 from rest_framework.views import exception_handler as drf_exception_handler
 from rest_framework.views import set_rollback
 
-from panel.core.domain.errors import InvalidInput
+from panel.core.domain.errors import InvalidInput, NotAllowed
 from panel.core.rest.safe_input import short
 
 API_PREFIX = "/api/"
@@ -104,11 +104,13 @@ def conflict_text(columns: list[str]) -> str:
 
 
 def exception_handler(exc, context):
-    """DRF's handler, then the one error shape. The panel's InvalidInput is a 400 as DRF's ValidationError
-    is. A unique constraint a request hits (two creates of one name that raced past every check) is a 409,
-    never a 500."""
+    """DRF's handler, then the one error shape. The panel's own errors answer as DRF's would: InvalidInput
+    a 400 as a ValidationError, NotAllowed a 403 as PermissionDenied. A unique constraint a request hits (two
+    creates of one name that raced past every check) is a 409, never a 500."""
     if isinstance(exc, InvalidInput):
         exc = exceptions.ValidationError(exc.detail)
+    elif isinstance(exc, NotAllowed):
+        exc = exceptions.PermissionDenied(exc.detail)
     if isinstance(exc, IntegrityError):
         columns = unique_violation(exc)
         if columns is None:

@@ -7,7 +7,9 @@ Keys (all under `mon:`):
   nodes           set of node names that ever sent metrics (the Prometheus collector and downsampler walk it)
   alerts:<node>   set of open alert keys, with SENTINEL once loaded from the database
   hb:<node>       exists while the last heartbeat write of a node that was not online is recent enough
-  hb-due          set of ids of online nodes whose metrics arrived since the last batched heartbeat write
+  hb-heard        sorted set, score = when the drain took it (Unix seconds), member = the id of a node whose
+                  metrics arrived since the last batched heartbeat write (its heartbeat is that time, not
+                  the write's)
   hb-write        exists while the last batched heartbeat write is recent enough
   ds:<node>       epoch of the last minute written to the minute table
   fleet-due       exists while a fleet summary was sent less than a second ago
@@ -23,7 +25,7 @@ PREFIX = "mon:"
 NODES = f"{PREFIX}nodes"
 FLEET_DUE = f"{PREFIX}fleet-due"
 FIGURES = f"{PREFIX}figures"
-HEARTBEATS_DUE = f"{PREFIX}hb-due"
+HEARTBEATS_DUE = f"{PREFIX}hb-heard"
 HEARTBEATS_WRITE = f"{PREFIX}hb-write"
 SENTINEL = "-"
 LATEST_TTL_S = 120

@@ -147,10 +147,20 @@ def trusted_metrics(lines: list[tuple[str, str, bytes, str]]) -> list[bool]:
     return _trusted_lines("metrics", lines, _credentials.lookup({line[3] for line in lines}))
 
 
+# What trusted_heartbeats reads of each node: its credential (_key_of) and what a steady beat compares.
+HEARTBEAT_COLUMNS = (
+    *("name", "credential_id", "ssh_username", "status", "transport", "inventoried_at"),
+    *("heartbeat_interval", "agent_version", "agent_running", "agent_done"),
+)
+
+
 def trusted_heartbeats(lines: list[tuple[str, str, bytes, str]]) -> tuple[list[bool], dict]:
     """trusted_metrics for the heartbeats of one inbox drain, and the rows of the nodes they are about. A
-    heartbeat changes state, so the rows are read now, not from the credential cache: one query."""
-    nodes = {node.name: node for node in Node.objects.filter(name__in={line[3] for line in lines})}
+    heartbeat changes state, so the rows are read now, not from the credential cache: one query, of the
+    columns the check and a steady heartbeat read (panel.nodes.services.record_drained_heartbeats; the locked
+    path reads its row whole again), not the inventory's facts and raw npu-smi text of every node."""
+    found = Node.objects.filter(name__in={line[3] for line in lines}).only(*HEARTBEAT_COLUMNS)
+    nodes = {node.name: node for node in found}
     return _trusted_lines("heartbeat", lines, nodes), nodes
 
 

@@ -60,17 +60,25 @@ def chip_field(npu_id: int, chip_id: int) -> str:
     return f"{npu_id}:{chip_id}"
 
 
-def observe_batches(items: list[tuple[int, str, list[list[dict]]]], now: float | None = None) -> None:
-    """`items`: (node id, node name, the chips of each sample of its batch, oldest first)."""
-    items = [item for item in items if any(item[2])]
-    if not items:
+def observe_batches(
+    items: list[tuple[int, str, list[list[dict]]]], now: float | None = None, memories: list | None = None
+) -> None:
+    """`items`: (node id, node name, the chips of each sample of its batch, oldest first). `memories`: each
+    item's hash at memory_key, when the caller read them in a round trip of its own (the metrics ingest reads
+    them with its drain's writes); read here otherwise. Writes go back only if the hash is still as read."""
+    chosen = [at for at, item in enumerate(items) if any(item[2])]
+    if not chosen:
         return
     now = time.time() if now is None else now
     redis = panel_redis.client()
-    pipe = redis.pipeline(transaction=False)
-    for _, name, _ in items:
-        pipe.hgetall(memory_key(name))
-    stored = pipe.execute()
+    if memories is None:
+        pipe = redis.pipeline(transaction=False)
+        for at in chosen:
+            pipe.hgetall(memory_key(items[at][1]))
+        stored = pipe.execute()
+    else:
+        stored = [memories[at] for at in chosen]
+    items = [items[at] for at in chosen]
     due = [
         node_id
         for (node_id, _, samples), entries in zip(items, stored, strict=True)
