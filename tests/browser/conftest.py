@@ -184,18 +184,22 @@ class LivePanel:
                     client.post(f"/api/v1/nodes/{node['id']}/npu-health/", json=body).raise_for_status()
 
     def wait_for_node_online(self, name: str, timeout: float = 60) -> dict:
+        """The node once online and inventoried: its NPU rows come with its first inventory, which the agent's
+        first words start, and a deployment planned before that finds none (seen under CI's load)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
                 node = self.node(name)
             except httpx.TransportError:  # a web server still starting on a busy machine: ask again
                 node = {"status": "unanswered"}
-            if node["status"] == "online":
+            if node["status"] == "online" and node.get("inventoried_at"):
                 return node
             self.check_children()
             time.sleep(0.25)
         agent_log = self.log_tail(f"agent {name}")
-        raise TimeoutError(f"node {name} did not come online within {timeout:.0f} s; agent log:\n{agent_log}")
+        raise TimeoutError(
+            f"node {name} was not online and inventoried within {timeout:.0f} s; agent log:\n{agent_log}"
+        )
 
     def check_children(self) -> None:
         exited = self._supervisor.watch()
