@@ -130,7 +130,10 @@ def _celery_on_test_redis(redis_url, test_prefix):
     os.environ["REDIS_URL"] = redis_url
     settings.REDIS_URL = redis_url
     app.conf.broker_url = redis_url
-    app.conf.broker_transport_options = {"global_keyprefix": f"{test_prefix}:"}
+    # polling_interval (on Redis, the BRPOP timeout): an in-process worker asked to stop closes its channel
+    # only once its BRPOP for the next task returns, which on an idle queue waits the whole timeout (1 s by
+    # default): a second in the teardown of every test with a worker.
+    app.conf.broker_transport_options = {"global_keyprefix": f"{test_prefix}:", "polling_interval": 0.1}
 
 
 @pytest.fixture(scope="session")
@@ -152,6 +155,18 @@ def _wired_to_redis(redis_url, test_prefix, django_db_setup, _celery_on_test_red
 
     channels.layers.channel_layers.backends.clear()
     return redis_url
+
+
+@pytest.fixture
+def fresh_gateway_state(_wired_to_redis):
+    """The session's Redis outlives each test's database: the gateway's counters, limits and usage start
+    empty (here, for every tier that runs the gateway against Redis)."""
+    from panel.gateway import store
+
+    client = store.client()
+    stale = list(client.scan_iter(f"{store.PREFIX}*"))
+    if stale:
+        client.delete(*stale)
 
 
 @pytest.fixture(scope="session", autouse=True)

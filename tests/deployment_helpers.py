@@ -67,21 +67,28 @@ def deployment_json(client, pk):
 
 
 def free_port_pair() -> int:
-    """A port whose next port is free too (a deployment uses port and port + 1)."""
+    """A free port whose next port is free too (a deployment uses port and port + 1), below the kernel's
+    ephemeral range: the panel plans engines from it upwards for a whole session, and a port in that range
+    may meanwhile be handed to any process's socket (an engine then failed to bind under a full test run)."""
+    import random
     import socket
+    from pathlib import Path
 
-    for _attempt in range(50):
-        with socket.socket() as first:
-            first.bind(("127.0.0.1", 0))
-            port = first.getsockname()[1]
-            with socket.socket() as second:
-                try:
-                    second.bind(("127.0.0.1", port + 1))
-                except OSError:
-                    continue
-        if port < 65000:
-            return port
-    raise RuntimeError("no two neighbouring free ports on loopback")
+    try:
+        ephemeral_low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_low = 32768
+    chooser = random.SystemRandom()
+    for _attempt in range(200):
+        port = chooser.randrange(10000, max(ephemeral_low - 200, 10002), 2)
+        try:
+            with socket.socket() as first, socket.socket() as second:
+                first.bind(("127.0.0.1", port))
+                second.bind(("127.0.0.1", port + 1))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError("no two neighbouring free ports on loopback below the ephemeral range")
 
 
 def deployment_body(qwen, name="qwen-chat", **changes):

@@ -1,5 +1,34 @@
-"""The NPU network check a multi-node launch waits for (panel.fabric), passed as a healthy host's agent
-would pass it: for tests of the orchestration after it, where agents are not involved."""
+"""The NPU network check (panel.fabric) in tests: simulated hosts on one switch whose tools the agent's
+probe runs, and the check a multi-node launch waits for passed as a healthy host's agent would pass it (for
+tests of the orchestration after it, where agents are not involved)."""
+
+import os
+from pathlib import Path
+
+from workers.hosts import LocalRunner
+from workers.sim import fabric as sim_fabric
+from workers.sim.tree import create_host
+
+
+def hosts_on_one_switch(tmp_path: Path, names, subnet: str) -> dict[str, Path]:
+    """Sim Atlas 800I A2 hosts `names` on one switch, the i-th with host address <subnet>.<i + 1>."""
+    roots = {}
+    for index, name in enumerate(names):
+        root = tmp_path / name
+        create_host(root, "atlas-800i-a2", name)
+        sim_fabric.join_switch(root, tmp_path / "switch")
+        sim_fabric.set_host(root, host_ip=f"{subnet}.{index + 1}")
+        roots[name] = root
+    return roots
+
+
+def sim_path(root: Path) -> dict[str, str]:
+    """The environment that finds a sim host's tools (hccn_tool, npu-smi, ip, ping) before the system's."""
+    return {"PATH": f"{root / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+
+
+def runner_for(root: Path) -> LocalRunner:
+    return LocalRunner(base_env=sim_path(root))
 
 
 def healthy_report(request: dict, subnet: int) -> dict:
@@ -25,6 +54,10 @@ def healthy_report(request: dict, subnet: int) -> dict:
                 "pings": pings,
             }
         )
+    if "pings_only" in request:  # a second round: only pings, from the NPUs it names
+        pinging = [{"device": npu["device"], "pings": npu["pings"]} for npu in npus]
+        npus = [npu for npu in pinging if npu["device"] in request["pings_only"]]
+        return {"hccn_tool": "hccn_tool", "npus": npus, "interface": None, "pings_only": True}
     interface = None
     if request["peers"]:
         reach = [{"node": p["node"], "address": p["host_ip"], "loss_pct": 0.0} for p in request["peers"]]

@@ -136,3 +136,47 @@ def stream_chat(gateway, key, model="chat", **extra):
 
 def engine_pid(bob, deployment) -> int:
     return deployment_json(api_client_for(bob), deployment["id"])["runtime"]["nodes"][TEST_NODE]["pid"]
+
+
+def replica_on_its_own_node(model, name: str, port: int):
+    """Deployment `name` serving `qwen` on `port`, wanted and observed running on NPU 0 of node-<name>."""
+    from panel.core.domain.choices import DeploymentState, DesiredState
+    from panel.deployments.models import Deployment
+    from panel.nodes.models import Node, Npu
+
+    node = Node.objects.create(name=f"node-{name}", address="127.0.0.1")
+    npu = Npu.objects.create(node=node, npu_id=0, chip_id=0, logic_id=0, name="910B3", health="OK")
+    deployment = Deployment.objects.create(
+        name=name,
+        model=model,
+        spec={"port": port, "served_model_name": "qwen"},
+        desired_state=DesiredState.RUNNING,
+        observed_state=DeploymentState.RUNNING,
+    )
+    deployment.nodes.set([node])
+    deployment.npus.set([npu])
+    return deployment
+
+
+def fail_npu_of(deployment, signal_name="npu_smi_critical"):
+    """The NPU goes failed as the health policy leaves it; the pool's cached copy is not dropped (no
+    deployment row changes), so only the panel's Redis entry can keep requests off it at once."""
+    from panel.core.domain.choices import NpuHealthState
+    from panel.gateway.instances import failover
+    from panel.nodes.models import Npu
+
+    Npu.objects.filter(deployments=deployment).update(
+        health_state=NpuHealthState.FAILED, health_reason={"signal": signal_name, "detail": "Critical"}
+    )
+    return failover.publish()
+
+
+def serving_row(name: str, port: int, model, served: str, **fields):
+    """A deployment row wanted and observed running, its engine on `port` serving `served`."""
+    from panel.core.domain.choices import DeploymentState, DesiredState
+    from panel.deployments.models import Deployment
+
+    return Deployment.objects.create(
+        name=name, model=model, desired_state=DesiredState.RUNNING, observed_state=DeploymentState.RUNNING,
+        **{"spec": {"port": port, "served_model_name": served}, **fields},
+    )  # fmt: skip

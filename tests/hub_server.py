@@ -13,10 +13,11 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlparse
+
+from tests.serving_thread import serving_thread
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 LFS_SUFFIXES = (".safetensors",)
@@ -31,7 +32,7 @@ class HubServer:
         handler = type("Handler", (_Handler,), {"hub": self})
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = serving_thread(self.server)
 
     def __enter__(self):
         self.thread.start()

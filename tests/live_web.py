@@ -124,3 +124,14 @@ def _wait_until_it_answers(server: LiveWeb) -> None:
         except httpx.TransportError:
             time.sleep(0.2)
     raise RuntimeError(f"the web server did not answer within {START_TIMEOUT_S} s:\n{server.log_tail()}")
+
+
+def point_cli_at(live_web, user, monkeypatch, tmp_path) -> None:
+    """The CLI in this process talks to the live web server as `user`, with a config dir of its own."""
+    from panel.accounts.models import ApiToken
+
+    monkeypatch.setenv("ASCEND_PANEL_URL", live_web.url)
+    monkeypatch.setenv("ASCEND_PANEL_TOKEN", ApiToken.issue(user, "cli")[1])
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("LANG", "C.UTF-8")
+    monkeypatch.delenv("ASCEND_PANEL_IDEMPOTENCY_KEY", raising=False)

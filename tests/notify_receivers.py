@@ -15,6 +15,8 @@ from urllib.parse import parse_qs, urlsplit
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult
 
+from tests.serving_thread import serving_thread
+
 HOUR_S = 3600
 
 
@@ -91,7 +93,7 @@ class Receiver:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = serving_thread(self.server)
         self.thread.start()
 
     @property

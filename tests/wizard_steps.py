@@ -1,5 +1,5 @@
 """The deployment wizard as the page tests walk it: a small model's facts, a signed-in browser client, the
-steps up to the engine form and that form's fields."""
+steps up to the engine form and that form's fields (the decode role's autoscaling ones named as on Edit)."""
 
 from django.test import Client
 
@@ -52,3 +52,16 @@ def engine_fields(**overrides):
     }
     fields.update(overrides)
     return fields
+
+
+# The decode role's autoscaling, as a person ticks and fills it on the wizard's engine step or on Edit (both
+# forms name the fields alike, panel/deployments/pages/autoscale_form.py): 1-3 engines on KV cache usage.
+DECODE_AUTOSCALE_FIELDS = {
+    "decode_autoscale": "on",
+    "decode_autoscale_min": "1",
+    "decode_autoscale_max": "3",
+    "decode_autoscale_target": "kv_usage",
+    "decode_autoscale_value": "0.8",
+    "decode_autoscale_up_after_s": "30",
+    "decode_autoscale_down_after_s": "300",
+}

@@ -1,7 +1,9 @@
 """The topology wizard and Edit's autoscaling and sleep in a real browser, in English and in Chinese (issues
 35 and 36): an operator walks the wizard to a 1P1D deployment on the sim host (prefill and decode pools over
-Mooncake), sees both roles on its page and its engines serving; on Edit they turn on autoscaling and sleep,
-see both in the diff, apply them, and the page and the spec say so."""
+Mooncake), sees both roles on its page and its engines serving, then turns on the decode role's own
+autoscaling on Edit (the role's line in the diff, its range on the page in place of its count); on a plain
+deployment's Edit they turn on autoscaling and sleep, see both in the diff, apply them, and the page and the
+spec say so."""
 
 import re
 
@@ -25,6 +27,9 @@ SIM_NODE = "sim-a2"
                 "running": "Running",
                 "mooncake": "Mooncake",
                 "tp_rule": "needs the prefill TP at least the decode TP",
+                "show": "Show the changes",
+                "apply": "Apply",
+                "summary": "1–3 replicas",
             },
         ),
         (
@@ -35,6 +40,9 @@ SIM_NODE = "sim-a2"
                 "running": "运行中",
                 "mooncake": "Mooncake",
                 "tp_rule": "要求预填充 TP 不能小于解码 TP",
+                "show": "查看变更",
+                "apply": "应用",
+                "summary": "1–3 个副本",
             },
         ),
     ],
@@ -81,7 +89,8 @@ def test_the_topology_wizard_creates_a_1p1d_deployment_seen_on_its_page(
     # Engine settings shared by both roles; each role's TP follows its NPUs.
     page.wait_for_url(re.compile(r"/deployments/new/engine/$"))
     expect(page.get_by_test_id("split-parallel")).to_be_visible()
-    expect(page.get_by_test_id("autoscale-split")).to_be_visible()
+    expect(page.get_by_test_id("role-autoscale-fields")).to_be_visible()  # each role's, set on Edit below
+    expect(page.locator("#id_prefill_autoscale_target option[value=kv_usage]")).to_have_count(0)
     page.fill("#id_max_model_len", "1024")
     page.get_by_test_id("wizard-next").click()
 
@@ -107,6 +116,32 @@ def test_the_topology_wizard_creates_a_1p1d_deployment_seen_on_its_page(
     assert (spec["roles"]["prefill"]["replicas"], spec["roles"]["decode"]["replicas"]) == (1, 1)
     decode = spec["roles"]["decode"]["engine"]
     assert (decode["tensor_parallel_size"], decode["data_parallel_size"]) == (1, 1)
+
+    # Edit: the decode role follows its KV cache usage; prefill keeps its count.
+    page.get_by_test_id("action-edit").click()
+    page.wait_for_url(re.compile(rf"/deployments/{name}/edit/$"))
+    page.wait_for_load_state()
+    role = page.get_by_test_id("role-autoscale-decode")
+    expect(role).to_be_visible()
+    expect(role).to_contain_text(words["decode"])
+    page.check("#id_decode_autoscale")
+    page.fill("#id_decode_autoscale_min", "1")
+    page.fill("#id_decode_autoscale_max", "3")
+    page.select_option("#id_decode_autoscale_target", "kv_usage")
+    page.fill("#id_decode_autoscale_value", "0.8")
+    page.get_by_role("button", name=words["show"]).click()
+    line = page.locator('tr[data-change="autoscale"]')
+    expect(line.locator("[data-field=role]")).to_have_text("decode")
+    expect(line).to_contain_text("kv_usage")
+    screenshot(page, f"topology-5-role-autoscale-{locale}")
+    page.get_by_role("button", name=words["apply"], exact=True).click()
+    page.wait_for_url(re.compile(rf"/deployments/{name}/$"))
+    expect(page.get_by_test_id("scale-auto-decode")).to_contain_text(words["summary"])
+    expect(page.get_by_test_id("scale-form-prefill")).to_be_visible()
+    with live_panel.api("alice") as api:
+        spec = api.get(f"/api/v1/deployments/{name}/?format=spec").json()
+    assert spec["roles"]["decode"]["autoscale"]["target"] == {"kv_usage": 0.8}
+    assert "autoscale" not in spec["roles"]["prefill"]
 
 
 @pytest.mark.parametrize(

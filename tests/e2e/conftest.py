@@ -1,12 +1,18 @@
 """End-to-end tier: whole programs as an admin meets them, minutes each, so not in a contributor's `make
 test` (`make test-e2e`; CI runs it in test-all): `make run` and Ctrl-C, the CLI against a live panel, nodes
 inventoried and agents installed over a real sshd, models copied over it, the /v1 gateway in front of engines
-the panel deployed while they roll, scale and die, two beat processes handing over.
+the panel deployed while they roll, scale and die, the gateway (panel.web) in front of sim engine processes
+that fail over, hand KV from prefill to decode and are routed by prefix or session, two beat processes
+handing over, `?wait=` and `?watch=` on a live web server while engines start, stop and fail, deployments in
+real podman containers, a stack installed to its end (a venv and pip on the sim host), and
+deploy/install-agent.sh building the agent's venv.
 
-The integration tier's fixtures apply here as there: its in-process worker and node with NPUs, an empty
-cache and a channel layer of its own per test, the browser tier's live panel for the CLI."""
+The integration tier's fixtures apply here as there: its in-process worker and node with NPUs, the package
+store, an empty cache, gateway keys and a channel layer of its own per test, the browser tier's live panel
+for the CLI."""
 
 import asyncio
+import json
 import os
 
 import pytest
@@ -24,6 +30,9 @@ from tests.integration.conftest import _a_channel_layer_of_its_own as _a_channel
 from tests.integration.conftest import _an_empty_cache as _an_empty_cache
 from tests.integration.conftest import celery_worker as celery_worker
 from tests.integration.conftest import node_with_npus as node_with_npus
+from tests.integration.conftest import store as store
+from tests.live_web import live_web as live_web
+from tests.sim_engine_process import free_port, start_engine, stop, wait_healthy
 
 __all__ = ["browser_tier_panel"]
 
@@ -34,15 +43,54 @@ def own_ports(settings):
     settings.PANEL_DEPLOY_BASE_PORT = free_port_pair()
 
 
-@pytest.fixture
-def fresh_gateway_state(_wired_to_redis):
-    """The session's Redis outlives each test's database: counters, limits and usage start empty."""
-    from panel.gateway import store
+def start_pd_role(name: str, role: str, engine_id: str | None = None, delay: str = "0.002"):
+    """A sim engine as a PD prefill or decode, its KV handed over TCP; (port, process) once healthy."""
+    port, kv_port = free_port(), free_port()
+    config = {
+        "kv_connector": "NixlConnector",
+        "kv_role": "kv_producer" if role == "prefill" else "kv_consumer",
+        "engine_id": engine_id or name,
+        "kv_port": kv_port,
+    }
+    process = start_engine(
+        port, "--kv-transfer-config", json.dumps(config), env={"SIM_ENGINE_TOKEN_DELAY": delay}
+    )
+    wait_healthy(f"http://127.0.0.1:{port}", process)
+    return port, process
 
-    client = store.client()
-    stale = list(client.scan_iter(f"{store.PREFIX}*"))
-    if stale:
-        client.delete(*stale)
+
+@pytest.fixture
+def pd_engines(fresh_gateway_state, request):
+    """qwen-pd (prefill), qwen-pd-r2 (prefill), qwen-pd-d1, qwen-pd-d2 (decode): sim engines serving
+    `qwen`, each a row with its role; yields {name: (row, process, port)}. A test's `impostor` marker
+    starts qwen-pd with another engine id than its row's name (its params then name the wrong engine)."""
+    from panel.catalog.models import Model
+    from panel.core.domain.choices import DeploymentState, DesiredState
+    from panel.deployments.models import Deployment
+
+    impostor = getattr(request, "param", None) == "impostor"
+    model = Model.objects.create(name="qwen-pd-model")
+    found, primary = {}, None
+    layout = [
+        ("qwen-pd", "prefill"),
+        ("qwen-pd-r2", "prefill"),
+        ("qwen-pd-d1", "decode"),
+        ("qwen-pd-d2", "decode"),
+    ]
+    for name, role in layout:
+        engine_id = "someone-else" if impostor and name == "qwen-pd" else None
+        port, process = start_pd_role(name, role, engine_id, delay="0.05" if role == "decode" else "0.002")
+        row = Deployment.objects.create(
+            name=name, model=model, role=role, replica_of=primary,
+            spec={"port": port, "served_model_name": "qwen"},
+            desired_state=DesiredState.RUNNING, observed_state=DeploymentState.RUNNING,
+        )  # fmt: skip
+        primary = primary or row
+        found[name] = (row, process, port)
+    Deployment.objects.filter(pk=primary.pk).update(roles_wanted={"prefill": 2, "decode": 2})
+    yield found
+    for _row, process, _port in found.values():
+        stop(process)
 
 
 @pytest.fixture

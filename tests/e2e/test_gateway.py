@@ -7,11 +7,13 @@ import signal
 import threading
 import time
 from collections import Counter
+from itertools import pairwise
 
 import httpx
 import pytest
 
 import panel.deployments.tasks  # noqa: F401  registers the panel's probe ingest on the shared app
+from panel.gateway.instances.pool import SUSPECT_S
 from tests.conftest import api_client_for
 from tests.deployment_helpers import deployment_json, wait_for
 from tests.gateway_helpers import CHAT, chat, deploy, drained, engine_pid, key_for, stream_chat
@@ -94,9 +96,11 @@ def test_a_request_that_fails_before_its_first_byte_is_retried_on_another_instan
         assert response.status_code == 200, response.text
     rows = drained(12)
     assert {row.instance for row in rows} == {"chat-b/0"}
-    retried = [row for row in rows if row.attempts == 2]
-    # The first request that picked the dead instance went on to the other; the dead one is then avoided.
-    assert len(retried) == 1
+    retried = sorted(row.time for row in rows if row.attempts == 2)
+    # The first request that picked the dead instance went on to the other; the dead one is then avoided for
+    # SUSPECT_S (on a loaded machine twelve requests can outlast that, and the next try is again retried).
+    assert retried
+    assert all((later - earlier).total_seconds() >= SUSPECT_S for earlier, later in pairwise(retried))
     assert all(row.status == 200 for row in rows)
 
 
@@ -119,11 +123,13 @@ def test_an_instance_that_fails_its_probe_leaves_the_pool_and_none_left_is_a_503
 
     # An engine whose /health failed once but that is not known dead, alone: routed to rather than none
     # (panel/gateway/instances/pool.py; one among others that pass is out at once, tests/integration/
-    # test_gateway_pool_doubt.py). This one is dead, so the request is refused at connect: still a 503.
+    # test_gateway_pool_doubt.py). This one is dead, so the request is refused at connect: still a 503. Or,
+    # when the reconcile loop has restarted it meanwhile (it heals an engine that exited), the engine itself
+    # answers 503 while it starts, passed on in OpenAI's shape with its status as the code.
     Deployment.objects.filter(pk=dead["id"]).update(observed_state="running", probe_failures=1)
     tried = chat(gateway, key)
     assert tried.status_code == 503
-    assert tried.json()["error"]["code"] == "no_healthy_replica"
+    assert tried.json()["error"]["code"] in ("no_healthy_replica", 503), tried.text
 
 
 def test_scopes_and_model_lists_decide_what_a_key_reaches(node, tiny_model, bob, charlie, gateway):

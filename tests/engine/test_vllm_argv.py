@@ -11,9 +11,9 @@ import json
 import subprocess
 
 import pytest
-from rest_framework import serializers
 
 from panel.catalog.models import Model, ModelArtifact
+from panel.core.domain.errors import InvalidInput
 from panel.deployments.placement.planning import plan_request
 from panel.nodes.models import Node
 from tests.engine.engine_venv import engine_python
@@ -165,7 +165,7 @@ def test_every_cpu_command_the_panel_builds_parses_with_the_installed_vllm(cpu_w
     for engine in wizard_options(cpu_world):
         try:
             planned = plan_request(request_for(cpu_world, **engine), user=alice)
-        except serializers.ValidationError as error:
+        except InvalidInput as error:
             refused[json.dumps(engine, sort_keys=True)] = error.detail
             continue
         built.append((engine, vllm_argv(planned.as_review()["nodes"][0]["argv"])))

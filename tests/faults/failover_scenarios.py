@@ -15,6 +15,12 @@ bench/failover.py's assertions.
   started again on SPARE_NODE: the same assertions, within RESTORE_LIMIT_S of the power cut. Then the power
   comes back and the agent boots (restarted as systemd would at boot); once the node is online again, nothing
   may move back to it for HYSTERESIS_S (one `replica_moved` decision in all).
+
+- node-cut-off-failover: the same, but the node is only cut off (`fault --cut-off`: its agent stopped, its
+  engine left running, as a host whose network went). The move is the same; when the agent goes on
+  (`--reconnect`) and the node is online again, the old engine there must be stopped by the panel (fence:
+  panel/deployments/failover/fence.py, an `engine_fenced` event) within FENCE_S, the replica serving on
+  SPARE_NODE untouched, and nothing may move back.
 """
 
 from __future__ import annotations
@@ -30,12 +36,14 @@ from tests.deployment_helpers import kill_recorded_engines
 from tests.faults.checks import SETTLE_S, Outcome
 from tests.faults.scenarios import Scenario, agent, wait_deployment
 from tests.faults.stack import FaultStack, StackError, wait_until
+from workers.engine.running import runtime
 
 MODEL = "tiny-faults"  # the model tests/faults/stack.py registers
 RESTORE_LIMIT_S = 60.0  # the issue's target: capacity restored within a minute of the fault
 SPARE_NODE = "f-power-spare"  # where node-power-off-failover moves its replica (scenarios.all_nodes)
 HYSTERESIS_S = 15.0  # the node back online this long, with reconcile ticks every second: nothing moves back
 CLIENTS = 8
+FENCE_S = 30.0  # the node online again: its old engine stopped within this
 TOKENS = 30
 
 
@@ -186,6 +194,15 @@ def _copies_on(stack: FaultStack, *nodes: str) -> None:
 
 
 def node_power_off(stack: FaultStack, scenario: Scenario, node: str, outcome: Outcome) -> None:
+    _node_silent(stack, scenario, node, outcome, cut_off=False)
+
+
+def node_cut_off(stack: FaultStack, scenario: Scenario, node: str, outcome: Outcome) -> None:
+    _node_silent(stack, scenario, node, outcome, cut_off=True)
+
+
+def _node_silent(stack: FaultStack, scenario: Scenario, node: str, outcome: Outcome, cut_off: bool) -> None:
+    """The node goes silent under load (its power cut, or its agent cut off): the move, then its return."""
     stack.start_agent(SPARE_NODE)
     _copies_on(stack, node, SPARE_NODE)
     served = f"{scenario.name}-m"
@@ -202,7 +219,7 @@ def node_power_off(stack: FaultStack, scenario: Scenario, node: str, outcome: Ou
             wait_until(lambda: clients.counts["whole"] >= CLIENTS, 60, "the clients' first answers", 0.5)
             started = time.monotonic()
             stack.held.add(agent(node))  # the power-on boots it, not the stack's restart-on-exit
-            _sim_fault(stack, node, "--power-off")
+            _sim_fault(stack, node, "--cut-off" if cut_off else "--power-off")
             outcome.hit_mid = True  # streams are in flight on the node's engine when the power goes
             try:
                 wait_until(lambda: _moved_to(stack, sick_name, node), 3 * RESTORE_LIMIT_S, "the move", 0.5)
@@ -215,14 +232,20 @@ def node_power_off(stack: FaultStack, scenario: Scenario, node: str, outcome: Ou
             except AssertionError as error:
                 outcome.problems.append(str(error))
             finally:
-                _sim_fault(stack, node, "--power-on")
-                stack.restart(agent(node))  # the host boots: its agent starts as systemd starts it
+                if cut_off:
+                    _sim_fault(stack, node, "--reconnect")  # the same agent goes on
+                    stack.held.discard(agent(node))
+                else:
+                    _sim_fault(stack, node, "--power-on")
+                    stack.restart(agent(node))  # the host boots: its agent starts as systemd starts it
             time.sleep(3)  # requests in flight on the new replica end under load too
         finally:
             clients.stopping.set()
             clients.join(150)
         _judge_clients(clients, outcome)
         _no_move_back(stack, sick_name, node, outcome)
+        if cut_off:
+            _fenced(stack, sick_name, node, outcome)
     finally:
         for name in (sick_name, other_name):
             stack.call("DELETE", f"/api/v1/deployments/{name}/")
@@ -230,6 +253,25 @@ def node_power_off(stack: FaultStack, scenario: Scenario, node: str, outcome: Ou
             wait_until(lambda: not _live(stack, (sick_name, other_name)), 30, "the deployments deleted", 1)
         stack.stop_program(agent(SPARE_NODE))
         kill_recorded_engines(stack.sim_roots[SPARE_NODE])
+
+
+def _fenced(stack: FaultStack, name: str, node: str, outcome: Outcome) -> None:
+    """The node is back with the old engine still running: the panel stopped it there (its record gone from
+    the host), said so, and the replica on SPARE_NODE still serves."""
+    root = str(stack.sim_roots[node])
+    try:
+        wait_until(
+            lambda: runtime.load_record(root, name) is None, FENCE_S, f"{name}'s old engine stopped", 1
+        )
+    except AssertionError as error:
+        outcome.problems.append(str(error))
+    events = stack.get(f"/api/v1/deployments/{name}/events/").get("results") or []
+    fenced = [event.get("reason") for event in events if event.get("kind") == "engine_fenced"]
+    outcome.details.update(fenced=fenced)
+    if len(fenced) != 1:
+        outcome.problems.append(f"{len(fenced)} engine_fenced events, not one")
+    if stack.get(f"/api/v1/deployments/{name}/")["status"] != "running":
+        outcome.problems.append(f"{name} does not run after the fence")
 
 
 def _live(stack: FaultStack, names) -> bool:

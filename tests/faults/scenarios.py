@@ -103,6 +103,12 @@ SCENARIOS += [
         "power-off",
         "a node loses power under load: its replica starts on another node, nothing moves back",
     ),
+    Scenario(
+        "node-cut-off-failover",
+        "node",
+        "cut-off",
+        "a node is cut off under load: its replica moves, its old engine is stopped when it returns",
+    ),
 ]
 BY_NAME = {s.name: s for s in SCENARIOS}
 
@@ -380,6 +386,12 @@ def power_off_failover(stack: FaultStack, scenario: Scenario, node: str, outcome
     node_power_off(stack, scenario, node, outcome)
 
 
+def cut_off_failover(stack: FaultStack, scenario: Scenario, node: str, outcome: Outcome) -> None:
+    from tests.faults.failover_scenarios import node_cut_off
+
+    node_cut_off(stack, scenario, node, outcome)
+
+
 PHASES = {
     "install": during_install,
     "deploy": during_deploy,
@@ -394,6 +406,7 @@ PHASES = {
     "asleep": elastic_asleep,
     "failover": npu_failover,
     "power-off": power_off_failover,
+    "cut-off": cut_off_failover,
 }
 
 

@@ -171,6 +171,27 @@ def tiny_model(tmp_path_factory):
     return folder, inspect_model(folder)
 
 
+_SERVED_SCHEMA: dict = {}  # /api/schema/ as served, once per test process: it is the same for every test
+
+
+@pytest.fixture
+def openapi(charlie):
+    """The API's schema document as a signed-in viewer gets it from /api/schema/, parsed (a copy of its own:
+    generating and parsing it takes a second or two)."""
+    import copy
+
+    import yaml
+    from django.test import Client
+
+    if "document" not in _SERVED_SCHEMA:
+        client = Client()
+        client.force_login(charlie)
+        response = client.get("/api/schema/")
+        assert response.status_code == 200
+        _SERVED_SCHEMA["document"] = yaml.safe_load(response.content)
+    return copy.deepcopy(_SERVED_SCHEMA["document"])
+
+
 @pytest.fixture
 def rows(charlie):
     """One row of every kind a URL can name (tests/url_walk.py), for tests that walk every URL."""
@@ -224,3 +245,14 @@ def qwen(a2):
     model = Model.objects.create(name="qwen2.5-0.5b", facts=SMALL_QWEN)
     artifact = ModelArtifact.objects.create(model=model, node=a2, path="/models/qwen", ready=True)
     return model, artifact
+
+
+@pytest.fixture
+def moe_model(tmp_path):
+    """A tiny DeepSeek-V2 (MLA, MoE) on disk and its catalog row: (model, folder)."""
+    from panel.catalog.models import Model
+    from workers.models.inspect import inspect_model
+    from workers.models.tiny import main as make_tiny
+
+    assert make_tiny([str(tmp_path / "ds"), "--arch", "deepseek_v2"]) == 0
+    return Model.objects.create(name="tiny-ds", facts=inspect_model(tmp_path / "ds")), tmp_path / "ds"

@@ -274,6 +274,27 @@ def test_errors_of_a_list_of_objects_have_flat_paths_not_python_reprs():
         assert response.data["detail"].startswith(next(iter(errors)) + ": ")
 
 
+def test_the_panels_own_errors_answer_as_drfs_would():
+    """Domain code raises InvalidInput and NotAllowed (no DRF): the edge gives the 400 and 403 DRF's
+    ValidationError and PermissionDenied gave, in the one error shape."""
+    from rest_framework.test import APIRequestFactory
+
+    from panel.core.domain.errors import InvalidInput, NotAllowed
+    from panel.core.rest.exceptions import exception_handler
+
+    context = {"request": APIRequestFactory().post("/api/v1/x/")}
+    refused = exception_handler(NotAllowed("Only an admin may set --x."), context)
+    assert (refused.status_code, refused.data) == (403, {"detail": "Only an admin may set --x."})
+    whole = exception_handler(InvalidInput("The spec is a mapping."), context)
+    assert whole.status_code == 400
+    assert whole.data == {
+        "detail": "The spec is a mapping.",
+        "errors": {"non_field_errors": ["The spec is a mapping."]},
+    }
+    nested = exception_handler(InvalidInput({"engine": {"port": ["Taken."]}}), context)
+    assert nested.data == {"detail": "engine.port: Taken.", "errors": {"engine.port": ["Taken."]}}
+
+
 def test_errors_about_a_nested_object_as_a_whole_are_keyed_by_its_path():
     from panel.core.rest.exceptions import flat_errors
 

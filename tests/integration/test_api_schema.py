@@ -2,7 +2,6 @@
 answers (429 included), the strict rules (bounds, required fields, closed bodies), how to authenticate, and
 id types; it and /api/docs/ are for signed-in users and API tokens only, like the rest of the API."""
 
-import copy
 import re
 
 import pytest
@@ -17,20 +16,6 @@ from panel.accounts.models import ApiToken
 from tests.conftest import api_client_for
 
 pytestmark = pytest.mark.django_db
-
-
-_SERVED: dict = {}  # the document as /api/schema/ served it, once per run: it is the same for every test
-
-
-@pytest.fixture
-def openapi(charlie):
-    if "document" not in _SERVED:
-        client = Client()
-        client.force_login(charlie)
-        response = client.get("/api/schema/")
-        assert response.status_code == 200
-        _SERVED["document"] = yaml.safe_load(response.content)
-    return copy.deepcopy(_SERVED["document"])
 
 
 def test_an_anonymous_client_gets_neither_the_schema_nor_the_docs_page():

@@ -62,7 +62,8 @@ def decisions(kind):
 @pytest.fixture
 def two_rows(_wired_to_redis, tiny_here, bob):
     """`elastic`: two rows (min 1, max 2, idle: level 1), both running; elastic-r2's engine is a sim engine
-    able to sleep, on its planned port, put to sleep as the idle step would."""
+    able to sleep, on its planned port, put to sleep as the idle step would: (elastic-r2, its URL, its
+    process)."""
     from panel.deployments import metrics_history, sleep_state, sleeping
     from panel.deployments.models import Deployment
 
@@ -78,22 +79,47 @@ def two_rows(_wired_to_redis, tiny_here, bob):
     url = f"http://127.0.0.1:{port}"
     wait_healthy(url, process)
     assert sleeping.sleep(second, level=1, reason=[{"text": "idle", "params": {}}]) is True
-    yield second, url
+    yield second, url, process
     stop(process)
     for row in Deployment.objects.filter(name__startswith="elastic"):
         sleep_state.forget(row.pk)
 
 
-def test_a_scale_up_wakes_the_sleeping_replica_instead_of_a_cold_start(two_rows):
-    from panel.deployments import metrics_history, sleep_state
+@pytest.fixture
+def queued(monkeypatch):
+    """The wake tasks the leader's step queued (their arguments), not run: no worker here."""
+    from panel.deployments.autoscale import waking
+
+    sent = []
+    monkeypatch.setattr(waking.wake_for_scale, "delay", lambda *args: sent.append(args))
+    return sent
+
+
+def busy_for_the_window(name="elastic"):
+    """The awake row busy for the whole 10 s up window; the time to step at."""
+    from panel.deployments import metrics_history
+
+    start = timezone.now() + timedelta(seconds=30)  # past the cooldown of the apply that created it
+    for offset in range(0, 13, 2):
+        metrics_history.record(name, {"waiting": 6, "running": 8}, start + timedelta(seconds=offset))
+    return start + timedelta(seconds=12)
+
+
+def test_a_scale_up_wakes_the_sleeping_replica_instead_of_a_cold_start(two_rows, queued):
+    from panel.deployments import sleep_state
     from panel.deployments.autoscale.decider import step_all
+    from panel.deployments.autoscale.waking import wake_for_scale
     from panel.deployments.models import Deployment
 
-    second, url = two_rows
-    start = timezone.now() + timedelta(seconds=30)  # past the cooldown of the apply that created it
-    for offset in range(0, 13, 2):  # only the awake row reports: it is busy for the whole 10 s window
-        metrics_history.record("elastic", {"waiting": 6, "running": 8}, start + timedelta(seconds=offset))
-    assert step_all(start + timedelta(seconds=12))["elastic"] == "woke"
+    second, url, _process = two_rows
+    now = busy_for_the_window()
+    assert step_all(now)["elastic"] == "waking"
+    (task,) = queued  # the wake runs beside the tick: the engine still sleeps when the step returns
+    assert httpx.get(f"{url}/is_sleeping").json() == {"is_sleeping": True}
+    assert sleep_state.waking(second.pk)  # the gateway's requests wait for this wake, not a second one
+    assert step_all(now + timedelta(seconds=2))["elastic"] == "deferred"  # its next step waits for it
+    assert wake_for_scale(*task) == "woke"  # as the worker runs it
+    assert not sleep_state.waking(second.pk)
 
     assert httpx.get(f"{url}/is_sleeping").json() == {"is_sleeping": False}
     assert sleep_state.asleep_level(second.pk) is None
@@ -115,6 +141,28 @@ def test_a_scale_up_wakes_the_sleeping_replica_instead_of_a_cold_start(two_rows)
     )
     assert 0.3 <= figures["wake_s"] < 10
     assert figures["cold_start_s"] == 42.0  # the deployment's last launch, for comparison
+
+
+def test_a_wake_for_a_scale_up_that_fails_is_recorded_answered_and_the_engine_restarted(two_rows, queued):
+    from panel.deployments import sleep_state
+    from panel.deployments.autoscale.decider import step_all
+    from panel.deployments.autoscale.waking import wake_for_scale
+    from panel.operations.models import Operation
+
+    second, _url, process = two_rows
+    assert step_all(busy_for_the_window())["elastic"] == "waking"
+    (task,) = queued
+    row_id = task[0]
+    process.kill()  # the engine died while asleep: /wake_up finds no one
+    process.wait(10)
+    assert wake_for_scale(*task) == "failed"
+    (failed,) = decisions("wake_failed")
+    assert (failed.actor, failed.replica) == ("leader", "elastic-r2")
+    assert "did not answer" in failed.reason
+    assert "elastic-r2 did not wake" in sleep_state.client().get(sleep_state.wake_failed_key(row_id))
+    assert not sleep_state.waking(row_id)
+    assert sleep_state.asleep_level(row_id) is None  # restarted: it comes up awake
+    assert Operation.objects.filter(kind="stop", target="elastic-r2").exists()
 
 
 @pytest.fixture

@@ -6,23 +6,19 @@ import json
 
 import pytest
 
-from panel.accounts.models import ApiToken
 from panel.catalog.models import Model
 from panel.cli.main import main
 from panel.core.domain.choices import DecisionKind
 from panel.deployments import decisions, reasons
 from panel.deployments.models import Deployment
+from tests.live_web import point_cli_at
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(120)]
 
 
 @pytest.fixture
 def cli(live_web, charlie, monkeypatch, tmp_path):
-    monkeypatch.setenv("ASCEND_PANEL_URL", live_web.url)
-    monkeypatch.setenv("ASCEND_PANEL_TOKEN", ApiToken.issue(charlie, "cli")[1])
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.setenv("LANG", "C.UTF-8")
-    monkeypatch.delenv("ASCEND_PANEL_IDEMPOTENCY_KEY", raising=False)
+    point_cli_at(live_web, charlie, monkeypatch, tmp_path)
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ import time
 import pytest
 import yaml
 
-from panel.accounts.models import ApiToken
 from panel.cli.main import main
 from tests.integration.test_deployment_apply import (  # noqa: F401  (fixtures)
     client,
@@ -20,6 +19,7 @@ from tests.integration.test_deployment_apply import (  # noqa: F401  (fixtures)
     spec,
     tiny,
 )
+from tests.live_web import point_cli_at
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(300)]
 
@@ -28,11 +28,7 @@ NAME = "ci-qwen"
 
 @pytest.fixture
 def cli(live_web, bob, monkeypatch, tmp_path):
-    monkeypatch.setenv("ASCEND_PANEL_URL", live_web.url)
-    monkeypatch.setenv("ASCEND_PANEL_TOKEN", ApiToken.issue(bob, "cli")[1])
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.setenv("LANG", "C.UTF-8")
-    monkeypatch.delenv("ASCEND_PANEL_IDEMPOTENCY_KEY", raising=False)
+    point_cli_at(live_web, bob, monkeypatch, tmp_path)
 
 
 @pytest.fixture

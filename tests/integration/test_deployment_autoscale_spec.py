@@ -37,7 +37,7 @@ def one_npu(**overrides):
         ({**SCALE, "target": {}}, "target", "Give exactly one target"),
         ({**SCALE, "target": {"kv_usage": 0.8, "ttft_p90_ms": 500}}, "target", "Give exactly one target"),
         ({**SCALE, "target": {"kv_usage": 1.5}}, "target", "less than or equal to 1.0"),
-        ({**SCALE, "up_after_s": 1}, "up_after_s", "greater than or equal to 5"),
+        ({**SCALE, "up_after_s": 1}, "up_after_s", "greater than or equal to 2"),
     ],
 )
 def test_an_autoscale_block_that_makes_no_sense_is_refused_by_field(client, tiny, autoscale, field, text):

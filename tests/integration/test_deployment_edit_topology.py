@@ -1,7 +1,9 @@
 """The Edit page's topology (issue 35): a prefill/decode deployment shows each role's engines, node and NPUs
 and its connector; a change per role is shown as a diff like any other and applied as the spec's apply says
-(a connector the node's version lacks refused on its field with the launch matrix's reason); and sleep is
-offered only where the engines can sleep, with the planner's reason where they cannot, in both languages."""
+(a connector the node's version lacks refused on its field with the launch matrix's reason); each role's
+autoscaling is set there, shown in the diff, applied, and said on the deployment page in place of that role's
+count; and sleep is offered only where the engines can sleep, with the planner's reason where they cannot, in
+both languages."""
 
 import re
 
@@ -11,6 +13,7 @@ from tests.integration.test_deployment_apply import client, npu_node, put, tiny
 from tests.integration.test_deployment_idle_page import edit_fields, page_client
 from tests.integration.test_deployment_replicas import settle
 from tests.integration.test_deployment_roles import split, versions
+from tests.wizard_steps import DECODE_AUTOSCALE_FIELDS
 
 pytestmark = pytest.mark.django_db
 
@@ -85,3 +88,48 @@ def test_sleep_is_offered_on_edit_only_where_the_engines_can_sleep(
     assert refused in box.group(1)
     assert "npu-a" in box.group(1)
     assert 'name="idle"' not in page
+
+
+@pytest.mark.parametrize(
+    ("language", "heading", "summary"),
+    [("en", "Autoscaling per role", "1–3 replicas"), ("zh-hans", "按角色自动扩缩", "1–3 个副本")],
+)
+def test_each_role_scales_with_the_load_from_edit_and_the_page_says_so(
+    bob, client, tiny, versions, language, heading, summary
+):
+    from panel.deployments.models import Deployment
+
+    assert put(client, "chat", split()).status_code == 201
+    settle()
+    browser = page_client(bob, language)
+    assert heading in browser.get("/deployments/chat/edit/").content.decode()
+    fields = role_fields("chat", **DECODE_AUTOSCALE_FIELDS)
+    preview = browser.post("/deployments/chat/edit/", {**fields, "preview": "1"}).content.decode()
+    line = re.search(r'<tr data-change="autoscale">(.*?)</tr>', preview, re.S)
+    assert line is not None, preview[:4000]
+    assert 'data-field="role">decode<' in line.group(1)
+    assert "kv_usage" in line.group(1)
+    applied = browser.post("/deployments/chat/edit/", {**fields, "confirm": "1"})
+    assert applied.status_code == 302, applied.content.decode()[:4000]
+    scales = {"min": 1, "max": 3, "target": {"kv_usage": 0.8}, "up_after_s": 30, "down_after_s": 300}
+    assert Deployment.objects.get(name="chat").autoscale == {"roles": {"decode": scales}}
+
+    page = browser.get("/deployments/chat/").content.decode()
+    auto = re.search(r'data-testid="scale-auto-decode".*?</div>', page, re.S)
+    assert auto is not None
+    assert summary in auto.group(0)
+    assert 'data-testid="scale-form-prefill"' in page  # prefill's count is still set by hand
+    assert 'data-testid="scale-form-decode"' not in page
+    edit = browser.get("/deployments/chat/edit/").content.decode()
+    assert re.search(r'name="decode_autoscale" id="id_decode_autoscale" checked', edit)
+
+
+def test_a_role_range_the_spec_refuses_is_said_on_its_field(bob, client, tiny, versions):
+    assert put(client, "chat", split()).status_code == 201
+    settle()
+    fields = role_fields("chat", **{**DECODE_AUTOSCALE_FIELDS, "decode_autoscale_min": "0"})
+    page = page_client(bob).post("/deployments/chat/edit/", {**fields, "preview": "1"}).content.decode()
+    errors = re.search(r'data-testid="error-decode_autoscale_min">(.*?)</ul>', page, re.S)
+    assert errors is not None, page[:4000]
+    assert "A role keeps at least one engine" in errors.group(1)
+    assert 'data-testid="edit-apply"' not in page

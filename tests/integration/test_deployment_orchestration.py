@@ -26,16 +26,6 @@ def two_nodes():
     return nodes
 
 
-@pytest.fixture
-def moe_model(tmp_path):
-    from panel.catalog.models import Model
-    from workers.models.inspect import inspect_model
-    from workers.models.tiny import main as make_tiny
-
-    assert make_tiny([str(tmp_path / "ds"), "--arch", "deepseek_v2"]) == 0
-    return Model.objects.create(name="tiny-ds", facts=inspect_model(tmp_path / "ds")), tmp_path / "ds"
-
-
 def request_body(model, path):
     return {
         "name": "ds-two",

@@ -10,10 +10,10 @@ from django.db import transaction
 from django.test import Client
 
 from tests.conftest import api_client_for
+from tests.fabric_helpers import hosts_on_one_switch, sim_path
 from tests.integration.conftest import TEST_NODE
 from workers.hosts import LocalRunner
 from workers.sim import fabric as sim_fabric
-from workers.sim.tree import create_host
 from workers.steps.fabric import probe_fabric
 
 pytestmark = pytest.mark.django_db
@@ -81,25 +81,10 @@ def test_a_nodes_check_runs_on_its_agent_and_its_page_shows_each_npu(celery_work
 @pytest.fixture
 def two_hosts(tmp_path):
     """Two sim A2 hosts on one switch, known to the panel as nodes with two NPUs each."""
-    roots = {}
-    for index, name in enumerate(("fab-head", "fab-tail")):
-        root = tmp_path / name
-        create_host(root, "atlas-800i-a2", name)
-        sim_fabric.join_switch(root, tmp_path / "switch")
-        sim_fabric.set_host(root, host_ip=f"10.1.0.{index + 1}")
+    roots = hosts_on_one_switch(tmp_path, ("fab-head", "fab-tail"), "10.1.0")
+    for index, name in enumerate(roots):
         make_node(name, address=f"10.1.0.{index + 1}", npus=2, hccl_ifname="eth0")
-        roots[name] = root
     return roots
-
-
-@pytest.fixture
-def moe_model(tmp_path):
-    from panel.catalog.models import Model
-    from workers.models.inspect import inspect_model
-    from workers.models.tiny import main as make_tiny
-
-    assert make_tiny([str(tmp_path / "ds"), "--arch", "deepseek_v2"]) == 0
-    return Model.objects.create(name="tiny-ds", facts=inspect_model(tmp_path / "ds")), tmp_path / "ds"
 
 
 def deploy_on_both(model, path, user):
@@ -123,23 +108,41 @@ def pending(kind):
     return {op.node.name: op for op in Operation.objects.filter(kind=kind, status="pending")}
 
 
-def run_agents(roots) -> int:
-    """Do what each node's agent does with its pending fabric check: the probe on its sim host; the
-    result is applied as the ingest applies a finished operation. Returns how many ran."""
-    import asyncio
+class Recorded(LocalRunner):
+    """A runner that notes each command it runs (the tool's name and its arguments)."""
 
+    def __init__(self, commands: list, **kwargs):
+        super().__init__(**kwargs)
+        self.commands = commands
+
+    async def run(self, argv, **kwargs):
+        self.commands.append([os.path.basename(argv[0]), *argv[1:]])
+        return await super().run(argv, **kwargs)
+
+
+def answer(operation, result) -> None:
+    """End a node's fabric check operation with `result`, applied as the ingest applies it."""
     from panel.operations.services import on_terminal
+
+    operation.status, operation.result = "succeeded", result
+    operation.save()
+    with transaction.atomic():
+        on_terminal(operation)
+
+
+def run_agents(roots, commands: list | None = None) -> int:
+    """Do what each node's agent does with its pending fabric check: the probe on its sim host; the
+    result is applied as the ingest applies a finished operation. Returns how many ran; `commands` gets
+    each command the agents ran."""
+    import asyncio
 
     ran = 0
     for name, operation in pending("fabric_check").items():
         root = roots[name]
-        runner = LocalRunner(base_env={"PATH": f"{root / 'bin'}{os.pathsep}{os.environ['PATH']}"})
+        runner = Recorded([] if commands is None else commands, base_env=sim_path(root))
         request = operation.task_kwargs["request"]
         report = asyncio.run(probe_fabric(runner, request, str(root / "usr/local/Ascend")))
-        operation.status, operation.result = "succeeded", {"report": report}
-        operation.save()
-        with transaction.atomic():
-            on_terminal(operation)
+        answer(operation, {"report": report})
         ran += 1
     return ran
 
@@ -164,7 +167,12 @@ def test_a_two_node_launch_waits_for_its_npu_network_and_then_goes_out(two_hosts
         sim_fabric.npu_ip("fab-tail", 0),
         sim_fabric.npu_ip("fab-tail", 1),
     ]
-    assert run_agents(two_hosts) == 2  # ...round 2 pings them
+    assert second["fab-head"].task_kwargs["request"]["pings_only"] == [0, 1]
+    commands = []
+    assert run_agents(two_hosts, commands) == 2  # ...round 2 pings them, and only pings
+    ran = [argv for argv in commands if argv[1:] != ["-h"]]  # the agent's look for hccn_tool aside
+    assert [argv[0] for argv in ran] == ["hccn_tool"] * 4, ran  # each node's two NPUs, one peer each
+    assert all("-ping" in argv for argv in ran), ran
 
     check = FabricCheck.objects.get()
     assert (check.status, check.round) == ("pass", 2)
@@ -173,7 +181,87 @@ def test_a_two_node_launch_waits_for_its_npu_network_and_then_goes_out(two_hosts
     head = NodeFabric.objects.get(node__name="fab-head")
     assert head.peers == ["fab-tail"]
     assert head.npus[1]["pings"][0]["loss_pct"] == 0.0
+    assert (head.npus[1]["ip"], head.npus[1]["link"]) == (sim_fabric.npu_ip("fab-head", 1), "UP")  # round 1's
     assert head.interface["peers"] == [{"node": "fab-tail", "address": "10.1.0.2", "loss_pct": 0.0}]
+
+
+def test_npu_addresses_the_inventories_reported_are_pinged_in_one_round(two_hosts, moe_model, bob):
+    from panel.fabric.models import FabricCheck
+    from panel.nodes.models import Node
+
+    for name in two_hosts:  # what each agent's inventory read (workers.inventory)
+        node = Node.objects.get(name=name)
+        node.facts = {**node.facts, "npu_roce_ips": {str(d): sim_fabric.npu_ip(name, d) for d in range(8)}}
+        node.save()
+    deploy_on_both(*moe_model, bob)
+    request = pending("fabric_check")["fab-head"].task_kwargs["request"]
+    assert request["peers"][0]["npu_ips"] == [
+        sim_fabric.npu_ip("fab-tail", 0),
+        sim_fabric.npu_ip("fab-tail", 1),
+    ]
+    assert run_agents(two_hosts) == 2
+    check = FabricCheck.objects.get()
+    assert (check.status, check.round) == ("pass", 1)  # no second round to learn them
+    assert set(pending("deploy")) == {"fab-head", "fab-tail"}
+
+
+def test_inventory_npu_addresses_that_are_no_addresses_are_not_sent_to_a_peer_to_ping(
+    two_hosts, moe_model, bob
+):
+    """A node's inventory is its own word: what its npu_roce_ips holds that is no address (or a map that is
+    none) does not reach the other node's request; the check learns the addresses in its first round."""
+    from panel.fabric.models import FabricCheck
+    from panel.nodes.models import Node
+
+    head, tail = Node.objects.get(name="fab-head"), Node.objects.get(name="fab-tail")
+    head.facts = {**head.facts, "npu_roce_ips": {"0": "10.1.0.9 -c 99999", "1": ["10.1.0.9"] * 10_000}}
+    tail.facts = {**tail.facts, "npu_roce_ips": ["10.1.0.9"] * 10_000}
+    head.save()
+    tail.save()
+    deploy_on_both(*moe_model, bob)
+    requests = {name: op.task_kwargs["request"] for name, op in pending("fabric_check").items()}
+    assert requests["fab-tail"]["peers"][0]["npu_ips"] == [None, None]
+    assert requests["fab-head"]["peers"][0]["npu_ips"] == [None, None]
+    while run_agents(two_hosts):
+        pass
+    assert (FabricCheck.objects.get().status, FabricCheck.objects.get().round) == ("pass", 2)
+    assert set(pending("deploy")) == {"fab-head", "fab-tail"}
+
+
+# What a buggy or hostile agent may send as its fabric check's result.
+MALFORMED_RESULTS = {
+    "not an object": ["report"],
+    "an npu that is no object": {"report": {"npus": ["npu 0"]}},
+    "a ping target that is no address": {
+        "report": {"npus": [{"device": 0, "pings": [{"node": "fab-head", "target": "10.1.0.1; reboot"}]}]}
+    },
+    "a huge list": {"report": {"npus": [{"device": 0, "ip": "10.1.0.9", "link": "UP"}] * 100_000}},
+}
+
+
+@pytest.mark.parametrize("result", MALFORMED_RESULTS.values(), ids=MALFORMED_RESULTS)
+def test_a_malformed_report_fails_its_node_alone_and_the_other_nodes_report_is_judged(two_hosts, bob, result):
+    from panel.fabric.models import FabricCheck, NodeFabric
+    from panel.fabric.services import start_check
+    from panel.nodes.models import Node
+
+    start_check(list(Node.objects.filter(name__in=two_hosts)), user=bob)
+    answer(pending("fabric_check")["fab-tail"], result)
+    # The sound node ends last: its ingest, which judges both, goes through.
+    assert run_agents({"fab-head": two_hosts["fab-head"]}) == 1
+
+    check = FabricCheck.objects.get()
+    assert (check.status, check.round) == ("fail", 1)
+    (refused,) = [entry for entry in check.verdict["checklist"] if entry["status"] == "fail"]
+    assert refused["check"] == "fabric_report"
+    assert refused["detail"].startswith("fab-tail: the panel refused its agent's NPU network report ("), (
+        refused
+    )
+    assert len(refused["detail"]) < 400
+    assert check.verdict["failing"] == {"nodes": ["fab-tail"], "npus": [], "paths": []}
+    head = NodeFabric.objects.get(node__name="fab-head")
+    assert (head.status, [row["status"] for row in head.npus]) == ("pass", ["pass", "pass"])
+    assert not NodeFabric.objects.filter(node__name="fab-tail").exists()
 
 
 def test_a_failing_npu_network_stops_the_launch_with_the_fix(two_hosts, moe_model, bob, charlie):

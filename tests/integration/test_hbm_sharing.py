@@ -216,3 +216,27 @@ def test_the_edit_page_keeps_a_deployment_sharing_its_npu(sim_node, bob):
     assert edited.spec["max_model_len"] == 1024
     exported = client.get("/api/v1/deployments/small-a/?format=spec").json()
     assert exported["placement"] == {"node": "sim-a2", "npus": [0], "share": True}
+
+
+def test_tensor_parallel_engines_share_every_npu_of_their_group(sim_node, bob):
+    # Two TP-2 engines on NPUs 0 and 1, each a share of both: the second is capped at both shares on each
+    # NPU of its group; an engine on NPUs 1 and 2 is checked on each: NPU 1's tenants decide.
+    client = api_client_for(bob)
+    for name in ("tp-a", "tp-b"):
+        created = client.put(f"/api/v1/deployments/{name}/", body(0.4, npus=(0, 1)), format="json")
+        assert created.status_code == 201, created.json()
+        deployment, launch = launched(name)
+        assert launch.env["ASCEND_RT_VISIBLE_DEVICES"] == "0,1"
+        assert launch.argv[launch.argv.index("--tensor-parallel-size") + 1] == "2"
+    assert launch.argv[launch.argv.index("--gpu-memory-utilization") + 1] == "0.8"
+
+    refused = client.put("/api/v1/deployments/tp-c/", body(0.3, npus=(1, 2)), format="json")
+    assert refused.status_code == 400
+    assert "NPU 1 on sim-a2 has" in str(refused.json())
+    assert "NPU 2 on sim-a2" not in str(refused.json())  # a free NPU of the group is no refusal
+    created = client.put("/api/v1/deployments/tp-d/", body(0.1, npus=(1, 2)), format="json")
+    assert created.status_code == 201, created.json()
+    _deployment, launch = launched("tp-d")
+    assert launch.env["ASCEND_RT_VISIBLE_DEVICES"] == "1,2"
+    # The fullest NPU of its group decides its cap: its own 0.1 and tp-a's and tp-b's 0.4 each on NPU 1.
+    assert launch.argv[launch.argv.index("--gpu-memory-utilization") + 1] == "0.9"

@@ -118,6 +118,41 @@ def test_a_drains_steady_heartbeats_are_one_update_each_with_its_own_lists(nodes
     assert node_b.agent_version == "2.1"
 
 
+def test_a_steady_drain_writes_only_what_its_beats_changed_and_reads_no_inventory(nodes_a_and_b):
+    """Beats that repeat what the rows hold move only the times: no CASE of every node per field to build,
+    and the nodes' inventory (facts, raw npu-smi text) is not read for the check."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    node_a, node_b = nodes_a_and_b
+    steady(nodes_a_and_b)
+    MetricsIngester().ingest_all([heartbeat_line("node-a", running=["op-a"]), heartbeat_line("node-b")])
+
+    with CaptureQueriesContext(connection) as queries:
+        MetricsIngester().ingest_all(
+            [heartbeat_line("node-a", running=["op-a"]), heartbeat_line("node-b", done=["op-b"])]
+        )
+    (update,) = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("UPDATE")]
+    assert '"agent_done" = CASE' in update, update
+    for unchanged in ('"agent_running"', '"agent_version"', '"heartbeat_interval"'):
+        assert unchanged not in update, update
+    assert all("npu_smi_info" not in q["sql"] for q in queries.captured_queries)
+    node_a.refresh_from_db()
+    node_b.refresh_from_db()
+    assert (node_a.agent_running, node_a.agent_done) == (["op-a"], [])
+    assert (node_b.agent_running, node_b.agent_done) == ([], ["op-b"])
+    assert node_a.agent_reported_at == node_b.agent_reported_at == node_b.last_heartbeat is not None
+
+    with CaptureQueriesContext(connection) as queries:
+        MetricsIngester().ingest_all(
+            [heartbeat_line("node-a", running=["op-a"]), heartbeat_line("node-b", done=["op-b"])]
+        )
+    (update,) = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("UPDATE")]
+    assert "CASE" not in update, update
+    node_b.refresh_from_db()
+    assert node_b.agent_done == ["op-b"]
+
+
 def test_a_node_swept_offline_after_its_row_was_read_comes_back_through_the_locked_path(nodes_a_and_b):
     from panel.nodes.models import Node
     from panel.nodes.services import record_drained_heartbeats

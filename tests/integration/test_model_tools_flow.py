@@ -7,6 +7,7 @@ import datetime
 import pytest
 
 from tests.integration.conftest import TEST_NODE, wait_until_ended
+from tests.provisioning_helpers import wait_finished
 from workers.models.onnx_file import write_tiny_vision_model
 from workers.models.tiny import make_tiny_model
 from workers.sim.atc import OM_MAGIC
@@ -39,6 +40,7 @@ def onnx_artifact(node, bob, celery_worker):
 def log_lines(operation) -> list[tuple[datetime.datetime, str]]:
     # The agent's order: its event batches leave from several threads, and `seq` is the order of arrival
     # (panel.operations.ordering); under load the closing line arrived before the one printed ahead of it.
+    # So the tests read a log once wait_finished says every event is stored, not at the terminal status.
     events = operation.events.filter(kind="log").order_by("attempt", "agent_seq")
     return [(event.time, event.payload["line"]) for event in events]
 
@@ -59,7 +61,7 @@ def test_atc_converts_the_onnx_model_with_its_log_streamed(onnx_artifact, bob, c
     from panel.catalog.models import ModelArtifact
 
     form = {"input_shape": "images:1,3,8,8", "input_format": "NCHW", "soc_version": "Ascend910B3", "path": ""}
-    operation = wait_until_ended(
+    operation = wait_finished(
         started_from_the_models_page(client, bob, "catalog:artifact-atc", onnx_artifact, form)
     )
     assert operation.status == "succeeded", (operation.error, operation.hint)
@@ -109,7 +111,7 @@ def test_a_failed_atc_run_is_explained(onnx_artifact, bob, celery_worker, kwargs
     from panel.catalog.copies import start_atc
     from panel.catalog.models import ModelArtifact
 
-    operation = wait_until_ended(start_atc(onnx_artifact, bob, **kwargs))
+    operation = wait_finished(start_atc(onnx_artifact, bob, **kwargs))
     assert operation.status == "failed"
     assert operation.error == "atc did not produce model.om; see the log"
     assert operation.hint.startswith(title + ": ")
@@ -168,7 +170,7 @@ def test_msmodelslim_quantizes_on_a_node_that_has_it(hf_artifact, bob, celery_wo
 
     install_msmodelslim(celery_worker.sim_root)
     form = {"target": "w8a8_dynamic", "backend": "msmodelslim", "device": "npu", "model_type": "Qwen2-0.5B"}
-    operation = wait_until_ended(
+    operation = wait_finished(
         started_from_the_models_page(client, bob, "catalog:artifact-convert", hf_artifact, form)
     )
     assert operation.status == "succeeded", (operation.error, operation.hint)

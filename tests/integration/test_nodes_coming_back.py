@@ -101,3 +101,17 @@ async def test_browsers_hear_each_node_back_and_each_alert_resolved(silent_nodes
                         assert message["open_unacknowledged"] == 0
     finally:
         await fleet.disconnect()
+
+
+def test_a_batched_heartbeat_write_stamps_each_node_with_when_its_metrics_came(silent_nodes, monkeypatch):
+    (node,) = silent_nodes(1, "stamped")
+    bring_back([node])  # online again, its next batch is an ordinary one
+    before = timezone.now()
+    bring_back([node])  # taken by the drain now; the batched write is not due yet
+    came = timezone.now()
+    written_at = came + timedelta(seconds=2.9)  # the write comes with a later drain
+    monkeypatch.setattr(services.timezone, "now", lambda: written_at)
+    services.write_heartbeats()
+    heard = Node.objects.get(pk=node.pk).last_heartbeat
+    # Not the write's time: a node that lost power right after that batch was silent from then on.
+    assert before - timedelta(seconds=1) <= heard <= came

@@ -1,15 +1,17 @@
-"""The preflight of a disaggregated deployment (panel/deployments/launch/pd_fabric.py): each engine's launch
-waits for the NPU network check of its host and the other role's host (the agents' hccn_tool readers on two
-sim hosts on one switch), then goes out or stops with the host, the NPU and the fix; a split the vllm-ascend
-version's Mooncake connector refuses is refused by the dry run; the dry run says what the last check saw."""
+"""The preflight of a disaggregated deployment (panel/deployments/launch/pd_fabric.py): the engines' launches
+wait for one NPU network check of the NPU pairs Mooncake moves KV over (workers/engine/launch/kv_pairs.py;
+the agents' hccn_tool readers on two sim hosts on one switch), then go out or each stops with the host, the
+NPU and the fix that concern it; a failure on an NPU or path no pair uses stops nothing. A split the
+vllm-ascend version's Mooncake connector refuses is refused by the dry run; the dry run says what the last
+check saw."""
 
 import pytest
 from django.test import Client
 
 from tests.conftest import api_client_for
-from tests.integration.test_fabric_flow import make_node, pending, run_agents
+from tests.fabric_helpers import hosts_on_one_switch
+from tests.integration.test_fabric_flow import answer, make_node, pending, run_agents
 from workers.sim import fabric as sim_fabric
-from workers.sim.tree import create_host
 
 pytestmark = pytest.mark.django_db
 
@@ -27,33 +29,29 @@ def pd_hosts(tmp_path):
     model = Model.objects.create(
         name="tiny-qwen", repo_id="Acme/Tiny", facts=inspect_model(tmp_path / "tiny")
     )
-    roots = {}
+    roots = hosts_on_one_switch(tmp_path, HOSTS, "10.3.0")
     for index, name in enumerate(HOSTS):
-        root = tmp_path / name
-        create_host(root, "atlas-800i-a2", name)
-        sim_fabric.join_switch(root, tmp_path / "switch")
-        sim_fabric.set_host(root, host_ip=f"10.3.0.{index + 1}")
         node = make_node(name, address=f"10.3.0.{index + 1}", npus=2, hccl_ifname="eth0")
         node.status, node.versions = "online", {"vllm-ascend": "0.13.0", "vllm": "0.13.0"}
         node.save()
         ModelArtifact.objects.create(model=model, node=node, path="/models/tiny", ready=True)
-        roots[name] = root
     return roots
 
 
-def split(prefill_tp=1, decode_tp=1, prefill_node="pd-p", decode_node="pd-d"):
+def split(prefill_tp=1, decode_tp=1, prefill_node="pd-p", decode_node="pd-d", decode_dp=1, prefills=1):
     return {
         "model": "tiny-qwen",
         "engine": {"max_model_len": 1024},
         "kv_connector": "mooncake",
         "roles": {
             "prefill": {
+                "replicas": prefills,
                 "placement": {"node": prefill_node, "npus": prefill_tp},
                 "engine": {"tensor_parallel_size": prefill_tp},
             },
             "decode": {
-                "placement": {"node": decode_node, "npus": decode_tp},
-                "engine": {"tensor_parallel_size": decode_tp},
+                "placement": {"node": decode_node, "npus": decode_tp * decode_dp},
+                "engine": {"tensor_parallel_size": decode_tp, "data_parallel_size": decode_dp},
             },
         },
     }
@@ -75,7 +73,7 @@ def settle(roots):
         pass
 
 
-def test_each_engine_waits_for_the_network_to_the_other_roles_host_then_launches(pd_hosts, bob):
+def test_both_engines_wait_for_one_check_of_their_npu_pair_then_launch(pd_hosts, bob):
     from panel.deployments.models import Deployment
     from panel.fabric.models import FabricCheck
 
@@ -86,46 +84,120 @@ def test_each_engine_waits_for_the_network_to_the_other_roles_host_then_launches
     assert all("Checking the NPU network" in row.reason for row in rows.values())
     assert pending("deploy") == {}
 
-    checks = {check.deployment: check for check in FabricCheck.objects.all()}
-    assert set(checks) == {"chat", "chat-d1"}
-    prefill_check = checks["chat"]
-    assert prefill_check.node_names == ["pd-d", "pd-p"]
-    plan = prefill_check.verdict["plan"]
-    assert plan["devices"] == {"pd-p": [0], "pd-d": [0]}  # the engine's NPU and the decode engine's
+    check = FabricCheck.objects.get()  # one check of the pair of hosts, not one per engine
+    assert check.deployment == "chat"
+    assert {row.runtime["fabric_check"] for row in rows.values()} == {check.pk}
+    assert check.node_names == ["pd-d", "pd-p"]
+    plan = check.verdict["plan"]
+    assert plan["pairs"] == [["pd-p", 0, "pd-d", 0]]  # prefill NPU 0 hands its KV to decode NPU 0
+    assert plan["devices"] == {"pd-p": [0], "pd-d": [0]}
     assert plan["peers"] == {"pd-p": ["pd-d"], "pd-d": ["pd-p"]}
     assert plan["interfaces"]["pd-d"] == ["10.3.0.2", "eth0"]  # what the decode engine's env names
+    requests = {name: op.task_kwargs["request"] for name, op in pending("fabric_check").items()}
+    assert requests["pd-p"]["peers"][0]["pairs"] == {"0": [0]}  # the prefill end pings...
+    assert requests["pd-d"]["peers"][0]["pairs"] == {}  # ...once, not back
 
     settle(pd_hosts)
-    assert {check.status for check in FabricCheck.objects.all()} == {"pass"}
+    assert FabricCheck.objects.get().status == "pass"
     assert launched() == ["chat", "chat-d1"]
     for row in Deployment.objects.filter(name__startswith="chat"):
         assert (row.observed_state, row.reason) == ("starting", "")
 
 
-def test_a_link_down_on_the_decode_host_stops_its_engines_with_the_host_npu_and_fix(pd_hosts, bob, charlie):
+def test_two_prefill_engines_and_a_decode_on_two_hosts_are_checked_once(pd_hosts, bob):
+    from panel.fabric.models import FabricCheck
+
+    assert put(bob, split(prefills=2)).status_code == 201
+    check = FabricCheck.objects.get()
+    assert check.verdict["plan"]["pairs"] == [["pd-p", 0, "pd-d", 0], ["pd-p", 1, "pd-d", 0]]
+    settle(pd_hosts)
+    assert launched() == ["chat", "chat-d1", "chat-r2"]
+
+
+def test_a_link_down_on_a_paired_decode_npu_stops_the_decode_with_the_host_npu_and_fix(
+    pd_hosts, bob, charlie
+):
     from panel.deployments.models import Deployment
 
     sim_fabric.set_link(pd_hosts["pd-d"], 0, up=False)
     assert put(bob, split()).status_code == 201
     settle(pd_hosts)
 
-    assert launched() == []
-    for name in ("chat", "chat-d1"):
-        failed = Deployment.objects.get(name=name)
-        assert failed.observed_state == "failed", (name, failed.reason)
-        assert failed.reason.startswith(
-            "The NPU network between the prefill and decode hosts failed its check: "
-            "pd-d: the NIC link of NPU 0 is not UP"
-        ), failed.reason
-        assert "hccn_tool -i <N> -link -g must say UP" in failed.reason
-    api = api_client_for(charlie).get("/api/v1/deployments/chat/").json()
+    failed = Deployment.objects.get(name="chat-d1")
+    assert failed.observed_state == "failed", failed.reason
+    assert failed.reason.startswith(
+        "The NPU network between the prefill and decode hosts failed its check: "
+        "pd-d: the NIC link of NPU 0 is not UP"
+    ), failed.reason
+    assert "hccn_tool -i <N> -link -g must say UP" in failed.reason
+    # The prefill's own NPU and host are sound: it launches (a decode started after the fix uses it).
+    assert launched() == ["chat"]
+    api = api_client_for(charlie).get("/api/v1/deployments/chat-d1/").json()
     assert "pd-d: the NIC link of NPU 0 is not UP" in api["reason"]
 
     client = Client()
     client.force_login(charlie)
     client.cookies["django_language"] = "zh-hans"
-    page = client.get("/deployments/chat/").content.decode()
+    page = client.get("/deployments/chat-d1/").content.decode()
     assert "预填充与解码主机之间的 NPU 网络检查未通过" in page
+
+
+def test_a_decode_hosts_malformed_report_stops_the_decode_alone(pd_hosts, bob):
+    from panel.deployments.models import Deployment
+
+    assert put(bob, split()).status_code == 201
+    answer(pending("fabric_check")["pd-d"], {"report": {"npus": [{"device": "zero"}]}})
+    settle(pd_hosts)
+
+    decode = Deployment.objects.get(name="chat-d1")
+    assert decode.observed_state == "failed", decode.reason
+    assert "pd-d: the panel refused its agent's NPU network report (npus.0.device: " in decode.reason
+    assert launched() == ["chat"]  # the prefill's host and NPUs are not the ones that failed
+
+
+def test_a_link_down_on_an_npu_no_pair_uses_does_not_fail_the_check(pd_hosts, bob):
+    from panel.fabric.models import FabricCheck
+
+    sim_fabric.set_link(pd_hosts["pd-d"], 1, up=False)  # the decode host's other NPU: no engine's
+    sim_fabric.set_link(pd_hosts["pd-p"], 1, up=False)
+    assert put(bob, split()).status_code == 201
+    settle(pd_hosts)
+    assert FabricCheck.objects.get().status == "pass"
+    assert launched() == ["chat", "chat-d1"]
+
+
+def test_each_decode_dp_rank_pulls_from_both_prefill_ranks_so_that_path_is_pinged(pd_hosts, bob):
+    """A model of two KV heads, prefill TP 2, decode TP 1 x DP 2: each decode rank holds both heads and pulls
+    them from prefill ranks 0 and 1, so prefill NPU 0 must reach decode NPU 1 (the k-th-NPU pairing of the
+    multi-node check never pinged it)."""
+    from panel.deployments.models import Deployment
+    from panel.fabric.models import FabricCheck
+
+    sim_fabric.set_npu_unreachable(pd_hosts["pd-p"], 0, sim_fabric.npu_ip("pd-d", 1))
+    assert put(bob, split(prefill_tp=2, decode_dp=2)).status_code == 201
+    plan = FabricCheck.objects.get().verdict["plan"]
+    assert plan["pairs"] == [["pd-p", p, "pd-d", d] for p in (0, 1) for d in (0, 1)]
+    request = pending("fabric_check")["pd-p"].task_kwargs["request"]
+    assert request["peers"][0]["pairs"] == {"0": [0, 1], "1": [0, 1]}
+    settle(pd_hosts)
+
+    assert FabricCheck.objects.get().status == "fail"
+    decode = Deployment.objects.get(name="chat-d1")
+    assert decode.observed_state == "failed"
+    assert "pd-p: NPU 0 cannot reach pd-d's NPUs (" + sim_fabric.npu_ip("pd-d", 1) in decode.reason
+    assert launched() == ["chat"]
+
+
+def test_equal_tp_pairs_rank_with_rank_so_a_path_between_other_ranks_is_not_pinged(pd_hosts, bob):
+    from panel.fabric.models import FabricCheck
+
+    sim_fabric.set_npu_unreachable(pd_hosts["pd-p"], 0, sim_fabric.npu_ip("pd-d", 1))
+    assert put(bob, split(prefill_tp=2, decode_tp=2)).status_code == 201
+    check = FabricCheck.objects.get()
+    assert check.verdict["plan"]["pairs"] == [["pd-p", 0, "pd-d", 0], ["pd-p", 1, "pd-d", 1]]
+    settle(pd_hosts)
+    assert FabricCheck.objects.get().status == "pass"
+    assert launched() == ["chat", "chat-d1"]
 
 
 def test_one_host_for_both_roles_launches_without_a_check(pd_hosts, bob):

@@ -113,13 +113,13 @@ def test_the_leader_sleeps_an_idle_engine_and_one_wake_serves_concurrent_request
     assert sleeping.state_of(deployment)["sleep"] == "asleep"
 
     wakes = []
-    real_wake = wake._wake_engine
+    real_wake = wake.wake_engine
 
     async def counted(root, timeout):
         wakes.append(root)
         return await real_wake(root, timeout)
 
-    monkeypatch.setattr(wake, "_wake_engine", counted)
+    monkeypatch.setattr(wake, "wake_engine", counted)
 
     instances = _instances(deployment)
 

@@ -189,6 +189,10 @@ def test_a_lost_attempt_is_sent_again_and_its_log_keeps_both_attempts_in_order(c
     operation = wait_terminal(operation)
     assert operation.status == "succeeded", operation.error
     assert operation.attempt == 2
+    # The ending batch can arrive before earlier ones (several sending threads): the log is whole once
+    # final_seq is set, which ingest does when every event of the ending attempt is stored.
+    wait_for(lambda: operation_field(operation, "final_seq") is not None, 30, "the whole log of attempt 2")
+    operation.refresh_from_db()
     events = list(operation.events.order_by("seq").values_list("seq", "attempt", "agent_seq"))
     assert [seq for seq, _, _ in events] == list(range(1, len(events) + 1))  # one contiguous log
     assert events[:2] == [(1, 1, 1), (2, 1, 2)]

@@ -1,8 +1,9 @@
 """The wizard's topology, routing, autoscaling and sleep (issues 35 and 36): the placement step takes one pool
 of replicas or prefill and decode pools with the connector the node's engine version has (refused with the
-launch matrix's reason where it has none), the engine step takes autoscale and idle (sleep offered only where
-the engines can sleep), the review shows them, and Deploy applies the same spec `PUT /api/v1/deployments/`
-takes. Invalid combinations are refused on their field with the spec's own words, in both languages."""
+launch matrix's reason where it has none), the engine step takes autoscale (each role's for prefill and
+decode, with the targets that fit the role) and idle (sleep offered only where the engines can sleep), the
+review shows them, and Deploy applies the same spec `PUT /api/v1/deployments/` takes. Invalid combinations
+are refused on their field with the spec's own words, in both languages."""
 
 import re
 
@@ -12,7 +13,7 @@ from panel.catalog.models import Model, ModelArtifact
 from panel.core.domain.choices import NpuHealth
 from panel.deployments.models import Deployment
 from panel.nodes.models import Node, Npu
-from tests.wizard_steps import SMALL_QWEN, client_for, engine_fields
+from tests.wizard_steps import DECODE_AUTOSCALE_FIELDS, SMALL_QWEN, client_for, engine_fields
 
 pytestmark = pytest.mark.django_db
 
@@ -79,11 +80,15 @@ def test_a_1p1d_walk_creates_one_row_per_role_with_the_connector(bob, qwen):
     assert answer.status_code == 302, answer.content.decode()[:3000]
     engine = client.get("/deployments/new/engine/").content.decode()
     assert 'data-testid="split-parallel"' in engine
-    assert 'data-testid="autoscale-split"' in engine
+    prefill = re.search(r'<select name="prefill_autoscale_target".*?</select>', engine, re.S).group(0)
+    decode = re.search(r'<select name="decode_autoscale_target".*?</select>', engine, re.S).group(0)
+    assert re.findall(r'value="(\w+)"', prefill) == ["waiting_per_replica", "ttft_p90_ms"]
+    assert re.findall(r'value="(\w+)"', decode) == ["waiting_per_replica", "kv_usage"]
     preview = client.post("/deployments/new/plan/", engine_fields(max_model_len="2048")).content.decode()
     assert "--max-model-len 2048" in preview  # htmx re-plans the split through the spec's dry run
     assert "kv_producer" in preview
-    answer = client.post("/deployments/new/engine/", engine_fields(max_model_len="1024", routing="prefix"))
+    answer = client.post("/deployments/new/engine/", engine_fields(max_model_len="1024", routing="prefix",
+                                                                   **DECODE_AUTOSCALE_FIELDS))  # fmt: skip
     assert answer.status_code == 302, answer.content.decode()[:3000]
 
     review = client.get("/deployments/new/review/").content.decode()
@@ -92,6 +97,11 @@ def test_a_1p1d_walk_creates_one_row_per_role_with_the_connector(bob, qwen):
     assert re.search(r'data-role="decode">.*?a2-node', review, re.S)
     assert 'data-testid="review-problems"' not in review
     assert "Prompt prefix (cache-aware)" in review
+    scaling = re.search(r'data-testid="review-autoscale">(.*?)</td>', review, re.S).group(1)
+    assert re.search(
+        r'data-role="decode">Decode: .*1–3 replicas, keeping KV cache usage under 0.8', scaling, re.S
+    )
+    assert 'data-role="prefill"' not in scaling
 
     answer = client.post("/deployments/new/review/")
     assert answer.status_code == 302
@@ -104,6 +114,27 @@ def test_a_1p1d_walk_creates_one_row_per_role_with_the_connector(bob, qwen):
     assert launch["kv_transfer_config"]["kv_role"] == "kv_consumer"
     assert launch["max_model_len"] == 1024
     assert rows["chat"].revisions.count() == 1
+    scales = {"min": 1, "max": 3, "target": {"kv_usage": 0.8}, "up_after_s": 30, "down_after_s": 300}
+    assert rows["chat"].autoscale == {"roles": {"decode": scales}}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field", "says"),
+    [
+        ({"decode_autoscale_min": "0"}, "decode_autoscale_min", "A role keeps at least one engine"),
+        ({"decode_autoscale_max": "17"}, "decode_autoscale_max", "at most 16 engines"),
+        ({"decode_autoscale_target": "ttft_p90_ms"}, "decode_autoscale_target", "valid choice"),
+        ({"decode_autoscale_value": ""}, "decode_autoscale_value", "Give a value to scale with the load."),
+    ],
+)
+def test_a_role_autoscale_that_cannot_hold_is_refused_on_its_field(bob, qwen, overrides, field, says):
+    client = client_for(bob)
+    start(client, qwen)
+    assert client.post("/deployments/new/placement/", split_fields()).status_code == 302
+    fields = engine_fields(max_model_len="1024", **{**DECODE_AUTOSCALE_FIELDS, **overrides})
+    answer = client.post("/deployments/new/engine/", fields)
+    assert answer.status_code == 200, answer.get("Location")
+    assert says in errors_of(answer.content.decode(), field), answer.content.decode()[:4000]
 
 
 def test_a_node_without_a_connector_refuses_the_split_with_the_matrix_reason(bob, old_stack):

@@ -120,7 +120,6 @@ def test_an_agent_whose_only_thread_waits_for_the_panels_answer_still_gets_it_an
     )
     for _ in range(2):  # the same worker, still serving after the first
         operation = start_inventory(node)
-        started = time.monotonic()
 
         def finished(pk=operation.pk):
             operation_now = Operation.objects.get(pk=pk)
@@ -128,7 +127,12 @@ def test_an_agent_whose_only_thread_waits_for_the_panels_answer_still_gets_it_an
 
         done = wait_for(finished, f"the inventory to finish ({log_path.read_text()[-2000:]})")
         assert done.status == "succeeded", log_path.read_text()[-2000:]
-        assert time.monotonic() - started < ASK_TIMEOUT_S  # answered at once, not after the ask timed out
+        # Answered, not after the ask timed out: the agent logs each ask that went unanswered for
+        # ASK_TIMEOUT_S (a wall-clock bound failed at 10.8 s on a loaded machine though the answer came).
+        unanswered = (
+            f"did not say within {ASK_TIMEOUT_S:.0f} s whether operation {operation.pk} is still wanted"
+        )
+        assert unanswered not in log_path.read_text(), log_path.read_text()[-2000:]
     log = log_path.read_text()
     assert "is still wanted (ask" not in log
     assert "Unrecoverable error" not in log, log[-2000:]

@@ -40,9 +40,10 @@ def test_it_scales_up_once_the_queue_stayed_above_target_for_the_whole_window():
     assert decide(config(), clock.series, 2, clock.now, capacity=8).action == HOLD  # 20 s < 30 s
     clock.run(12, busy())
     decision = decide(config(), clock.series, 2, clock.now, capacity=8)
-    assert (decision.action, decision.to) == (UP, 3)
-    assert decision.figures == {"waiting_per_replica": 9.5, "target": 4.0, "for_s": 30, "from": 2, "to": 3}
-    assert english(decision.reason) == "waiting 9.5/replica > 4.0 for 30 s: 2 → 3"
+    # 35 requests in the engines: 3 replicas' 24 slots would not hold them, 4 would (at most double).
+    assert (decision.action, decision.to) == (UP, 4)
+    assert decision.figures == {"waiting_per_replica": 9.5, "target": 4.0, "for_s": 30, "from": 2, "to": 4}
+    assert english(decision.reason) == "waiting 9.5/replica > 4.0 for 30 s: 2 → 4"
 
 
 def test_a_burst_shorter_than_the_window_does_not_scale():
@@ -75,11 +76,17 @@ def test_missing_figures_hold_a_replica_silent_for_a_while_or_one_without_the_fi
 
 def test_it_scales_down_when_the_load_fits_one_fewer_for_the_down_window_and_not_before():
     clock = Clock(3)
-    clock.run(62, {"waiting": 0, "running": 5})  # 15 running over 3 replicas of 8: fits on 2, not on 1
+    clock.run(62, {"waiting": 0, "running": 3})  # 9 running over 3 replicas of 8: 2 hold them, 1 does not
     decision = decide(config(), clock.series, 3, clock.now, capacity=8)
     assert (decision.action, decision.to) == (DOWN, 2)
-    assert decision.figures["band"] == 2.0
-    assert english(decision.reason) == "waiting on 2 replicas would be 0.0/replica < 2.0 for 60 s: 3 → 2"
+    assert (decision.figures["band"], decision.figures["load"]) == (2.0, 9.0)
+    # Erlang C: 9 requests at random over 16 slots leave 0.016 waiting per replica on average.
+    assert english(decision.reason) == "waiting on 2 replicas would be 0.016/replica < 2.0 for 60 s: 3 → 2"
+
+    # 15 running would fit 2 replicas' 16 slots, but at 94 % of them requests queue: 5.5 per replica.
+    clock = Clock(3)
+    clock.run(62, {"waiting": 0, "running": 5})
+    assert decide(config(), clock.series, 3, clock.now, capacity=8).action == HOLD
 
     # After a burst: the fewest that held the whole window, in one step, never below min.
     clock = Clock(5)
@@ -109,7 +116,7 @@ def test_one_step_at_a_time_and_a_full_window_after_each_change():
     assert decide(config(), clock.series, 2, clock.now, last_change=changed, capacity=8).action == HOLD
     clock.run(4, busy())
     decision = decide(config(), clock.series, 2, clock.now, last_change=changed, capacity=8)
-    assert (decision.action, decision.to) == (UP, 3)
+    assert (decision.action, decision.to) == (UP, 4)
 
 
 def test_min_and_max_bound_every_step():
@@ -159,15 +166,16 @@ def test_a_steep_queue_takes_as_many_replicas_as_it_needs_at_most_double():
     clock = Clock(2)
     clock.run(32, busy(waiting=20, running=8))  # 56 in all; each replica holds 8 running + 4 waiting
     decision = decide(config(hi=8), clock.series, 2, clock.now, capacity=8)
-    assert (decision.action, decision.to) == (UP, 4)  # 56 / 12 asks for 5: double 2 is 4
+    assert (decision.action, decision.to) == (UP, 4)  # 56 in the engines fill 7 replicas: double 2 is 4
     assert decide(config(hi=3), clock.series, 2, clock.now, capacity=8).to == 3  # never above max
     clock = Clock(4)
-    clock.run(32, busy(waiting=6, running=8))  # 56 on 4: 5 hold it
-    assert decide(config(hi=8), clock.series, 4, clock.now, capacity=8).to == 5
-    # The lowest load of the window decides: a queue that just grew does not count at its peak.
+    clock.run(32, busy(waiting=6, running=8))  # 56 on 4: 7 replicas' 56 slots would be full, 8 hold it
+    assert decide(config(hi=8), clock.series, 4, clock.now, capacity=8).to == 8
+    # The lowest load of the window decides: a queue that just grew does not count at its peak. 20 in
+    # the engines queue 0.5 a replica on 3 (at most the target, 1); the 96 at the end would ask for double.
     clock = Clock(2)
-    clock.run(32, lambda t: busy(waiting=40 if t > clock.now + 28 else 5, running=8))
-    assert decide(config(hi=8), clock.series, 2, clock.now, capacity=8).to == 3
+    clock.run(32, lambda t: busy(waiting=40 if t > clock.now + 28 else 2, running=8))
+    assert decide(config(value=1.0, hi=8), clock.series, 2, clock.now, capacity=8).to == 3
 
 
 def test_min_zero_sleeps_the_last_replica_only_after_a_whole_quiet_window():
@@ -213,11 +221,12 @@ def test_a_queue_that_drains_at_its_own_pace_holds_one_that_does_not_scales():
 
 
 def test_sleeping_rows_count_towards_min_and_max_but_an_up_is_in_serving_engines():
-    # Two of four rows serve (the others sleep) and are busy: up to 4 serving, not past max 4 in rows.
+    # Two of four rows serve (the others sleep) and are busy: up in serving engines, to 4 (the two asleep
+    # woken), not past max 4 in rows.
     clock = Clock(2)
     clock.run(32, busy())
     decision = decide(config(hi=4), clock.series, 2, clock.now, capacity=8, asleep=2)
-    assert (decision.action, decision.current, decision.to) == (UP, 2, 3)
+    assert (decision.action, decision.current, decision.to) == (UP, 2, 4)
     # Below min only when rows are: one serving and one asleep is min 2.
     clock = Clock(1)
     clock.run(62, IDLE)
@@ -227,3 +236,81 @@ def test_sleeping_rows_count_towards_min_and_max_but_an_up_is_in_serving_engines
     clock.run(62, IDLE)
     assert decide(config(), clock.series, 3, clock.now, capacity=8).action == DOWN
     assert decide(config(), clock.series, 3, clock.now, capacity=8, asleep=1).action == HOLD
+
+
+def test_a_rising_queue_scales_up_though_one_sample_caught_it_at_the_line():
+    # A burst a little above the engines' pace: the queue climbs 0 → 5 per replica over the 10 s window,
+    # and one probe 4 s in caught it back at the target. It grows, it is not noise: up.
+    clock = Clock(2)
+    clock.run(20, IDLE)
+    start = clock.now
+    line = start + 4
+
+    def climbing(t):
+        return busy(waiting=1.0 if t == line else (t - start) / 2, running=8)
+
+    clock.run(10, climbing)
+    decision = decide(config(value=1.0, up=10.0), clock.series, 2, clock.now, capacity=8)
+    assert (decision.action, decision.to) == (UP, 3)
+    assert english(decision.reason) == "waiting rose to 5.0/replica > 1.0 over 10 s: 2 → 3"
+    # The same dip in a queue that stays flat around the line holds (the flapping test's rule).
+    clock = Clock(2)
+    clock.run(20, lambda t: busy(waiting=1.0 if int(t / EVERY_S) % 3 == 0 else 1.5, running=8))
+    assert decide(config(value=1.0, up=10.0), clock.series, 2, clock.now, capacity=8).action == HOLD
+
+
+def test_reports_all_older_than_a_short_window_hold_not_crash():
+    # Probes late under load: the newest report is 7 s old, inside the 10 s gap but before a 5 s window's
+    # start. Nothing was seen in the window: a hold (this raised ValueError from min() and the step died).
+    clock = Clock(2)
+    clock.run(30, busy())
+    decision = decide(config(value=1.0, up=5.0, down=30.0), clock.series, 2, clock.now + 7, capacity=8)
+    assert decision.action == HOLD
+    assert english(decision.reason) == "figures missing: holding"
+
+
+def spread(clock: Clock, seconds: float, totals) -> None:
+    """Probes of `seconds` whose requests in the engines number `totals(t)` in all, spread as the gateway's
+    least outstanding routing spreads them (whole requests, the first replicas one more)."""
+    end = clock.now + seconds
+    while clock.now < end:
+        clock.now += EVERY_S
+        total, names = totals(clock.now), list(clock.series)
+        for index, name in enumerate(names):
+            share = total // len(names) + (1 if index < total % len(names) else 0)
+            clock.series[name].append((clock.now, {"running": min(share, 2), "waiting": max(0, share - 2)}))
+
+
+def test_a_burst_at_83_percent_of_the_fewer_replicas_slots_does_not_go_down():
+    # bench/elastic's burst: 5-6 requests in the engines (5 a second of about 1 s), 2 sequences a replica,
+    # target 1 waiting. They always fit 3 replicas' 6 slots, and the old projection (load / 3 - 2 = 0
+    # waiting) went 4 → 3 mid-burst; arriving at random they queue 2.9 a replica there (Erlang C at
+    # 5.5 / 6 slots), so the burst stays on 4. From 5, the same load goes to 4 (0.14 a replica), not 3.
+    burst = config(value=1.0, lo=2, hi=5, up=5.0, down=30.0)
+    clock = Clock(4)
+    spread(clock, 32, lambda t: 5 + int(t / EVERY_S) % 2)
+    assert decide(burst, clock.series, 4, clock.now, capacity=2).action == HOLD
+    clock = Clock(5)
+    spread(clock, 32, lambda t: 5 + int(t / EVERY_S) % 2)
+    decision = decide(burst, clock.series, 5, clock.now, capacity=2)
+    assert (decision.action, decision.to, decision.figures["load"]) == (DOWN, 4, 5.5)
+    assert english(decision.reason) == "waiting on 4 replicas would be 0.138/replica < 0.5 for 30 s: 5 → 4"
+    # After it, the quiet (one request in the engines about half the time) goes to min in one step; M/M/2
+    # at one request in flight queues 1/3 (the textbook figure), under the band, on one replica of 2 slots.
+    clock.run(32, lambda t: {"running": 0, "waiting": 0})
+    spread(clock, 32, lambda t: int(t / EVERY_S) % 2)
+    assert decide(burst, clock.series, 5, clock.now, capacity=2).to == 2
+    clock = Clock(3)
+    spread(clock, 32, lambda t: 1)
+    decision = decide(config(value=1.0, lo=1, down=30.0), clock.series, 3, clock.now, capacity=2)
+    assert (decision.to, decision.figures["waiting_per_replica"]) == (1, 0.333)
+
+
+def test_no_down_while_the_load_rises_again_though_the_window_was_quiet_on_average():
+    # Quiet for most of the down window, then its last seconds back at 7 in the engines (none waiting yet,
+    # so no up): the window's mean (1.8) would fit 2 replicas, its last up window's (7) needs all 4.
+    clock = Clock(4)
+    start = clock.now
+    spread(clock, 32, lambda t: 7 if t > start + 26 else 1)
+    decision = decide(config(value=1.0, lo=2, up=5.0, down=30.0), clock.series, 4, clock.now, capacity=2)
+    assert decision.action == HOLD

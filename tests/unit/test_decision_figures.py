@@ -8,7 +8,8 @@ from panel.deployments.decisions import BadDecision, checked_figures
 
 AGREED_KINDS = {
     "scale_up", "scale_down", "scale_refused", "sleep", "wake", "wake_failed", "npu_suspect", "npu_failed",
-    "npu_recovered", "replica_moved", "request_retried", "rollout", "revision", "restart", "gave_up",
+    "npu_recovered", "replica_moved", "engine_fenced", "request_retried", "rollout", "revision", "restart",
+    "gave_up",
 }  # fmt: skip
 PERSONS_KINDS = {"start", "stop"}  # a person's start and stop of serving
 

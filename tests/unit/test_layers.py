@@ -188,6 +188,69 @@ def test_the_list_of_known_debt_only_shrinks():
     assert not set(KNOWN_DEBT) - found, f"Paid off: remove from KNOWN_DEBT: {sorted(set(KNOWN_DEBT) - found)}"
 
 
+# DRF is the API's edge: domain code raises the panel's own errors (panel.core.domain.errors), which
+# panel.core.rest.exceptions maps to the same statuses and bodies. Besides the web edge (views, api/, pages/,
+# …), these modules plug into DRF, so they may import it:
+REST_EDGE = {
+    "panel.core.rest": "the API machinery every app's API extends, and the mapping of the panel's errors",
+    "panel.settings": "DRF's settings",
+    "panel.accounts.authentication": "DRF's authentication class for API tokens",
+    "panel.accounts.permissions": "DRF's permission classes (roles, token scopes)",
+    "panel.realtime.auth": "a watch's credential re-check reads which DRF authenticator signed it in",
+}
+# Domain modules whose schema is written as DRF serializers (the spec and its parts, the request the planner
+# checks) and run by domain code itself (spec.parse_spec, planning.plan_request), whose serializer errors
+# leave as InvalidInput: they may import `rest_framework.serializers` (and drf_spectacular), nothing else
+# of DRF. The list may only shrink.
+DRF_SCHEMAS = {
+    "panel.deployments.spec.spec",
+    "panel.deployments.spec.request",
+    "panel.deployments.spec.roles_spec",
+    "panel.deployments.autoscale.spec_field",
+}
+
+
+def _rest_framework_imports() -> list[tuple[Path, str, int, str]]:
+    """(file, module, line, what) for every import of rest_framework outside the web edge and REST_EDGE;
+    `what` is the dotted name imported (`rest_framework.serializers`)."""
+    found = []
+    for path, module in _sources():
+        if _is_edge_file(path) or any(module == p or module.startswith(p + ".") for p in REST_EDGE):
+            continue
+        if "rest_framework" not in path.read_text():
+            continue
+        for node in ast.walk(_trees()[path]):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                names = [f"{node.module}.{alias.name}" for alias in node.names]
+            else:
+                continue
+            found += [(path, module, node.lineno, n) for n in names if n.split(".")[0] == "rest_framework"]
+    return found
+
+
+def test_domain_code_imports_nothing_of_drf():
+    """A module outside the API's edge that imports rest_framework (to raise its ValidationError, say)
+    fails here, named: raise InvalidInput or NotAllowed (panel.core.domain.errors) instead."""
+    found = [
+        f"{_where(path, line)}: imports {what}"
+        for path, module, line, what in _rest_framework_imports()
+        if not (module in DRF_SCHEMAS and what == "rest_framework.serializers")
+    ]
+    assert not found, (
+        "Domain modules importing DRF (raise panel.core.domain.errors' InvalidInput or NotAllowed; the API "
+        "edge maps them):\n" + "\n".join(found)
+    )
+
+
+def test_the_list_of_drf_schemas_only_shrinks():
+    importing = {module for _path, module, _line, _what in _rest_framework_imports()}
+    assert not DRF_SCHEMAS - importing, (
+        f"No DRF left: remove from DRF_SCHEMAS: {sorted(DRF_SCHEMAS - importing)}"
+    )
+
+
 def _says_why(path: Path, line: int) -> bool:
     """A comment on the import, on an import next to it, or on the line above them."""
     lines = path.read_text().splitlines()

@@ -2,6 +2,7 @@
 
 import json
 import subprocess
+import time
 
 import httpx
 import pytest
@@ -153,3 +154,27 @@ def test_it_fails_to_start_when_the_sim_driver_is_not_loaded(tmp_path):
     assert process.returncode == 1
     assert "EngineCore failed to start" in output
     assert "-8005" in output
+
+
+def test_a_headless_follower_opens_no_api_server_beside_its_head_on_the_same_port(tmp_path):
+    """Multi-node parts share one port number and, on sim hosts, one machine: the follower (as vLLM's
+    `serve --headless`) must not bind it, or it dies on the head's socket."""
+    create_host(tmp_path, "atlas-800i-a2")
+    port = free_port()
+    head = start_engine(port, "--enforce-eager")
+    env = {"ASCEND_PANEL_SIM_ROOT": str(tmp_path), "ASCEND_RT_VISIBLE_DEVICES": "1"}
+    follower = None
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}", head)
+        follower = start_engine(port, "serve", "--headless", "--enforce-eager", env=env)
+        time.sleep(2)  # start-up takes 0.6 s: a bind on the head's port would have failed by now
+        assert follower.poll() is None
+        held = [holder["pid"] for holder in sim_state.load(tmp_path)["holders"]]
+        assert held == [follower.pid]
+    finally:
+        output = stop(follower) if follower else ""
+        stop(head)
+    assert "headless mode" in output
+    assert "Application startup complete." not in output
+    assert follower is not None
+    assert follower.returncode == 0

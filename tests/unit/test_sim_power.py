@@ -76,3 +76,21 @@ def test_clearing_the_chip_faults_leaves_the_power_as_it_is(host):
     fault(host, "--clear")
     assert power.is_off(sim_state.load(host))
     power.power_on(host)
+
+
+def test_cut_off_stops_only_the_agent_and_reconnect_lets_the_same_one_go_on(host):
+    agent = started(host, "-m", "workers.agent")
+    engine = started(host, "engine")
+    try:
+        assert "left running" in fault(host, "--cut-off")
+        assert wait_state(agent.pid, "T") == "T"  # silent
+        assert state_letter(engine.pid) in "RS"  # the power stays: the engine runs on
+        assert "goes on" in fault(host, "--reconnect")
+        assert wait_state(agent.pid, "RS") in "RS"  # the same process, not a boot
+        assert agent.poll() is None
+        assert engine.poll() is None
+        assert not power.is_off(sim_state.load(host))
+    finally:
+        for process in (agent, engine):
+            process.kill()
+            process.wait(10)

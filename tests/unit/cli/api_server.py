@@ -4,10 +4,11 @@ in order, the last one repeating; every request is recorded. The real panel is t
 """
 
 import json
-import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
+
+from tests.serving_thread import serving_thread
 
 
 @dataclass
@@ -34,7 +35,7 @@ class ScriptedApi:
         self.requests: list[Request] = []
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = serving_thread(self.server)
 
     def on(self, method: str, path: str, *answers: Answer) -> None:
         self.routes[(method, path)] = list(answers)

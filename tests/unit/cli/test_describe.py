@@ -220,3 +220,16 @@ def test_describe_a_disaggregated_deployment_prints_each_engines_role(api, capsy
     assert ["NAME", "ROLE", "STATUS", "DESIRED"] in lines
     assert ["qwen-chat", "prefill", "running", "running"] in lines
     assert ["qwen-chat-d2", "decode", "starting", "running"] in lines
+
+
+def test_describe_says_what_the_autoscaler_owns_per_role(api, capsys):
+    scaled = {"min": 1, "max": 3, "target": {"kv_usage": 0.8}, "up_after_s": 30, "down_after_s": 300}
+    spec = {**SPEC, "roles": {"prefill": {"replicas": 1}, "decode": {"replicas": 2, "autoscale": scaled}}}
+    api.on(
+        "GET", "/api/v1/deployments/", Answer(200, page(deployment(roles_wanted={"prefill": 1, "decode": 2})))
+    )
+    api.on("GET", "/api/v1/deployments/7/", Answer(200, spec))
+    api.on("GET", "/api/v1/operations/", Answer(200, page()))
+    assert main(["describe", "deployment", "qwen-chat"]) == 0
+    lines = [line.split(None, 1) for line in capsys.readouterr().out.splitlines()]
+    assert ["Autoscaling:", "decode 1-3 replicas on kv_usage 0.8 (up after 30 s, down after 300 s)"] in lines

@@ -118,3 +118,21 @@ def test_rollout_history_names_the_role_a_scale_changed(api, capsys):
     row = capsys.readouterr().out.splitlines()[1]
     assert "decode replicas" in row
     assert "scale" in row
+
+
+def test_a_refused_scale_of_a_role_the_autoscaler_owns_says_why_and_exits_1(api, capsys):
+    said = "qwen-chat's decode engines scale with the load between 1 and 3: the autoscaler owns their count."
+    api.on("GET", LIST, Answer(200, page(deployment())))
+    api.on("POST", SCALE, Answer(400, {"errors": {"replicas": [said]}}))
+    assert main(["scale", "qwen-chat", "--role", "decode", "3"]) == 1
+    assert said in capsys.readouterr().err
+
+
+def test_a_line_about_one_role_names_the_role_once():
+    from panel.cli.commands.apply import change_field
+
+    assert change_field({"field": "autoscale", "role": "decode"}) == "decode autoscale"
+    owner = {"field": "replicas (autoscaler)", "role": "prefill"}
+    assert change_field(owner) == "prefill replicas (autoscaler)"
+    named = {"field": "roles.decode.engine.max_model_len", "role": "decode"}
+    assert change_field(named) == "roles.decode.engine.max_model_len"

@@ -1,38 +1,26 @@
 """Failover in the gateway, on the real web server and two sim engine processes (docs/serving-plane.md §4):
 an instance whose NPU failed gets nothing at once (the panel's Redis entry, before the pool's own cache
 turns over), a request whose engine is gone before its first byte is answered by the other one, and a
-stream whose engine dies mid-way ends with an OpenAI-shaped error event naming the cause."""
+stream whose engine dies mid-way ends with an OpenAI-shaped error event naming the cause. How a retry is
+recorded for an admin: tests/integration/test_gateway_retry_record.py."""
 
-import asyncio
 import signal
 import time
 
 import pytest
 
 from panel.catalog.models import Model
-from panel.core.domain.choices import DeploymentState, DesiredState, NpuHealthState
-from panel.deployments.decision_models import Decision
-from panel.deployments.models import Deployment
 from panel.gateway import store
-from panel.gateway.instances import failover, pool
-from panel.nodes.models import Node, Npu
-from tests.deployment_helpers import wait_for
-from tests.gateway_helpers import chat, drained, key_for, live_gateway, sse_events  # noqa: F401
+from panel.gateway.instances import failover
+from panel.nodes.models import Node
+from tests.gateway_helpers import chat, drained, fail_npu_of, key_for, replica_on_its_own_node, sse_events
 from tests.sim_engine_process import free_port, start_engine, stop, wait_healthy
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
 
 
 @pytest.fixture
-def clean_gateway_keys(_wired_to_redis):
-    client = store.client()
-    stale = list(client.scan_iter(f"{store.PREFIX}*"))
-    if stale:
-        client.delete(*stale)
-
-
-@pytest.fixture
-def two_replicas(clean_gateway_keys):
+def two_replicas(fresh_gateway_state):
     """Deployments qwen-a and qwen-b, each on NPU 0 of a node of its own, each a sim engine serving
     `qwen`; yields {name: (deployment, engine process)}."""
     model = Model.objects.create(name="qwen-failover")
@@ -41,37 +29,17 @@ def two_replicas(clean_gateway_keys):
         port = free_port()
         process = start_engine(port, env={"SIM_ENGINE_TOKEN_DELAY": "0.05"})
         wait_healthy(f"http://127.0.0.1:{port}", process)
-        node = Node.objects.create(name=f"node-{name}", address="127.0.0.1")
-        npu = Npu.objects.create(node=node, npu_id=0, chip_id=0, logic_id=0, name="910B3", health="OK")
-        deployment = Deployment.objects.create(
-            name=name,
-            model=model,
-            spec={"port": port, "served_model_name": "qwen"},
-            desired_state=DesiredState.RUNNING,
-            observed_state=DeploymentState.RUNNING,
-        )
-        deployment.nodes.set([node])
-        deployment.npus.set([npu])
-        found[name] = (deployment, process)
+        found[name] = (replica_on_its_own_node(model, name, port), process)
     yield found
     for _deployment, process in found.values():
         stop(process)
-
-
-def fail_npu_of(deployment, signal_name="npu_smi_critical"):
-    """The NPU goes failed as the health policy leaves it; the pool's cached copy is not dropped (no
-    deployment row changes), so only the panel's Redis entry can keep requests off it at once."""
-    Npu.objects.filter(deployments=deployment).update(
-        health_state=NpuHealthState.FAILED, health_reason={"signal": signal_name, "detail": "Critical"}
-    )
-    return failover.publish()
 
 
 def instances_of(rows):
     return {row.instance for row in rows}
 
 
-def test_an_instance_whose_npu_failed_gets_no_request(live_gateway, two_replicas, bob):  # noqa: F811
+def test_an_instance_whose_npu_failed_gets_no_request(live_gateway, two_replicas, bob):
     key = key_for(bob)
     assert chat(live_gateway, key, model="qwen").status_code == 200  # the pool is cached with both now
     published = fail_npu_of(two_replicas["qwen-a"][0])
@@ -82,7 +50,7 @@ def test_an_instance_whose_npu_failed_gets_no_request(live_gateway, two_replicas
     assert instances_of(rows[:8]) == {"qwen-b/0"}
 
 
-def test_a_stale_or_forged_excluded_entry_can_only_exclude(live_gateway, two_replicas, bob):  # noqa: F811
+def test_a_stale_or_forged_excluded_entry_can_only_exclude(live_gateway, two_replicas, bob):
     key = key_for(bob)
     store.client().set(failover.EXCLUDED_KEY, '{"v": {}}')  # not sealed by the panel: refused, nothing out
     for _ in range(6):
@@ -94,7 +62,7 @@ def test_a_stale_or_forged_excluded_entry_can_only_exclude(live_gateway, two_rep
 
 
 def test_a_request_whose_engine_is_gone_before_its_first_byte_is_answered_by_the_other(
-    live_gateway,  # noqa: F811
+    live_gateway,
     two_replicas,
     bob,
 ):
@@ -131,7 +99,7 @@ def stream_cut_by(gateway, key: str, two_replicas, cause, sent=signal.SIGKILL) -
 
 
 def test_a_stream_cut_mid_way_ends_with_an_error_naming_the_failed_npu(
-    live_gateway,  # noqa: F811
+    live_gateway,
     two_replicas,
     bob,
 ):
@@ -144,7 +112,7 @@ def test_a_stream_cut_mid_way_ends_with_an_error_naming_the_failed_npu(
     assert (row.instance, row.status, row.error) == ("qwen-a/0", 502, "npu_failed")
 
 
-def test_a_cut_with_no_known_cause_names_the_broken_connection(live_gateway, two_replicas, bob):  # noqa: F811
+def test_a_cut_with_no_known_cause_names_the_broken_connection(live_gateway, two_replicas, bob):
     key = key_for(bob)
     store.client().zadd(store.inflight_key("qwen-b/0"), {"busy": time.time()})
     _deployment, process = two_replicas["qwen-a"]
@@ -177,7 +145,7 @@ def silent_node_of(deployment):
 
 
 def test_an_instance_on_a_node_gone_offline_gets_no_request_from_the_sweep_on(
-    live_gateway,  # noqa: F811
+    live_gateway,
     two_replicas,
     bob,
 ):
@@ -190,7 +158,7 @@ def test_an_instance_on_a_node_gone_offline_gets_no_request_from_the_sweep_on(
 
 
 def test_a_stream_cut_when_its_node_went_offline_ends_with_an_error_naming_the_node(
-    live_gateway,  # noqa: F811
+    live_gateway,
     two_replicas,
     bob,
 ):
@@ -201,7 +169,7 @@ def test_a_stream_cut_when_its_node_went_offline_ends_with_an_error_naming_the_n
 
 
 def test_a_stream_whose_node_lost_power_ends_naming_the_node_without_waiting_for_the_gap_bound(
-    live_gateway,  # noqa: F811
+    live_gateway,
     two_replicas,
     bob,
 ):
@@ -224,7 +192,7 @@ def test_a_stream_whose_node_lost_power_ends_naming_the_node_without_waiting_for
 
 
 def test_a_whole_answer_awaited_from_a_node_that_lost_power_is_answered_by_the_other(
-    live_gateway,  # noqa: F811
+    live_gateway,
     two_replicas,
     bob,
 ):
@@ -252,7 +220,7 @@ def test_a_whole_answer_awaited_from_a_node_that_lost_power_is_answered_by_the_o
 
 
 def test_a_whole_answer_from_the_last_replica_when_its_node_lost_power_is_a_502_naming_the_node(
-    live_gateway,  # noqa: F811
+    live_gateway,
     two_replicas,
     bob,
 ):
@@ -275,30 +243,3 @@ def test_a_whole_answer_from_the_last_replica_when_its_node_lost_power_is_a_502_
     assert "Node node-qwen-a stopped answering" in error["message"]
     row = drained(1)[0]
     assert (row.instance, row.status, row.error) == ("qwen-a/0", 502, "node_offline")
-
-
-def test_a_retry_away_from_an_instance_is_recorded_once_a_minute_for_an_admin(celery_worker, two_replicas):
-    """What the gateway calls after a retry (panel.gateway.proxy.handler._open), here in this process: a
-    separate web process publishes to the broker without this test session's queue prefix, so it would not
-    reach the in-process worker."""
-    (qwen_a, _), (qwen_b, _) = two_replicas["qwen-a"], two_replicas["qwen-b"]
-    fail_npu_of(qwen_a)
-    failed = pool.Instance("qwen-a/0", qwen_a.pk, "qwen-a", "http://127.0.0.1:1/v1", "")
-    served = pool.Instance("qwen-b/0", qwen_b.pk, "qwen-b", "http://127.0.0.1:2/v1", "")
-
-    async def twice():
-        redis = store.aclient()
-        await failover.note_retry(redis, [failed], served)
-        await failover.note_retry(redis, [failed], served)  # within the minute: not recorded again
-
-    asyncio.run(twice())
-    retried = wait_for(
-        lambda: list(Decision.objects.filter(kind="request_retried")), 30, "the retry recorded"
-    )
-    time.sleep(2)  # a second record, if one were sent, would be in by now
-    assert Decision.objects.filter(kind="request_retried").count() == 1
-    assert (retried[0].deployment_name, retried[0].actor, retried[0].outcome) == ("qwen-a", "gateway", "done")
-    assert retried[0].reason == (
-        "The gateway sent requests that qwen-a/0 failed before their first byte to qwen-b/0. "
-        "Its NPU 0 failed."
-    )

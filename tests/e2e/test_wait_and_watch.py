@@ -48,8 +48,7 @@ def api(live_web, bob):
 
 @pytest.fixture
 def tiny(tiny_model):
-    folder, facts = tiny_model
-    model = Model.objects.create(name="tiny-llama", facts=facts)
+    model, folder = tiny_model
     return {"model": model.pk, "path": str(folder)}
 
 
@@ -225,7 +224,9 @@ def test_waiting_requests_hold_no_thread_of_the_server(live_web, bob):
         statuses = [answer.result().status_code for answer in answers]
         took = time.monotonic() - began
     assert statuses == [408] * waiters
-    assert took < 2 * timeout, f"{waiters} waits of {timeout} s took {took:.1f} s"
+    # One after another they would take waiters x timeout; at once, one timeout plus what a loaded 2-core
+    # machine adds (16.9 s was seen at load 29, so the bound leaves room for that and no more).
+    assert took < 3 * timeout, f"{waiters} waits of {timeout} s took {took:.1f} s"
     assert during, f"no sample: {time.monotonic() - began:.1f} s"
     assert max(during) - before < 10, (before, during)
 

@@ -4,7 +4,6 @@ remote decode, then decode with the params the prefill returned; a failing prefi
 before its first byte is retried elsewhere; a stream cut mid-way ends with an OpenAI-shaped error; params
 a client sends, or that do not hold up, never reach a decode."""
 
-import json
 import re
 import signal
 import time
@@ -12,68 +11,12 @@ import time
 import httpx
 import pytest
 
-from panel.catalog.models import Model
-from panel.core.domain.choices import DeploymentState, DesiredState
-from panel.deployments.models import Deployment
 from panel.gateway import store
-from tests.gateway_helpers import chat, drained, key_for, live_gateway, sse_events  # noqa: F401
-from tests.sim_engine_process import free_port, start_engine, stop, wait_healthy
+from tests.gateway_helpers import drained, key_for, sse_events
+from tests.sim_engine_process import stop
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(240)]
 LONG = " ".join(f"word{i}" for i in range(200))  # 200 prompt tokens: several KV blocks of 16
-
-
-@pytest.fixture
-def clean_gateway_keys(_wired_to_redis):
-    client = store.client()
-    stale = list(client.scan_iter(f"{store.PREFIX}*"))
-    if stale:
-        client.delete(*stale)
-
-
-def start_role(name: str, role: str, engine_id: str | None = None, delay: str = "0.002"):
-    port, kv_port = free_port(), free_port()
-    config = {
-        "kv_connector": "NixlConnector",
-        "kv_role": "kv_producer" if role == "prefill" else "kv_consumer",
-        "engine_id": engine_id or name,
-        "kv_port": kv_port,
-    }
-    process = start_engine(
-        port, "--kv-transfer-config", json.dumps(config), env={"SIM_ENGINE_TOKEN_DELAY": delay}
-    )
-    wait_healthy(f"http://127.0.0.1:{port}", process)
-    return port, process
-
-
-@pytest.fixture
-def pd_engines(clean_gateway_keys, request):
-    """qwen-pd (prefill), qwen-pd-r2 (prefill), qwen-pd-d1, qwen-pd-d2 (decode): sim engines serving
-    `qwen`, each a row with its role; yields {name: (row, process, port)}. A test's `impostor` marker
-    starts qwen-pd with another engine id than its row's name (its params then name the wrong engine)."""
-    impostor = getattr(request, "param", None) == "impostor"
-    model = Model.objects.create(name="qwen-pd-model")
-    found, primary = {}, None
-    layout = [
-        ("qwen-pd", "prefill"),
-        ("qwen-pd-r2", "prefill"),
-        ("qwen-pd-d1", "decode"),
-        ("qwen-pd-d2", "decode"),
-    ]
-    for name, role in layout:
-        engine_id = "someone-else" if impostor and name == "qwen-pd" else None
-        port, process = start_role(name, role, engine_id, delay="0.05" if role == "decode" else "0.002")
-        row = Deployment.objects.create(
-            name=name, model=model, role=role, replica_of=primary,
-            spec={"port": port, "served_model_name": "qwen"},
-            desired_state=DesiredState.RUNNING, observed_state=DeploymentState.RUNNING,
-        )  # fmt: skip
-        primary = primary or row
-        found[name] = (row, process, port)
-    Deployment.objects.filter(pk=primary.pk).update(roles_wanted={"prefill": 2, "decode": 2})
-    yield found
-    for _row, process, _port in found.values():
-        stop(process)
 
 
 def busy(*instance_ids):
@@ -102,7 +45,7 @@ def ask(gateway, key, content=LONG, **extra):
         return client.post("/v1/chat/completions", json=body)
 
 
-def test_a_request_is_prefilled_then_decoded_with_the_kv_the_prefill_computed(live_gateway, pd_engines, bob):  # noqa: F811
+def test_a_request_is_prefilled_then_decoded_with_the_kv_the_prefill_computed(live_gateway, pd_engines, bob):
     key = key_for(bob)
     busy("qwen-pd-r2/0", "qwen-pd-d2/0")
     answer = ask(live_gateway, key)
@@ -127,7 +70,7 @@ def test_a_request_is_prefilled_then_decoded_with_the_kv_the_prefill_computed(li
     assert "".join(e["choices"][0]["delta"].get("content", "") for e in events[:-1] if e.get("choices"))
 
 
-def test_a_failing_prefill_is_retried_on_another_prefill(live_gateway, pd_engines, bob):  # noqa: F811
+def test_a_failing_prefill_is_retried_on_another_prefill(live_gateway, pd_engines, bob):
     key = key_for(bob)
     dead = pd_engines["qwen-pd"][1]
     dead.send_signal(signal.SIGKILL)
@@ -139,7 +82,7 @@ def test_a_failing_prefill_is_retried_on_another_prefill(live_gateway, pd_engine
     assert (row.status, row.attempts) == (200, 3)  # dead prefill, the other prefill, a decode
 
 
-def test_a_decode_failing_before_its_first_byte_is_retried_on_another_decode(live_gateway, pd_engines, bob):  # noqa: F811
+def test_a_decode_failing_before_its_first_byte_is_retried_on_another_decode(live_gateway, pd_engines, bob):
     key = key_for(bob)
     dead = pd_engines["qwen-pd-d1"][1]
     dead.send_signal(signal.SIGKILL)
@@ -153,7 +96,7 @@ def test_a_decode_failing_before_its_first_byte_is_retried_on_another_decode(liv
     assert row.attempts == 4  # prefill, dead decode, prefill again (the first may be taken), decode
 
 
-def test_a_stream_cut_mid_way_ends_with_an_openai_shaped_error(live_gateway, pd_engines, bob):  # noqa: F811
+def test_a_stream_cut_mid_way_ends_with_an_openai_shaped_error(live_gateway, pd_engines, bob):
     key = key_for(bob)
     busy("qwen-pd-d2/0")
     process = pd_engines["qwen-pd-d1"][1]
@@ -171,7 +114,7 @@ def test_a_stream_cut_mid_way_ends_with_an_openai_shaped_error(live_gateway, pd_
     assert events[-1]["error"]["type"] == "server_error"
 
 
-def test_a_clients_kv_transfer_params_never_reach_a_decode(live_gateway, pd_engines, bob):  # noqa: F811
+def test_a_clients_kv_transfer_params_never_reach_a_decode(live_gateway, pd_engines, bob):
     key = key_for(bob)
     forged = {"do_remote_prefill": True, "remote_engine_id": "qwen-pd", "remote_block_ids": [0],
               "remote_host": "127.0.0.1", "remote_port": 9, "remote_request_id": "nope"}  # fmt: skip
@@ -180,7 +123,7 @@ def test_a_clients_kv_transfer_params_never_reach_a_decode(live_gateway, pd_engi
 
 
 @pytest.mark.parametrize("pd_engines", ["impostor"], indirect=True)
-def test_params_naming_another_engine_are_not_passed_on(live_gateway, pd_engines, bob):  # noqa: F811
+def test_params_naming_another_engine_are_not_passed_on(live_gateway, pd_engines, bob):
     key = key_for(bob)
     busy("qwen-pd-r2/0")  # qwen-pd (whose params name "someone-else") is picked first
     answer = ask(live_gateway, key)

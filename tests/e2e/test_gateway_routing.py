@@ -9,8 +9,7 @@ from collections import Counter
 import httpx
 import pytest
 
-from tests.gateway_helpers import drained, key_for, live_gateway  # noqa: F401  a fixture, used by name
-from tests.integration.test_gateway_pd import clean_gateway_keys, pd_engines  # noqa: F401  fixtures
+from tests.gateway_helpers import drained, key_for
 from tests.sim_engine_process import free_port, start_engine, stop, wait_healthy
 from workers.engine.running.metrics import parse_metrics
 
@@ -20,8 +19,9 @@ WORDS = ["npu", "hbm", "cube", "vector", "ring", "mesh", "link", "rack", "cache"
 
 
 @pytest.fixture
-def engines(_wired_to_redis):
-    """Two sim engines registered as a deployment `qwen` and its replica, both running and healthy."""
+def engines(fresh_gateway_state):
+    """Two sim engines registered as a deployment `qwen` and its replica, both running and healthy; the
+    gateway's Redis (usage not yet drained, routes) empty, so the usage rows counted are this test's own."""
     from panel.catalog.models import Model
     from panel.deployments.launch.engine_keys import ensure_engine_key
     from panel.deployments.models import Deployment
@@ -85,7 +85,7 @@ def chats(gateway, key, seed: int, conversations=12, turns=4) -> float:
 
 def test_prefix_routing_raises_the_engines_prefix_cache_hits_over_least_outstanding(
     engines,
-    live_gateway,  # noqa: F811
+    live_gateway,
     bob,
 ):
     primary, urls = engines
@@ -103,42 +103,38 @@ def test_prefix_routing_raises_the_engines_prefix_cache_hits_over_least_outstand
     assert {row.instance for row in rows} == {"qwen/0", "qwen-r2/0"}  # both engines served, either way
 
 
+def engines_per_session(live_gateway, key) -> list[set[str]]:
+    """Three turns of each of four sessions (X-Session-Id), one after another: the engines each served."""
+    body = {"model": "qwen", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 2}
+    with live_gateway.client(key) as client:
+        for session in ("alpha", "beta", "gamma", "delta"):
+            for _ in range(3):
+                answer = client.post("/v1/chat/completions", json=body, headers={"X-Session-Id": session})
+                assert answer.status_code == 200, answer.text
+    rows = sorted(drained(12), key=lambda row: row.time)
+    return [{row.instance for row in rows[i : i + 3]} for i in range(0, 12, 3)]
+
+
 def test_a_session_header_keeps_a_client_on_one_engine(
     engines,
-    live_gateway,  # noqa: F811
+    live_gateway,
     bob,
 ):
     primary, urls = engines
     primary.routing = "session"
     primary.save(update_fields=["routing"])
-    key = key_for(bob)
-    body = {"model": "qwen", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 2}
-    with live_gateway.client(key) as client:
-        for session in ("alpha", "beta", "gamma", "delta"):
-            for _ in range(3):
-                answer = client.post("/v1/chat/completions", json=body, headers={"X-Session-Id": session})
-                assert answer.status_code == 200, answer.text
-    rows = sorted(drained(12), key=lambda row: row.time)
-    per_session = [{row.instance for row in rows[i : i + 3]} for i in range(0, 12, 3)]
+    per_session = engines_per_session(live_gateway, key_for(bob))
     assert all(len(instances) == 1 for instances in per_session)  # each session on one engine
 
 
 def test_a_disaggregated_deployments_decode_pool_is_routed_by_its_policy(
-    pd_engines,  # noqa: F811
-    live_gateway,  # noqa: F811
+    pd_engines,
+    live_gateway,
     bob,
 ):
     primary = pd_engines["qwen-pd"][0]
     primary.routing = "session"
     primary.save(update_fields=["routing"])
-    key = key_for(bob)
-    body = {"model": "qwen", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 2}
-    with live_gateway.client(key) as client:
-        for session in ("alpha", "beta", "gamma", "delta"):
-            for _ in range(3):
-                answer = client.post("/v1/chat/completions", json=body, headers={"X-Session-Id": session})
-                assert answer.status_code == 200, answer.text
-    rows = sorted(drained(12), key=lambda row: row.time)
-    per_session = [{row.instance for row in rows[i : i + 3]} for i in range(0, 12, 3)]
+    per_session = engines_per_session(live_gateway, key_for(bob))
     assert all(len(instances) == 1 for instances in per_session), per_session  # one decode each
     assert set().union(*per_session) <= {"qwen-pd-d1/0", "qwen-pd-d2/0"}
