@@ -19,7 +19,8 @@ run: $(STAMP)
 # The fast suite: unit and integration tests (needs a Redis: REDIS_URL, else an embedded one is started), side
 # by side in FAST_WORKERS processes (one more than the cores, at most 4: most tests wait on servers and engines
 # they started, so one process per core left a 2-core machine idle 60 % of the time; 3 there took 6:51 against
-# 10:52 for 2, and 4 gave no more); a test module stays on one worker, since its tests share module-scoped
+# 10:52 for 2, and 4 gave no more; since the end-to-end tests moved out, 3:26-3:33 in three runs on a quiet 2-core
+# machine, 2026-12-07); a test module stays on one worker, since its tests share module-scoped
 # servers and some run in file order as the steps of one story.
 FAST_WORKERS ?= $(shell n=$$(( $$(nproc 2>/dev/null || echo 2) + 1 )); [ $$n -gt 4 ] && n=4; echo $$n)
 FAST := $(PY) -m pytest tests/unit tests/integration -q -n $(FAST_WORKERS) --dist loadfile
@@ -27,9 +28,11 @@ FAST := $(PY) -m pytest tests/unit tests/integration -q -n $(FAST_WORKERS) --dis
 test: $(STAMP)
 	$(FAST)
 
-# End to end: whole programs as an admin starts them (`make run` and Ctrl-C, agents installed over real SSH,
-# several Celery workers and gateways at once, rolling updates): minutes each, so not in a contributor's
-# `make test`; CI runs them in test-all. Same side-by-side processes as the fast tier.
+# End to end: whole programs as an admin starts them (`make run` and Ctrl-C, agents installed over real SSH
+# or by install-agent.sh into a venv, stacks installed with a venv and pip, several Celery workers and gateways
+# at once, the gateway in front of sim engine processes, rolling updates, waits on a live web server while
+# engines start and fail, podman containers): minutes each, so not in a contributor's `make test`; CI runs
+# them in test-all. Same side-by-side processes as the fast tier.
 E2E := $(PY) -m pytest tests/e2e -q -n $(FAST_WORKERS) --dist loadfile
 
 test-e2e: $(STAMP)

@@ -13,22 +13,29 @@ for 4 min; --short halves every part (the same shape). It is replayed, streamed 
 against each deployment in turn, in one run:
   fixed_max   replicas: --max
   fixed_min   replicas: --min
-  autoscaled  autoscale: {min, max, target: {waiting_per_replica: --target-waiting}, up_after_s: 5,
-              down_after_s: 30}
+  autoscaled  autoscale: {min, max, target: {waiting_per_replica: --target-waiting}, up_after_s: 5
+              (--up-after-s), down_after_s: 30 (--down-after-s)}
 A request meets the SLO when it answers 200, streams to [DONE] and its first token came within
 --slo-ttft-s (measured by the client). NPU-seconds: the NPUs the deployment's rows hold (replicas, counted
 every second from the API, a replica still stopping included) over the trace. Cold start: from a replica
 row's first sighting to its `running` (the first replica of each deployment and every one the autoscaler
-added). Sleep is not used here: wake_s_p50 is null.
+added). First up: seconds from the burst's start to the autoscaler's first `scale_up` (or `wake`): when
+it fires decides what it costs (docs/serving-plane.md §3: a late one sized to a grown backlog).
+
+Before them, the scale-to-zero phase (bench/elastic_wake.py): a deployment with `idle:` and
+`autoscale: {min: 0}` goes idle, sleeps, and --wake-rounds times is woken by --wake-concurrent requests sent
+at once; each must get its first token within the round's wake time (the gateway's `wake` decision) + 1 s,
+and each round must cause one wake.
 
 Under load a probe's /health (2 s) can miss: --unhealthy-after (10; the panel's default is 3) failed probes in
 a row restart an engine.
 
 Last line JSON: {"slo_attainment": {"fixed_max", "fixed_min", "autoscaled"}, "npu_seconds": {...},
-"wake_s_p50": null, "cold_start_s_p50": s, "failed": n, "failures": {phase: {"status code": n}},
-"requests": {...}, "replicas_max_seen": {...}, "load_1m": [at start, at end],
-"targets": {"slo_vs_fixed_max": a/b, "npu_seconds_vs_fixed_max": c/d}}. Targets: autoscaled SLO attainment
->= 0.98 x fixed_max's with <= 0.6 x its NPU-seconds, failed 0.
+"wake_s_p50": w, "answered_within_wake_plus_1s": fraction, "wakes_per_round": [...], "cold_start_s_p50": s,
+"failed": n, "failures": {phase: {"status code": n}}, "requests": {...}, "replicas_max_seen": {...},
+"first_up_s": s, "scale_events": [...], "load_1m": [at start, at end], "targets": {"slo_vs_fixed_max": a/b,
+"npu_seconds_vs_fixed_max": c/d}}. Targets: autoscaled SLO attainment >= 0.98 x fixed_max's with <= 0.6 x
+its NPU-seconds, answered_within_wake_plus_1s 1.0 with one wake per round, failed 0.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ import sys
 import tempfile
 import threading
 import time
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -53,6 +61,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.api_race import MODEL, NODE, Panel, sign_in, start_panel, wait_for_model  # noqa: E402
+from bench.elastic_wake import zero_phase, zero_spec  # noqa: E402
 
 BURST = 10.0
 TRACE_S = ((120.0, 1.0), (240.0, BURST), (240.0, 1.0))  # (seconds, x quiet rate): quiet, burst, quiet
@@ -180,13 +189,14 @@ def phase(panel: Panel, name: str, body: dict, arrivals: list[float], args) -> d
     panel.settled(name)
     time.sleep(3)  # a few probes' figures before the trace: the autoscaler's window starts covered
     watcher.counting.set()
-    started = time.monotonic()
+    started, started_at = time.monotonic(), time.time()
     results = asyncio.run(replay(panel.url, panel.headers, name, arrivals, args.tokens))
     took = time.monotonic() - started
     watcher.counting.clear()
     watcher.stopping.set()
     watcher.join(10)
-    decisions = panel.client.get(f"/deployments/{name}/events/").json() if args.events else {}
+    decisions = panel.client.get(f"/deployments/{name}/events/", params={"page_size": 200}).json()
+    steps = scale_events(decisions.get("results") or [], started_at + TRACE_S[0][0] * args.trace_scale)
     panel.client.delete(f"/deployments/{name}/")
     panel.gone(name)
     met = sum(1 for ok, first, _why, _at in results if ok and first is not None and first <= args.slo_ttft_s)
@@ -202,8 +212,9 @@ def phase(panel: Panel, name: str, body: dict, arrivals: list[float], args) -> d
         f"most {watcher.most}, failures {causes}",
         file=sys.stderr,
     )
-    for event in (decisions.get("results") or [])[:20]:
-        print(f"  {event.get('time')} {event.get('kind')} {event.get('reason')}", file=sys.stderr)
+    if args.events:
+        for event in (decisions.get("results") or [])[:20]:
+            print(f"  {event.get('time')} {event.get('kind')} {event.get('reason')}", file=sys.stderr)
     return {
         "slo": met / len(results) if results else None,
         "npu_seconds": round(watcher.npu_seconds, 1),
@@ -212,7 +223,23 @@ def phase(panel: Panel, name: str, body: dict, arrivals: list[float], args) -> d
         "most": watcher.most,
         "cold_starts": watcher.cold_starts(),
         "failures": {why: len(at) for why, at in causes.items()},
+        "steps": steps,
     }
+
+
+STEP_KINDS = ("scale_up", "scale_down", "wake", "sleep")
+
+
+def scale_events(events: list[dict], burst_at: float) -> list[list]:
+    """The autoscaler's steps, oldest first: [seconds from the burst's start, kind, from, to]."""
+    steps = []
+    for event in reversed(events):
+        if event.get("kind") not in STEP_KINDS or event.get("actor") != "leader":
+            continue
+        when = datetime.fromisoformat(event["time"]).timestamp()
+        figures = event.get("figures") or {}
+        steps.append([round(when - burst_at, 1), event["kind"], figures.get("from"), figures.get("to")])
+    return steps
 
 
 def main() -> int:
@@ -223,6 +250,8 @@ def main() -> int:
     parser.add_argument("--scale", type=float, default=None, help="time scale of the trace (default 1)")
     parser.add_argument("--min", type=int, default=2)
     parser.add_argument("--max", type=int, default=5)
+    parser.add_argument("--up-after-s", type=float, default=5.0, help="the autoscale block's up window")
+    parser.add_argument("--down-after-s", type=float, default=30.0, help="the autoscale block's down window")
     parser.add_argument("--quiet-rps", type=float, default=1.0)
     parser.add_argument("--tokens", type=int, default=20, help="tokens each answer streams")
     parser.add_argument("--token-delay", type=float, default=0.05, help="the sim engine's seconds per token")
@@ -231,18 +260,24 @@ def main() -> int:
     parser.add_argument("--target-waiting", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=36)
     parser.add_argument("--events", action="store_true", help="print the autoscaler's recorded decisions")
+    parser.add_argument("--wake-rounds", type=int, default=4, help="sleeps and wakes at zero")
+    parser.add_argument("--wake-concurrent", type=int, default=6, help="first requests sent at once a round")
+    parser.add_argument("--wake-s", type=float, default=1.0, help="the sim engine's level-1 wake time")
+    parser.add_argument("--zero-after-s", type=int, default=8, help="quiet seconds before min 0 sleeps")
+    parser.add_argument("--zero-only", action="store_true", help="only the scale-to-zero phase (minutes)")
     parser.add_argument(
         "--unhealthy-after", type=int, default=10, help="failed /health probes before an engine restarts"
     )
     args = parser.parse_args()
     scale = args.scale if args.scale is not None else (0.5 if args.short else 1.0)
+    args.trace_scale = scale
     arrivals = trace(scale, args.quiet_rps, args.seed)
     autoscale = {
         "min": args.min,
         "max": args.max,
         "target": {"waiting_per_replica": args.target_waiting},
-        "up_after_s": 5,
-        "down_after_s": 30,
+        "up_after_s": args.up_after_s,
+        "down_after_s": args.down_after_s,
     }
     plans = (
         ("fixed_max", spec("elastic-max", args, replicas=args.max)),
@@ -256,6 +291,7 @@ def main() -> int:
         # A probe's /health has 2 s: on a machine shared with other work (load 20 on 2 cores here) three
         # misses in a row restarted every engine at once, and the bench measured the machine, not scaling.
         "PANEL_DEPLOY_UNHEALTHY_AFTER": str(args.unhealthy_after),
+        "SIM_ENGINE_WAKE_S_LEVEL1": str(args.wake_s),
     }
     load_at_start = os.getloadavg()[0]  # the machine is shared: its load moves the figures as much as policy
     process, url = start_panel(scratch, extra_env=engine_env)
@@ -264,11 +300,23 @@ def main() -> int:
     try:
         panel = Panel(url, sign_in(url))
         wait_for_model(panel)
+        # Scale to zero first: minutes, where the three traces take half an hour; its failure is reported
+        # in the last line and the traces still run.
+        zero_body = zero_spec("elastic-zero", plans[0][1], args.zero_after_s, args.wake_concurrent)
+        try:
+            zero = zero_phase(panel, "elastic-zero", zero_body, args, one_request)
+        except (Exception, SystemExit) as error:
+            print(f"elastic-zero: {error!r}", file=sys.stderr)
+            zero = {"error": str(error)[:300], "failed": 1, "wake_s_p50": None, "first_token_s_max": None,
+                    "answered_within_wake_plus_1s": None, "wakes_per_round": []}  # fmt: skip
+        if args.zero_only:
+            print(json.dumps(zero))
+            return 0 if not zero["failed"] else 1
         figures = {label: phase(panel, body["name"], body, arrivals, args) for label, body in plans}
     finally:
         process.terminate()  # panel.run stops its children and the sim engines
         process.wait(60)
-    if any(result["failed"] for result in figures.values()):
+    if zero["failed"] or any(result["failed"] for result in figures.values()):
         print(f"requests failed: the panel's logs are kept in {scratch}", file=sys.stderr)
     else:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -280,14 +328,23 @@ def main() -> int:
             {
                 "slo_attainment": slo,
                 "npu_seconds": npu,
-                "wake_s_p50": None,
+                "wake_s_p50": zero["wake_s_p50"],
+                "answered_within_wake_plus_1s": zero["answered_within_wake_plus_1s"],
+                "wakes_per_round": zero["wakes_per_round"],
                 "cold_start_s_p50": round(statistics.median(colds), 2) if colds else None,
-                "failed": sum(result["failed"] for result in figures.values()),
+                "failed": sum(result["failed"] for result in figures.values()) + zero["failed"],
                 "failures": {
                     label: result["failures"] for label, result in figures.items() if result["failures"]
                 },
                 "requests": {label: result["requests"] for label, result in figures.items()},
                 "replicas_max_seen": {label: result["most"] for label, result in figures.items()},
+                "first_up_s": next(
+                    (step[0] for step in figures["autoscaled"]["steps"] if step[1] in ("scale_up", "wake")),
+                    None,
+                ),
+                "scale_events": figures["autoscaled"]["steps"],
+                "wake_first_token_s_max": zero["first_token_s_max"],
+                **({"zero_error": zero["error"]} if "error" in zero else {}),
                 "load_1m": [round(load_at_start, 1), round(os.getloadavg()[0], 1)],
                 "targets": {
                     "slo_vs_fixed_max": round(slo["autoscaled"] / slo["fixed_max"], 3)

@@ -1,6 +1,7 @@
 """NPU failover on sim hosts: faults injected under 16 streaming clients, capacity restored and requests kept.
 
-    .venv/bin/python bench/failover.py [--clients 16] [--tokens 30] [--token-delay 0.05] [--only NAME ...]
+    .venv/bin/python bench/failover.py [--clients 16] [--dp-clients 8] [--tokens 30] [--token-delay 0.05]
+        [--only NAME ...]
 
 Real parts: the whole panel as `make run` starts it (python -m panel.run: web with the /v1 gateway, panel
 worker, beat with the reconcile tick, agents on the simulated hosts sim-a2 and sim-duo, embedded Redis) on a
@@ -8,7 +9,16 @@ scratch data directory and free ports. Two deployments serve one model name thro
 each: `fo-a` on sim-a2 (where the faults go) and `fo-b` on sim-duo. --clients clients stream chats through
 the gateway back to back for the whole run.
 
-Each scenario injects one fault into the chip under fo-a with the sim host's own fault command
+Beside them a multi-node deployment, `fo-dp` (bench/failover_dp.py): one engine, data parallel 2, over two
+more A2 sim hosts the bench adds (sim-dp1..3, with agents of its own; the third is where a lost node's part
+goes), a head and a headless follower, serving a model name of its own to --dp-clients clients of its own;
+`fo-dp-b`, one engine on sim-dp3, serves that name too (the replica a request not started is tried on).
+Two scenarios hit it: `dp_link_down`, the RoCE link of its follower's NPU (the whole replica is planned
+again, head included: panel/deployments/failover/replace.py `_whole`), and `dp_node_power_off`, the power
+of its head's node (both parts start again on the two other hosts). Capacity restored: a row of fo-dp
+running, every part up, on NPUs off the failed one / the lost node.
+
+Each NPU scenario injects one fault into the chip under fo-a with the sim host's own fault command
 (`python -m workers.sim fault --root <host tree> --npu N ...`, which makes npu-smi / hccn_tool print what the
 field prints): health Critical, an ECC burst (double-bit HBM errors), the RoCE link down, the chip gone. The
 agent's metrics carry it to the health policy, which marks the NPU failed; the gateway excludes fo-a at once
@@ -33,9 +43,19 @@ with both given; "cut_causes" counts their codes, e.g. upstream_broken when an e
 "moved_back_and_forth" counts moves of fo-a onto NPUs an earlier move took it off
 (panel/deployments/failover/policy.py).
 
+Each scenario's "phases" say where its time went (seconds from the fault): "moved_s" (the failover's
+replica_moved) and per row of the deployment ("rows", the surge that restores capacity first, then the row
+replaced after it) "network_check_s" and "launch_s" ([first sent, last ended] of its operations since the
+fault; "network_check_operations" counts the check's, one per node and round).
+
 Last line JSON: {"scenarios", "recovered", "capacity_restored_s_max", "failed_unstarted_requests",
 "cut_streams", "cut_streams_with_error", "moved_back_and_forth", "per_scenario", "cut_causes", "requests",
-"load_1m"} (the machine's 1-minute load average when the bench started and ended).
+"requests_by_model", "load_1m"} (the machine's 1-minute load average when the bench started and ended):
+both deployments' clients added up, moves back and forth counted per deployment. Each entry of
+"per_scenario" names the deployment it hit and carries the answers that ended while its scenario ran
+(from its fault until the next scenario begins: "cut_streams", "cut_streams_with_error",
+"failed_unstarted_requests", "cut_causes"; "by_model" splits them by the model the clients asked for); the
+few that end before the first scenario or after the last count under "outside_scenarios".
 Targets: capacity_restored_s_max <= 60, failed_unstarted_requests 0, cut_streams_with_error == cut_streams.
 """
 
@@ -59,6 +79,7 @@ import httpx
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench import failover_dp as dp  # noqa: E402
 from bench.api_race import MODEL, Panel, sign_in, start_panel, wait_for_model  # noqa: E402
 from panel.deployments.failover.policy import back_and_forth  # noqa: E402  (pure: no Django needed)
 
@@ -73,8 +94,12 @@ SCENARIOS = {
     "ecc_burst": ["--ecc-burst", "64"],
     "link_down": ["--link-down"],
     "chip_gone": ["--chip-gone"],
+    # The multi-node DP deployment's (bench/failover_dp.py): its follower's link, then its head's node.
+    "dp_link_down": ["--link-down"],
+    "dp_node_power_off": ["--power-off"],
 }
-NODE_FAULTS = {"node_power_off": ["--power-on"]}  # the whole host's faults, and how each ends
+NODE_FAULTS = {"node_power_off": ["--power-on"], "dp_node_power_off": ["--power-on"]}  # how each ends
+DP_SCENARIOS = ("dp_link_down", "dp_node_power_off")
 PROMPT = [{"role": "user", "content": "Tell me about NPU failover."}]
 
 
@@ -88,6 +113,9 @@ class Clients(threading.Thread):
         self.model = model  # the served model name (tests/faults/failover_scenarios.py asks its own)
         self.counts = {"whole": 0, "unstarted": 0, "cut": 0, "cut_with_error": 0}
         self.causes: dict[str, int] = {}  # the error codes cut streams ended with
+        # The scenario under way (set by the bench) and what ended during each: {scenario: {kind: n}}.
+        self.scenario = ""
+        self.by_scenario: dict[str, dict[str, int]] = {}
         self.samples: list[str] = []
         self.stopping = threading.Event()
 
@@ -106,6 +134,11 @@ class Clients(threading.Thread):
             if kind == "cut_with_error":
                 kind = self._readable(sample)
             self.counts[kind] += 1
+            mine = self.by_scenario.setdefault(self.scenario, {})
+            mine[kind] = mine.get(kind, 0) + 1
+            if kind == "cut_with_error":
+                code = f"code:{json.loads(sample)['error']['code']}"
+                mine[code] = mine.get(code, 0) + 1
             if kind != "whole" and len(self.samples) < 20:
                 self.samples.append(f"{kind}: {sample[-300:]}")
 
@@ -161,9 +194,10 @@ def rows_of(panel: Panel, name: str) -> list[dict]:
     return rows
 
 
-def restored(panel: Panel, gone) -> bool:
-    """Whether a row of fo-a runs off what failed (`gone(npus)`: the row's NPUs still touch it)."""
-    for row in rows_of(panel, SICK[0]):
+def restored(panel: Panel, name: str, gone) -> bool:
+    """Whether a row of `name` runs off what failed (`gone(npus)`: the row's NPUs still touch it); a
+    multi-node row runs only once every part does."""
+    for row in rows_of(panel, name):
         held = {(npu["node"], npu["npu_id"]) for npu in row.get("npus") or []}
         if row["status"] == "running" and held and not gone(held):
             return True
@@ -192,10 +226,19 @@ def sim_clear(scratch: Path, node: str) -> None:
     subprocess.run(command, cwd=REPO, check=True, capture_output=True, timeout=60)
 
 
-def scenario(panel: Panel, scratch: Path, name: str, flags: list[str], moves: list) -> dict:
-    panel.settled(SICK[0])
-    before = npus_of(panel, SICK[0])
-    (node, npu_id) = sorted(before)[0]
+def site(panel: Panel, name: str, target: str) -> tuple[str, int]:
+    """Where a scenario's fault goes: fo-a's (first) NPU; the DP deployment's follower part for a link, its
+    head's node for a power cut (the part the gateway sends to)."""
+    if target == dp.DP:
+        return dp.part_of(panel, "head" if name in NODE_FAULTS else "follower")
+    return sorted(npus_of(panel, target))[0]
+
+
+def scenario(panel: Panel, scratch: Path, name: str, flags: list[str], moves: dict) -> dict:
+    target = dp.DP if name in DP_SCENARIOS else SICK[0]
+    panel.settled(target)
+    before = npus_of(panel, target)
+    (node, npu_id) = site(panel, name, target)
     whole_node = name in NODE_FAULTS
     if whole_node:
         gone = lambda held: any(where == node for where, _npu in held)  # noqa: E731
@@ -206,12 +249,12 @@ def scenario(panel: Panel, scratch: Path, name: str, flags: list[str], moves: li
     try:
         sim_fault(scratch, node, None if whole_node else npu_id, flags)
         while time.monotonic() - started < RESTORE_TIMEOUT_S:
-            if restored(panel, gone):
+            if restored(panel, target, gone):
                 took = time.monotonic() - started
                 break
             time.sleep(0.5)
         try:
-            panel.settled(SICK[0])  # the surge gone, fo-a running off what failed
+            panel.settled(target)  # the surge gone, the deployment running off what failed
         except SystemExit as error:
             print(f"{name}: {error}", file=sys.stderr)
     finally:
@@ -219,45 +262,87 @@ def scenario(panel: Panel, scratch: Path, name: str, flags: list[str], moves: li
             sim_fault(scratch, node, None, NODE_FAULTS[name])  # the power comes back whatever happened
         else:
             sim_clear(scratch, node)
-    after = npus_of(panel, SICK[0])
+    after = npus_of(panel, target)
     if after != before:
-        moves.append((before, after))
+        moves.setdefault(target, []).append((before, after))
     if whole_node:
-        back_in = hysteresis(panel, node, after, moves)
-    events = panel.client.get(f"/deployments/{SICK[0]}/events/").json()
-    kinds = ("replica_moved", "npu_failed")
-    recent = [e for e in (events.get("results") or []) if e.get("kind") in kinds][:3]
+        back_in = hysteresis(panel, target, node, after, moves.setdefault(target, []))
     what = node if whole_node else f"{node} NPU {npu_id}"
     print(f"{name}: {what} -> restored in {took} s; {before} -> {after}", file=sys.stderr)
+    found = {
+        "name": name,
+        "deployment": target,
+        "npu": node if whole_node else f"{node}:{npu_id}",
+        "restored_s": None if took is None else round(took, 1),
+        "detected_s": detected(panel, target, node, None if whole_node else npu_id, wall),
+        "phases": phases_or_why(panel, target, wall),
+    }
+    if whole_node:
+        found["node_online_again_s"] = back_in
+    if whole_node and target == SICK[0]:
+        put_back(panel)
+    return found
+
+
+def detected(panel: Panel, target: str, node: str, npu_id: int | None, wall: float) -> float | None:
+    """How much of the restore was seeing the fault (fault -> NPU failed, or, for a silent node, -> the
+    move off it) rather than the move itself: seconds from the fault's wall time."""
+    events = panel.client.get(f"/deployments/{target}/events/").json()
+    kinds = ("replica_moved", "npu_failed")
+    recent = [e for e in (events.get("results") or []) if e.get("kind") in kinds][:3]
     for event in recent:
         print(f"  {event.get('kind')} {event.get('outcome')}: {event.get('reason')}", file=sys.stderr)
-    # How much of it was seeing the fault (fault -> NPU failed, or -> the move off a silent node) and how
-    # much the move itself.
-    if whole_node:
+    if npu_id is None:
         seen = [e for e in recent if e.get("kind") == "replica_moved" and node in (e.get("reason") or "")]
     else:
         seen = [
             e for e in recent if e.get("kind") == "npu_failed" and f"NPU {npu_id}/" in (e.get("reason") or "")
         ]
-    detected = None
-    if seen:
-        detected = round(datetime.fromisoformat(seen[0]["time"]).timestamp() - wall, 1)
-    found = {
-        "name": name,
-        "npu": node if whole_node else f"{node}:{npu_id}",
-        "restored_s": None if took is None else round(took, 1),
-        "detected_s": detected,
-    }
-    if whole_node:
-        found["node_online_again_s"] = back_in
-        put_back(panel)
+    return round(datetime.fromisoformat(seen[0]["time"]).timestamp() - wall, 1) if seen else None
+
+
+def phases(panel: Panel, target: str, wall: float) -> dict:
+    """Where the restore's time went, in seconds from the fault's wall time: the move (replica_moved), and
+    per row of the deployment (the surge first restores capacity; the row replaced after it follows) its NPU
+    network check before a multi-node launch (first sent, last ended, its operations: one per node and
+    round) and its launches (first sent, last ended), from the events and the operations since the fault."""
+    found: dict = {}
+    events = panel.client.get(f"/deployments/{target}/events/").json().get("results") or []
+    moved = [e["time"] for e in events if e.get("kind") == "replica_moved"]
+    if moved and (at := datetime.fromisoformat(moved[0]).timestamp() - wall) >= 0:
+        found["moved_s"] = round(at, 1)
+    rows: dict[str, dict] = {}
+    for kind, key in (("fabric_check", "network_check_s"), ("deploy", "launch_s")):
+        answer = panel.client.get("/operations/", params={"kind": kind, "page_size": 50})
+        body = answer.json() if answer.status_code == 200 else {}
+        for op in body.get("results", body) if isinstance(body, dict) else body:
+            sent = datetime.fromisoformat(op["created"]).timestamp() - wall
+            if op["target"].startswith(target) and sent >= 0:
+                rows.setdefault(op["target"], {}).setdefault(key, []).append((sent, op.get("finished")))
+    for row in rows.values():
+        for key, ops in list(row.items()):
+            ends = [datetime.fromisoformat(end).timestamp() - wall for _sent, end in ops if end]
+            row[key] = [round(min(sent for sent, _end in ops), 1), round(max(ends), 1) if ends else None]
+            if key == "network_check_s":
+                row["network_check_operations"] = len(ops)
+    found["rows"] = dict(
+        sorted(rows.items(), key=lambda item: min(v[0] for k, v in item[1].items() if k.endswith("_s")))
+    )
     return found
 
 
-def hysteresis(panel: Panel, node: str, after: frozenset, moves: list) -> float | None:
-    """The node is back: wait for it to be online, then HYSTERESIS_S; a move fo-a makes meanwhile (by the
-    failover: nobody else changes it) is recorded, so a move back onto the node counts. Returns how long
-    the node took to come online after the power-on (None: it did not)."""
+def phases_or_why(panel: Panel, target: str, wall: float) -> dict:
+    """`phases`, or why they could not be read: a breakdown must not cost the run its figures."""
+    try:
+        return phases(panel, target, wall)
+    except (httpx.HTTPError, KeyError, TypeError, ValueError) as error:
+        return {"unread": repr(error)[:200]}
+
+
+def hysteresis(panel: Panel, target: str, node: str, after: frozenset, moves: list) -> float | None:
+    """The node is back: wait for it to be online, then HYSTERESIS_S; a move `target` makes meanwhile (by
+    the failover: nobody else changes it) is recorded, so a move back onto the node counts. Returns how
+    long the node took to come online after the power-on (None: it did not)."""
     began = time.monotonic()
     online = None
     while time.monotonic() - began < ONLINE_TIMEOUT_S:
@@ -266,10 +351,10 @@ def hysteresis(panel: Panel, node: str, after: frozenset, moves: list) -> float 
             break
         time.sleep(1)
     time.sleep(HYSTERESIS_S)
-    later = npus_of(panel, SICK[0])
+    later = npus_of(panel, target)
     if later != after:
         moves.append((after, later))
-        print(f"  after the power came back fo-a moved {after} -> {later}", file=sys.stderr)
+        print(f"  after the power came back {target} moved {after} -> {later}", file=sys.stderr)
     return online
 
 
@@ -298,62 +383,116 @@ def inference_key(panel: Panel) -> dict:
     return {"Authorization": f"Bearer {answer.json()['token']}"}
 
 
+def cuts_of(kinds: dict[str, int]) -> dict:
+    """What ended during one scenario: cut streams (with a readable error or not), failed unstarted ones."""
+    return {
+        "cut_streams": kinds.get("cut", 0) + kinds.get("cut_with_error", 0),
+        "cut_streams_with_error": kinds.get("cut_with_error", 0),
+        "failed_unstarted_requests": kinds.get("unstarted", 0),
+        "cut_causes": {kind[5:]: n for kind, n in kinds.items() if kind.startswith("code:")},
+    }
+
+
+def added(counts: list[dict[str, int]]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for one in counts:
+        for kind, n in one.items():
+            total[kind] = total.get(kind, 0) + n
+    return total
+
+
+def run_scenarios(panel: Panel, scratch: Path, chosen: list[str], groups: dict, moves: dict) -> list[dict]:
+    """The clients stream from start to end; each scenario's answers are counted under its name."""
+    results = []
+    for clients in groups.values():
+        clients.start()
+    time.sleep(5)
+    for name in chosen:
+        for clients in groups.values():
+            clients.scenario = name
+        results.append(scenario(panel, scratch, name, SCENARIOS[name], moves))
+    for clients in groups.values():
+        clients.scenario = ""
+    time.sleep(5)
+    for clients in groups.values():
+        clients.stopping.set()
+    for clients in groups.values():
+        clients.join(120)
+    return results
+
+
+def summary(results: list[dict], groups: dict[str, Clients], moves: dict, load_at_start: float) -> dict:
+    """The last line: every client group's answers added up, each scenario's cuts beside its figures."""
+    counts = added([c.counts for c in groups.values()])
+    for served, clients in groups.items():
+        for sample in clients.samples:
+            print(f"  {served} {sample}", file=sys.stderr)
+    times = [r["restored_s"] for r in results if r["restored_s"] is not None]
+    for found in results:
+        ended = {served: c.by_scenario.get(found["name"]) or {} for served, c in groups.items()}
+        found.update(cuts_of(added(list(ended.values()))))
+        found["by_model"] = {served: cuts_of(kinds) for served, kinds in ended.items() if kinds}
+    return {
+        "scenarios": len(results),
+        "recovered": len(times),
+        "capacity_restored_s_max": max(times, default=None),
+        "failed_unstarted_requests": counts["unstarted"],
+        "cut_streams": counts["cut"] + counts["cut_with_error"],
+        "cut_streams_with_error": counts["cut_with_error"],
+        "moved_back_and_forth": sum(back_and_forth(each) for each in moves.values()),
+        "per_scenario": results,
+        "cut_causes": added([c.causes for c in groups.values()]),
+        "outside_scenarios": cuts_of(added([c.by_scenario.get("") or {} for c in groups.values()])),
+        "requests": sum(counts.values()),
+        "requests_by_model": {served: sum(c.counts.values()) for served, c in groups.items()},
+        "load_1m": {"start": load_at_start, "end": round(os.getloadavg()[0], 1)},
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--dp-clients", type=int, default=8, help="clients of the multi-node deployment")
     parser.add_argument("--tokens", type=int, default=30, help="tokens each answer streams")
     parser.add_argument("--token-delay", type=float, default=0.05, help="the sim engine's seconds per token")
     parser.add_argument("--only", nargs="*", choices=sorted(SCENARIOS), help="scenarios (default: all)")
     args = parser.parse_args()
     chosen = [name for name in SCENARIOS if not args.only or name in args.only]
+    with_dp = any(name in DP_SCENARIOS for name in chosen)
     scratch = Path(tempfile.mkdtemp(prefix="failover-"))  # kept when the bench fails: its logs say why
     # The sim engines' timings: panel.run's agents pass their environment on to the engines they start.
     os.environ.update({"SIM_ENGINE_TOKEN_DELAY": str(args.token_delay), "SIM_ENGINE_START_DELAY": "0.5"})
     load_at_start = round(os.getloadavg()[0], 1)  # a shared machine: figures mean little without it
-    process, url = start_panel(scratch)
-    results: list[dict] = []
-    moves: list[tuple[frozenset, frozenset]] = []
+    redis, redis_url = dp.start_redis(scratch)  # the agents bench/failover_dp.py adds need its address
+    hosts = dp.DpHosts(scratch, dp.panel_env(scratch, redis_url))
+    process, url = start_panel(scratch, {"REDIS_URL": redis_url})
+    moves: dict[str, list[tuple[frozenset, frozenset]]] = {}
+    groups: dict[str, Clients] = {}
     try:
         panel = Panel(url, sign_in(url))
         wait_for_model(panel)
-        for name, node in (SICK, HEALTHY):
-            panel.client.put(f"/deployments/{name}/", json=spec(name, node)).raise_for_status()
-        for name, _node in (SICK, HEALTHY):
+        deployments = [(name, spec(name, node)) for name, node in (SICK, HEALTHY)]
+        if with_dp:
+            hosts.set_up()
+            deployments += [(dp.FALLBACK, dp.fallback_spec()), (dp.DP, dp.dp_spec())]
+        for name, body in deployments:
+            panel.client.put(f"/deployments/{name}/", json=body).raise_for_status()
+        for name, _body in deployments:
             panel.settled(name)
-        clients = Clients(url, inference_key(panel), args.clients, args.tokens)
-        clients.start()
-        time.sleep(5)
-        for name in chosen:
-            results.append(scenario(panel, scratch, name, SCENARIOS[name], moves))
-        time.sleep(5)
-        clients.stopping.set()
-        clients.join(120)
+        key = inference_key(panel)
+        groups[SERVED] = Clients(url, key, args.clients, args.tokens)
+        if with_dp:
+            groups[dp.DP] = Clients(url, key, args.dp_clients, args.tokens, model=dp.DP)
+        results = run_scenarios(panel, scratch, chosen, groups, moves)
     finally:
         process.terminate()  # panel.run stops its children and the sim engines
         process.wait(60)
-    counts = clients.counts
-    for sample in clients.samples:
-        print(f"  {sample}", file=sys.stderr)
-    times = [r["restored_s"] for r in results if r["restored_s"] is not None]
-    print(
-        json.dumps(
-            {
-                "scenarios": len(results),
-                "recovered": len(times),
-                "capacity_restored_s_max": max(times, default=None),
-                "failed_unstarted_requests": counts["unstarted"],
-                "cut_streams": counts["cut"] + counts["cut_with_error"],
-                "cut_streams_with_error": counts["cut_with_error"],
-                "moved_back_and_forth": back_and_forth(moves),
-                "per_scenario": results,
-                "cut_causes": clients.causes,
-                "requests": sum(counts.values()),
-                "load_1m": {"start": load_at_start, "end": round(os.getloadavg()[0], 1)},
-            }
-        )
-    )
+        hosts.close()  # the bench's own agents and their engines
+        redis.terminate()
+        redis.wait(30)
+    print(json.dumps(summary(results, groups, moves, load_at_start)))
     shutil.rmtree(scratch, ignore_errors=True)
     return 0
 

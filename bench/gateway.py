@@ -1,7 +1,7 @@
 """The /v1 gateway's cost: the same streaming chats straight to the engines and through the gateway.
 
     .venv/bin/python bench/gateway.py [--streams 128] [--tokens-per-s 30] [--max-tokens 128]
-                                      [--engines 2] [--seconds 15] [--rounds 2]
+                                      [--engines 2] [--seconds 15] [--rounds 2] [--watchdog]
 
 Starts an embedded redis-server, the web server (panel.web: the panel, gateway included) on a scratch
 database and N sim engines (workers.sim.engine, each with its engine API key, paced like an NPU:
@@ -16,6 +16,12 @@ received in the window (tokens/s), the time to first token of requests started i
 process's CPU (user + system).
 The added TTFT is the gateway's percentile minus the direct one. The usage rows of the gateway's requests are
 drained into the database at the end and counted. The last line is JSON.
+
+--watchdog: what the silent-engine watchdog (panel/gateway/instances/silence.py: one small task per request,
+woken every 2 s) costs. A second web server on the same database and Redis runs with
+PANEL_GATEWAY_SILENCE_WATCHDOG=0, and each round adds a phase through it right after the gateway phase; the
+JSON gains "watchdog": each web process's CPU per request (ms, the window's share as for the gateway figure)
+with and without it, their ratio, and the TTFT p50 both ways.
 """
 
 import argparse
@@ -90,7 +96,7 @@ def percentile(values: list[float], q: float) -> float | None:
 class Stack:
     """redis-server, the web server and the sim engines on a scratch directory; stopped together."""
 
-    def __init__(self, engines: int, tokens_per_s: float, profile: str = ""):
+    def __init__(self, engines: int, tokens_per_s: float, profile: str = "", watchdog_off: bool = False):
         from panel import web
         from panel.run import Supervisor, free_port, start_embedded_redis, wait_for_port
 
@@ -113,6 +119,15 @@ class Stack:
         profiled = ["-c", PROFILED.format(path=profile)] if profile else []
         started = self.supervisor.start("web", [PYTHON, *profiled, *server], quiet=True)
         self.web = psutil.Process(started.pid)
+        self.web_off, self.url_off = None, ""
+        if watchdog_off:  # the same server without the silent-engine watchdog, for --watchdog
+            off_port = free_port()
+            _python, *off = [*web.argv("127.0.0.1", off_port), "--no-access-log"]
+            env_off = {"PANEL_GATEWAY_SILENCE_WATCHDOG": "0"}
+            self.web_off = psutil.Process(
+                self.supervisor.start("web-off", [PYTHON, *off], env_off, quiet=True).pid
+            )
+            self.url_off = f"http://127.0.0.1:{off_port}"
         # The engines and the clients stand in for other machines (NPU hosts, applications): from here on
         # this process and what it starts run at HELPERS_NICE, so that on a shared box they take as little
         # CPU as they can from the web process under test. Both phases run with the same helpers.
@@ -130,6 +145,8 @@ class Stack:
             self.engines.append(psutil.Process(process.pid))
         for port in [*self.engine_keys, self.web_port]:
             wait_for_port(port, timeout=60)
+        if self.url_off:
+            wait_for_port(int(self.url_off.rsplit(":", 1)[1]), timeout=60)
         self.url = f"http://127.0.0.1:{self.web_port}"
 
     def drain(self) -> int:
@@ -272,9 +289,14 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--profile-web", default="", help="write the web process's cProfile stats here")
+    parser.add_argument(
+        "--watchdog", action="store_true", help="also measure the gateway without its watchdog"
+    )
     args = parser.parse_args()
 
-    stack = Stack(args.engines, args.tokens_per_s, args.profile_web)
+    stack = Stack(args.engines, args.tokens_per_s, args.profile_web, args.watchdog)
+    unwatched: list[Phase] = []
+    unwatched_cpu = 0.0
     try:
         direct_targets = [
             (f"http://127.0.0.1:{port}/v1/chat/completions", {"Authorization": f"Bearer {key}"})
@@ -300,6 +322,15 @@ def main() -> int:
             web_waited += (waited_s(stack.web) - wait_before) * share
             redis_cpu += (cpu_s(stack.redis) - redis_before) * share
             gateway.append(phase)
+            if stack.web_off is not None:
+                off_targets = [(f"{stack.url_off}/v1/chat/completions", gateway_targets[0][1])]
+                off_before = cpu_s(stack.web_off)
+                unwatched.append(
+                    asyncio.run(
+                        run_phase("unwatched", off_targets, args.streams, args.seconds, args.max_tokens)
+                    )
+                )
+                unwatched_cpu += (cpu_s(stack.web_off) - off_before) * share
             print(
                 f"round {round_index + 1}: direct {direct[-1].tokens / args.seconds:.0f} tok/s, "
                 f"gateway {phase.tokens / args.seconds:.0f} tok/s",
@@ -333,8 +364,31 @@ def main() -> int:
         if gateway_tokens
         else None,
     }
+    if unwatched:
+        result["watchdog"] = watchdog_figures(gateway, web_cpu, unwatched, unwatched_cpu, g)
     print(json.dumps(result))
-    return 0 if not (d["errors"] or g["errors"]) else 1
+    errors = d["errors"] or g["errors"] or sum(len(p.errors) for p in unwatched)
+    return 0 if not errors else 1
+
+
+def watchdog_figures(
+    watched: list[Phase], watched_cpu: float, unwatched: list[Phase], unwatched_cpu: float, g
+):
+    """Web CPU per request (ms) with and without the silent-engine watchdog, and the TTFT p50 both ways."""
+    seconds = 1.0  # tok_s is not reported here; summary() needs a window only for it
+    off = summary(unwatched, seconds)
+    on_requests, off_requests = sum(p.requests for p in watched), sum(p.requests for p in unwatched)
+    on_ms = watched_cpu * 1000 / on_requests if on_requests else None
+    off_ms = unwatched_cpu * 1000 / off_requests if off_requests else None
+    return {
+        "cpu_ms_per_request_on": round(on_ms, 3) if on_ms is not None else None,
+        "cpu_ms_per_request_off": round(off_ms, 3) if off_ms is not None else None,
+        "cpu_ratio_on_off": round(on_ms / off_ms, 3) if on_ms and off_ms else None,
+        "requests_on": on_requests,
+        "requests_off": off_requests,
+        "ttft_p50_ms_on": g["ttft_p50_ms"],
+        "ttft_p50_ms_off": off["ttft_p50_ms"],
+    }
 
 
 if __name__ == "__main__":

