@@ -62,25 +62,27 @@ def words(rng, n) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(n))
 
 
-def chats(gateway, key, seed: int, conversations=12, turns=4) -> float:
-    """Multi-turn chats after one shared system prompt, turn by turn across the conversations; the engines'
-    prefix cache hit rate over them."""
+def chats(gateway, key, seed: int, conversations=12, turns=4) -> tuple[float, list[list[str]]]:
+    """Multi-turn chats after one shared system prompt, turn by turn across the conversations: the engines'
+    prefix cache hit rate over them, and each conversation's request ids in turn order."""
     rng = random.Random(seed)
     system = {"role": "system", "content": words(rng, 60)}
     histories = [[system, {"role": "user", "content": words(rng, 50)}] for _ in range(conversations)]
+    request_ids: list[list[str]] = [[] for _ in range(conversations)]
     before = cache_counters(gateway.engine_urls)
     with gateway.client(key) as client:
         for _turn in range(turns):
-            for history in histories:
+            for history, ids in zip(histories, request_ids, strict=True):
                 answer = client.post("/v1/chat/completions", json={"model": "qwen", "messages": history})
                 assert answer.status_code == 200, answer.text
+                ids.append(answer.headers["x-request-id"])
                 reply = answer.json()["choices"][0]["message"]["content"]
                 history += [
                     {"role": "assistant", "content": reply},
                     {"role": "user", "content": words(rng, 20)},
                 ]
     after = cache_counters(gateway.engine_urls)
-    return (after[1] - before[1]) / (after[0] - before[0])
+    return (after[1] - before[1]) / (after[0] - before[0]), request_ids
 
 
 def test_prefix_routing_raises_the_engines_prefix_cache_hits_over_least_outstanding(
@@ -91,16 +93,25 @@ def test_prefix_routing_raises_the_engines_prefix_cache_hits_over_least_outstand
     primary, urls = engines
     live_gateway.engine_urls = urls
     key = key_for(bob)
-    least = chats(live_gateway, key, seed=1)
+    least, spread = chats(live_gateway, key, seed=1)
     primary.routing = "prefix"
     primary.save(update_fields=["routing"])  # as apply saves it: the gateway drops its copy of the pool
-    prefix = chats(live_gateway, key, seed=2)
-    # Least outstanding sends a conversation's next turn to either engine; prefix to the one holding it.
-    assert prefix > 0.6
-    assert prefix > least * 1.2, (least, prefix)
+    prefix, held = chats(live_gateway, key, seed=2)
     rows = drained(96)
     assert Counter((row.status, row.error) for row in rows) == {(200, ""): 96}  # a failure names its code
+    served_by = {row.request_id: row.instance for row in rows}
+    # Prefix routing sends a conversation's every turn to the engine that holds its history (one request at a
+    # time: no engine is ever past the load bound); least outstanding to either, by a coin at each tie.
+    assert all(len({served_by[i] for i in ids}) == 1 for ids in held), [
+        [served_by[i] for i in ids] for ids in held
+    ]
+    assert any(len({served_by[i] for i in ids}) == 2 for ids in spread)
     assert {row.instance for row in rows} == {"qwen/0", "qwen-r2/0"}  # both engines served, either way
+    # And the engines say so. How much higher is bench/routing.py's to measure (real vLLM, 1,536 requests):
+    # Least outstanding gave 0.49-0.57 over five runs of these 48 coin-routed requests, prefix 0.665 (CI once
+    # failed a 1.2x bound here: 0.567 against 0.665).
+    assert prefix > 0.6
+    assert prefix > least, (least, prefix)
 
 
 def engines_per_session(live_gateway, key) -> list[set[str]]:
