@@ -21,6 +21,7 @@ import pytest
 
 import tests.sshd
 from tests.integration.conftest import TEST_NODE
+from tests.provisioning_helpers import wait_finished
 from workers.models.download import DISK_MARGIN_BYTES
 from workers.models.host_keys import sha256_fingerprint
 from workers.models.tiny import make_tiny_model
@@ -101,7 +102,9 @@ def test_a_model_is_copied_over_ssh_byte_for_byte_and_recorded_on_the_target(
     shown = host_key_fingerprint(sshd_server.host, sshd_server.port)  # what the admin confirmed
     target = target_node(sshd_server, "copy-b", fingerprint=shown)
 
-    copy = wait_for(start_copy(original, target, bob, target_user=sshd_server.username))
+    # Every event stored, read in the agent's order: its batches leave from several threads, and the one with
+    # the last redraw (100 %) may arrive after the one that ends the copy (CI once read 99 as the last).
+    copy = wait_finished(start_copy(original, target, bob, target_user=sshd_server.username), timeout=120)
 
     assert copy.status == "succeeded", (copy.error, copy.hint)
     sent = files_of(celery_worker.sim_root / original.path.lstrip("/"))
@@ -109,7 +112,7 @@ def test_a_model_is_copied_over_ssh_byte_for_byte_and_recorded_on_the_target(
     assert arrived == sent
     assert {"config.json", "model.safetensors"} <= set(arrived)
     total = sum(size for size, _ in sent.values())
-    progress = [e.payload for e in copy.events.filter(kind="progress")]
+    progress = [e.payload for e in copy.events.filter(kind="progress").order_by("attempt", "agent_seq")]
     rsync_reports = [p for p in progress if p["stage"].startswith("Copying to ")]
     assert rsync_reports, progress
     assert rsync_reports[-1]["percent"] == 100
@@ -241,7 +244,7 @@ def test_a_retry_after_a_cut_off_copy_needs_room_only_for_what_is_missing(
         sshd_server, "copy-tight", fingerprint=host_key_fingerprint(sshd_server.host, sshd_server.port)
     )
 
-    copy = wait_for(start_copy(source, target, bob, target_user=sshd_server.username))
+    copy = wait_finished(start_copy(source, target, bob, target_user=sshd_server.username), timeout=120)
 
     assert copy.status == "succeeded", (copy.error, copy.hint)
     assert files_of(Path(source.path)) == files_of(sent_from)
