@@ -365,7 +365,6 @@ PANEL_BEAT_KEY = env.str("PANEL_BEAT_KEY", default="ascend-panel:beat")
 PANEL_OPERATION_PICKUP_S = env.int("PANEL_OPERATION_PICKUP_S", default=900)
 PANEL_OPERATION_OFFLINE_GRACE_S = env.int("PANEL_OPERATION_OFFLINE_GRACE_S", default=60)
 PANEL_WS_RECHECK_S = env.float("PANEL_WS_RECHECK_S", default=30)
-PANEL_WS_FRAMES_EVERY_S = env.float("PANEL_WS_FRAMES_EVERY_S", default=0.2)
 # Waiting and watching (`?wait=`, `?watch=true`; docs/api-streams.md): a wait reads the deployment again at
 # least this often besides on each broadcast, a watch sends a keepalive comment and re-reads its objects
 # (and re-checks the viewer's credential) this often.

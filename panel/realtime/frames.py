@@ -4,10 +4,7 @@ The panel worker publishes every frame of a drain (a node's metrics, the fleet s
 one Redis channel; each web process holds one subscription for all its sockets and hands every socket the
 frames of the groups it joined (permission-checked when it subscribed), as one websocket message. So a
 busy second costs a web process one Redis message per drain instead of one channel-layer message per
-socket, and a socket one send per drain instead of one per node. The drains that arrive while the hub
-hands frames out go to the sockets together, at most every PANEL_WS_FRAMES_EVERY_S (the first after a
-quiet spell at once): the ingesters of several panel workers publish a drain each up to ten times a second,
-and each was a send per socket. Lossy by design, like the metrics path:
+socket, and a socket one send per drain instead of one per node. Lossy by design, like the metrics path:
 a process that is not subscribed at that moment misses the frames, and a page back-fills over REST.
 
 Wire format: lines of "<group>\\t<frame JSON>"; group names cannot hold tabs or newlines and JSON text has
@@ -78,9 +75,6 @@ class FrameHub:
         self.sockets: set = set()  # consumers with `groups_joined` and an async `forward_frames(texts)`
         self._task: asyncio.Task | None = None
         self._ready: asyncio.Event | None = None
-        self._handing_out: asyncio.Task | None = None
-        self._received: list[str] = []  # payloads not yet handed out, oldest first
-        self._arrived = asyncio.Event()
 
     async def join(self, socket) -> None:
         """Deliver frames to `socket` from now on; returns once the subscription is live."""
@@ -93,13 +87,13 @@ class FrameHub:
 
     async def leave(self, socket) -> None:
         self.sockets.discard(socket)
-        if self.sockets or self._task is None:
-            return
-        if asyncio.current_task() is self._handing_out:
-            return  # left inside a delivery (a credential just expired): that delivery ends the subscription
-        task, self._task = self._task, None
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        if not self.sockets and self._task is not None:
+            task, self._task = self._task, None
+            task.cancel()
+            # A socket may leave from inside a delivery (its credential just expired): the subscription task
+            # then ends at its next await instead of waiting for itself.
+            if task is not asyncio.current_task():
+                await asyncio.gather(task, return_exceptions=True)
 
     async def deliver(self, payload: str) -> None:
         by_group: dict[str, list[str]] = {}
@@ -115,15 +109,6 @@ class FrameHub:
                     log.debug("metrics frames to a closing socket dropped", exc_info=True)
 
     async def _listen(self, ready: asyncio.Event) -> None:
-        self._received.clear()  # what a stopped subscription left is older than the sockets that join now
-        handing_out = self._handing_out = asyncio.get_running_loop().create_task(self._hand_out())
-        try:
-            await self._subscribe(ready)
-        finally:
-            handing_out.cancel()
-            await asyncio.gather(handing_out, return_exceptions=True)
-
-    async def _subscribe(self, ready: asyncio.Event) -> None:
         while True:
             client = redis.asyncio.Redis.from_url(settings.REDIS_URL, decode_responses=True)
             try:
@@ -131,8 +116,7 @@ class FrameHub:
                     await pubsub.subscribe(channel())
                     ready.set()
                     async for message in pubsub.listen():
-                        self._received.append(message["data"])
-                        self._arrived.set()
+                        await self.deliver(message["data"])
             except asyncio.CancelledError:
                 raise
             except Exception:  # Redis restarting: pages back-fill what they missed when frames resume
@@ -141,21 +125,6 @@ class FrameHub:
                 await asyncio.sleep(RETRY_S)
             finally:
                 await client.aclose()
-
-    async def _hand_out(self) -> None:
-        """Deliver what arrived, then wait out the rest of PANEL_WS_FRAMES_EVERY_S before the next one."""
-        loop = asyncio.get_running_loop()
-        while True:
-            await self._arrived.wait()
-            self._arrived.clear()
-            payloads, self._received = self._received, []
-            started = loop.time()
-            await self.deliver("\n".join(payloads))  # lines: payloads join as one
-            if not self.sockets and self._task is not None:  # the last socket left during the delivery
-                task, self._task = self._task, None
-                task.cancel()  # and with it this task
-                return
-            await asyncio.sleep(max(0.0, started + settings.PANEL_WS_FRAMES_EVERY_S - loop.time()))
 
 
 _hubs: dict[asyncio.AbstractEventLoop, FrameHub] = {}

@@ -1,6 +1,5 @@
 """Live metrics frames, published once per ingest drain (panel.realtime.frames) on the real Redis, reach
-only the sockets that joined their group, in order, several to a websocket message; drains that arrive
-while a web process waits out PANEL_WS_FRAMES_EVERY_S reach a socket as one message."""
+only the sockets that joined their group, in order, several to a websocket message."""
 
 import json
 
@@ -70,20 +69,6 @@ async def test_a_socket_gets_the_frames_of_the_groups_it_joined_and_no_others(al
     assert await alerts_only.receive_nothing(timeout=0.1)
     for communicator in (node_a, fleet, alerts_only):
         await communicator.disconnect()
-
-
-async def test_drains_arriving_within_the_delivery_interval_reach_a_socket_as_one_message(alice, settings):
-    from panel.nodes.models import Node
-
-    settings.PANEL_WS_FRAMES_EVERY_S = 5  # long enough that the next two publishes land inside it
-    await database_sync_to_async(Node.objects.create)(name="fan-e", transport="agent")
-    communicator = await connect_as(alice, ["node.fan-e"])
-    await database_sync_to_async(publish)([metrics("fan-e", 1)])
-    assert [f["seq"] for f in await frames_from(communicator)] == [1]  # the first after quiet: at once
-    await database_sync_to_async(publish)([metrics("fan-e", 2)])
-    await database_sync_to_async(publish)([metrics("fan-e", 3)])
-    assert [f["seq"] for f in await frames_from(communicator)] == [2, 3]
-    await communicator.disconnect()
 
 
 async def test_a_socket_that_leaves_its_node_groups_stops_getting_frames(alice):
