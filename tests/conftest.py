@@ -157,16 +157,31 @@ def _wired_to_redis(redis_url, test_prefix, django_db_setup, _celery_on_test_red
     return redis_url
 
 
-@pytest.fixture
-def fresh_gateway_state(_wired_to_redis):
-    """The session's Redis outlives each test's database: the gateway's counters, limits and usage start
-    empty (here, for every tier that runs the gateway against Redis)."""
+def _empty_gateway_keys() -> None:
     from panel.gateway import store
 
     client = store.client()
     stale = list(client.scan_iter(f"{store.PREFIX}*"))
     if stale:
         client.delete(*stale)
+
+
+@pytest.fixture
+def fresh_gateway_state(_wired_to_redis):
+    """The session's Redis outlives each test's database: the gateway's counters, limits and usage start
+    empty (here, for every tier that runs the gateway against Redis)."""
+    _empty_gateway_keys()
+
+
+@pytest.fixture
+def gateway_redis(redis_url, settings):
+    """The gateway's store on the session's Redis, its keys emptied; the store's async client (for unit
+    tests that drive the gateway's Redis scripts without the rest of the panel)."""
+    from panel.gateway import store
+
+    settings.REDIS_URL = redis_url
+    _empty_gateway_keys()
+    return store.aclient
 
 
 @pytest.fixture(scope="session", autouse=True)

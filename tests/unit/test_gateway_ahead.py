@@ -17,13 +17,9 @@ from panel.gateway.proxy.handler import Request, _plan_ahead
 
 
 @pytest.fixture
-def redis(redis_url, settings):
-    settings.REDIS_URL = redis_url
-    client = store.client()
-    for key in client.scan_iter(f"{store.PREFIX}*"):
-        client.delete(key)
+def redis(gateway_redis):
     ahead.forget()
-    yield store.aclient
+    yield gateway_redis
     ahead.forget()
 
 

@@ -14,12 +14,8 @@ MINUTE_START = 1_800_000_000 - 1_800_000_000 % 60  # a whole minute, so the test
 
 
 @pytest.fixture
-def redis(redis_url, settings):
-    settings.REDIS_URL = redis_url
-    client = store.client()
-    for key in client.scan_iter(f"{store.PREFIX}*"):
-        client.delete(key)
-    return store.aclient
+def redis(gateway_redis):
+    return gateway_redis
 
 
 def instances(*names):

@@ -118,12 +118,8 @@ def test_a_suspect_holder_is_never_preferred():
 
 
 @pytest.fixture
-def redis(redis_url, settings):
-    settings.REDIS_URL = redis_url
-    client = store.client()
-    for key in client.scan_iter(f"{store.PREFIX}*"):
-        client.delete(key)
-    return store.aclient
+def redis(gateway_redis):
+    return gateway_redis
 
 
 def instances(n):

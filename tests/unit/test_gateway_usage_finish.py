@@ -29,11 +29,7 @@ TURNS = 40
 
 
 @pytest.fixture
-def redis(redis_url, settings):
-    settings.REDIS_URL = redis_url
-    client = store.client()
-    for key in client.scan_iter(f"{store.PREFIX}*"):
-        client.delete(key)
+def redis(gateway_redis, redis_url):
     return redis_url
 
 
