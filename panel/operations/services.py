@@ -10,6 +10,7 @@ from django.utils import timezone
 from panel.core.domain.choices import OperationStatus
 from panel.core.models import one_or_none
 from panel.nodes.agents.trust import refuse
+from panel.nodes.models import Node
 from panel.nodes.services import apply_inventory
 from panel.operations import texts
 from panel.operations.dispatch import dispatch
@@ -91,26 +92,26 @@ INGEST_CHANGES = [
 ]  # fmt: skip
 
 
-def ingest_events(batch_data: dict, *, sender: str) -> list[OperationEvent]:
+def ingest_events(batch_data: dict, *, sender: Node) -> list[OperationEvent]:
     """Store a batch of agent events. Replayed and out-of-order batches are safe: an event is known by its
     (attempt, agent_seq) and stored once; each new one takes the next position (`seq`) in the operation's
     log, so every attempt's lines stay in the log in order. Older attempts' events are kept but never move
     the status: the newest attempt's do, and only while the operation is open: once it ended, no batch (one
     repeating the attempt number included) changes its state, result or error again. `sender` is the node
-    whose credential signed the batch, always required: a batch about another node's operation is refused."""
+    whose credential signed the batch (its row as the signature's check read it), always required: a batch
+    about another node's operation is refused."""
     batch = EventBatch.model_validate(batch_data)
     with transaction.atomic():
-        operation = one_or_none(
-            Operation.objects.select_for_update(of=("self",))
-            .select_related("node")
-            .filter(pk=batch.operation_id)
-        )
+        operation = one_or_none(Operation.objects.select_for_update().filter(pk=batch.operation_id))
         if operation is None:
             log.warning("events for unknown operation %s dropped", batch.operation_id)
             return []
-        if operation.node is None or operation.node.name != sender:
-            refuse("event_batch", sender, f"operation {operation.id} belongs to another node", "sender")
+        if operation.node_id is None or operation.node_id != sender.pk:
+            refuse("event_batch", sender.name, f"operation {operation.id} belongs to another node", "sender")
             return []
+        # The node's row was just read by the check: not read again (nor its facts and npu-smi text decoded
+        # again) with every batch of the fleet's most frequent task.
+        operation.node = sender
         was_open = not operation.is_terminal
         if batch.attempt > operation.attempt and was_open:
             operation.attempt = batch.attempt

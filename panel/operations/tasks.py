@@ -38,7 +38,7 @@ def ingest_events(self, envelope: dict) -> int:
         # ingest queue's guard (panel.nodes.agents.ingest_guard) refuses from anyone, the panel's worker
         # included.
         raise self.retry(exc=error, countdown=countdown, queue=PANEL_QUEUE) from error
-    return len(ingest(batch, sender=node.name))
+    return len(ingest(batch, sender=node))
 
 
 @app.task(name=ASK_STILL_WANTED)

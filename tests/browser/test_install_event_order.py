@@ -41,8 +41,8 @@ first = batch((1, "state", {"state": "running"}), (2, "log", plan),
               (5, "log", step("reboot", "running")), (6, "log", step("reboot", "failed")))
 second = batch((7, "log", step("reboot", "checking")), (8, "log", step("reboot", "skipped")),
                (9, "progress", {"percent": 60, "stage": "venv"}), (10, "log", step("venv", "running")))
-ingest_events(second, sender=node.name)
-ingest_events(first, sender=node.name)
+ingest_events(second, sender=node)
+ingest_events(first, sender=node)
 """
 
 

@@ -37,9 +37,10 @@ def event_batch(operation, *events, final_seq=None) -> dict:
 
 def ingest_as_its_node(batch: dict) -> list:
     """Store a batch as the panel does once its envelope verified: sent by the node the batch names."""
+    from panel.nodes.models import Node
     from panel.operations.services import ingest_events
 
-    return ingest_events(batch, sender=batch["node"])
+    return ingest_events(batch, sender=Node.objects.get(name=batch["node"]))
 
 
 def wait_until_ended(operation, timeout=90):

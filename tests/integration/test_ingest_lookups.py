@@ -57,3 +57,26 @@ def test_an_event_batch_for_no_known_operation_is_still_dropped(operation):
     stray = event_batch(operation, (1, "log", {"line": "x"}))
     stray["operation_id"] = "00000000-0000-0000-0000-000000000000"
     assert ingest_as_its_node(stray) == []
+
+
+def test_an_event_batch_reads_no_node_row_but_the_senders_check(operation):
+    """The node's row, as the envelope's check read it, is the one the batch's operation is matched against:
+    no second read of the node (with its facts and npu-smi text) per batch."""
+    from panel.operations.services import ingest_events
+
+    sender = Node.objects.get(name="lookup-node")
+    batch = event_batch(operation, (1, "state", {"state": "running"}))
+    with CaptureQueriesContext(connection) as captured:
+        assert len(ingest_events(batch, sender=sender)) == 1
+    assert lookups(captured.captured_queries, "nodes_node") == []
+    assert not any('JOIN "nodes_node"' in q["sql"] for q in captured.captured_queries)
+
+
+def test_an_event_batch_about_another_nodes_operation_is_refused(operation):
+    from panel.operations.services import ingest_events
+
+    other = Node.objects.create(name="other-node", transport="agent", inventoried_at=utcnow())
+    batch = event_batch(operation, (1, "state", {"state": "running"}))
+    assert ingest_events(batch, sender=other) == []
+    operation.refresh_from_db()
+    assert operation.status != "running"

@@ -172,7 +172,7 @@ def test_a_lost_attempt_is_sent_again_and_its_log_keeps_both_attempts_in_order(c
         lease.acquire()
     wait_for(lambda: operation_field(operation, "sent_at"), 10, "the operation to be sent")
     running = event_batch(operation, (1, "state", {"state": "running"}), (2, "log", {"line": "one"}))
-    ingest_events(running, sender=node.name)
+    ingest_events(running, sender=node)
     time.sleep(1)
     lease.release()  # the agent died: the kernel dropped its flock
     operation.refresh_from_db()
