@@ -185,17 +185,24 @@ def mark_silent_nodes_offline(now=None) -> list[str]:
     now = now or timezone.now()
     changed = []
     unwatched = Q(transport=NodeTransport.SSH, ssh_host_key_fingerprint="")
-    for node in Node.objects.filter(status=NodeStatus.ONLINE).exclude(unwatched):
-        if node.last_heartbeat is None or now - node.last_heartbeat > silent_limit(node.heartbeat_interval):
-            with transaction.atomic():
-                updated = Node.objects.filter(pk=node.pk, status=NodeStatus.ONLINE).update(
-                    status=NodeStatus.OFFLINE
-                )
-                if updated:
-                    node.status = NodeStatus.OFFLINE
-                    _announce(node)
-                    node_offline.send(Node, node=node)
-                    changed.append(node.name)
+    # Every 2 s over every online node: three columns each, whole rows (facts, npu-smi text) only of the
+    # silent ones, which are few.
+    online = Node.objects.filter(status=NodeStatus.ONLINE).exclude(unwatched)
+    silent = [
+        pk
+        for pk, last, interval in online.values_list("pk", "last_heartbeat", "heartbeat_interval")
+        if last is None or now - last > silent_limit(interval)
+    ]
+    for node in Node.objects.filter(pk__in=silent):
+        with transaction.atomic():
+            updated = Node.objects.filter(pk=node.pk, status=NodeStatus.ONLINE).update(
+                status=NodeStatus.OFFLINE
+            )
+            if updated:
+                node.status = NodeStatus.OFFLINE
+                _announce(node)
+                node_offline.send(Node, node=node)
+                changed.append(node.name)
     return changed
 
 

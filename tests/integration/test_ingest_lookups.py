@@ -80,3 +80,26 @@ def test_an_event_batch_about_another_nodes_operation_is_refused(operation):
     assert ingest_events(batch, sender=other) == []
     operation.refresh_from_db()
     assert operation.status != "running"
+
+
+def test_the_offline_sweep_reads_whole_rows_of_the_silent_nodes_only():
+    """Every 2 s over every online node: their heartbeat columns, and whole rows (facts, npu-smi text) of
+    the ones it takes offline."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from panel.nodes.services import mark_silent_nodes_offline
+
+    now = timezone.now()
+    for name, heard in [("beating-1", now), ("beating-2", now), ("silent-1", now - timedelta(minutes=5))]:
+        Node.objects.create(
+            name=name, transport="agent", status="online", last_heartbeat=heard, facts={"cpu": "x" * 1000}
+        )
+    with CaptureQueriesContext(connection) as captured:
+        assert mark_silent_nodes_offline(now=now) == ["silent-1"]
+    whole = [sql for sql in lookups(captured.captured_queries, "nodes_node") if '"facts"' in sql]
+    assert len(whole) == 1
+    silent_pk = Node.objects.get(name="silent-1").pk
+    assert f"IN ({silent_pk})" in whole[0]
+    assert Node.objects.get(name="beating-1").status == "online"
