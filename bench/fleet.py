@@ -367,9 +367,11 @@ async def phase(fleet: Fleet, kind: str, pages: list[list[str]], seconds: float,
         ]
     else:
         runs, ready = [], []
+    lags: list[float] = []
     before, after = await measure_window(
-        kind, runs, ready, window, stop, fleet.snapshot, warmup=warmup, seconds=seconds, ready_within=180
-    )
+        kind, runs, ready, window, stop, fleet.snapshot, warmup=warmup, seconds=seconds, ready_within=180,
+        lags=lags,
+    )  # fmt: skip
     cpu = {key: after["cpu"][key] - before["cpu"][key] for key in after["cpu"]}
     infra = spent(before["servers"], after["servers"])
     cpu |= infra
@@ -377,7 +379,9 @@ async def phase(fleet: Fleet, kind: str, pages: list[list[str]], seconds: float,
     counters = {key: after[key] - before[key] for key in ("rows", "sessions", "commits")}
     print(f"{kind}: database {counters}", file=sys.stderr)
     print(cpu_line(f"{kind} ({seconds:.0f} s)", cpu), file=sys.stderr)
-    return {"received": received, "window": window, "cpu": cpu, **counters}
+    lag = [round(quantile(lags, q), 1) for q in (0.5, 0.99)]
+    print(f"{kind}: the viewers' loop woke late by p50 {lag[0]} ms, p99 {lag[1]} ms", file=sys.stderr)
+    return {"received": received, "window": window, "cpu": cpu, "loop_lag_ms": lag, **counters}
 
 
 async def one_window(fleet: Fleet, pages: list[list[str]], args) -> tuple[dict, dict]:

@@ -19,6 +19,9 @@ figures:
                         the infrastructure together;
   db_rows_per_s         rows inserted, updated or deleted in the bench's database over the three phases;
   ingest_lag_ms         p50 and p99 of agent → panel alone (each node's last sample, read after push);
+  viewer_loop_lag_ms    p50 and p99 of how late the viewers' own event loop woke over the push phase: the
+                        bench's own delay inside p99_ms (its viewers share the panel's cores; browsers
+                        would not);
   publish_errors        publishes (and queue reads) of the load that failed, by kind, over the whole window;
   deaths                panel processes (or the load) that exited during it.
 """
@@ -132,6 +135,7 @@ def window_figures(seconds: float, phases: dict, pages: list[list[str]], measure
         **ratios,
         "db_rows_per_s": round(rows / (3 * seconds), 1),
         "ingest_lag_ms": measured["ingest_lag_ms"],
+        "viewer_loop_lag_ms": push["loop_lag_ms"],
         **measured["faults"],
         "load_average": measured["load_average"],
     }

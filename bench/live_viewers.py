@@ -16,6 +16,7 @@ import time
 from datetime import UTC, datetime
 
 import httpx
+import orjson
 import psutil
 import websockets
 from websockets.typing import Origin
@@ -53,7 +54,7 @@ async def push_client(
             except TimeoutError:
                 continue
             arrived = time.time()
-            data = json.loads(raw)
+            data = orjson.loads(raw)
             for message in data if isinstance(data, list) else [data]:  # frames come several to a message
                 if message.get("type") == "subscribed":
                     ready.set()
@@ -221,9 +222,25 @@ def cpu_line(label: str, cpu: dict) -> str:
     return f"{label} CPU s: {figures}"
 
 
-async def measure_window(kind, runs, ready, window, stop, snapshot, *, warmup, seconds, ready_within):
+LAG_TICK_S = 0.02
+
+
+async def loop_lag(stop, lags: list) -> None:
+    """How late this process's event loop wakes from a LAG_TICK_S sleep, in ms, until `stop`: the viewers'
+    own delay, which the latencies they record include (the bench's viewers share the machine's cores with
+    the panel; a browser would not)."""
+    while not stop.is_set():
+        asked = time.monotonic()
+        await asyncio.sleep(LAG_TICK_S)
+        lags.append((time.monotonic() - asked - LAG_TICK_S) * 1000)
+
+
+async def measure_window(
+    kind, runs, ready, window, stop, snapshot, *, warmup, seconds, ready_within, lags=None
+):
     """Start the viewers (`runs`), wait until each is `ready`, let them warm up, then take `snapshot()` on
-    both sides of a window of `seconds` (stamped on `window`); stop them after GRACE_S. (before, after)."""
+    both sides of a window of `seconds` (stamped on `window`); stop them after GRACE_S. (before, after).
+    `lags`, when given, gets the viewers' loop lag (ms) over the window (`loop_lag`)."""
     tasks = [asyncio.create_task(run) for run in runs]
     started = time.monotonic()
     await asyncio.wait_for(asyncio.gather(*(event.wait() for event in ready)), ready_within)
@@ -231,9 +248,13 @@ async def measure_window(kind, runs, ready, window, stop, snapshot, *, warmup, s
     await asyncio.sleep(warmup)
     before = snapshot()
     window.start = time.time()
+    window_over = asyncio.Event()
+    lag_probe = asyncio.create_task(loop_lag(window_over, lags if lags is not None else []))
     await asyncio.sleep(seconds)
+    window_over.set()
     window.end = time.time()
     after = snapshot()
+    await lag_probe
     await asyncio.sleep(GRACE_S)
     stop.set()
     for failure in await asyncio.gather(*tasks, return_exceptions=True):
