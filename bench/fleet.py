@@ -369,9 +369,17 @@ async def phase(fleet: Fleet, kind: str, pages: list[list[str]], seconds: float,
         runs, ready = [], []
     lags: list[float] = []
     before, after = await measure_window(
-        kind, runs, ready, window, stop, fleet.snapshot, warmup=warmup, seconds=seconds, ready_within=180,
+        kind,
+        runs,
+        ready,
+        window,
+        stop,
+        fleet.snapshot,
+        warmup=warmup,
+        seconds=seconds,
+        ready_within=180,
         lags=lags,
-    )  # fmt: skip
+    )
     cpu = {key: after["cpu"][key] - before["cpu"][key] for key in after["cpu"]}
     infra = spent(before["servers"], after["servers"])
     cpu |= infra

@@ -249,12 +249,13 @@ async def measure_window(
     before = snapshot()
     window.start = time.time()
     window_over = asyncio.Event()
-    lag_probe = asyncio.create_task(loop_lag(window_over, lags if lags is not None else []))
+    lag_probe = asyncio.create_task(loop_lag(window_over, lags)) if lags is not None else None
     await asyncio.sleep(seconds)
     window_over.set()
     window.end = time.time()
     after = snapshot()
-    await lag_probe
+    if lag_probe is not None:
+        await lag_probe
     await asyncio.sleep(GRACE_S)
     stop.set()
     for failure in await asyncio.gather(*tasks, return_exceptions=True):

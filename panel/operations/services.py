@@ -106,7 +106,7 @@ def ingest_events(batch_data: dict, *, sender: Node) -> list[OperationEvent]:
         if operation is None:
             log.warning("events for unknown operation %s dropped", batch.operation_id)
             return []
-        if operation.node_id is None or operation.node_id != sender.pk:
+        if operation.node_id != sender.pk:
             refuse("event_batch", sender.name, f"operation {operation.id} belongs to another node", "sender")
             return []
         # The node's row was just read by the check: not read again (nor its facts and npu-smi text decoded

@@ -20,7 +20,7 @@ from redis.typing import EncodableT, FieldT
 
 from panel.audit import actions as audit
 from panel.audit.services import record
-from panel.core.domain.choices import NpuHealthState
+from panel.core.domain.choices import NpuHealth, NpuHealthState
 from panel.core.infra import panel_redis
 from panel.nodes.health import npu_health
 from panel.nodes.models import Node, Npu, NpuHealthChange
@@ -186,7 +186,7 @@ def _last_chip(npu: dict) -> dict:
 
 def _is_quiet(npu: dict) -> bool:
     """A sample that says nothing to the policy: health word OK and no probe (most samples of a fleet)."""
-    return npu.get("health") == "OK" and not npu.get("probe")
+    return npu.get("health") == NpuHealth.OK and not npu.get("probe")
 
 
 @cache
@@ -195,7 +195,7 @@ def _quiet_entry(npu_id: int, chip_id: int) -> str | None:
     policy: a quiet sample leaves this entry as it is, so the ingest skips the policy for it (the policy's
     JSON round trip of every chip every second was a sixth of a panel worker's CPU at 512 nodes). None if
     the policy ever keeps something of a quiet sample (then every sample goes through it)."""
-    npu = {"npu_id": npu_id, "chip_id": chip_id, "health": "OK", "probe": None}
+    npu = {"npu_id": npu_id, "chip_id": chip_id, "health": str(NpuHealth.OK), "probe": None}
     before: dict = {"state": str(NpuHealthState.OK), "memory": {}}
     for _ in range(2):  # from an empty memory, then from what that left: it must not move again
         memory, verdict = npu_health.observe(before["memory"], npu, 0.0)
