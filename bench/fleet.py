@@ -354,10 +354,11 @@ async def phase(fleet: Fleet, kind: str, pages: list[list[str]], seconds: float,
     window, stop = Window(), asyncio.Event()
     received: list[dict] = [{} for _ in pages]
     ready = [asyncio.Event() for _ in pages]
+    parts: list[tuple[float, float]] = []
     if kind == "push":
         url = f"ws://127.0.0.1:{fleet.port}/ws/"
         runs = [
-            push_client(url, fleet.viewer_tokens[i], groups, window, stop, ready[i], received[i])
+            push_client(url, fleet.viewer_tokens[i], groups, window, stop, ready[i], received[i], parts)
             for i, groups in enumerate(["fleet", *(f"node.{n}" for n in page)] for page in pages)
         ]
     elif kind == "polling":
@@ -389,7 +390,11 @@ async def phase(fleet: Fleet, kind: str, pages: list[list[str]], seconds: float,
     print(cpu_line(f"{kind} ({seconds:.0f} s)", cpu), file=sys.stderr)
     lag = [round(quantile(lags, q), 1) for q in (0.5, 0.99)]
     print(f"{kind}: the viewers' loop woke late by p50 {lag[0]} ms, p99 {lag[1]} ms", file=sys.stderr)
-    return {"received": received, "window": window, "cpu": cpu, "loop_lag_ms": lag, **counters}
+    split = {
+        name: [round(quantile([part[i] for part in parts], q), 1) for q in (0.5, 0.99)]
+        for i, name in enumerate(("agent_to_panel_ms", "panel_to_viewer_ms"))
+    }
+    return {"received": received, "window": window, "cpu": cpu, "loop_lag_ms": lag, **split, **counters}
 
 
 async def one_window(fleet: Fleet, pages: list[list[str]], args) -> tuple[dict, dict]:

@@ -19,6 +19,9 @@ figures:
                         the infrastructure together;
   db_rows_per_s         rows inserted, updated or deleted in the bench's database over the three phases;
   ingest_lag_ms         p50 and p99 of agent → panel alone (each node's last sample, read after push);
+  agent_to_panel_ms,    p50 and p99 of every frame's latency over the push phase, split where the panel took
+  panel_to_viewer_ms    its batch in (the frame's `received`): the ingest's queueing, and the drain, fan-out
+                        and delivery after it;
   viewer_loop_lag_ms    p50 and p99 of how late the viewers' own event loop woke over the push phase: the
                         bench's own delay inside p99_ms (its viewers share the panel's cores; browsers
                         would not);
@@ -135,6 +138,8 @@ def window_figures(seconds: float, phases: dict, pages: list[list[str]], measure
         **ratios,
         "db_rows_per_s": round(rows / (3 * seconds), 1),
         "ingest_lag_ms": measured["ingest_lag_ms"],
+        "agent_to_panel_ms": push["agent_to_panel_ms"],
+        "panel_to_viewer_ms": push["panel_to_viewer_ms"],
         "viewer_loop_lag_ms": push["loop_lag_ms"],
         **measured["faults"],
         "load_average": measured["load_average"],

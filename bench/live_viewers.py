@@ -39,11 +39,12 @@ class Window:
 
 
 async def push_client(
-    url: str, token: str, groups: list[str], window: Window, stop, ready, got: dict
+    url: str, token: str, groups: list[str], window: Window, stop, ready, got: dict, parts=None
 ) -> None:
     """A websocket viewer subscribed to `groups`: records, per node, the sequence numbers and latencies (ms)
     of in-window "metrics" frames. `ready` is set once the panel confirmed the subscription (the
-    permission checks take a while on a busy machine)."""
+    permission checks take a while on a busy machine). `parts`, when given, gets each such frame's latency
+    split where the panel took it in (its `received`): (agent → panel ms, panel → here ms)."""
     origin = Origin(url.replace("ws://", "http://").removesuffix("/ws/"))
     headers = {"Authorization": f"Bearer {token}"}
     async with websockets.connect(url, additional_headers=headers, origin=origin, max_size=None) as ws:
@@ -63,6 +64,9 @@ async def push_client(
                 taken = sample_epoch(message["time"])
                 if window.holds(taken):
                     got.setdefault(message["node"], {})[message["seq"]] = (arrived - taken) * 1000
+                    if parts is not None:
+                        took_in = message["received"]
+                        parts.append(((took_in - taken) * 1000, (arrived - took_in) * 1000))
 
 
 async def poll_client(

@@ -120,6 +120,10 @@ def ingest_batches(batches: list[MetricBatch]) -> list[dict]:
     if not taken:
         return []
     received = time.time()
+    for _node, _batch, message in taken:
+        # When the panel took it, as REST's latest message says: a page (and the fleet bench) can tell the
+        # agent → panel part of a frame's age from the panel → browser part.
+        message["received"] = received
     pipe = store.client().pipeline(transaction=False)
     alert_reads, health_reads = [], []  # where in the pipeline's answers each batch's alerts and chips are
     for node, batch, message in taken:
@@ -188,7 +192,7 @@ _ring_trimmed: dict[str, float] = {}  # node name -> when this process last trim
 def _queue_store(pipe, name: str, batch: MetricBatch, message: dict, received: float) -> None:
     """Queue the latest value and the ring-buffer samples of one batch. The ring is trimmed (and its expiry
     pushed back) once a minute, not per sample: readers filter by time anyway."""
-    pipe.set(store.latest_key(name), _latest_json(message, received), ex=store.LATEST_TTL_S)
+    pipe.set(store.latest_key(name), orjson.dumps(message), ex=store.LATEST_TTL_S)
     pipe.hset(store.FIGURES, name, node_figures(message, received))
     ring = store.ring_key(name)
     members = {}
@@ -203,10 +207,6 @@ def _queue_store(pipe, name: str, batch: MetricBatch, message: dict, received: f
         _ring_trimmed[name] = received
         pipe.zremrangebyscore(ring, "-inf", received - settings.PANEL_METRICS_RING_SECONDS)
         pipe.expire(ring, settings.PANEL_METRICS_RING_SECONDS + RING_TRIM_S + 120)
-
-
-def _latest_json(message: dict, received: float) -> bytes:
-    return orjson.dumps({**message, "received": received})
 
 
 def write_heartbeats() -> None:

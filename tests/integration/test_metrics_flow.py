@@ -76,6 +76,10 @@ async def test_a_sample_reaches_the_socket_the_ring_buffer_and_the_minute_table(
     assert message["npus"][0]["hbm_total_mb"] == 65536
     assert message["npus"][0]["deployment"] is None
     assert message["host"]["memory_total_mb"] > 0
+    # The frame is what REST's latest message says, the panel's time of taking it in included.
+    latest = await database_sync_to_async(store.read_latest)([TEST_NODE])
+    assert {**message, "group": None} == {**latest[TEST_NODE], "group": None}
+    assert 0 <= message["received"] - sample.time.timestamp() < 60
     summary = await receive(communicator, lambda m: m["type"] == "fleet.summary")
     assert summary["group"] == "fleet"
     assert summary["nodes"]["online"] == 1
