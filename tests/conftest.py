@@ -220,6 +220,16 @@ def _no_spool_left_for_the_next_test():
 
 
 @pytest.fixture(autouse=True)
+def _default_language_again():
+    """A request in zh-hans (LocaleMiddleware) or a translation.activate leaves that language active in the
+    thread; every test starts from the default, whichever test this process ran before it."""
+    yield
+    from django.utils import translation
+
+    translation.deactivate()
+
+
+@pytest.fixture(autouse=True)
 def _no_panel_worker_configuration():
     """Importing panel.celery turns a process into a panel worker: the shared Celery app loses this session's
     broker prefix and database (tests/conftest.py, _celery_on_test_redis), and the in-process workers of

@@ -17,13 +17,6 @@ from workers.steps.preflight import PASS, WARN, item
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(autouse=True)
-def _language_reset():
-    """A request in zh-hans leaves it active in this thread; later tests expect the default again."""
-    yield
-    translation.deactivate()
-
-
 def client_in(language: str, user) -> Client:
     client = Client()
     client.force_login(user)

@@ -5,7 +5,6 @@ strict validation, the dry run's diff saying the count is the autoscaler's, the 
 import re
 
 import pytest
-from django.utils import translation
 
 from tests.integration.test_deployment_apply import client, npu_node, put, spec, tiny
 from tests.integration.test_deployment_edit_pages import edit_fields, page_client
@@ -16,13 +15,6 @@ pytestmark = pytest.mark.django_db
 __all__ = ["client", "npu_node", "tiny"]  # fixtures used by name
 
 SCALE = {"min": 1, "max": 3, "target": {"waiting_per_replica": 4}, "up_after_s": 30, "down_after_s": 120}
-
-
-@pytest.fixture(autouse=True)
-def _language_reset():
-    """A request in zh-hans leaves it active in this thread; later tests expect the default again."""
-    yield
-    translation.deactivate()
 
 
 def one_npu(**overrides):

@@ -5,7 +5,6 @@ page naming the counts of the roles now and in the revision it goes back to; vie
 
 import pytest
 from django.test import Client
-from django.utils import translation
 
 from tests.integration.test_deployment_apply import client, npu_node, put, spec, tiny
 from tests.integration.test_deployment_replicas import rows, settle
@@ -14,13 +13,6 @@ from tests.integration.test_deployment_roles import split, versions
 pytestmark = pytest.mark.django_db
 
 __all__ = ["client", "npu_node", "tiny", "versions"]  # fixtures used by name
-
-
-@pytest.fixture(autouse=True)
-def _language_reset():
-    """A request in zh-hans leaves it active in this thread; later tests expect the default again."""
-    yield
-    translation.deactivate()
 
 
 def page_client(user, language: str = "en") -> Client:

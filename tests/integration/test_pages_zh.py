@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from django.test import Client
-from django.utils import timezone, translation
+from django.utils import timezone
 
 from panel.core.domain.choices import OperationKind, OperationStatus
 from tests.integration.conftest import event_batch, ingest_as_its_node
@@ -140,12 +140,6 @@ def world_with_history(rows, alice):
     benchmark.results = {"requests": 8, "failed": 0}
     benchmark.save()
     return {**rows, "install": install, "quantize": quantize}
-
-
-@pytest.fixture(autouse=True)
-def _language_reset():
-    yield
-    translation.deactivate()
 
 
 def zh_pages(world, user):

@@ -17,12 +17,6 @@ from workers.engine.launch.recipes import RecipeContext, apply_recipes, recipe_i
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(autouse=True)
-def _language_reset():
-    yield
-    translation.deactivate()
-
-
 def test_a_chip_an_older_release_does_not_list_reads_whole_in_chinese():
     (problem,) = check(vllm_ascend="0.7.3", chip="a3").problems
     assert "Releases that do:" in problem.hint
