@@ -71,7 +71,9 @@ def frozen_past_deadline(stack: FaultStack, node: str, agent_name: str, outcome:
     # The resumed agent takes each up, says it runs, asks, and is told the operation ended.
     records = [_finished_record(stack, node, operation_id) for operation_id in in_hand]
     outcome.details["frozen_deliveries"] = [r.get("finished") or "never taken up" for r in records]
-    outcome.hit_mid = bool(records[0])  # else the old delivery never reached the ask: nothing was proved
+    # Proved once a delivery the frozen agent held reached the ask and was told its operation ended. On a
+    # loaded machine the first can expire before the thaw (dropped unrun, no ask): the held retry proves it.
+    outcome.hit_mid = any(record.get("finished") == ENDED_ON_THE_PANEL for record in records)
     if len(in_hand) > 1:  # the retry failed too: once the node is back, the admin retries again
         wait_until(lambda: stack.node(node).get("status") == "online", 60, "the node to be online again", 1)
         retries.append(start_install(stack, node, profile))
