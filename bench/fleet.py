@@ -443,6 +443,10 @@ async def measure(args) -> dict:
     finally:
         fleet.stop()
     windows = [fleet_figures.window_figures(args.window_s, p, pages, m) for p, m in runs]
+    for index, (phases, measured) in enumerate(runs, 1):
+        push = phases["push"]
+        for line in fleet_figures.lost_examples(pages, push["received"], measured["sent"], push["window"]):
+            print(f"window {index}: lost {line}", file=sys.stderr)
     week_rows = fleet_figures.history_rows(args.nodes, 7, fleet.minute_days)
     watched = Counter(name for page in pages for name in page)
     return {

@@ -31,6 +31,7 @@ figures:
 
 import statistics
 from collections import Counter
+from itertools import islice
 from urllib.parse import quote
 
 from bench.live_viewers import Window, latencies, push_vs_poll, quantile
@@ -101,13 +102,27 @@ def tls(url: str) -> bool:
     return url.startswith("amqps://")
 
 
-def lost_on_screen(pages: list[list[str]], received: list[dict], sent: dict[str, dict[int, int]]) -> int:
-    """Samples of each viewer's on-screen nodes that the load sent inside the window and it never got."""
-    lost = 0
-    for page, got in zip(pages, received, strict=True):
+def lost_samples(pages: list[list[str]], received: list[dict], sent: dict[str, dict[int, int]]):
+    """(viewer, node, seq) of each sample of a viewer's on-screen nodes that the load sent inside the window
+    and that viewer never got."""
+    for viewer, (page, got) in enumerate(zip(pages, received, strict=True)):
         for name in page:
-            lost += len(set(sent.get(name, {})) - set(got.get(name, {})))
-    return lost
+            for seq in sorted(set(sent.get(name, {})) - set(got.get(name, {}))):
+                yield viewer, name, seq
+
+
+def lost_on_screen(pages: list[list[str]], received: list[dict], sent: dict[str, dict[int, int]]) -> int:
+    return sum(1 for _ in lost_samples(pages, received, sent))
+
+
+def lost_examples(pages: list[list[str]], received: list[dict], sent: dict, window, most: int = 10) -> list:
+    """Up to `most` lost samples, each with how long before the window's end it was taken: where to look
+    when a run loses a few."""
+    lines = []
+    for viewer, name, seq in islice(lost_samples(pages, received, sent), most):
+        before_end = window.end - sent[name][seq] / 1000
+        lines.append(f"viewer {viewer} node {name} seq {seq}, taken {before_end:.1f} s before the end")
+    return lines
 
 
 def not_stored(sent: dict[str, dict[int, int]], stored: dict[str, set[int]]) -> int:

@@ -2,8 +2,8 @@
 samples are checked against what the panel stored, the windows combine into a median with its spread, a
 target is judged on the worst window, and a publish error or a process that died fails the run."""
 
-from bench.fleet_figures import across, failures, lost_on_screen, not_stored, screens, targets
-from bench.live_viewers import Server, spent
+from bench.fleet_figures import across, failures, lost_examples, lost_on_screen, not_stored, screens, targets
+from bench.live_viewers import Server, Window, spent
 
 
 def window(**figures) -> dict:
@@ -40,6 +40,13 @@ def test_loss_counts_each_viewer_on_screen_and_every_node_in_the_store():
     assert lost_on_screen([["a"], ["a", "b"]], received, sent) == 2
     stored = {"a": {1000, 2000}, "b": {1000}, "off-screen": {1000}}
     assert not_stored(sent, stored) == 1  # on no screen, still checked
+    window = Window()
+    window.end = 3.0
+    assert lost_examples([["a"], ["a", "b"]], received, sent, window) == [
+        "viewer 1 node a seq 2, taken 1.0 s before the end",
+        "viewer 1 node b seq 1, taken 2.0 s before the end",
+    ]
+    assert len(lost_examples([["a"], ["a", "b"]], received, sent, window, most=1)) == 1
 
 
 def test_windows_give_the_median_the_spread_and_the_sum_of_what_was_lost():
