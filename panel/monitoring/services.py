@@ -120,13 +120,12 @@ def ingest_batches(batches: list[MetricBatch]) -> list[dict]:
     if not taken:
         return []
     received = time.time()
-    for _node, _batch, message in taken:
-        # When the panel took it, as REST's latest message says: a page (and the fleet bench) can tell the
-        # agent → panel part of a frame's age from the panel → browser part.
-        message["received"] = received
     pipe = store.client().pipeline(transaction=False)
     alert_reads, health_reads = [], []  # where in the pipeline's answers each batch's alerts and chips are
     for node, batch, message in taken:
+        # When the panel took it, in the stored latest message and the frame alike: a page (and the fleet
+        # bench) can tell the agent → panel part of a frame's age from the panel → browser part.
+        message["received"] = received
         _queue_store(pipe, node["name"], batch, message, received)
         alert_reads.append(len(pipe))
         pipe.smembers(store.alerts_key(node["name"]))
